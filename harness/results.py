@@ -1,0 +1,328 @@
+"""Run folders: layout, atomic JSON writes, append-only JSONL, schema versions, loading.
+
+One run is one folder, never rewritten in place: ``results/<scenario>/<run_id>/`` with
+``manifest.json``, one sub-folder per variant and a ``COMPLETE`` (or ``INTERRUPTED``) marker
+written last. Every JSON file is written through :func:`write_json_atomic` (temp file in the same
+folder, fsync, ``os.replace``) so a kill at any moment leaves either the old or the new file.
+JSONL files are append-only; a torn last line (the harness was killed mid-write) is skipped with a
+warning when read.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import re
+import secrets
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+COMPLETE_MARKER = "COMPLETE"
+INTERRUPTED_MARKER = "INTERRUPTED"
+MANIFEST = "manifest.json"
+STATUS = "status.json"
+SUMMARY = "summary.json"
+REQUESTS = "requests.jsonl"
+SAMPLES = "samples.jsonl"
+QUALITY = "quality.jsonl"
+SERVER_LOG = "server.log"
+SERVER_INFO = "server_info.json"
+
+log = logging.getLogger(__name__)
+
+
+class ResultsError(Exception):
+    """A run folder or file that cannot be read as a run (the message names the file)."""
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")
+
+
+def safe_name(name: str) -> str:
+    """A variant or scenario name turned into one path component that cannot escape its folder.
+
+    Characters outside ``[A-Za-z0-9_.=+-]`` become ``_``; leading dots are replaced so that
+    ``..`` and hidden names are impossible; an empty result becomes ``_``.
+    """
+    cleaned = _UNSAFE.sub("_", name)
+    cleaned = re.sub(r"^\.+", lambda m: "_" * len(m.group(0)), cleaned)
+    return cleaned[:120] or "_"
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def utc_now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new content, never a mix."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "to_json"):
+        return obj.to_json()
+    if hasattr(obj, "__dataclass_fields__"):
+        import dataclasses
+
+        return dataclasses.asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def read_json(path: Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+
+
+class JsonlWriter:
+    """Append-only JSONL: one JSON object per line, flushed and fsynced per line.
+
+    A crash keeps every line written before it; at most the last line is torn, and
+    :func:`read_jsonl` skips a torn last line with a warning.
+    """
+
+    def __init__(self, path: Path, fsync: bool = True):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+        self._fsync = fsync
+        self.count = 0
+
+    def append(self, obj: Any) -> None:
+        line = json.dumps(obj, separators=(",", ":"), default=_json_default)
+        self._f.write(line + "\n")
+        self._f.flush()
+        if self._fsync:
+            os.fsync(self._f.fileno())
+        self.count += 1
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    """Yield the objects of a JSONL file; a torn *last* line is skipped with a warning.
+
+    A bad line anywhere else is real corruption and raises :class:`ResultsError` naming the file
+    and line.
+    """
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    # A file ending in "\n" yields a final empty element.
+    last_index = len(lines) - 1
+    while last_index >= 0 and lines[last_index].strip() == b"":
+        last_index -= 1
+    for i, raw in enumerate(lines[: last_index + 1]):
+        if not raw.strip():
+            continue
+        try:
+            yield json.loads(raw.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            if i == last_index:
+                log.warning("%s: skipping a torn last line (line %d)", path, i + 1)
+                return
+            raise ResultsError(f"{path}:{i + 1}: not valid JSON") from None
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Paths of one run folder."""
+
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def complete(self) -> Path:
+        return self.root / COMPLETE_MARKER
+
+    @property
+    def interrupted(self) -> Path:
+        return self.root / INTERRUPTED_MARKER
+
+    @property
+    def summary_csv(self) -> Path:
+        return self.root / "summary.csv"
+
+    def variant(self, name: str) -> VariantPaths:
+        return VariantPaths(self.root / safe_name(name))
+
+
+@dataclass(frozen=True)
+class VariantPaths:
+    root: Path
+
+    @property
+    def status(self) -> Path:
+        return self.root / STATUS
+
+    @property
+    def summary(self) -> Path:
+        return self.root / SUMMARY
+
+    @property
+    def requests(self) -> Path:
+        return self.root / REQUESTS
+
+    @property
+    def samples(self) -> Path:
+        return self.root / SAMPLES
+
+    @property
+    def quality(self) -> Path:
+        return self.root / QUALITY
+
+    @property
+    def server_info(self) -> Path:
+        return self.root / SERVER_INFO
+
+    def server_log(self, attempt: int = 1) -> Path:
+        return self.root / (SERVER_LOG if attempt <= 1 else f"server.attempt{attempt}.log")
+
+
+def create_run_dir(results_dir: Path, scenario_name: str, run_id: str | None = None) -> RunPaths:
+    root = Path(results_dir) / safe_name(scenario_name) / (run_id or new_run_id())
+    root.mkdir(parents=True, exist_ok=False)
+    return RunPaths(root)
+
+
+def check_schema(path: Path, data: dict) -> None:
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultsError(
+            f"{path}: schema_version {version!r}, this harness reads {SCHEMA_VERSION}"
+        )
+
+
+@dataclass
+class LoadedVariant:
+    name: str
+    paths: VariantPaths
+    status: dict
+    summary: dict | None
+
+
+@dataclass
+class LoadedRun:
+    paths: RunPaths
+    manifest: dict
+    variants: list[LoadedVariant]
+
+    @property
+    def complete(self) -> bool:
+        return self.paths.complete.exists()
+
+    @property
+    def scenario_name(self) -> str:
+        return self.manifest["scenario"]["name"]
+
+    @property
+    def run_id(self) -> str:
+        return self.paths.root.name
+
+    def variant(self, name: str) -> LoadedVariant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def requests(self, variant: str) -> list[dict]:
+        return list(read_jsonl(self.variant(variant).paths.requests))
+
+    def samples(self, variant: str) -> list[dict]:
+        return list(read_jsonl(self.variant(variant).paths.samples))
+
+    def quality(self, variant: str) -> list[dict]:
+        return list(read_jsonl(self.variant(variant).paths.quality))
+
+
+def load_run(path: Path) -> LoadedRun:
+    """Read a run folder's manifest, statuses and summaries (not the JSONL rows)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ResultsError(f"{root}: no such run folder")
+    paths = RunPaths(root)
+    manifest = read_json(paths.manifest)
+    if not isinstance(manifest, dict):
+        raise ResultsError(f"{paths.manifest}: not a JSON object")
+    check_schema(paths.manifest, manifest)
+    variants = []
+    for entry in manifest.get("variants", []):
+        vpaths = paths.variant(entry["name"])
+        status = read_json(vpaths.status) if vpaths.status.exists() else {"state": "not_run"}
+        summary = read_json(vpaths.summary) if vpaths.summary.exists() else None
+        variants.append(LoadedVariant(entry["name"], vpaths, status, summary))
+    return LoadedRun(paths, manifest, variants)
+
+
+def list_runs(results_dir: Path, scenario_name: str) -> list[Path]:
+    """Run folders of a scenario, oldest first (run ids sort by time)."""
+    base = Path(results_dir) / safe_name(scenario_name)
+    if not base.is_dir():
+        return []
+    return sorted(p for p in base.iterdir() if p.is_dir() and (p / MANIFEST).exists())
