@@ -1,0 +1,383 @@
+"""Start, watch and stop one sglang (or simulated) server process tree.
+
+* The server runs in its own process session (``start_new_session``) with stdout+stderr going to
+  a log file — never an undrained PIPE, which would block sglang once the pipe fills.
+* Readiness is ``GET /health_generate`` (it runs one token through the scheduler), with a
+  liveness check of the process before and after each probe, so a server that exits — with any
+  exit code — is noticed within one poll rather than at the timeout.
+* Stopping takes a snapshot of the whole tree (descendants, plus every process still in the
+  server's session: a launcher's child that outlived it is found there), sends SIGTERM first (so
+  sglang frees pinned host memory and GPU memory cleanly), waits a bounded time, sends SIGKILL to
+  survivors, and verifies that nothing of the snapshot is alive.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from harness import logscan
+
+SGLANG_MODULE = "sglang.launch_server"
+SIM_MODULE = "harness.sim"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_is_bindable(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything needed to start one server: the exact argv and the environment additions."""
+
+    argv: tuple[str, ...]
+    env_overrides: Mapping[str, str]
+    host: str
+    port: int
+    simulated: bool
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def full_env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        env.update(self.env_overrides)
+        return env
+
+
+def hicache_flags(hicache) -> list[str]:
+    """sglang flags for a variant's HiCache block (None = HiCache off)."""
+    if hicache is None:
+        return []
+    flags = ["--enable-hierarchical-cache"]
+    if getattr(hicache, "size_gb", None):
+        flags += ["--hicache-size", _fmt(hicache.size_gb)]
+    elif getattr(hicache, "ratio", None) is not None:
+        flags += ["--hicache-ratio", _fmt(hicache.ratio)]
+    for attr, flag in (
+        ("mem_layout", "--hicache-mem-layout"),
+        ("write_policy", "--hicache-write-policy"),
+        ("io_backend", "--hicache-io-backend"),
+        ("storage_backend", "--hicache-storage-backend"),
+    ):
+        value = getattr(hicache, attr, None)
+        if value is not None:
+            flags += [flag, str(getattr(value, "value", value))]
+    return flags
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def args_to_argv(args: Mapping[str, object]) -> list[str]:
+    """Verbatim sglang flags: ``True`` is a bare flag, ``False``/``None`` omitted, lists repeated."""
+    out: list[str] = []
+    for flag, value in args.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, (list, tuple)):
+            out.append(flag)
+            out.extend(_fmt(v) for v in value)
+        else:
+            out += [flag, _fmt(value)]
+    return out
+
+
+def repo_root() -> Path:
+    """The folder holding the ``harness`` package (put on the simulator's PYTHONPATH)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
+    """The argv and env of one variant's server.
+
+    ``scenario.server`` gives the interpreter, prefix, model, TP size and base args; the variant
+    brings HiCache flags and merged args/env (variant wins). For ``backend: sim`` the same flags go
+    to the simulator, plus its ``--sim-*`` knobs.
+    """
+    server = scenario.server
+    simulated = server.backend == "sim"
+    model_path = str(getattr(variant, "model_path", None) or server.model_path)
+    args = dict(variant.args)
+    if scenario.sampling.enabled and scenario.sampling.server_metrics:
+        args.setdefault("--enable-metrics", True)
+    flag_args = args_to_argv(args)
+    core = ["--model-path", model_path, "--host", server.host, "--port", str(port)]
+    if server.tp_size > 1:
+        core += ["--tp-size", str(server.tp_size)]
+    env: dict[str, str] = {k: str(v) for k, v in variant.env.items()}
+    if simulated:
+        python = sys.executable
+        module = SIM_MODULE
+        sim = server.sim
+        sim_flags = ["--sim-time-scale", _fmt(sim.time_scale), "--sim-host-mem-scale", _fmt(sim.host_mem_scale),
+                     "--sim-startup-s", _fmt(sim.startup_s)]
+        if sim.mem_available_gib is not None:
+            sim_flags += ["--sim-mem-available-gib", _fmt(sim.mem_available_gib)]
+        for fault in list(sim.faults) + list(getattr(variant, "sim_faults", []) or []):
+            sim_flags += ["--sim-fault", fault]
+        env["PYTHONPATH"] = _prepend_path(str(repo_root()), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
+    else:
+        python = server.python
+        module = SGLANG_MODULE
+        sim_flags = []
+        if server.sglang_source:
+            src = Path(server.sglang_source)
+            pkg = src / "python" if (src / "python" / "sglang").is_dir() else src
+            env["PYTHONPATH"] = _prepend_path(str(pkg), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
+    argv = [*server.command_prefix, python, "-m", module, *core, *hicache_flags(variant.hicache), *flag_args, *sim_flags]
+    return LaunchSpec(tuple(argv), env, server.host, port, simulated)
+
+
+def _prepend_path(first: str, rest: str | None) -> str:
+    return first if not rest else f"{first}{os.pathsep}{rest}"
+
+
+@dataclass
+class ReadyResult:
+    ready: bool
+    seconds: float
+    cause: str | None = None  # logscan cause when not ready
+    exit_code: int | None = None
+    detail: dict = field(default_factory=dict)
+    line_number: int | None = None
+    line: str | None = None
+
+
+@dataclass
+class StopResult:
+    survivors: list[int]
+    killed: list[int]  # pids that needed SIGKILL
+    seconds: float
+    exit_code: int | None
+
+
+@dataclass(frozen=True)
+class _ProcKey:
+    pid: int
+    create_time: float
+
+
+class ServerProcess:
+    """One server process tree: start → wait_ready → (use) → stop."""
+
+    def __init__(self, spec: LaunchSpec, log_path: Path, poll_interval_s: float = 0.5):
+        self.spec = spec
+        self.log_path = Path(log_path)
+        self.poll_interval_s = poll_interval_s
+        self.proc: subprocess.Popen | None = None
+        self.started_at: float | None = None
+        self._seen: dict[int, _ProcKey] = {}
+        self._sid: int | None = None
+
+    # -- start ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab", buffering=0)
+        try:
+            self.proc = subprocess.Popen(
+                list(self.spec.argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.spec.full_env(),
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            log.close()  # the child holds its own descriptor
+        self.started_at = time.monotonic()
+        self._sid = self.proc.pid  # a new session's id is its leader's pid
+        self.snapshot()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def read_log(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    # -- readiness -----------------------------------------------------------------------------
+    def wait_ready(
+        self,
+        timeout_s: float,
+        on_poll: Callable[[float], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> ReadyResult:
+        """Poll ``/health_generate`` until it answers 200, the process exits, or ``timeout_s``."""
+        assert self.proc is not None and self.started_at is not None
+        deadline = self.started_at + timeout_s
+        with httpx.Client(timeout=httpx.Timeout(10.0, connect=2.0), trust_env=False) as client:
+            while True:
+                elapsed = time.monotonic() - self.started_at
+                self.snapshot()
+                if not self.alive():  # liveness before the probe
+                    return self._failed_before_ready(elapsed)
+                if should_stop is not None and should_stop():
+                    return ReadyResult(False, elapsed, cause="interrupted")
+                if time.monotonic() >= deadline:
+                    return self._timed_out(elapsed)
+                probe_timeout = max(0.5, min(10.0, deadline - time.monotonic()))
+                ok = False
+                try:
+                    r = client.get(self.spec.base_url + "/health_generate", timeout=probe_timeout)
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if ok and self.alive():  # liveness after the probe
+                    return ReadyResult(True, time.monotonic() - self.started_at)
+                if on_poll is not None:
+                    on_poll(time.monotonic() - self.started_at)
+                self._sleep_while_alive(self.poll_interval_s)
+
+    def _sleep_while_alive(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if not self.alive():
+                return
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+
+    def _failed_before_ready(self, elapsed: float) -> ReadyResult:
+        code = self.exit_code()
+        found = logscan.classify_failure(self.read_log())
+        if found is not None:
+            return ReadyResult(False, elapsed, found.cause, code, dict(found.detail), found.line_number, found.line)
+        return ReadyResult(False, elapsed, logscan.EXITED_BEFORE_READY, code, {"exit_code": code})
+
+    def _timed_out(self, elapsed: float) -> ReadyResult:
+        found = logscan.classify_failure(self.read_log())
+        detail = {"timeout_s": round(elapsed, 3)}
+        if found is not None:  # e.g. a CUDA fault that hung the server instead of exiting it
+            detail.update({"log_cause": found.cause, **found.detail})
+            return ReadyResult(False, elapsed, logscan.TIMEOUT, None, detail, found.line_number, found.line)
+        return ReadyResult(False, elapsed, logscan.TIMEOUT, None, detail)
+
+    # -- the process tree ----------------------------------------------------------------------
+    def snapshot(self) -> list[int]:
+        """Remember every process of the tree seen so far (descendants and session members)."""
+        found: list[psutil.Process] = []
+        if self.proc is not None:
+            try:
+                root = psutil.Process(self.proc.pid)
+                found.append(root)
+                found.extend(root.children(recursive=True))
+            except psutil.Error:
+                pass
+        found.extend(self._session_members())
+        for p in found:
+            try:
+                if p.pid not in self._seen:
+                    self._seen[p.pid] = _ProcKey(p.pid, p.create_time())
+            except psutil.Error:
+                continue
+        return sorted(self._seen)
+
+    def _session_members(self) -> list[psutil.Process]:
+        if self._sid is None:
+            return []
+        members = []
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if p.pid != os.getpid() and os.getsid(p.pid) == self._sid:
+                    members.append(p)
+            except (OSError, psutil.Error):
+                continue
+        return members
+
+    def _living(self) -> list[psutil.Process]:
+        alive = []
+        for key in list(self._seen.values()):
+            try:
+                p = psutil.Process(key.pid)
+                if abs(p.create_time() - key.create_time) > 0.01:
+                    continue  # the pid was reused by an unrelated process
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                alive.append(p)
+            except psutil.Error:
+                continue
+        return alive
+
+    def stop(self, term_timeout_s: float = 30.0, kill_timeout_s: float = 10.0) -> StopResult:
+        """SIGTERM the whole tree, wait, SIGKILL what is left, verify nothing survives."""
+        t0 = time.monotonic()
+        if self.proc is None:
+            return StopResult([], [], 0.0, None)
+        self.snapshot()
+        self._signal_all(signal.SIGTERM)
+        self._wait_gone(term_timeout_s)
+        killed = [p.pid for p in self._living()]
+        if killed:
+            self._signal_all(signal.SIGKILL)
+            self._wait_gone(kill_timeout_s)
+        survivors = [p.pid for p in self._living()]
+        code = self.proc.poll()
+        return StopResult(survivors, killed, time.monotonic() - t0, code)
+
+    def _signal_all(self, sig: int) -> None:
+        if self._sid is not None:
+            try:
+                os.killpg(self._sid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for p in self._living():
+            try:
+                p.send_signal(sig)
+            except psutil.Error:
+                pass
+
+    def _wait_gone(self, timeout_s: float) -> None:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.proc is not None:
+                self.proc.poll()  # reap our direct child so it does not linger as a zombie
+            if not self._living():
+                return
+            time.sleep(0.05)
+
+
+def stop_quietly(servers: Sequence[ServerProcess]) -> None:
+    """Stop several servers (used on interrupt); never raises."""
+    for server in servers:
+        try:
+            server.stop(term_timeout_s=10.0, kill_timeout_s=5.0)
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
