@@ -1,0 +1,118 @@
+"""Pure parsers for /proc/meminfo and /proc/vmstat, and vmstat-style rates from two readings.
+
+Nothing here samples on a schedule; `harness.sampling` does that. The read_* helpers only open a
+file and hand its text to the parsers, so tests feed captured text straight in.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+# /proc/meminfo fields the harness records. Values are kiB except HugePages_* (page counts).
+MEMINFO_FIELDS: tuple[str, ...] = (
+    "MemTotal",
+    "MemFree",
+    "MemAvailable",
+    "Buffers",
+    "Cached",
+    "Mlocked",
+    "Shmem",
+    "SwapTotal",
+    "SwapFree",
+    "HugePages_Total",
+    "HugePages_Free",
+    "HugePages_Rsvd",
+    "HugePages_Surp",
+    "Hugepagesize",
+)
+
+# /proc/vmstat counters the harness turns into rates.
+VMSTAT_FIELDS: tuple[str, ...] = ("pswpin", "pswpout", "pgmajfault", "pgfault")
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """`/proc/meminfo` text → {field: value}; values in kiB ("kB" in the file is kiB), except
+    HugePages_* which are counts. Every field present is kept; malformed lines are skipped."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        name, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        parts = rest.split()
+        if not parts:
+            continue
+        try:
+            out[name.strip()] = int(parts[0])
+        except ValueError:
+            continue
+    return out
+
+
+def parse_vmstat(text: str) -> dict[str, int]:
+    """`/proc/vmstat` text → {counter: value}. Kernels without swap omit pswpin/pswpout;
+    callers treat a missing counter as unknown, not as 0."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 2:
+            continue
+        try:
+            out[parts[0]] = int(parts[1])
+        except ValueError:
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class VmstatRates:
+    """Per-second rates between two vmstat readings; None where the counter is absent."""
+
+    pswpin_kib_s: float | None  # vmstat's `si`
+    pswpout_kib_s: float | None  # vmstat's `so`
+    pgmajfault_s: float | None
+    pgfault_s: float | None
+
+
+def _rate(prev: Mapping[str, int], cur: Mapping[str, int], key: str, dt_s: float) -> float | None:
+    if key not in prev or key not in cur:
+        return None
+    # A decrease cannot happen on one boot; clamp rather than report a negative rate.
+    return max(cur[key] - prev[key], 0) / dt_s
+
+
+def vmstat_rates(
+    prev: Mapping[str, int], cur: Mapping[str, int], dt_s: float, page_size_bytes: int = 4096
+) -> VmstatRates:
+    """Rates from two vmstat readings `dt_s` apart. pswpin/pswpout count pages; like vmstat's
+    si/so they are converted to kiB/s with the page size."""
+    if dt_s <= 0:
+        raise ValueError(f"dt_s must be > 0, got {dt_s}")
+    pages_to_kib = page_size_bytes / 1024
+    swin = _rate(prev, cur, "pswpin", dt_s)
+    swout = _rate(prev, cur, "pswpout", dt_s)
+    return VmstatRates(
+        pswpin_kib_s=None if swin is None else swin * pages_to_kib,
+        pswpout_kib_s=None if swout is None else swout * pages_to_kib,
+        pgmajfault_s=_rate(prev, cur, "pgmajfault", dt_s),
+        pgfault_s=_rate(prev, cur, "pgfault", dt_s),
+    )
+
+
+def page_size_bytes() -> int:
+    """The kernel page size (what pswpin/pswpout count)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 4096
+
+
+def read_meminfo(path: str = "/proc/meminfo") -> dict[str, int]:
+    with open(path, encoding="ascii", errors="replace") as f:
+        return parse_meminfo(f.read())
+
+
+def read_vmstat(path: str = "/proc/vmstat") -> dict[str, int]:
+    with open(path, encoding="ascii", errors="replace") as f:
+        return parse_vmstat(f.read())
