@@ -1,0 +1,488 @@
+"""Background sampler of host memory, swap, server RSS, GPU memory and `sglang:*` /metrics while a
+variant's server runs, each sample labelled with the current phase; plus pure per-phase summaries.
+
+The sampler runs in its own thread with its own blocking HTTP client, so the workload's asyncio loop
+in the main thread is never blocked by it. One Sample per interval goes to a writer callback (the
+runner's `results.JsonlWriter(path).append`); its fields are those of docs/architecture.md's Sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import math
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+import httpx
+import psutil
+
+from harness import procfs
+from harness.gpu import GpuReader
+
+log = logging.getLogger(__name__)
+
+SampleWriter = Callable[[dict], Any]
+
+# Counter-like /metrics series: deltas over a phase are meaningful. Everything else is a gauge.
+_COUNTER_SUFFIXES = ("_total", "_sum", "_count")
+
+
+# ----------------------------------------------------------------------------- /metrics parsing
+
+
+def metric_key(name: str, labels: Mapping[str, str]) -> str:
+    """`name{a="x",b="y"}` with labels sorted; bare `name` without labels."""
+    if not labels:
+        return name
+    inner = ",".join(f'{k}="{labels[k]}"' for k in sorted(labels))
+    return f"{name}{{{inner}}}"
+
+
+def parse_metrics_text(text: str, prefix: str = "sglang:") -> dict[str, float]:
+    """Prometheus text exposition → {name with labels: value} for series whose name starts with
+    `prefix`. Histogram buckets and `_created` timestamps are dropped; `_sum`/`_count` are kept."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.startswith(prefix):
+                continue
+            if s.name.endswith("_bucket") or s.name.endswith("_created"):
+                continue
+            if s.name.endswith("_gsum") or s.name.endswith("_gcount"):
+                continue
+            out[metric_key(s.name, s.labels)] = float(s.value)
+    return out
+
+
+def is_counter_key(key: str) -> bool:
+    name = key.split("{", 1)[0]
+    return name.endswith(_COUNTER_SUFFIXES)
+
+
+# ----------------------------------------------------------------------------- process tree
+
+
+def process_tree_rss_kib(pid: int) -> int | None:
+    """Sum of RSS over `pid` and all its descendants, in kiB; processes that vanish while being
+    read are skipped. None when `pid` itself is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+    total = 0
+    seen_any = False
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+            seen_any = True
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return total // 1024 if seen_any else None
+
+
+# ----------------------------------------------------------------------------- the sampler
+
+
+class Sampler:
+    """Samples every `interval_s` in a background thread until `stop()`.
+
+    pid: the server's (launcher) pid; RSS is summed over its process tree. None → no RSS.
+    base_url: e.g. "http://127.0.0.1:30000"; `/metrics` is scraped when `server_metrics` is true.
+    write: called with each Sample dict (from the sampler thread; a failing writer is logged and
+        counted in `write_errors`, sampling goes on).
+    gpu: "auto" (NVML when present), True (same, but logs a warning when absent), False (never).
+
+    `set_phase(name)` is thread-safe and by default never blocks: the sampler thread promptly
+    takes one boundary sample still labelled with the previous phase, so per-phase counter deltas
+    start where the previous phase ended. For exact deltas the caller waits for that sample
+    before sending the next phase's requests: `set_phase(name, wait_s=2)` from a thread, or
+    `await aset_phase(name)` from the workload's event loop (the loop stays free meanwhile).
+    `stop()` takes a final sample in the current phase and joins within `timeout_s`.
+    """
+
+    def __init__(
+        self,
+        pid: int | None,
+        base_url: str | None,
+        write: SampleWriter,
+        *,
+        interval_s: float = 0.5,
+        gpu: bool | str = "auto",
+        server_metrics: bool = True,
+        metrics_timeout_s: float = 1.0,
+        phase: str = "startup",
+        meminfo_path: str = "/proc/meminfo",
+        vmstat_path: str = "/proc/vmstat",
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.pid = pid
+        self.base_url = base_url.rstrip("/") if base_url else None
+        self._write = write
+        self.interval_s = float(interval_s)
+        self._gpu_mode = gpu
+        self.server_metrics = bool(server_metrics and self.base_url)
+        self.metrics_timeout_s = metrics_timeout_s
+        self._meminfo_path = meminfo_path
+        self._vmstat_path = vmstat_path
+        self._page_size = procfs.page_size_bytes()
+
+        self._lock = threading.Lock()
+        self._phase = phase
+        # previous phases still owed a boundary sample, with the event set once it is written
+        self._boundaries: list[tuple[str, threading.Event]] = []
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started_wall: float | None = None
+        self._stopped_wall: float | None = None
+
+        # vmstat readings (t_s, counters), newest last; rates use one at least half an interval old
+        self._vm_hist: collections.deque[tuple[float, dict[str, int]]] = collections.deque(maxlen=8)
+
+        self.samples_written = 0
+        self.write_errors = 0
+        self.metrics_errors = 0
+        self._cpu_s = 0.0
+        self.last_error: str | None = None
+
+    # -- public API ----------------------------------------------------------------------
+
+    @property
+    def phase(self) -> str:
+        with self._lock:
+            return self._phase
+
+    def set_phase(self, name: str, wait_s: float = 0.0) -> bool:
+        """Label subsequent samples with `name` (startup, idle, workload/pass names, cooldown).
+        With `wait_s` > 0, block up to that long until the previous phase's boundary sample is
+        written; returns whether it was (True at once when not waiting or nothing changed)."""
+        done = self._switch(name)
+        if done is None or wait_s <= 0 or not self.running:
+            return True
+        return done.wait(wait_s)
+
+    async def aset_phase(self, name: str, wait_s: float = 2.0) -> bool:
+        """`set_phase` for asyncio code: awaits the boundary sample without blocking the loop."""
+        done = self._switch(name)
+        if done is None or not self.running:
+            return True
+        return await asyncio.to_thread(done.wait, wait_s)
+
+    def _switch(self, name: str) -> threading.Event | None:
+        with self._lock:
+            if name == self._phase:
+                return None
+            done = threading.Event()
+            self._boundaries.append((self._phase, done))
+            self._phase = name
+        self._wake.set()
+        return done
+
+    def start(self) -> "Sampler":
+        if self._thread is not None:
+            raise RuntimeError("Sampler already started")
+        self._started_wall = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="hicache-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> bool:
+        """Stop sampling; True when the thread ended within `timeout_s`."""
+        if self._thread is None:
+            return True
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout_s)
+        if self._stopped_wall is None:
+            self._stopped_wall = time.monotonic()
+        return not self._thread.is_alive()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the sampling thread has used so far."""
+        return self._cpu_s
+
+    @property
+    def wall_seconds(self) -> float:
+        if self._started_wall is None:
+            return 0.0
+        end = self._stopped_wall if self._stopped_wall is not None else time.monotonic()
+        return max(end - self._started_wall, 0.0)
+
+    @property
+    def cpu_fraction(self) -> float:
+        """Sampler CPU as a fraction of one core over its wall time (0.01 = 1% of a core)."""
+        wall = self.wall_seconds
+        return self._cpu_s / wall if wall > 0 else 0.0
+
+    def __enter__(self) -> "Sampler":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        cpu0 = time.thread_time()
+        gpu = self._open_gpu()
+        client = httpx.Client(timeout=self.metrics_timeout_s) if self.server_metrics else None
+        try:
+            self._remember_vmstat()
+            self._emit(self._take(self.phase, gpu, client))  # t=0 sample: the phase's start
+            next_t = time.monotonic() + self.interval_s
+            while True:
+                self._wake.wait(max(next_t - time.monotonic(), 0.0))
+                self._wake.clear()
+                with self._lock:
+                    owed, self._boundaries = self._boundaries, []
+                for label, done in owed:
+                    self._emit(self._take(label, gpu, client))
+                    done.set()
+                if self._stop.is_set():
+                    self._emit(self._take(self.phase, gpu, client))
+                    break
+                now = time.monotonic()
+                if now >= next_t:
+                    self._emit(self._take(self.phase, gpu, client))
+                    # skip missed ticks rather than bursting to catch up
+                    next_t += self.interval_s * max(1, math.ceil((now - next_t) / self.interval_s))
+                self._cpu_s = time.thread_time() - cpu0
+        except Exception as e:  # the sampler must never take the run down
+            self.last_error = f"{type(e).__name__}: {e}"
+            log.exception("sampler thread failed")
+        finally:
+            with self._lock:  # release any waiter whose boundary will never be taken
+                owed, self._boundaries = self._boundaries, []
+            for _, done in owed:
+                done.set()
+            if client is not None:
+                client.close()
+            if gpu is not None:
+                gpu.close()
+            self._cpu_s = time.thread_time() - cpu0
+            self._stopped_wall = time.monotonic()
+
+    def _open_gpu(self) -> GpuReader | None:
+        if self._gpu_mode is False or self._gpu_mode == "false":
+            return None
+        reader = GpuReader()
+        if not reader.available:
+            if self._gpu_mode is True or self._gpu_mode == "true":
+                log.warning("sampling.gpu is true but NVML found no GPU; no GPU fields recorded")
+            reader.close()
+            return None
+        return reader
+
+    def _emit(self, sample: dict) -> None:
+        try:
+            self._write(sample)
+            self.samples_written += 1
+        except Exception as e:
+            self.write_errors += 1
+            self.last_error = f"write: {type(e).__name__}: {e}"
+            if self.write_errors == 1:
+                log.warning("sample writer failed: %s", e)
+
+    def _remember_vmstat(self) -> dict[str, int] | None:
+        try:
+            vm = procfs.read_vmstat(self._vmstat_path)
+        except OSError:
+            return None
+        self._vm_hist.append((time.monotonic(), vm))
+        return vm
+
+    def _rates(self) -> procfs.VmstatRates | None:
+        prev_hist = list(self._vm_hist)
+        cur = self._remember_vmstat()
+        if cur is None or not prev_hist:
+            return None
+        now = self._vm_hist[-1][0]
+        # The newest earlier reading at least half an interval old: a boundary sample taken just
+        # after a regular one would otherwise turn one swapped page into a huge rate.
+        min_age = self.interval_s / 2
+        for t, vm in reversed(prev_hist):
+            if now - t >= min_age:
+                return procfs.vmstat_rates(vm, cur, now - t, self._page_size)
+        return None  # no reading old enough yet (the very first sample)
+
+    def _scrape(self, client: httpx.Client | None) -> dict[str, float] | None:
+        if client is None:
+            return None
+        try:
+            r = client.get(f"{self.base_url}/metrics")
+            r.raise_for_status()
+            return parse_metrics_text(r.text)
+        except Exception as e:  # not ready yet, busy, or gone: this sample has no counters
+            self.metrics_errors += 1
+            self.last_error = f"metrics: {type(e).__name__}: {e}"
+            return None
+
+    def _take(self, phase: str, gpu: GpuReader | None, client: httpx.Client | None) -> dict:
+        t_ns = time.perf_counter_ns()
+        wall = time.time()
+        try:
+            mi = procfs.read_meminfo(self._meminfo_path)
+        except OSError:
+            mi = {}
+        rates = self._rates()
+        sample: dict[str, Any] = {
+            "t_ns": t_ns,
+            "wall_time": wall,
+            "phase": phase,
+            "mem_available_kib": mi.get("MemAvailable"),
+            "mem_free_kib": mi.get("MemFree"),
+            "cached_kib": mi.get("Cached"),
+            "mlocked_kib": mi.get("Mlocked"),
+            "shmem_kib": mi.get("Shmem"),
+            "swap_total_kib": mi.get("SwapTotal"),
+            "swap_free_kib": mi.get("SwapFree"),
+            "pswpin_kib_s": _round(rates.pswpin_kib_s) if rates else None,
+            "pswpout_kib_s": _round(rates.pswpout_kib_s) if rates else None,
+            "pgmajfault_s": _round(rates.pgmajfault_s) if rates else None,
+            "server_rss_kib": process_tree_rss_kib(self.pid) if self.pid is not None else None,
+        }
+        if gpu is not None:
+            readings = gpu.read()
+            if readings is not None:
+                sample["gpus"] = [g.to_dict() for g in readings]
+        sample["counters"] = self._scrape(client)
+        return sample
+
+
+def _round(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def _segments(samples: list[Mapping]) -> list[tuple[str, int, int]]:
+    """Runs of consecutive samples with the same phase: (phase, first index, last index)."""
+    segs: list[tuple[str, int, int]] = []
+    for i, s in enumerate(samples):
+        ph = s.get("phase")
+        if segs and segs[-1][0] == ph:
+            segs[-1] = (ph, segs[-1][1], i)
+        else:
+            segs.append((ph, i, i))
+    return segs
+
+
+def _counter_increase(readings: list[Mapping[str, float]]) -> dict[str, float]:
+    """Increase of each counter over consecutive scrapes. A counter absent from a scrape is 0
+    (labelled counters appear on first increment); a drop means the server restarted and the
+    counter counts from zero again, as in Prometheus' increase()."""
+    keys = {k for r in readings for k in r if is_counter_key(k)}
+    out: dict[str, float] = {}
+    for k in keys:
+        total = 0.0
+        for a_map, b_map in zip(readings, readings[1:]):
+            a, b = a_map.get(k, 0.0), b_map.get(k, 0.0)
+            total += b - a if b >= a else b
+        out[k] = total
+    return out
+
+
+def _min(values: Iterable[float | None]) -> float | None:
+    vs = [v for v in values if v is not None]
+    return min(vs) if vs else None
+
+
+def _max(values: Iterable[float | None]) -> float | None:
+    vs = [v for v in values if v is not None]
+    return max(vs) if vs else None
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    vs = [v for v in values if v is not None]
+    return sum(vs) / len(vs) if vs else None
+
+
+def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
+    """Samples (in time order) → {phase: summary}, phases in order of first appearance.
+
+    Per phase: n_samples, duration_s, min_mem_available_kib, min_mem_free_kib, min_cached_kib,
+    min_swap_free_kib, max_mlocked_kib, mean/max_pswpin_kib_s, mean/max_pswpout_kib_s,
+    max_pgmajfault_s, max_server_rss_kib, peak_gpu_mem_used_mib ({gpu index (str): MiB}),
+    max_gpu_util_pct ({index: %}), counter_deltas ({series: increase}) and gauges_max.
+
+    A phase may occur in several runs (e.g. idle again later); its figures cover all of them.
+    Counter deltas of a run start at the last sample before it (the previous phase's last
+    sample) when there is one, else at the run's first sample; a counter absent from a scrape
+    is 0 (sglang creates labelled counters on first increment). Samples without counters
+    (scrape failed or disabled) are ignored for deltas. duration_s spans the same start to the
+    run's last sample.
+    """
+    samples = list(samples)
+    segs = _segments(samples)
+    out: dict[str, dict] = {}
+    per_phase: dict[str, list[Mapping]] = {}
+    deltas: dict[str, dict[str, float]] = {}
+    durations: dict[str, float] = {}
+    for ph, i0, i1 in segs:
+        seg = samples[i0 : i1 + 1]
+        per_phase.setdefault(ph, []).extend(seg)
+        start_t = samples[i0 - 1]["t_ns"] if i0 > 0 else seg[0]["t_ns"]
+        durations[ph] = durations.get(ph, 0.0) + (seg[-1]["t_ns"] - start_t) / 1e9
+        # counters: last scraped sample before the run (or the run's first), to the run's last
+        start_c = None
+        for j in range(i0 - 1, -1, -1):
+            if samples[j].get("counters") is not None:
+                start_c = samples[j]["counters"]
+                break
+        with_c = [s["counters"] for s in seg if s.get("counters") is not None]
+        acc = deltas.setdefault(ph, {})
+        if with_c:
+            readings = ([start_c] if start_c is not None else []) + with_c
+            for k, v in _counter_increase(readings).items():
+                acc[k] = acc.get(k, 0.0) + v
+
+    for ph, ss in per_phase.items():
+        gpu_peak: dict[str, float] = {}
+        gpu_util: dict[str, float] = {}
+        for s in ss:
+            for g in s.get("gpus") or []:
+                idx = str(g.get("index"))
+                used = g.get("mem_used_mib")
+                if used is not None and used > gpu_peak.get(idx, -math.inf):
+                    gpu_peak[idx] = used
+                util = g.get("util_pct")
+                if util is not None and util > gpu_util.get(idx, -math.inf):
+                    gpu_util[idx] = util
+        gauges: dict[str, float] = {}
+        for s in ss:
+            for k, v in (s.get("counters") or {}).items():
+                if not is_counter_key(k) and (k not in gauges or v > gauges[k]):
+                    gauges[k] = v
+        out[ph] = {
+            "n_samples": len(ss),
+            "duration_s": round(durations[ph], 3),
+            "min_mem_available_kib": _min(s.get("mem_available_kib") for s in ss),
+            "min_mem_free_kib": _min(s.get("mem_free_kib") for s in ss),
+            "min_cached_kib": _min(s.get("cached_kib") for s in ss),
+            "min_swap_free_kib": _min(s.get("swap_free_kib") for s in ss),
+            "max_mlocked_kib": _max(s.get("mlocked_kib") for s in ss),
+            "mean_pswpin_kib_s": _mean(s.get("pswpin_kib_s") for s in ss),
+            "max_pswpin_kib_s": _max(s.get("pswpin_kib_s") for s in ss),
+            "mean_pswpout_kib_s": _mean(s.get("pswpout_kib_s") for s in ss),
+            "max_pswpout_kib_s": _max(s.get("pswpout_kib_s") for s in ss),
+            "max_pgmajfault_s": _max(s.get("pgmajfault_s") for s in ss),
+            "max_server_rss_kib": _max(s.get("server_rss_kib") for s in ss),
+            "peak_gpu_mem_used_mib": gpu_peak,
+            "max_gpu_util_pct": gpu_util,
+            "counter_deltas": dict(sorted(deltas.get(ph, {}).items())),
+            "gauges_max": dict(sorted(gauges.items())),
+        }
+    return out
