@@ -1,0 +1,423 @@
+"""Preflight and cooldown: predict a variant's HiCache host pool the way sglang sizes it, check it
+against sglang's host-memory budget before launch, and after a server stops wait (bounded) for GPU
+memory and MemAvailable to come back to their pre-launch levels (reliability P9).
+
+Sizing, as read in sglang's source (`mem_cache/pool_host/base.py` HostKVCache, `pool_host/mamba.py`
+MambaPoolHost, `hybrid_cache/hybrid_pool_assembler.py`):
+- KV pool tokens: `--hicache-size G > 0` → `int(G * 1e9 // bytes_per_token)`, else
+  `int(device_pool_tokens * ratio)`; then aligned as `(size // page_size + 1) * page_size`
+  (ratio 2 of a 20480-token pool → 40961 tokens, as sglang 0.5.17 logs).
+- Mamba (hybrid GDN) pool slots: the same with the device mamba slots and bytes per slot, page 1
+  (seed 000: 32 device slots, ratio 2 → 65 host slots × 39.2 MB = 2.55 GB).
+- Hybrid models with `--hicache-size`: newer sglang splits G between the KV and the mamba pool in
+  proportion to their device pool bytes (`_split_hicache_size`); older builds gave each pool the
+  whole G. `size_split` picks the form ("proportional" default, "each").
+- Budget: `(MemAvailable - 10 GiB) // ranks_on_this_host` per rank, read while weights load; the
+  KV pool is checked first, then the mamba pool against what is left. GB in messages = 1e9 B.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Literal, Mapping, Protocol
+
+from harness import procfs
+
+GIB = 1024**3
+GB = 1e9
+DEFAULT_RESERVE_GIB = 10.0
+DEVICE_POOL_UNKNOWN = "device pool unknown until the server reports max_total_num_tokens; predicted after ready"
+MAMBA_POOL_UNKNOWN = (
+    "mamba device slots unknown until the server reports them (--max-mamba-cache-size or "
+    "server info); predicted after ready"
+)
+
+
+class ShapeLike(Protocol):
+    """What preflight needs of `harness.model_config.ModelShape`."""
+
+    @property
+    def is_hybrid(self) -> bool: ...
+
+    def kv_bytes_per_token(self, tp_size: int = 1, kv_dtype_bytes: float | None = None) -> int: ...
+
+    def mamba_bytes_per_slot(self, tp_size: int = 1) -> int: ...
+
+
+# ----------------------------------------------------------------------------- prediction
+
+
+@dataclass(frozen=True)
+class HostPoolPrediction:
+    """The host pool one rank of a variant's server will request. Byte and token fields are None
+    while the device pool they derive from is unknown (`known` false; `note` says why)."""
+
+    hicache_enabled: bool
+    source: Literal["off", "ratio", "size_gb"]
+    ratio: float | None
+    size_gb: float | None
+    size_split: str
+    tp_size: int
+    page_size: int
+    device_pool_tokens: int | None
+    mamba_device_slots: int | None
+    kv_bytes_per_token: int
+    mamba_bytes_per_slot: int
+    kv_host_tokens: int | None
+    kv_host_bytes: int | None
+    mamba_host_slots: int | None
+    mamba_host_bytes: int | None
+    total_bytes_per_rank: int | None
+    known: bool
+    note: str = ""
+
+    @property
+    def total_gb_per_rank(self) -> float | None:
+        return None if self.total_bytes_per_rank is None else self.total_bytes_per_rank / GB
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["total_gb_per_rank"] = self.total_gb_per_rank
+        return d
+
+
+def _hicache_field(hicache: Any, name: str) -> Any:
+    if hicache is None:
+        return None
+    if isinstance(hicache, Mapping):
+        return hicache.get(name)
+    return getattr(hicache, name, None)
+
+
+def _aligned(size: int, page_size: int) -> int:
+    """sglang: `page_num = size // page_size + 1; size = page_num * page_size`."""
+    return (size // page_size + 1) * page_size
+
+
+def _tokens_from_gb(size_gb: float, bytes_per_unit: int) -> int:
+    return int(size_gb * 1e9 // bytes_per_unit)  # same float arithmetic as sglang
+
+
+def predict_host_pool(
+    shape: ShapeLike,
+    variant_hicache: Any,
+    device_pool_tokens: int | None,
+    tp_size: int = 1,
+    *,
+    page_size: int = 1,
+    mamba_device_slots: int | None = None,
+    kv_dtype_bytes: float | None = None,
+    size_split: Literal["proportional", "each"] = "proportional",
+) -> HostPoolPrediction:
+    """Predict the per-rank host pool. `variant_hicache` is the scenario's hicache block (object or
+    mapping with `ratio`, `size_gb`) or None for HiCache off. `device_pool_tokens` is
+    `max_total_num_tokens` (the `--max-total-tokens` arg before launch, the server's report after);
+    `mamba_device_slots` is the mamba pool size of hybrid models."""
+    page_size = max(1, int(page_size or 1))
+    kv_bpt = int(shape.kv_bytes_per_token(tp_size, kv_dtype_bytes))
+    hybrid = bool(shape.is_hybrid)
+    mamba_bps = int(shape.mamba_bytes_per_slot(tp_size)) if hybrid else 0
+    common = dict(
+        size_split=size_split,
+        tp_size=tp_size,
+        page_size=page_size,
+        device_pool_tokens=device_pool_tokens,
+        mamba_device_slots=mamba_device_slots if hybrid else None,
+        kv_bytes_per_token=kv_bpt,
+        mamba_bytes_per_slot=mamba_bps,
+    )
+    if variant_hicache is None:
+        return HostPoolPrediction(
+            hicache_enabled=False, source="off", ratio=None, size_gb=None,
+            kv_host_tokens=0, kv_host_bytes=0, mamba_host_slots=0 if hybrid else None,
+            mamba_host_bytes=0 if hybrid else None, total_bytes_per_rank=0, known=True,
+            note="HiCache off: no host pool", **common,
+        )
+
+    size_gb = float(_hicache_field(variant_hicache, "size_gb") or 0.0)
+    ratio_raw = _hicache_field(variant_hicache, "ratio")
+    ratio = float(ratio_raw) if ratio_raw is not None else 2.0  # sglang's default
+    source: Literal["ratio", "size_gb"] = "size_gb" if size_gb > 0 else "ratio"
+    notes: list[str] = []
+
+    kv_tokens: int | None = None
+    mamba_slots: int | None = None
+    if source == "size_gb":
+        kv_gb, mamba_gb = size_gb, size_gb
+        if hybrid and size_split == "proportional":
+            if device_pool_tokens is None or mamba_device_slots is None:
+                kv_gb = mamba_gb = None  # the split needs both device pools' bytes
+                notes.append(DEVICE_POOL_UNKNOWN if device_pool_tokens is None else MAMBA_POOL_UNKNOWN)
+            else:
+                kv_dev = device_pool_tokens * kv_bpt
+                mamba_dev = mamba_device_slots * mamba_bps
+                total_dev = kv_dev + mamba_dev
+                kv_gb = size_gb * kv_dev / total_dev
+                mamba_gb = size_gb * mamba_dev / total_dev
+        if kv_gb is not None:
+            kv_tokens = _aligned(_tokens_from_gb(kv_gb, kv_bpt), page_size)
+        if hybrid and mamba_gb is not None:
+            mamba_slots = _aligned(_tokens_from_gb(mamba_gb, mamba_bps), 1) if mamba_bps > 0 else 0
+    else:
+        if device_pool_tokens is None:
+            notes.append(DEVICE_POOL_UNKNOWN)
+        else:
+            kv_tokens = _aligned(int(device_pool_tokens * ratio), page_size)
+        if hybrid:
+            if mamba_device_slots is None:
+                if device_pool_tokens is not None:
+                    notes.append(MAMBA_POOL_UNKNOWN)
+            else:
+                mamba_slots = _aligned(int(mamba_device_slots * ratio), 1)
+
+    kv_bytes = None if kv_tokens is None else kv_tokens * kv_bpt
+    mamba_bytes = None if mamba_slots is None else mamba_slots * mamba_bps
+    known = kv_bytes is not None and (not hybrid or mamba_bytes is not None)
+    total = (kv_bytes + (mamba_bytes or 0)) if known else None
+    return HostPoolPrediction(
+        hicache_enabled=True, source=source, ratio=ratio, size_gb=size_gb or None,
+        kv_host_tokens=kv_tokens, kv_host_bytes=kv_bytes,
+        mamba_host_slots=mamba_slots, mamba_host_bytes=mamba_bytes,
+        total_bytes_per_rank=total, known=known, note="; ".join(notes), **common,
+    )
+
+
+# ----------------------------------------------------------------------------- budget check
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    """Prediction vs sglang's budget. `fits` is None when the prediction is not known yet."""
+
+    fits: bool | None
+    requested_gb: float | None
+    budget_gb: float
+    mem_available_kib: int
+    reserve_gib: float
+    ranks_on_host: int
+    failing_pool: str | None  # "kv" | "mamba" (the pool sglang would refuse) or None
+    reason: str
+    prediction: HostPoolPrediction
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["prediction"] = self.prediction.to_dict()
+        return d
+
+
+def budget_bytes_per_rank(mem_available_kib: int, reserve_gib: float = DEFAULT_RESERVE_GIB,
+                          ranks_on_host: int = 1) -> int:
+    """sglang: `(MemAvailable - 10 GiB) // ranks_per_host`."""
+    return (int(mem_available_kib) * 1024 - int(reserve_gib * GIB)) // max(1, int(ranks_on_host))
+
+
+def check_budget(
+    prediction: HostPoolPrediction,
+    mem_available_kib: int,
+    reserve_gib: float = DEFAULT_RESERVE_GIB,
+    ranks_on_host: int = 1,
+) -> PreflightResult:
+    """Would sglang accept this host pool with `mem_available_kib` of MemAvailable at load time?"""
+    ranks_on_host = max(1, int(ranks_on_host))
+    budget = budget_bytes_per_rank(mem_available_kib, reserve_gib, ranks_on_host)
+    how = (f"(MemAvailable {mem_available_kib / 1024**2:.2f} GiB - {reserve_gib:g} GiB reserve)"
+           f" / {ranks_on_host} rank{'s' if ranks_on_host != 1 else ''}")
+    common = dict(budget_gb=round(budget / GB, 3), mem_available_kib=int(mem_available_kib),
+                  reserve_gib=reserve_gib, ranks_on_host=ranks_on_host, prediction=prediction)
+    if not prediction.hicache_enabled:
+        return PreflightResult(fits=True, requested_gb=0.0, failing_pool=None,
+                               reason="HiCache off: no host pool requested", **common)
+    if not prediction.known or prediction.total_bytes_per_rank is None:
+        return PreflightResult(fits=None, requested_gb=None, failing_pool=None,
+                               reason=f"not checked: {prediction.note}", **common)
+    requested = prediction.total_bytes_per_rank
+    kv = prediction.kv_host_bytes or 0
+    failing = None
+    if kv > budget:
+        failing = "kv"
+    elif requested > budget:
+        failing = "mamba"
+    if failing is None:
+        reason = (f"fits: {requested / GB:.2f} GB host pool per rank within the "
+                  f"{budget / GB:.2f} GB budget {how}")
+    else:
+        want = kv if failing == "kv" else (prediction.mamba_host_bytes or 0)
+        have = budget if failing == "kv" else budget - kv
+        reason = (f"does not fit: the {failing} host pool requests {want / GB:.2f} GB but only "
+                  f"{have / GB:.2f} GB is free of the {budget / GB:.2f} GB budget {how}")
+    return PreflightResult(fits=failing is None, requested_gb=round(requested / GB, 3),
+                           failing_pool=failing, reason=reason, **common)
+
+
+# ----------------------------------------------------------------------------- launch args
+
+
+@dataclass(frozen=True)
+class PoolArgs:
+    """Pool-sizing flags read from a variant's sglang args (None = not given)."""
+
+    max_total_tokens: int | None
+    page_size: int
+    max_mamba_cache_size: int | None
+    kv_cache_dtype: str | None
+
+
+def _arg(args: Mapping[str, Any], flag: str) -> Any:
+    for key in (flag, flag.lstrip("-"), flag.lstrip("-").replace("-", "_")):
+        if key in args:
+            v = args[key]
+            return None if v is False else v
+    return None
+
+
+def pool_args_from_server_args(args: Mapping[str, Any]) -> PoolArgs:
+    """`--max-total-tokens`, `--page-size`, `--max-mamba-cache-size`, `--kv-cache-dtype` from a
+    scenario's merged `args` mapping (keys with or without the leading dashes)."""
+    mtt = _arg(args, "--max-total-tokens")
+    ps = _arg(args, "--page-size")
+    mamba = _arg(args, "--max-mamba-cache-size")
+    kvd = _arg(args, "--kv-cache-dtype")
+    return PoolArgs(
+        max_total_tokens=int(mtt) if mtt not in (None, True) else None,
+        page_size=int(ps) if ps not in (None, True) else 1,
+        max_mamba_cache_size=int(mamba) if mamba not in (None, True) else None,
+        kv_cache_dtype=str(kvd) if kvd not in (None, True) else None,
+    )
+
+
+def kv_dtype_bytes_for(kv_cache_dtype: str | None) -> float | None:
+    """Bytes per KV element for `--kv-cache-dtype` (None = the model's dtype)."""
+    if kv_cache_dtype is None:
+        return None
+    from harness.model_config import KV_CACHE_DTYPE_BYTES
+
+    return KV_CACHE_DTYPE_BYTES.get(str(kv_cache_dtype).lower())
+
+
+def read_mem_available_kib(path: str = "/proc/meminfo") -> int:
+    """MemAvailable now, in kiB. On hosts whose MemTotal grows as memory is used (some lent GPU
+    hosts, WSL2 with dynamic memory) this reads low early on; the prediction is still recorded."""
+    return procfs.read_meminfo(path).get("MemAvailable", 0)
+
+
+# ----------------------------------------------------------------------------- cooldown
+
+
+def _read_gpu_used_mib() -> dict[int, float] | None:
+    from harness.gpu import GpuReader
+
+    reader = GpuReader()
+    try:
+        readings = reader.read()
+    finally:
+        reader.close()
+    if not readings:
+        return None
+    return {g.index: g.mem_used_mib for g in readings}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Host and GPU memory before a server launch."""
+
+    mem_available_kib: int
+    gpu_mem_used_mib: dict[int, float] | None  # None: no GPU (GPU checks skipped)
+    wall_time: float
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if self.gpu_mem_used_mib is not None:
+            d["gpu_mem_used_mib"] = {str(k): v for k, v in self.gpu_mem_used_mib.items()}
+        return d
+
+
+def take_baseline(
+    read_mem_available: Callable[[], int] = read_mem_available_kib,
+    read_gpu: Callable[[], dict[int, float] | None] = _read_gpu_used_mib,
+) -> Baseline:
+    """Capture pre-launch MemAvailable and per-GPU memory used."""
+    return Baseline(mem_available_kib=int(read_mem_available()), gpu_mem_used_mib=read_gpu(),
+                    wall_time=time.time())
+
+
+@dataclass(frozen=True)
+class CooldownResult:
+    clean: bool
+    waited_s: float
+    mem_available_kib_baseline: int
+    mem_available_kib_now: int
+    mem_shortfall_kib: int  # baseline - now (negative: more available than before)
+    gpu_mem_used_mib_baseline: dict[int, float] | None
+    gpu_mem_used_mib_now: dict[int, float] | None
+    reason: str
+    polls: int = 0
+    tolerance_kib: int = 0
+    gpu_tolerance_mib: float = 0.0
+    still_high_gpus: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for key in ("gpu_mem_used_mib_baseline", "gpu_mem_used_mib_now"):
+            if d[key] is not None:
+                d[key] = {str(k): v for k, v in d[key].items()}
+        return d
+
+
+def cooldown(
+    baseline: Baseline,
+    timeout_s: float = 120.0,
+    tolerance_gib: float = 1.0,
+    *,
+    gpu_tolerance_mib: float | None = None,
+    poll_s: float = 0.5,
+    read_mem_available: Callable[[], int] = read_mem_available_kib,
+    read_gpu: Callable[[], dict[int, float] | None] = _read_gpu_used_mib,
+    sleep: Callable[[float], None] = time.sleep,
+) -> CooldownResult:
+    """After a server stopped: poll until MemAvailable is back within `tolerance_gib` of the
+    baseline and every GPU's memory used is back within `gpu_tolerance_mib` (default: the same
+    tolerance in MiB) — or `timeout_s` passes. GPU checks are skipped when the baseline had no
+    GPU. Never raises on a slow release; returns clean=False with the numbers."""
+    tol_kib = int(tolerance_gib * 1024 * 1024)
+    gpu_tol = float(tolerance_gib * 1024 if gpu_tolerance_mib is None else gpu_tolerance_mib)
+    check_gpu = baseline.gpu_mem_used_mib is not None
+    t0 = time.monotonic()
+    polls = 0
+    while True:
+        polls += 1
+        mem_now = int(read_mem_available())
+        gpu_now = read_gpu() if check_gpu else None
+        shortfall = baseline.mem_available_kib - mem_now
+        mem_ok = shortfall <= tol_kib
+        high: list[int] = []
+        if check_gpu:
+            for idx, before in (baseline.gpu_mem_used_mib or {}).items():
+                now = (gpu_now or {}).get(idx)
+                if now is None or now - before > gpu_tol:
+                    high.append(idx)
+        waited = time.monotonic() - t0
+        if (mem_ok and not high) or waited >= timeout_s:
+            break
+        sleep(min(poll_s, max(timeout_s - waited, 0.0)))
+    clean = mem_ok and not high
+    if clean:
+        reason = f"clean after {waited:.1f} s"
+    else:
+        parts = []
+        if not mem_ok:
+            parts.append(f"MemAvailable {shortfall / 1024**2:.2f} GiB below the pre-launch value "
+                         f"(tolerance {tolerance_gib:g} GiB)")
+        for idx in high:
+            before = (baseline.gpu_mem_used_mib or {}).get(idx)
+            now = (gpu_now or {}).get(idx)
+            parts.append(f"GPU {idx} memory used {now} MiB vs {before} MiB before launch "
+                         f"(tolerance {gpu_tol:g} MiB)")
+        reason = f"not clean after {waited:.1f} s: " + "; ".join(parts)
+    return CooldownResult(
+        clean=clean, waited_s=round(waited, 3), mem_available_kib_baseline=baseline.mem_available_kib,
+        mem_available_kib_now=mem_now, mem_shortfall_kib=shortfall,
+        gpu_mem_used_mib_baseline=baseline.gpu_mem_used_mib, gpu_mem_used_mib_now=gpu_now,
+        reason=reason, polls=polls, tolerance_kib=tol_kib, gpu_tolerance_mib=gpu_tol,
+        still_high_gpus=high,
+    )
