@@ -1,0 +1,243 @@
+"""Client parsing: cumulative vs incremental streams, null cache details, logprobs, failures.
+
+Served through httpx.MockTransport (in-process, real httpx streaming and SSE line handling)."""
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from harness.client import (Abort, GenerateRequest, Labels, StreamAccumulator, StreamingClient,
+                            input_hash, parse_sse_line)
+
+
+def sse(objs, done=True):
+    lines = [f"data: {json.dumps(o)}\n\n" for o in objs]
+    if done:
+        lines.append("data: [DONE]\n\n")
+    return lines
+
+
+def meta(completion, prompt=10, cached=0, details=None, finish=None, **extra):
+    m = {"prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": cached,
+         "finish_reason": finish, **extra}
+    if details is not ...:
+        m["cached_tokens_details"] = details
+    return m
+
+
+CUMULATIVE = [
+    {"output_ids": [5], "meta_info": meta(1)},
+    {"output_ids": [5, 5], "meta_info": meta(2)},
+    {"output_ids": [5, 5, 9], "meta_info": meta(3, finish={"type": "length", "length": 3})},
+]
+INCREMENTAL = [
+    {"output_ids": [5], "meta_info": meta(1)},
+    {"output_ids": [5], "meta_info": meta(2)},  # same token again: only the running total tells
+    {"output_ids": [9], "meta_info": meta(3, finish={"type": "length", "length": 3})},
+]
+
+
+def make_client(chunks_or_handler, delay_s=0.0, status=200, **kw):
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if callable(chunks_or_handler):
+            return await chunks_or_handler(request)
+        body = chunks_or_handler
+
+        async def gen():
+            for line in body:
+                if delay_s:
+                    await asyncio.sleep(delay_s)
+                yield line.encode()
+
+        return httpx.Response(status, content=gen(), headers={"content-type": "text/event-stream"})
+
+    return StreamingClient("http://sim", transport=httpx.MockTransport(handler), **kw)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def one(client, req=GenerateRequest(input_ids=list(range(3, 13)), max_new_tokens=3), **kw):
+    try:
+        return await client.generate(req, Labels(workload="w", phase="p", index=1), **kw)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("chunks", [CUMULATIVE, INCREMENTAL], ids=["cumulative", "incremental"])
+def test_cumulative_and_incremental_give_the_same_ids(chunks):
+    rec = run(one(make_client(sse(chunks), delay_s=0.002)))
+    assert rec.error is None
+    assert rec.output_ids == [5, 5, 9]
+    assert rec.chunk_new_tokens == [1, 1, 1]
+    assert rec.first_token_ns == rec.chunk_ns[0] > rec.sent_ns
+    assert rec.done_ns >= rec.chunk_ns[-1]
+    assert rec.finish_reason == "length"
+    assert (rec.prompt_tokens, rec.completion_tokens, rec.prompt_len) == (10, 3, 10)
+    assert rec.input_hash == input_hash(list(range(3, 13)), None)
+
+
+def test_accumulator_without_running_total_uses_prefix_rule():
+    acc = StreamAccumulator()
+    for i, ids in enumerate([[4], [4, 6], [4, 6, 6, 7]]):
+        acc.feed({"output_ids": ids, "meta_info": {}}, 100 + i)
+    assert acc.output_ids == [4, 6, 6, 7] and acc.chunk_new_tokens == [1, 1, 2]
+    inc = StreamAccumulator()
+    for i, ids in enumerate([[4], [6], [8, 9]]):
+        inc.feed({"output_ids": ids, "meta_info": {}}, 100 + i)
+    assert inc.output_ids == [4, 6, 8, 9]
+
+
+def test_forced_modes():
+    acc = StreamAccumulator("incremental")
+    for i, ids in enumerate([[4], [4], [4]]):
+        acc.feed({"output_ids": ids}, i)
+    assert acc.output_ids == [4, 4, 4]
+    acc = StreamAccumulator("cumulative")
+    for i, ids in enumerate([[4], [4], [4, 1]]):
+        acc.feed({"output_ids": ids}, i)
+    assert acc.output_ids == [4, 1] and acc.chunk_new_tokens == [1, 0, 1]
+
+
+def test_ttft_keys_off_ids_not_text():
+    acc = StreamAccumulator()
+    acc.feed({"text": "", "output_ids": [], "meta_info": meta(0)}, 1)
+    acc.feed({"text": "Hel", "output_ids": [], "meta_info": meta(0)}, 2)  # text but no ids yet
+    acc.feed({"text": "Hello", "output_ids": [7], "meta_info": meta(1)}, 3)
+    assert acc.first_token_ns == 3 and acc.text == "Hello"
+
+
+def test_text_incremental_mode():
+    acc = StreamAccumulator()
+    for i, (t, ids) in enumerate([("Hel", [1]), ("lo", [1, 2]), (" w", [1, 2, 3])]):
+        acc.feed({"text": t, "output_ids": ids, "meta_info": meta(i + 1)}, i)
+    assert acc.text == "Hello w" and acc.output_ids == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "cached, details, want",
+    [
+        (0, None, (0, 0, 0)),  # the real server's miss: null details
+        (0, ..., (0, 0, 0)),  # older build: key absent
+        (512, None, (None, None, None)),  # hit but tiers not reported: never guessed
+        (512, {"device": 64, "host": 448}, (64, 448, 0)),
+        (512, {"device": 0, "host": 0, "storage": 512}, (0, 0, 512)),
+    ],
+)
+def test_cached_tokens_details(cached, details, want):
+    last = {"output_ids": [5], "meta_info": meta(1, cached=cached, details=details,
+                                                  finish={"type": "length", "length": 1})}
+    rec = run(one(make_client(sse([last]))))
+    assert rec.cached_tokens == cached
+    assert (rec.cached_device, rec.cached_host, rec.cached_storage) == want
+
+
+def test_missing_cached_tokens_is_none():
+    last = {"output_ids": [5], "meta_info": {"completion_tokens": 1, "finish_reason": None}}
+    rec = run(one(make_client(sse([last]))))
+    assert rec.cached_tokens is None and rec.cached_host is None
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_logprobs_shapes(incremental):
+    lp = [[-0.1, 5, None], [-0.2, 5, None], [-0.3, 9, None]]
+    top = [[[-0.1, 5, None], [-2.0, 6, None]], [[-0.2, 5, None], [-1.5, 7, None]],
+           [[-0.3, 9, None], [-1.1, 8, None]]]
+    chunks = []
+    for i in range(3):
+        sl = slice(i, i + 1) if incremental else slice(0, i + 1)
+        ids = [5, 5, 9][sl]
+        chunks.append({"output_ids": ids, "meta_info": meta(
+            i + 1, output_token_logprobs=lp[sl], output_top_logprobs=top[sl])})
+    req = GenerateRequest(input_ids=[3, 4], max_new_tokens=3, return_logprob=True, top_logprobs_num=2)
+    rec = run(one(make_client(sse(chunks)), req))
+    assert rec.output_ids == [5, 5, 9]
+    assert rec.output_logprobs == pytest.approx([-0.1, -0.2, -0.3])
+    assert rec.top_logprobs == [[[5, -0.1], [6, -2.0]], [[5, -0.2], [7, -1.5]], [[9, -0.3], [8, -1.1]]]
+
+
+def test_request_body_for_generate():
+    seen = {}
+
+    async def handler(request):
+        seen.update(json.loads(request.content))
+        return httpx.Response(200, content=b"".join(x.encode() for x in sse(CUMULATIVE)))
+
+    req = GenerateRequest(input_ids=[3, 4], max_new_tokens=3, ignore_eos=True, top_logprobs_num=5)
+    rec = run(one(make_client(handler), req))
+    assert rec.error is None
+    assert seen["input_ids"] == [3, 4] and seen["stream"] is True and seen["rid"] == rec.rid
+    assert seen["sampling_params"] == {"max_new_tokens": 3, "temperature": 0.0, "ignore_eos": True}
+    assert seen["return_logprob"] is True and seen["top_logprobs_num"] == 5
+
+
+def test_http_error_status():
+    rec = run(one(make_client(['{"error": "bad"}'], status=400)))
+    assert rec.error == "http_400" and rec.first_token_ns is None
+
+
+def test_error_object_in_stream():
+    rec = run(one(make_client(sse([{"error": {"message": "input too long"}}]))))
+    assert rec.error == "server_error: input too long"
+
+
+def test_abort_finish_reason_is_an_error():
+    chunk = {"output_ids": [], "meta_info": meta(0, finish={"type": "abort", "message": "oom"})}
+    rec = run(one(make_client(sse([chunk]))))
+    assert rec.error == "aborted: oom" and rec.finish_reason == "abort"
+
+
+def test_bad_json_and_missing_done():
+    rec = run(one(make_client(["data: {not json\n\n", "data: [DONE]\n\n"])))
+    assert rec.error.startswith("protocol:")
+    rec = run(one(make_client(sse(CUMULATIVE[:2], done=False))))
+    assert rec.error == "protocol: stream ended without [DONE]" and rec.output_ids == [5, 5]
+
+
+def test_timeout_keeps_partial_chunks():
+    rec = run(one(make_client(sse(CUMULATIVE), delay_s=0.2), timeout_s=0.3))
+    assert rec.error == "timeout"
+    assert rec.output_ids == [5] and rec.done_ns is None
+
+
+def test_connection_refused_is_a_record():
+    async def go():
+        async with StreamingClient("http://127.0.0.1:9", timeout_s=5) as c:
+            return await c.generate(GenerateRequest(input_ids=[3]), Labels())
+    rec = run(go())
+    assert rec.error == "connection"
+
+
+def test_abort_signal_marks_in_flight_and_unsent():
+    async def go():
+        client = make_client(sse(CUMULATIVE), delay_s=0.5)
+        abort = Abort()
+        task = asyncio.create_task(client.generate(GenerateRequest(input_ids=[3]), abort=abort))
+        await asyncio.sleep(0.05)
+        abort.fire("server_died")
+        rec = await task
+        late = await client.generate(GenerateRequest(input_ids=[3]), abort=abort)
+        await client.aclose()
+        return rec, late
+    rec, late = run(go())
+    assert rec.error == "server_died" and late.error == "server_died"
+    assert late.chunk_ns == []
+
+
+def test_completions_api():
+    chunks = [{"choices": [{"text": "He", "finish_reason": None}]},
+              {"choices": [{"text": "llo", "finish_reason": "length"}]},
+              {"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 2,
+                                        "prompt_tokens_details": {"cached_tokens": 0}}}]
+    rec = run(one(make_client(sse(chunks), api="completions")))
+    assert rec.error is None and rec.text == "Hello" and rec.chunk_new_tokens == [1, 1, 0]
+    assert rec.finish_reason == "length" and rec.cached_tokens == 0 and rec.cached_host == 0
+
+
+def test_parse_sse_line():
+    assert parse_sse_line("data: {}") == "{}"
+    assert parse_sse_line("data:{}") == "{}"
+    assert parse_sse_line(": keepalive") is None and parse_sse_line("") is None
