@@ -1,0 +1,5 @@
+"""Quality parity: seeded long-context tasks with known answers, asked of the ON and OFF arms.
+
+`tasks` generates samples, `fit` fits them to a token length, `scoring` grades answers,
+`parity` compares arms and gives verdicts, `run` drives a server. See docs/quality.md.
+"""

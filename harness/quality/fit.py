@@ -1,0 +1,183 @@
+"""Fit a task sample to a target token length; produce the exact input ids both arms get.
+
+One job: choose the amount of filler so that the tokenized prompt is as long as possible
+without exceeding the target (binary search on the filler amount, as RULER does), keeping the
+needles at their relative depths, and return the final ``input_ids``. Both arms are sent these
+ids, so tokenization can never differ between them.
+
+Without a tokenizer (``--skip-tokenizer-init`` servers with no tokenizer files, random-weight
+models, the simulator) there is token-id mode: a seeded random token-id context of exactly the
+target length whose last ``suffix_len`` ids are a fixed per-task "question". Nothing can be
+scored there (accuracy is n/a); parity still can.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from harness.quality.tasks import Sample, default_filler_units, generate, sample_seed, with_filler
+
+Mode = Literal["text", "token_ids"]
+
+
+class TextTokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+class _Adapter:
+    """``encode(text) -> list[int]`` / ``decode(ids) -> str`` over HF ``tokenizers`` or
+    ``transformers`` tokenizers (or anything whose ``encode`` returns ids or an Encoding)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    def encode(self, text: str) -> list[int]:
+        out = self.inner.encode(text)
+        ids = getattr(out, "ids", out)  # tokenizers.Encoding has .ids
+        return [int(i) for i in ids]
+
+    def decode(self, ids: list[int]) -> str:
+        dec = getattr(self.inner, "decode", None)
+        if dec is None:
+            return ""
+        try:
+            return str(dec(list(ids), skip_special_tokens=True))
+        except TypeError:
+            return str(dec(list(ids)))
+
+    @property
+    def vocab_size(self) -> int | None:
+        for name in ("get_vocab_size", "__len__"):
+            f = getattr(self.inner, name, None)
+            if callable(f):
+                try:
+                    return int(f())
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
+        return None
+
+
+def as_tokenizer(obj: Any) -> _Adapter:
+    """Wrap a tokenizer object (HF ``tokenizers.Tokenizer``, ``transformers`` tokenizer, or an
+    object with ``encode(text)``) so that ``encode`` returns ``list[int]``."""
+    if isinstance(obj, _Adapter):
+        return obj
+    if not callable(getattr(obj, "encode", None)):
+        raise TypeError(f"{type(obj).__name__} has no encode(text) method")
+    return _Adapter(obj)
+
+
+def load_tokenizer(model_path: str | Path | None) -> _Adapter | None:
+    """The model's tokenizer from local files only (``tokenizer.json`` through ``tokenizers``,
+    else ``transformers.AutoTokenizer`` with ``local_files_only``), or None if there is none."""
+    if not model_path:
+        return None
+    path = Path(model_path)
+    tj = path / "tokenizer.json"
+    if tj.is_file():
+        try:
+            from tokenizers import Tokenizer
+
+            return _Adapter(Tokenizer.from_file(str(tj)))
+        except Exception:  # noqa: BLE001 - fall through to transformers
+            pass
+    if path.is_dir() and any((path / f).exists() for f in ("tokenizer_config.json", "tokenizer.model", "vocab.json")):
+        try:
+            from transformers import AutoTokenizer
+
+            return _Adapter(AutoTokenizer.from_pretrained(str(path), local_files_only=True))
+        except Exception:  # noqa: BLE001 - no usable tokenizer
+            return None
+    return None
+
+
+def model_vocab_size(model_path: str | Path | None, default: int = 32000) -> int:
+    """``vocab_size`` from the model's config.json (token-id mode draws ids below it)."""
+    try:
+        cfg = json.loads((Path(model_path) / "config.json").read_text())  # type: ignore[arg-type]
+        v = cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size")
+        return int(v) if v else default
+    except Exception:  # noqa: BLE001 - unreadable config: use the default
+        return default
+
+
+@dataclass(frozen=True)
+class FittedPrompt:
+    """A sample with its final input ids. ``text`` is None in token-id mode."""
+
+    sample: Sample
+    mode: Mode
+    input_ids: tuple[int, ...]
+    text: str | None
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def input_hash(self) -> str:
+        return input_hash(self.input_ids)
+
+
+def input_hash(ids: tuple[int, ...] | list[int]) -> str:
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
+
+
+def fit_sample(sample: Sample, tokenizer: Any, target_tokens: int | None = None) -> FittedPrompt:
+    """The sample with the most filler whose tokenized prompt has at most ``target_tokens``
+    tokens (default ``sample.length_target``). If even no filler is too long, the filler-free
+    prompt is returned (longer than the target)."""
+    tok = as_tokenizer(tokenizer)
+    target = sample.length_target if target_tokens is None else target_tokens
+    cache: dict[int, tuple[Sample, list[int]]] = {}
+
+    def measure(units: int) -> int:
+        if units not in cache:
+            s = with_filler(sample, units)
+            cache[units] = (s, tok.encode(s.prompt_text))
+        return len(cache[units][1])
+
+    # bracket [lo, hi): lo fits, hi does not (found by growing from an estimate)
+    lo = 0
+    if measure(0) > target:
+        s, ids = cache[0]
+        return FittedPrompt(s, "text", tuple(ids), s.prompt_text)
+    guess = max(1, default_filler_units(sample.task, target))
+    hi = guess
+    while measure(hi) <= target:
+        lo, hi = hi, hi * 2
+    if guess > 1 and lo == 0:  # the estimate overshot: search below it
+        probe = guess // 2
+        while probe > 0 and measure(probe) > target:
+            hi, probe = probe, probe // 2
+        lo = probe
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if measure(mid) <= target:
+            lo = mid
+        else:
+            hi = mid
+    s, ids = cache[lo]
+    return FittedPrompt(s, "text", tuple(ids), s.prompt_text)
+
+
+def token_id_prompt(
+    task: str, length_target: int, index: int, seed: int, vocab_size: int = 32000, suffix_len: int = 16
+) -> FittedPrompt:
+    """Token-id mode: ``length_target`` seeded ids; the last ``suffix_len`` are the task's fixed
+    "question" (the same for every sample of a task). Ids avoid the lowest 10 (special tokens)."""
+    if length_target <= suffix_len:
+        raise ValueError(f"length {length_target} must exceed the question suffix ({suffix_len} tokens)")
+    lo_id, hi_id = 10, max(11, vocab_size)
+    ctx_rng = random.Random(sample_seed(seed, task, length_target, index, salt="token_ids"))
+    q_rng = random.Random(sample_seed(seed, task, 0, 0, salt="question"))
+    ids = [ctx_rng.randrange(lo_id, hi_id) for _ in range(length_target - suffix_len)]
+    ids += [q_rng.randrange(lo_id, hi_id) for _ in range(suffix_len)]
+    return FittedPrompt(generate(task, length_target, index, seed, filler_units=0), "token_ids", tuple(ids), None)

@@ -1,0 +1,72 @@
+"""The QualityRecord: one quality question asked once of one server (a quality.jsonl line).
+
+One job: the typed, serialisable record. Raw outputs only (ids, logprobs, top-k, cache tiers);
+parity and accuracy summaries are derived from these by `harness.quality.parity`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+QUALITY_RECORD_VERSION = 1
+
+SampleKey = tuple[str, int, int, int]  # (task, length_target, index, seed)
+
+
+@dataclass
+class QualityRecord:
+    """One ask of one sample. ``ask`` 0 is the cold ask; 1.. are re-asks after churn.
+    ``arm_role`` is ``on`` (a HiCache variant), ``off`` (the baseline) or ``control`` (the
+    baseline's second pass, the OFF-vs-OFF nondeterminism floor). ``correct``/``score`` are None
+    in token-id mode or when nothing could be decoded."""
+
+    variant: str
+    arm_role: str
+    task: str
+    length_target: int
+    index: int
+    seed: int
+    ask: int
+    mode: str = "token_ids"
+    prompt_tokens: int = 0
+    input_hash: str = ""
+    rid: str = ""
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] | None = None
+    top_logprobs: list[list[list[float]]] | None = None
+    cached_tokens: int | None = None
+    cached_device: int | None = None
+    cached_host: int | None = None
+    text: str | None = None
+    answer: str | list[str] | None = None
+    correct: bool | None = None
+    score: float | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    sent_ns: int = 0
+    first_token_ns: int | None = None
+    done_ns: int | None = None
+
+    @property
+    def sample_key(self) -> SampleKey:
+        return (self.task, self.length_target, self.index, self.seed)
+
+    @property
+    def host_hit(self) -> bool:
+        return bool(self.cached_host)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """One JSONL line (no trailing newline)."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "QualityRecord":
+        """From a stored row; unknown keys ignored, missing optional keys defaulted."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
