@@ -1,0 +1,509 @@
+"""Platform probes: what this host's GPU can do with host memory, as one JSON result.
+
+`run_probes(options)` records WSL or not, the driver/CUDA versions, per-device HMM/ATS
+attributes (seed 003), whether a GPU kernel can store to cudaHostRegister-ed memory with each
+flag 0..3 and to cudaHostAlloc memory (seed 000), copy bandwidth for pinned, registered and
+pageable buffers, and how long registering a large buffer takes. Every GPU probe runs in its
+own subprocess (`harness.probe_kernels`) under a hard timeout, so one failure, hang or poisoned
+CUDA context cannot stop the others. `python -m harness.probe --json OUT` is the CLI
+(`harness probe`). Without torch or CUDA the result says so (`gpu_present: false`, `reason`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import importlib.util
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+SCHEMA_VERSION = 1
+REGISTER_FLAGS = (0, 1, 2, 3)  # Default, Portable, Mapped, Portable|Mapped
+BANDWIDTH_KINDS = ("pinned", "registered", "pageable")
+REASON_NO_TORCH = "no GPU: torch not installed"
+REASON_NO_CUDA = "torch.cuda.is_available() is False"
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclasses.dataclass
+class ProbeOptions:
+    """What to measure. `quick` only changes the defaults of fields left as None."""
+
+    nbytes: int | None = None  # bandwidth buffer (default 1 GiB; quick 256 MiB)
+    register_gib: float | None = None  # register-time buffer (default 8; quick 1)
+    repeats: int | None = None  # timed copies per direction (default 5; quick 3)
+    quick: bool = False
+    timeout_s: float = 180.0  # hard limit per probe subprocess
+    device: int = 0
+    kwrite_bytes: int = 1 * MIB
+    register_mem_fraction: float = 0.5  # cap: this fraction of MemAvailable
+    verbose: bool = False  # progress lines on stderr
+
+    def resolved(self) -> "ProbeOptions":
+        q = self.quick
+        return dataclasses.replace(
+            self,
+            nbytes=int(self.nbytes if self.nbytes is not None else (256 * MIB if q else GIB)),
+            register_gib=float(
+                self.register_gib if self.register_gib is not None else (1.0 if q else 8.0)
+            ),
+            repeats=int(self.repeats if self.repeats is not None else (3 if q else 5)),
+        )
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def is_wsl(release: str | None) -> bool:
+    """WSL2 kernels say so in their release string (seed 000's check)."""
+    return "microsoft" in (release or "").lower()
+
+
+def classify_pageable_access(pageable: int | None, uses_host_page_tables: int | None) -> str | None:
+    """cudaDevAttrPageableMemoryAccess (88) and ...UsesHostPageTables (100) → "HMM"|"ATS"|"none".
+
+    88 = 1 and 100 = 1: ATS (the GPU walks the host page tables, e.g. GB10/Grace);
+    88 = 1 and 100 = 0: HMM (the driver faults pages in one by one: slow for scattered reads);
+    88 = 0: no pageable access. None when attribute 88 (or 100, if 88 = 1) is unknown.
+    """
+    if pageable is None:
+        return None
+    if not pageable:
+        return "none"
+    if uses_host_page_tables is None:
+        return None
+    return "ATS" if uses_host_page_tables else "HMM"
+
+
+def load_back_fraction(
+    load_back_bytes: float | None, load_back_seconds: float | None, pinned_h2d_gbs: float | None
+) -> float | None:
+    """HiCache load-back throughput as a fraction of the probed pinned H2D bandwidth.
+
+    (bytes / seconds / 1e9) / pinned_h2d_gbs. None when any input is missing, not finite,
+    negative, or when seconds or the bandwidth is zero.
+    """
+    vals = (load_back_bytes, load_back_seconds, pinned_h2d_gbs)
+    if any(v is None or isinstance(v, bool) for v in vals):
+        return None
+    try:
+        b, s, bw = (float(v) for v in vals)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if not all(math.isfinite(v) for v in (b, s, bw)) or b < 0 or s <= 0 or bw <= 0:
+        return None
+    return (b / s / 1e9) / bw
+
+
+def register_size(requested_gib: float, mem_available_bytes: int | None, fraction: float = 0.5):
+    """(bytes, capped): the register-time buffer, at most `fraction` of MemAvailable."""
+    want = int(max(0.0, requested_gib) * GIB)
+    if mem_available_bytes is None:
+        return want, False
+    cap = int(max(0, mem_available_bytes) * fraction)
+    cap -= cap % (2 * MIB)
+    return (cap, True) if want > cap else (want, False)
+
+
+def mem_available_bytes(meminfo: str | None = None) -> int | None:
+    """MemAvailable from /proc/meminfo (or the given text), in bytes."""
+    try:
+        text = meminfo if meminfo is not None else Path("/proc/meminfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            parts = line.split()
+            try:
+                return int(parts[1]) * 1024
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def torch_installed() -> bool:
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------- subprocess runner
+
+
+def _tail(path: Path, limit: int = 2000) -> str:
+    try:
+        data = path.read_bytes()[-limit:]
+    except OSError:
+        return ""
+    return data.decode("utf-8", "replace").strip()
+
+
+def run_worker(name: str, params: Mapping[str, Any], timeout_s: float) -> dict:
+    """Run `harness.probe_kernels NAME` in a fresh process; always returns a result dict
+    {ok, value, error, seconds} (a crash, a timeout or a missing output becomes an error)."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="harness-probe-") as tmp:
+        out = Path(tmp) / "result.json"
+        log = Path(tmp) / "log.txt"
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        cmd = [sys.executable, "-m", "harness.probe_kernels", name, "--out", str(out)]
+        cmd += ["--params", json.dumps(dict(params))]
+        timed_out = False
+        with open(log, "wb") as logf:
+            try:
+                proc = subprocess.Popen(
+                    cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                    env=env, start_new_session=True,
+                )
+            except OSError as e:
+                return {"ok": False, "value": None, "error": f"could not start worker: {e}",
+                        "seconds": round(time.monotonic() - t0, 3)}
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                try:  # the worker leads its own session: end it and anything it started
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    proc.kill()
+                try:
+                    rc = proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:  # stuck in the driver (D state): leave it
+                    rc = None
+        seconds = round(time.monotonic() - t0, 3)
+        if timed_out:
+            return {"ok": False, "value": None, "seconds": seconds,
+                    "error": f"timeout: no result after {timeout_s:g} s (worker killed)",
+                    "log_tail": _tail(log)}
+        try:
+            result = json.loads(out.read_text(encoding="utf-8"))
+            if not isinstance(result, dict):
+                raise ValueError("result is not an object")
+        except (OSError, ValueError) as e:
+            tail = _tail(log)
+            how = f"rc {rc}"
+            if rc is not None and rc < 0:
+                try:
+                    how = f"signal {signal.Signals(-rc).name}"
+                except ValueError:
+                    how = f"signal {-rc}"
+            return {"ok": False, "value": None, "seconds": seconds,
+                    "error": f"worker died ({how}) without a result ({type(e).__name__})"
+                             + (f": {tail.splitlines()[-1]}" if tail else ""),
+                    "log_tail": tail}
+        result.setdefault("ok", False)
+        result.setdefault("value", None)
+        result.setdefault("error", None)
+        result["seconds"] = seconds
+        return result
+
+
+# ---------------------------------------------------------------- the probe run
+
+
+def _empty_result() -> dict:
+    uname = platform.uname()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "ok": False,
+        "gpu_present": False,
+        "reason": None,
+        "wsl": is_wsl(uname.release),
+        "kernel_release": uname.release,
+        "machine": uname.machine,
+        "python": platform.python_version(),
+        "torch_version": None,
+        "cuda_runtime": None,
+        "driver_version": None,
+        "nvidia_driver": None,
+        "cupy_version": None,
+        "devices": [],
+        "host_register_kernel_write": None,
+        "host_alloc_kernel_write": None,
+        "bandwidth_gbs": {f"{k}_{d}": None for k in BANDWIDTH_KINDS for d in ("h2d", "d2h")},
+        "bandwidth": None,
+        "register_seconds": None,
+        "errors": [],
+        "options": None,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "elapsed_s": None,
+    }
+
+
+def _coerce_options(options: ProbeOptions | Mapping[str, Any] | None) -> ProbeOptions:
+    if options is None:
+        return ProbeOptions().resolved()
+    if isinstance(options, ProbeOptions):
+        return options.resolved()
+    known = {f.name for f in dataclasses.fields(ProbeOptions)}
+    unknown = set(options) - known
+    if unknown:
+        raise TypeError(f"unknown probe options: {sorted(unknown)}")
+    return ProbeOptions(**dict(options)).resolved()
+
+
+def run_probes(options: ProbeOptions | Mapping[str, Any] | None = None, *, runner=None) -> dict:
+    """Run every probe; return a JSON-serialisable dict (schema in docs/probe.md). Never raises
+    on a probe failure: each probe's outcome is {ok, value, error}. `runner(name, params,
+    timeout_s)` replaces the subprocess runner (tests)."""
+    opts = _coerce_options(options)
+    run = runner or run_worker
+    t_start = time.monotonic()
+    res = _empty_result()
+    res["options"] = dataclasses.asdict(opts)
+
+    def log(msg: str) -> None:
+        if opts.verbose:
+            print(f"[probe] {msg}", file=sys.stderr, flush=True)
+
+    def done() -> dict:
+        res["elapsed_s"] = round(time.monotonic() - t_start, 3)
+        return res
+
+    if runner is None and not torch_installed():
+        res["reason"] = REASON_NO_TORCH
+        return done()
+
+    log("environment (torch, CUDA, device attributes)")
+    env = run("env", {}, opts.timeout_s)
+    if not env.get("ok"):
+        res["reason"] = f"no GPU: environment probe failed: {env.get('error')}"
+        res["errors"].append(f"env: {env.get('error')}")
+        return done()
+    ev = env.get("value") or {}
+    for key in ("torch_version", "cuda_runtime", "driver_version", "nvidia_driver", "cupy_version"):
+        res[key] = ev.get(key)
+    if not ev.get("cuda_available"):
+        res["reason"] = REASON_NO_CUDA
+        return done()
+    devices = []
+    for d in ev.get("devices") or []:
+        d = dict(d)
+        d["hmm_or_ats"] = classify_pageable_access(
+            d.get("pageable_memory_access"), d.get("pageable_memory_access_uses_host_page_tables")
+        )
+        devices.append(d)
+    res["devices"] = devices
+    if not devices:
+        res["reason"] = "CUDA is available but no device was listed"
+        return done()
+    res["gpu_present"] = True
+    if not 0 <= opts.device < len(devices):
+        res["reason"] = f"device {opts.device} not present ({len(devices)} devices)"
+        res["errors"].append(res["reason"])
+        return done()
+
+    outcomes: list[dict] = []
+
+    def probe(name: str, params: dict, label: str) -> dict:
+        log(label)
+        r = run(name, {"device": opts.device, **params}, opts.timeout_s)
+        outcomes.append(r)
+        if not r.get("ok"):
+            res["errors"].append(f"{label}: {r.get('error')}")
+        return r
+
+    kw = {}
+    for flags in REGISTER_FLAGS:
+        kw[str(flags)] = probe(
+            "kwrite_register", {"flags": flags, "nbytes": opts.kwrite_bytes},
+            f"kernel write, cudaHostRegister flags={flags}",
+        )
+    res["host_register_kernel_write"] = kw
+    res["host_alloc_kernel_write"] = probe(
+        "kwrite_hostalloc", {"nbytes": opts.kwrite_bytes}, "kernel write, cudaHostAlloc"
+    )
+
+    bw = {}
+    for kind in BANDWIDTH_KINDS:
+        r = probe(
+            "bandwidth", {"kind": kind, "nbytes": opts.nbytes, "repeats": opts.repeats},
+            f"bandwidth, {kind}",
+        )
+        bw[kind] = r
+        v = r.get("value") or {}
+        res["bandwidth_gbs"][f"{kind}_h2d"] = v.get("h2d_gbs")
+        res["bandwidth_gbs"][f"{kind}_d2h"] = v.get("d2h_gbs")
+    res["bandwidth"] = bw
+
+    avail = mem_available_bytes()
+    nbytes, capped = register_size(opts.register_gib, avail, opts.register_mem_fraction)
+    reg: dict[str, Any] = {
+        "requested_gib": opts.register_gib,
+        "size_gib": round(nbytes / GIB, 3),
+        "capped": capped,
+        "mem_available_gib": round(avail / GIB, 2) if avail is not None else None,
+        "seconds": None,
+    }
+    if nbytes <= 0:
+        reg.update(ok=False, value=None, error="no memory to register (MemAvailable too low)")
+        res["errors"].append(f"register time: {reg['error']}")
+        outcomes.append(reg)
+    else:
+        r = probe("register_time", {"nbytes": nbytes}, f"cudaHostRegister time, {nbytes / GIB:.2f} GiB")
+        reg.update(r)
+        reg["seconds"] = (r.get("value") or {}).get("seconds")
+    res["register_seconds"] = reg
+
+    res["ok"] = all(o.get("ok") for o in outcomes) and not res["errors"]
+    return done()
+
+
+# ---------------------------------------------------------------- summary and CLI
+
+
+def _fmt(v: float | None, spec: str = ".1f") -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def _kw_text(r: Mapping[str, Any] | None) -> str:
+    if not r:
+        return "not run"
+    if r.get("ok"):
+        return "ok"
+    return f"FAILED ({r.get('error')})"
+
+
+def summary(res: Mapping[str, Any]) -> str:
+    """A short human summary of a run_probes result."""
+    lines = [
+        f"kernel {res.get('kernel_release')}  WSL2: {'yes' if res.get('wsl') else 'no'}",
+    ]
+    if not res.get("gpu_present"):
+        lines.append(f"GPU: none ({res.get('reason')})")
+        if res.get("torch_version"):
+            lines.append(f"torch {res.get('torch_version')}")
+        return "\n".join(lines)
+    lines.append(
+        f"torch {res.get('torch_version')}, CUDA runtime {res.get('cuda_runtime')}, "
+        f"driver API {res.get('driver_version')} (NVIDIA driver {res.get('nvidia_driver') or '?'}), "
+        f"cupy {res.get('cupy_version') or 'absent'}"
+    )
+    for d in res.get("devices") or []:
+        lines.append(
+            f"GPU {d.get('index')}: {d.get('name')}, {d.get('total_mem_gib')} GiB; "
+            f"pageable access {d.get('pageable_memory_access')}, uses host page tables "
+            f"{d.get('pageable_memory_access_uses_host_page_tables')} -> {d.get('hmm_or_ats')}; "
+            f"host pointer for registered mem {d.get('can_use_host_pointer_for_registered_mem')}"
+        )
+    kw = res.get("host_register_kernel_write") or {}
+    if kw:
+        lines.append("kernel write to cudaHostRegister memory: "
+                     + ", ".join(f"flags {k} {_kw_text(v)}" for k, v in kw.items()))
+    if res.get("host_alloc_kernel_write") is not None:
+        lines.append(f"kernel write to cudaHostAlloc memory: {_kw_text(res.get('host_alloc_kernel_write'))}")
+    bw = res.get("bandwidth_gbs") or {}
+    opts = res.get("options") or {}
+    if any(v is not None for v in bw.values()) or res.get("bandwidth"):
+        nb = opts.get("nbytes")
+        head = f"bandwidth GB/s ({nb / GIB:.2f} GiB, median of {opts.get('repeats')}):" if nb else "bandwidth GB/s:"
+        lines.append(head + " " + " | ".join(
+            f"{k} H2D {_fmt(bw.get(f'{k}_h2d'))} D2H {_fmt(bw.get(f'{k}_d2h'))}" for k in BANDWIDTH_KINDS
+        ))
+    reg = res.get("register_seconds")
+    if reg:
+        if reg.get("ok"):
+            lines.append(
+                f"cudaHostRegister of {reg.get('size_gib')} GiB: {_fmt(reg.get('seconds'), '.3f')} s"
+                + (" (capped by MemAvailable)" if reg.get("capped") else "")
+            )
+        else:
+            lines.append(f"cudaHostRegister time: FAILED ({reg.get('error')})")
+    lines.append("all probes ok" if res.get("ok") else f"{len(res.get('errors') or [])} probe(s) failed")
+    return "\n".join(lines)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Atomic JSON write (temp file in the same folder, fsync, os.replace)."""
+    p = Path(path)
+    if p.parent and not p.parent.exists():
+        p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _size(text: str) -> int:
+    """'1073741824', '1GiB', '256MiB', '512M', '2G' -> bytes."""
+    t = text.strip().lower().replace(" ", "")
+    units = {"gib": GIB, "g": GIB, "gb": 10**9, "mib": MIB, "m": MIB, "mb": 10**6,
+             "kib": 1024, "k": 1024, "kb": 1000, "b": 1}
+    for suffix in sorted(units, key=len, reverse=True):
+        if t.endswith(suffix):
+            num = t[: -len(suffix)]
+            break
+    else:
+        suffix, num = "b", t
+    try:
+        value = int(float(num) * units[suffix])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def build_parser(prog: str = "harness probe") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description="Probe what this host's GPU can do with host memory.")
+    ap.add_argument("--json", metavar="PATH", help="write the result as JSON here")
+    ap.add_argument("--bytes", type=_size, default=None,
+                    help="bandwidth buffer size, e.g. 1GiB or 268435456 (default 1 GiB; --quick 256 MiB)")
+    ap.add_argument("--register-gib", type=float, default=None,
+                    help="buffer registered for the timing (default 8; --quick 1); capped at half of MemAvailable")
+    ap.add_argument("--repeats", type=int, default=None, help="timed copies per direction (default 5; --quick 3)")
+    ap.add_argument("--quick", action="store_true", help="smaller buffers and fewer repeats")
+    ap.add_argument("--timeout", type=float, default=180.0, help="hard limit per probe subprocess, seconds")
+    ap.add_argument("--device", type=int, default=0, help="CUDA device index to probe")
+    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`harness probe`: run the probes, print a summary, optionally write JSON. Exit 0 when the
+    probe ran (even without a GPU or with failed checks: those are findings), 2 on bad usage,
+    1 when the JSON cannot be written."""
+    args = build_parser().parse_args(argv)
+    opts = ProbeOptions(
+        nbytes=args.bytes, register_gib=args.register_gib, repeats=args.repeats, quick=args.quick,
+        timeout_s=args.timeout, device=args.device, verbose=not args.quiet,
+    )
+    res = run_probes(opts)
+    print(summary(res))
+    if args.json:
+        try:
+            write_json(args.json, res)
+        except OSError as e:
+            print(f"error: cannot write {args.json}: {e}", file=sys.stderr)
+            return 1
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
