@@ -295,6 +295,93 @@ def kv_dtype_bytes_for(kv_cache_dtype: str | None) -> float | None:
     return KV_CACHE_DTYPE_BYTES.get(str(kv_cache_dtype).lower())
 
 
+# MemAvailable read for each variant's before-launch check, reused after ready: by then the
+# server's own pools have taken host memory, so a fresh reading would judge the pool against itself.
+_pre_launch_mem_kib: dict[str, int] = {}
+
+
+def preflight_variant(
+    scenario: Any,
+    variant: Any,
+    device_pool_tokens: int | None = None,
+    *,
+    mem_available_kib: int | None = None,
+    mamba_device_slots: int | None = None,
+    before: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """The runner's preflight record for one variant (JSON-ready), or None when
+    `preflight.mode` is off.
+
+    Before launch (no `device_pool_tokens`): the device pool comes from `--max-total-tokens` when
+    the variant's args give it, else the prediction is unknown and `fits` is None. After ready,
+    call again with the server's `max_total_num_tokens`; the budget then uses the MemAvailable
+    read before launch (or `mem_available_kib`), and the before-launch record is kept under
+    `before_launch`. For `backend: sim` with `sim.mem_available_gib`, that pretended value is the
+    MemAvailable (the simulator applies sglang's rule to it).
+    """
+    cfg = getattr(scenario, "preflight", None)
+    mode = getattr(cfg, "mode", "warn") if cfg is not None else "warn"
+    if mode == "off":
+        return None
+    server = scenario.server
+    tp_size = int(getattr(server, "tp_size", 1) or 1)
+    reserve_gib = float(getattr(cfg, "reserve_gib", DEFAULT_RESERVE_GIB) if cfg is not None else DEFAULT_RESERVE_GIB)
+    ranks = getattr(cfg, "ranks_on_host", None) if cfg is not None else None
+    ranks_on_host = int(ranks) if ranks else tp_size
+    stage = "after_ready" if device_pool_tokens is not None else "before_launch"
+    name = str(getattr(variant, "name", ""))
+
+    source = "host"
+    sim = getattr(server, "sim", None)
+    if mem_available_kib is None and getattr(server, "backend", None) == "sim" \
+            and getattr(sim, "mem_available_gib", None) is not None:
+        mem_available_kib = int(sim.mem_available_gib * 1024 * 1024)
+        source = "sim.mem_available_gib"
+    if mem_available_kib is None and stage == "after_ready" and name in _pre_launch_mem_kib:
+        mem_available_kib = _pre_launch_mem_kib[name]
+        source = "host, read before launch"
+    if mem_available_kib is None:
+        mem_available_kib = read_mem_available_kib()
+        if stage == "before_launch":
+            _pre_launch_mem_kib[name] = mem_available_kib
+    elif source == "host":
+        source = "given"
+
+    model_path = getattr(variant, "model_path", None) or server.model_path
+    args = dict(getattr(variant, "args", None) or getattr(server, "args", None) or {})
+    pool_args = pool_args_from_server_args(args)
+    tokens = device_pool_tokens if device_pool_tokens is not None else pool_args.max_total_tokens
+    record: dict[str, Any] = {"stage": stage, "mode": mode, "mem_available_source": source}
+    try:
+        from harness.model_config import load_model_shape
+
+        shape = load_model_shape(model_path)
+    except Exception as e:  # ModelConfigError or unreadable path: say so, never block the run
+        record.update(fits=None, requested_gb=None, budget_gb=None, failing_pool=None,
+                      mem_available_kib=mem_available_kib, reserve_gib=reserve_gib,
+                      ranks_on_host=ranks_on_host, prediction=None,
+                      reason=f"not checked: model config unreadable ({e})")
+    else:
+        prediction = predict_host_pool(
+            shape, getattr(variant, "hicache", None), tokens, tp_size,
+            page_size=pool_args.page_size,
+            mamba_device_slots=mamba_device_slots if mamba_device_slots is not None
+            else pool_args.max_mamba_cache_size,
+            kv_dtype_bytes=kv_dtype_bytes_for(pool_args.kv_cache_dtype),
+        )
+        record.update(check_budget(prediction, mem_available_kib, reserve_gib, ranks_on_host).to_dict())
+    if before is not None:
+        record["before_launch"] = dict(before)
+    elif stage == "after_ready" and name in _pre_launch_records:
+        record["before_launch"] = _pre_launch_records[name]
+    if stage == "before_launch":
+        _pre_launch_records[name] = record
+    return record
+
+
+_pre_launch_records: dict[str, dict[str, Any]] = {}
+
+
 def read_mem_available_kib(path: str = "/proc/meminfo") -> int:
     """MemAvailable now, in kiB. On hosts whose MemTotal grows as memory is used (some lent GPU
     hosts, WSL2 with dynamic memory) this reads low early on; the prediction is still recorded."""
@@ -363,11 +450,18 @@ class CooldownResult:
                 d[key] = {str(k): v for k, v in d[key].items()}
         return d
 
+    def to_json(self) -> dict[str, Any]:  # what results.write_json_atomic stores
+        return self.to_dict()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Record-style read (`result.get("clean")`) for callers that treat results as dicts."""
+        return getattr(self, key, default)
+
 
 def cooldown(
     baseline: Baseline,
     timeout_s: float = 120.0,
-    tolerance_gib: float = 1.0,
+    mem_tolerance_gib: float = 1.0,
     *,
     gpu_tolerance_mib: float | None = None,
     poll_s: float = 0.5,
@@ -375,12 +469,12 @@ def cooldown(
     read_gpu: Callable[[], dict[int, float] | None] = _read_gpu_used_mib,
     sleep: Callable[[float], None] = time.sleep,
 ) -> CooldownResult:
-    """After a server stopped: poll until MemAvailable is back within `tolerance_gib` of the
+    """After a server stopped: poll until MemAvailable is back within `mem_tolerance_gib` of the
     baseline and every GPU's memory used is back within `gpu_tolerance_mib` (default: the same
     tolerance in MiB) — or `timeout_s` passes. GPU checks are skipped when the baseline had no
     GPU. Never raises on a slow release; returns clean=False with the numbers."""
-    tol_kib = int(tolerance_gib * 1024 * 1024)
-    gpu_tol = float(tolerance_gib * 1024 if gpu_tolerance_mib is None else gpu_tolerance_mib)
+    tol_kib = int(mem_tolerance_gib * 1024 * 1024)
+    gpu_tol = float(mem_tolerance_gib * 1024 if gpu_tolerance_mib is None else gpu_tolerance_mib)
     check_gpu = baseline.gpu_mem_used_mib is not None
     t0 = time.monotonic()
     polls = 0
@@ -407,7 +501,7 @@ def cooldown(
         parts = []
         if not mem_ok:
             parts.append(f"MemAvailable {shortfall / 1024**2:.2f} GiB below the pre-launch value "
-                         f"(tolerance {tolerance_gib:g} GiB)")
+                         f"(tolerance {mem_tolerance_gib:g} GiB)")
         for idx in high:
             before = (baseline.gpu_mem_used_mib or {}).get(idx)
             now = (gpu_now or {}).get(idx)

@@ -16,6 +16,7 @@ from harness.preflight import (
     kv_dtype_bytes_for,
     pool_args_from_server_args,
     predict_host_pool,
+    preflight_variant,
     read_mem_available_kib,
     take_baseline,
 )
@@ -129,7 +130,7 @@ def test_cooldown_clean_when_memory_comes_back():
     gpu = iter([{0: 9000.0}, {0: 5000.0}, {0: 600.0}, {0: 500.0}])
     base = Baseline(mem_available_kib=20 * KIB_PER_GIB, gpu_mem_used_mib={0: 500.0}, wall_time=0)
     slept = []
-    r = cooldown(base, timeout_s=60, tolerance_gib=1.0, gpu_tolerance_mib=256,
+    r = cooldown(base, timeout_s=60, mem_tolerance_gib=1.0, gpu_tolerance_mib=256,
                  read_mem_available=lambda: next(readings) * KIB_PER_GIB,
                  read_gpu=lambda: next(gpu), sleep=slept.append, poll_s=0.01)
     assert r.clean and r.polls == 4 and r.still_high_gpus == []
@@ -137,7 +138,7 @@ def test_cooldown_clean_when_memory_comes_back():
 
 def test_cooldown_not_clean_is_bounded_and_reports_gpu():
     base = Baseline(mem_available_kib=20 * KIB_PER_GIB, gpu_mem_used_mib={0: 500.0}, wall_time=0)
-    r = cooldown(base, timeout_s=0.3, tolerance_gib=1.0, poll_s=0.05,
+    r = cooldown(base, timeout_s=0.3, mem_tolerance_gib=1.0, poll_s=0.05,
                  read_mem_available=lambda: 20 * KIB_PER_GIB,
                  read_gpu=lambda: {0: 30000.0})
     assert not r.clean and r.still_high_gpus == [0]
@@ -165,10 +166,68 @@ def test_cooldown_not_clean_while_a_real_buffer_is_held():
     try:
         for off in range(0, size, 4096):
             buf[off] = 1
-        r = cooldown(base, timeout_s=1.0, tolerance_gib=0.5, poll_s=0.2)
+        r = cooldown(base, timeout_s=1.0, mem_tolerance_gib=0.5, poll_s=0.2)
         assert not r.clean and r.mem_shortfall_kib > 0.5 * KIB_PER_GIB
         assert r.waited_s < 3
     finally:
         buf.close()
-    r2 = cooldown(base, timeout_s=5.0, tolerance_gib=0.5, poll_s=0.2)
+    r2 = cooldown(base, timeout_s=5.0, mem_tolerance_gib=0.5, poll_s=0.2)
     assert r2.clean, r2.reason
+
+
+# ----------------------------------------------------------------------------- runner entry
+
+
+def _scenario(mode="warn", backend="sim", mem_gib=None, ranks=None, tp=1):
+    from types import SimpleNamespace as NS
+
+    return NS(
+        preflight=NS(mode=mode, reserve_gib=10, ranks_on_host=ranks),
+        server=NS(backend=backend, model_path=str(MODELS / "llama-tiny"), tp_size=tp, args={},
+                  sim=NS(mem_available_gib=mem_gib)),
+    )
+
+
+def _variant(name, hicache, **args):
+    from types import SimpleNamespace as NS
+
+    return NS(name=name, hicache=hicache, args={f"--{k.replace('_', '-')}": v for k, v in args.items()})
+
+
+def test_preflight_variant_before_launch_and_after_ready():
+    sc = _scenario(mem_gib=None, backend="sglang")
+    v = _variant("pv-on", {"ratio": 2.0})
+    before = preflight_variant(sc, v)
+    assert before["stage"] == "before_launch" and before["fits"] is None
+    assert "max_total_num_tokens" in before["reason"]
+    after = preflight_variant(sc, v, device_pool_tokens=20480)
+    assert after["stage"] == "after_ready"
+    assert after["prediction"]["kv_host_tokens"] == 40961
+    # budget judged on the MemAvailable read before launch, and both records kept
+    assert after["mem_available_kib"] == before["mem_available_kib"]
+    assert after["mem_available_source"] == "host, read before launch"
+    assert after["before_launch"]["stage"] == "before_launch"
+    import json
+
+    json.dumps(after)  # JSON-ready for status.json
+
+
+def test_preflight_variant_uses_max_total_tokens_arg_and_sim_memory():
+    sc = _scenario(mem_gib=10.5)  # 0.5 GiB budget
+    small = preflight_variant(sc, _variant("s", {"ratio": 1.0}, max_total_tokens=20000))
+    assert small["fits"] is True and small["mem_available_source"] == "sim.mem_available_gib"
+    big = preflight_variant(sc, _variant("b", {"ratio": 2.0}, max_total_tokens=20000))
+    assert big["fits"] is False and big["failing_pool"] == "kv"
+    assert preflight_variant(_scenario(mode="off"), _variant("x", None)) is None
+    off = preflight_variant(sc, _variant("off", None))
+    assert off["fits"] is True and off["requested_gb"] == 0
+    # TP2 on one host: the budget is split between the ranks
+    tp2 = preflight_variant(_scenario(mem_gib=11.0, tp=2), _variant("t", {"ratio": 1.0}, max_total_tokens=40000))
+    assert tp2["ranks_on_host"] == 2
+    assert tp2["budget_gb"] == pytest.approx(2**30 / 2 / 1e9, abs=1e-3)
+
+
+def test_cooldown_result_is_record_like():
+    base = Baseline(mem_available_kib=1, gpu_mem_used_mib=None, wall_time=0)
+    r = cooldown(base, timeout_s=0, read_mem_available=lambda: 1)
+    assert r.get("clean") is True and r.to_json()["clean"] is True
