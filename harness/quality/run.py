@@ -1,0 +1,195 @@
+"""Drive the quality tasks against one running server and record every answer.
+
+One job: for each sample (task × length × index), ask it cold, push it out of the GPU pool with
+churn traffic, ask it again (``reasks`` times, churn before each), and turn every answer into a
+QualityRecord. Greedy (temperature 0), fixed ``max_new_tokens`` with ``ignore_eos``, logprobs
+with top-k. The baseline (``arm_role="off"``) runs a second identical pass recorded as
+``control`` when ``cfg.control`` is set: the OFF-vs-OFF nondeterminism floor.
+
+Parity itself is pure and lives in `harness.quality.parity`; ``evaluate_parity`` is re-exported
+here for the runner.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from harness.client import GenerateRequest, Labels
+from harness.prompts import PromptFactory, derive_seed
+from harness.quality.fit import FittedPrompt, fit_sample, load_tokenizer, model_vocab_size, token_id_prompt
+from harness.quality.parity import ParityReport, evaluate_parity
+from harness.quality.record import QualityRecord
+from harness.quality.scoring import score_answer
+from harness.quality.tasks import TASKS, generate
+
+__all__ = ["QualityPlan", "evaluate_parity", "ParityReport", "plan_quality", "run_quality", "resolve_tokens"]
+
+_POOL = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*pool\s*$")
+
+
+def resolve_tokens(value: Any, pool_tokens: int | None) -> int:
+    """An int token count, or ``"<f>x pool"`` = f × the server's device pool (tokens)."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a token count: {value!r}")
+    if isinstance(value, (int, float)):
+        return int(value)
+    m = _POOL.match(str(value))
+    if m:
+        if not pool_tokens:
+            raise ValueError(f"{value!r} needs the server's pool size, which is unknown")
+        return int(float(m.group(1)) * pool_tokens)
+    return int(str(value).strip())
+
+
+def _get(cfg: Any, name: str, default: Any) -> Any:
+    v = cfg.get(name, default) if isinstance(cfg, dict) else getattr(cfg, name, default)
+    return default if v is None else v
+
+
+@dataclass(frozen=True)
+class QualityPlan:
+    """What one arm will ask: resolved from the quality config and the server's pool."""
+
+    tasks: tuple[str, ...]
+    lengths: tuple[int, ...]
+    samples_per_task: int
+    max_new_tokens: int
+    churn_tokens: int
+    reasks: int
+    top_logprobs: int
+    mode: str  # "text" | "token_ids"
+    control: bool
+
+
+def plan_quality(cfg: Any, pool_tokens: int | None, have_tokenizer: bool) -> QualityPlan:
+    tasks = tuple(_get(cfg, "tasks", TASKS))
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown quality task(s) {unknown}; known: {', '.join(TASKS)}")
+    mode = str(_get(cfg, "mode", "auto"))
+    if mode == "auto":
+        mode = "text" if have_tokenizer else "token_ids"
+    elif mode == "text" and not have_tokenizer:
+        raise ValueError("quality.mode is text but no tokenizer was found for the model")
+    return QualityPlan(
+        tasks=tasks,
+        lengths=tuple(resolve_tokens(x, pool_tokens) for x in _get(cfg, "lengths", [8000])),
+        samples_per_task=int(_get(cfg, "samples_per_task", 2)),
+        max_new_tokens=int(_get(cfg, "max_new_tokens", 32)),
+        churn_tokens=resolve_tokens(_get(cfg, "churn_tokens", "1.5x pool"), pool_tokens),
+        reasks=int(_get(cfg, "reasks", 2)),
+        top_logprobs=int(_get(cfg, "top_logprobs", 5)),
+        mode=mode,
+        control=bool(_get(cfg, "control", True)),
+    )
+
+
+def build_prompts(plan: QualityPlan, seed: int, tokenizer: Any, vocab_size: int) -> list[FittedPrompt]:
+    """Every sample of the plan with its final input ids (deterministic: both arms get the same)."""
+    out = []
+    for length in plan.lengths:
+        for task in plan.tasks:
+            for i in range(plan.samples_per_task):
+                if plan.mode == "text":
+                    out.append(fit_sample(generate(task, length, i, seed), tokenizer))
+                else:
+                    out.append(token_id_prompt(task, length, i, seed, vocab_size))
+    return out
+
+
+def _set_phase(ctx: Any, phase: str) -> None:
+    f = getattr(ctx, "set_phase", None)
+    if callable(f):
+        f(phase)
+
+
+async def _churn(ctx: Any, factory: PromptFactory, plan: QualityPlan, pool_tokens: int | None, key: object,
+                 variant: str, abort: Any) -> int:
+    """Send ``plan.churn_tokens`` of distinct never-seen prompts, one at a time; returns how many."""
+    if plan.churn_tokens <= 0:
+        return 0
+    chunk = max(1, min(plan.churn_tokens, (pool_tokens or plan.churn_tokens) // 2 or 1))
+    n = math.ceil(plan.churn_tokens / chunk)
+    _set_phase(ctx, "quality_churn")
+    for j, ids in enumerate(factory.distinct(n, chunk, key=("quality_churn", key))):
+        req = GenerateRequest(input_ids=ids, max_new_tokens=1, temperature=0.0)
+        await ctx.client.generate(req, Labels(variant=variant, workload="quality", phase="quality_churn", index=j),
+                                  abort=abort)
+    return n
+
+
+async def run_quality(ctx: Any, cfg: Any, arm_role: str) -> list[QualityRecord]:
+    """Ask every quality sample of ``cfg`` on ctx's server; record and return the answers.
+
+    ``ctx`` needs: ``client`` (a `harness.client.StreamingClient`), ``pool_tokens`` (device pool,
+    for ``"x pool"`` values and churn sizing), ``seed``, ``record`` (callable taking a
+    QualityRecord; writes quality.jsonl), ``set_phase`` (optional), ``variant`` (name, optional),
+    ``model_path`` (optional: tokenizer files and vocab size), ``tokenizer`` (optional override),
+    ``vocab_size`` (optional override), ``abort`` (optional `harness.client.Abort`).
+    ``arm_role``: ``"on"`` or ``"off"`` (the baseline; also runs the control pass if
+    ``cfg.control``)."""
+    if arm_role not in ("on", "off", "control"):
+        raise ValueError(f"arm_role must be on, off or control, not {arm_role!r}")
+    model_path = getattr(ctx, "model_path", None)
+    tokenizer = getattr(ctx, "tokenizer", None)
+    if tokenizer is None and str(_get(cfg, "mode", "auto")) != "token_ids":
+        tokenizer = load_tokenizer(model_path)
+    vocab = getattr(ctx, "vocab_size", None) or model_vocab_size(model_path)
+    pool = getattr(ctx, "pool_tokens", None)
+    plan = plan_quality(cfg, pool, tokenizer is not None)
+    seed = int(getattr(ctx, "seed", 0) or 0)
+    variant = str(getattr(ctx, "variant", "") or getattr(ctx, "variant_name", "") or "")
+    abort = getattr(ctx, "abort", None)
+    record = getattr(ctx, "record", None)
+    prompts = build_prompts(plan, seed, tokenizer, vocab)
+
+    roles = [arm_role] + (["control"] if arm_role == "off" and plan.control else [])
+    out: list[QualityRecord] = []
+    for role in roles:
+        # one factory per pass: churn prompts never share a first token with samples or each other
+        factory = PromptFactory(seed=derive_seed(seed, "quality", role), vocab_size=vocab)
+        factory.used_first.update(p.input_ids[0] for p in prompts if p.input_ids)
+        for p in prompts:
+            s = p.sample
+            for ask in range(plan.reasks + 1):
+                if ask > 0:
+                    await _churn(ctx, factory, plan, pool, (role, s.key, ask), variant, abort)
+                phase = "quality_cold" if ask == 0 else "quality_reask"
+                _set_phase(ctx, phase)
+                req = GenerateRequest(
+                    input_ids=list(p.input_ids),
+                    max_new_tokens=plan.max_new_tokens,
+                    temperature=0.0,
+                    ignore_eos=True,
+                    return_logprob=True,
+                    top_logprobs_num=plan.top_logprobs,
+                )
+                rr = await ctx.client.generate(
+                    req, Labels(variant=variant, workload="quality", phase=phase, repeat=ask, index=s.index), abort=abort
+                )
+                text = rr.text
+                correct = score = None
+                if p.mode == "text" and rr.error is None:
+                    if text is None and tokenizer is not None:
+                        text = tokenizer.decode(rr.output_ids)
+                    if text is not None:
+                        sc = score_answer(s.answer, text)
+                        correct, score = sc.correct, sc.value
+                qr = QualityRecord(
+                    variant=variant, arm_role=role, task=s.task, length_target=s.length_target, index=s.index,
+                    seed=s.seed, ask=ask, mode=p.mode, prompt_tokens=p.n_tokens, input_hash=p.input_hash,
+                    rid=rr.rid, output_ids=list(rr.output_ids), output_logprobs=rr.output_logprobs,
+                    top_logprobs=rr.top_logprobs, cached_tokens=rr.cached_tokens, cached_device=rr.cached_device,
+                    cached_host=rr.cached_host, text=text, answer=s.answer.to_json() if p.mode == "text" else None,
+                    correct=correct, score=score, finish_reason=rr.finish_reason, error=rr.error,
+                    sent_ns=rr.sent_ns, first_token_ns=rr.first_token_ns, done_ns=rr.done_ns,
+                )
+                out.append(qr)
+                if callable(record):
+                    record(qr)
+                if abort is not None and getattr(abort, "fired", False):
+                    return out
+    return out
