@@ -309,6 +309,8 @@ def load_yaml_text(text: str | bytes, file: str = "<string>") -> LoadedYaml:
         if e.context:
             ctx_line = e.context_mark.line + 1 if e.context_mark is not None else None
             msg += f" ({e.context}" + (f" at line {ctx_line})" if ctx_line else ")")
+        if "mapping values are not allowed" in msg:
+            msg += "; put quotes around a value that contains ': '"
         raise YamlLoadError(file, line, f"YAML syntax error: {msg}") from None
     except yaml.reader.ReaderError as e:
         line = text.count("\n", 0, e.position) + 1 if e.position is not None else None
