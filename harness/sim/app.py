@@ -1,0 +1,295 @@
+"""HTTP face of the simulated server: sglang's endpoints, bodies and SSE framing (starlette).
+
+One job: translate HTTP to :class:`Engine` calls and engine state back to sglang's JSON.
+- ``POST /generate``: ``text`` or ``input_ids``, ``sampling_params``, ``stream``,
+  ``return_logprob``, ``top_logprobs_num``, ``logprob_start_len``, ``rid``.  Stream: one
+  ``data: {json}\\n\\n`` per new token(s), cumulative ``output_ids`` (and ``text`` unless
+  ``--skip-tokenizer-init``), then ``data: [DONE]\\n\\n``.  ``meta_info``: id, finish_reason,
+  prompt_tokens, completion_tokens, cached_tokens, ``cached_tokens_details`` (null on a miss,
+  ``{"device": N, "host": M}`` on a hit, as sglang 0.5.17 did), e2e_latency; with
+  return_logprob ``output_token_logprobs`` = [[logprob, token_id, null], ...] and
+  ``output_top_logprobs`` = per position [[logprob, token_id, null] x k], cumulative.
+- ``/v1/completions`` (minimal OpenAI shape), ``/health``, ``/health_generate``,
+  ``/get_server_info`` + ``/server_info``, ``/get_model_info`` + ``/model_info``,
+  ``/flush_cache`` (400 while requests run), ``/metrics`` (with ``--enable-metrics``).
+Until warm-up ends every endpoint but ``/health`` answers 503, like a starting sglang.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from harness.sim.engine import Engine, RequestError, SamplingParams, SimRequest
+from harness.sim.tokens import decode_ids, encode_text
+
+FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. "
+              "(When there are running or waiting requests, the operation will not be performed.)\n")
+
+
+@dataclass
+class AppState:
+    engine: Engine
+    server_info: dict[str, Any]
+    model_info: dict[str, Any]
+    skip_tokenizer: bool
+    enable_metrics: bool
+    enable_cache_report: bool
+    served_model_name: str
+    ready: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _error(message: str, status: int = 400) -> JSONResponse:
+    return JSONResponse({"error": {"message": message}, "object": "error", "code": status}, status_code=status)
+
+
+def _meta(req: SimRequest) -> dict[str, Any]:
+    details = None
+    if req.cached_tokens:
+        details = {"device": req.cached_device, "host": req.cached_host}
+    meta: dict[str, Any] = {
+        "id": req.rid,
+        "finish_reason": req.finish_reason,
+        "prompt_tokens": len(req.input_ids),
+        "weight_version": "default",
+        "completion_tokens": len(req.output_ids),
+        "cached_tokens": req.cached_tokens,
+        "cached_tokens_details": details,
+        "e2e_latency": round(time.perf_counter() - req.created, 6),
+    }
+    if req.return_logprob:
+        n = len(req.output_ids)
+        meta["output_token_logprobs"] = [[req.output_logprobs[i], req.output_ids[i], None] for i in range(n)]
+        meta["output_top_logprobs"] = [[[lp, t, None] for lp, t in req.output_top[i]] for i in range(n)]
+    return meta
+
+
+def _input_ids(body: dict[str, Any], st: AppState) -> list[int]:
+    ids = body.get("input_ids")
+    text = body.get("text")
+    if ids is None and text is None:
+        raise RequestError("Either text or input_ids should be provided.")
+    if ids is None:
+        if st.skip_tokenizer:
+            raise RequestError("The engine initialized with skip_tokenizer_init=True cannot accept text prompts. "
+                               "Please provide input_ids or re-initialize the engine with skip_tokenizer_init=False.")
+        if not isinstance(text, str):
+            raise RequestError("batched text is not supported by the simulator")
+        return encode_text(text)
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise RequestError("input_ids must be one list of integers (batches are not simulated)")
+    return list(ids)
+
+
+def _sampling(sp: Any, default_max: int = 128) -> SamplingParams:
+    if sp is None:
+        sp = {}
+    if not isinstance(sp, dict):
+        raise RequestError("sampling_params must be an object")
+    try:
+        max_new = int(sp.get("max_new_tokens", default_max))
+        temp = float(sp.get("temperature", 1.0))
+        seed = sp.get("sampling_seed")
+    except (TypeError, ValueError) as exc:
+        raise RequestError(f"bad sampling_params: {exc}") from exc
+    if max_new < 1:
+        raise RequestError("max_new_tokens must be at least 1 in the simulator")
+    return SamplingParams(max_new_tokens=max_new, temperature=temp, ignore_eos=bool(sp.get("ignore_eos", False)),
+                          sampling_seed=int(seed) if seed is not None else None)
+
+
+async def _updates(req: SimRequest) -> AsyncIterator[None]:
+    """Yield after each scheduler update, coalescing what piled up meanwhile."""
+    while True:
+        await req.updates.get()
+        while not req.updates.empty():
+            req.updates.get_nowait()
+        yield None
+        if req.done:
+            return
+
+
+def build_app(st: AppState) -> Starlette:
+    engine = st.engine
+
+    def not_ready() -> Response | None:
+        return None if st.ready else _error("The server is not ready yet (simulated startup).", 503)
+
+    async def read_body(request: Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RequestError(f"invalid JSON body: {exc}") from exc
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        return body
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def health_generate(request: Request) -> Response:
+        if (r := not_ready()) is not None:
+            return r
+        req = SimRequest(rid=f"HEALTH_CHECK_{uuid.uuid4().hex[:8]}", input_ids=[3, 4, 5, 6],
+                         sampling=SamplingParams(max_new_tokens=1, temperature=0.0), internal=True)
+        engine.submit(req)
+        async for _ in _updates(req):
+            pass
+        return Response(status_code=200 if req.error is None else 503)
+
+    def gen_chunk(req: SimRequest) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if not st.skip_tokenizer:
+            out["text"] = decode_ids(req.output_ids)
+        out["output_ids"] = list(req.output_ids)
+        out["meta_info"] = _meta(req)
+        return out
+
+    async def generate(request: Request) -> Response:
+        if (r := not_ready()) is not None:
+            return r
+        try:
+            body = await read_body(request)
+            ids = _input_ids(body, st)
+            sp = _sampling(body.get("sampling_params"))
+            req = SimRequest(rid=str(body.get("rid") or uuid.uuid4().hex), input_ids=ids, sampling=sp,
+                             return_logprob=bool(body.get("return_logprob", False)),
+                             top_logprobs_num=int(body.get("top_logprobs_num") or 0))
+            engine.submit(req)
+        except RequestError as exc:
+            return _error(str(exc))
+        if body.get("stream"):
+            async def events() -> AsyncIterator[bytes]:
+                sent = -1
+                async for _ in _updates(req):
+                    if req.error is not None:
+                        yield f"data: {json.dumps({'error': {'message': req.error}})}\n\n".encode()
+                        break
+                    if len(req.output_ids) != sent or req.done:
+                        sent = len(req.output_ids)
+                        yield f"data: {json.dumps(gen_chunk(req))}\n\n".encode()
+                yield b"data: [DONE]\n\n"
+            return StreamingResponse(events(), media_type="text/event-stream")
+        async for _ in _updates(req):
+            pass
+        if req.error is not None:
+            return _error(req.error, 500)
+        return JSONResponse(gen_chunk(req))
+
+    async def completions(request: Request) -> Response:
+        if (r := not_ready()) is not None:
+            return r
+        try:
+            body = await read_body(request)
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+                if len(prompt) != 1:
+                    raise RequestError("batched prompts are not simulated")
+                prompt = prompt[0]
+            # text prompts are tokenised even with --skip-tokenizer-init: this endpoint is minimal
+            ids = encode_text(prompt) if isinstance(prompt, str) else _input_ids({"input_ids": prompt}, st)
+            sp = _sampling({"max_new_tokens": body.get("max_tokens", 16),
+                            "temperature": body.get("temperature", 1.0), "sampling_seed": body.get("seed")})
+            req = SimRequest(rid=f"cmpl-{uuid.uuid4().hex}", input_ids=ids, sampling=sp)
+            engine.submit(req)
+        except RequestError as exc:
+            return _error(str(exc))
+        created = int(time.time())
+        model = body.get("model") or st.served_model_name
+
+        def usage() -> dict[str, Any]:
+            u: dict[str, Any] = {"prompt_tokens": len(ids), "completion_tokens": len(req.output_ids),
+                                 "total_tokens": len(ids) + len(req.output_ids)}
+            if st.enable_cache_report:
+                u["prompt_tokens_details"] = {"cached_tokens": req.cached_tokens}
+            return u
+
+        def finish() -> str | None:
+            return None if req.finish_reason is None else req.finish_reason["type"]
+
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+            async def events() -> AsyncIterator[bytes]:
+                sent = 0
+                async for _ in _updates(req):
+                    if req.error is not None:
+                        yield f"data: {json.dumps({'error': {'message': req.error}})}\n\n".encode()
+                        break
+                    delta = decode_ids(req.output_ids[sent:])
+                    sent = len(req.output_ids)
+                    chunk = {"id": req.rid, "object": "text_completion", "created": created, "model": model,
+                             "choices": [{"index": 0, "text": delta, "logprobs": None,
+                                          "finish_reason": finish(), "matched_stop": None}], "usage": None}
+                    yield f"data: {json.dumps(chunk)}\n\n".encode()
+                if include_usage and req.error is None:
+                    chunk = {"id": req.rid, "object": "text_completion", "created": created, "model": model,
+                             "choices": [], "usage": usage()}
+                    yield f"data: {json.dumps(chunk)}\n\n".encode()
+                yield b"data: [DONE]\n\n"
+            return StreamingResponse(events(), media_type="text/event-stream")
+        async for _ in _updates(req):
+            pass
+        if req.error is not None:
+            return _error(req.error, 500)
+        return JSONResponse({"id": req.rid, "object": "text_completion", "created": created, "model": model,
+                             "choices": [{"index": 0, "text": decode_ids(req.output_ids), "logprobs": None,
+                                          "finish_reason": finish(), "matched_stop": None}],
+                             "usage": usage()})
+
+    async def server_info(request: Request) -> Response:
+        info = dict(st.server_info)
+        info["internal_states"] = [{
+            "last_gen_throughput": engine.last_gen_throughput,
+            "memory_usage": {"token_usage": engine.cache.device_used_tokens / engine.cfg.max_total_tokens},
+            "hicache_host_used_tokens": engine.cache.host_used_tokens,
+        }]
+        return JSONResponse(info)
+
+    async def model_info(request: Request) -> Response:
+        return JSONResponse(st.model_info)
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{
+            "id": st.served_model_name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
+            "root": st.model_info["model_path"], "max_model_len": engine.cfg.context_len}]})
+
+    async def flush_cache(request: Request) -> Response:
+        ok = engine.flush()
+        return PlainTextResponse(FLUSH_TEXT, status_code=200 if ok else 400)
+
+    async def metrics(request: Request) -> Response:
+        if not st.enable_metrics:
+            return PlainTextResponse("Not Found", status_code=404)
+        engine.update_gauges()
+        return Response(engine.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/health_generate", health_generate, methods=["GET"]),
+        Route("/generate", generate, methods=["POST", "PUT"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/get_server_info", server_info, methods=["GET"]),
+        Route("/server_info", server_info, methods=["GET"]),
+        Route("/get_model_info", model_info, methods=["GET"]),
+        Route("/model_info", model_info, methods=["GET"]),
+        Route("/flush_cache", flush_cache, methods=["GET", "POST"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    return Starlette(routes=routes)
+
+
+async def wait_done(req: SimRequest) -> None:
+    """Wait until the engine finished (or failed) ``req``."""
+    async for _ in _updates(req):
+        pass

@@ -1,0 +1,202 @@
+"""Command line of the simulated server: sglang's launch flags plus the ``--sim-*`` knobs.
+
+One job: turn argv into a typed :class:`SimArgs`, rejecting what sglang would reject.
+sglang parses its flags with argparse, so an unknown flag is an argparse error and exit 2;
+the harness relies on that (a typo in a scenario must fail the same way with either backend),
+hence ``allow_abbrev=False`` and no catch-all.  Flags the simulator does not model are still
+accepted and echoed in ``/get_server_info`` so a scenario written for the real server runs
+unchanged.  ``main(argv)`` is the entry point for ``python -m harness.sim`` and ``harness sim``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+HICACHE_LAYOUTS = ["layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"]
+WRITE_POLICIES = ["write_through", "write_back", "write_through_selective"]
+IO_BACKENDS = ["kernel", "direct"]
+KV_CACHE_DTYPES = ["auto", "bf16", "bfloat16", "fp16", "float16", "fp8_e4m3", "fp8_e5m2",
+                   "fp4_e2m1", "int8", "int4", "int2"]
+FAULT_NAMES = {
+    # name: whether it takes "=ARG"
+    "crash_at_request": True,
+    "cuda_fault_at_startup": False,
+    "hang_at_startup": False,
+    "exit_before_ready": True,
+    "ignore_sigterm": False,
+    "spawn_child": False,
+    "die_after_idle": True,
+    "corrupt_host_load": False,
+    "near_tie_flips": False,
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One ``--sim-fault NAME[=ARG]`` switch."""
+
+    name: str
+    arg: float | None = None
+
+
+@dataclass
+class SimArgs:
+    """Resolved arguments; ``sglang`` holds every sglang flag by its dest name."""
+
+    sglang: dict[str, Any]
+    time_scale: float
+    host_mem_scale: float
+    mem_available_gib: float | None
+    startup_s: float
+    faults: list[Fault] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        # convenience: args.max_total_tokens etc. read straight from the sglang namespace
+        try:
+            return self.__dict__["sglang"][name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+    def fault(self, name: str) -> Fault | None:
+        for f in self.faults:
+            if f.name == name:
+                return f
+        return None
+
+
+def _fault(text: str) -> Fault:
+    name, _, arg = text.partition("=")
+    name = name.strip()
+    if name not in FAULT_NAMES:
+        raise argparse.ArgumentTypeError(f"unknown fault {name!r} (known: {', '.join(sorted(FAULT_NAMES))})")
+    if FAULT_NAMES[name]:
+        if not arg:
+            raise argparse.ArgumentTypeError(f"fault {name} needs =ARG")
+        try:
+            return Fault(name, float(arg))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"fault {name}: {arg!r} is not a number") from exc
+    if arg:
+        raise argparse.ArgumentTypeError(f"fault {name} takes no argument")
+    return Fault(name)
+
+
+def _positive(kind: type) -> Any:
+    def conv(text: str) -> Any:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return conv
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m harness.sim",
+        description="SIMULATED sglang server (no GPU): sglang's launch flags and HTTP API, "
+                    "a page-granular two-tier prefix cache and a cost model.",
+        allow_abbrev=False,
+    )
+    a = p.add_argument
+    # --- model / server
+    a("--model-path", "--model", dest="model_path", required=True)
+    a("--tokenizer-path", default=None)
+    a("--host", default="127.0.0.1")
+    a("--port", type=int, default=30000)
+    a("--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size", type=_positive(int), default=1)
+    a("--dp-size", "--dp", dest="dp_size", type=_positive(int), default=1)
+    a("--pp-size", dest="pp_size", type=_positive(int), default=1)
+    a("--served-model-name", default=None)
+    a("--trust-remote-code", action="store_true")
+    a("--skip-tokenizer-init", action="store_true")
+    a("--load-format", default="auto")
+    a("--dtype", default="auto")
+    a("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default="auto")
+    a("--context-length", type=_positive(int), default=None)
+    a("--random-seed", type=int, default=None)
+    a("--log-level", default="info")
+    a("--log-level-http", default=None)
+    a("--log-requests", action="store_true")
+    a("--enable-metrics", action="store_true")
+    a("--enable-cache-report", action="store_true")
+    a("--enable-deterministic-inference", action="store_true")
+    a("--incremental-streaming-output", action="store_true")
+    a("--stream-interval", type=_positive(int), default=1)
+    a("--device", default="cuda")
+    a("--base-gpu-id", type=int, default=0)
+    a("--nnodes", type=_positive(int), default=1)
+    a("--node-rank", type=int, default=0)
+    a("--watchdog-timeout", type=float, default=300)
+    a("--api-key", default=None)
+    # --- memory and scheduling
+    a("--mem-fraction-static", type=float, default=None)
+    a("--max-total-tokens", type=_positive(int), default=None)
+    a("--max-running-requests", type=_positive(int), default=None)
+    a("--max-prefill-tokens", type=_positive(int), default=16384)
+    a("--chunked-prefill-size", type=int, default=None)
+    a("--page-size", type=_positive(int), default=None)
+    a("--schedule-policy", default="fcfs")
+    a("--schedule-conservativeness", type=float, default=1.0)
+    a("--max-mamba-cache-size", type=_positive(int), default=None)
+    a("--mamba-ssm-dtype", default=None)
+    a("--disable-radix-cache", action="store_true")
+    a("--disable-overlap-schedule", action="store_true")
+    a("--disable-cuda-graph", action="store_true")
+    a("--disable-custom-all-reduce", action="store_true")
+    a("--enable-mixed-chunk", action="store_true")
+    a("--cuda-graph-max-bs", type=int, default=None)
+    a("--cuda-graph-max-bs-decode", type=int, default=None)
+    a("--attention-backend", default=None)
+    a("--prefill-attention-backend", default=None)
+    a("--decode-attention-backend", default=None)
+    a("--sampling-backend", default=None)
+    a("--grammar-backend", default=None)
+    a("--enable-torch-compile", action="store_true")
+    # --- HiCache
+    a("--enable-hierarchical-cache", "--enable-hicache", dest="enable_hierarchical_cache", action="store_true")
+    a("--hicache-ratio", type=_positive(float), default=2.0)
+    a("--hicache-size", type=float, default=0)
+    a("--hicache-mem-layout", choices=HICACHE_LAYOUTS, default="page_first")
+    a("--hicache-write-policy", choices=WRITE_POLICIES, default="write_through")
+    a("--hicache-io-backend", choices=IO_BACKENDS, default="kernel")
+    a("--hicache-storage-backend", default=None)
+    a("--hicache-storage-prefetch-policy", default="best_effort")
+    a("--hicache-storage-backend-extra-config", default=None)
+    # --- simulator-only knobs (documented in docs/architecture.md)
+    a("--sim-time-scale", type=float, default=1.0,
+      help="multiplies every simulated duration (0.02 = 50x faster than the cost model)")
+    a("--sim-host-mem-scale", type=float, default=0.0625,
+      help="fraction of each host pool really allocated and touched, so MemAvailable moves")
+    a("--sim-mem-available-gib", type=float, default=None,
+      help="pretend MemAvailable is this many GiB for sglang's host-memory rule")
+    a("--sim-startup-s", type=float, default=0.2, help="simulated weight-loading time (seconds)")
+    a("--sim-fault", action="append", type=_fault, default=[], metavar="NAME[=ARG]",
+      help="fault switch, repeatable: " + ", ".join(sorted(FAULT_NAMES)))
+    return p
+
+
+SIM_DESTS = ("sim_time_scale", "sim_host_mem_scale", "sim_mem_available_gib", "sim_startup_s", "sim_fault")
+
+
+def parse_args(argv: Sequence[str] | None) -> SimArgs:
+    """Parse argv (argparse exits 2 on unknown or malformed flags, as sglang does)."""
+    ns = vars(build_parser().parse_args(argv))
+    sim = {k: ns.pop(k) for k in SIM_DESTS}
+    return SimArgs(
+        sglang=ns,
+        time_scale=max(0.0, sim["sim_time_scale"]),
+        host_mem_scale=min(1.0, max(0.0, sim["sim_host_mem_scale"])),
+        mem_available_gib=sim["sim_mem_available_gib"],
+        startup_s=max(0.0, sim["sim_startup_s"]),
+        faults=list(sim["sim_fault"]),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the simulated server; returns the process exit code."""
+    args = parse_args(argv)
+    from harness.sim.server import run  # late import: --help and flag errors stay fast
+
+    return run(args)

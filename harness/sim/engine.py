@@ -1,0 +1,454 @@
+"""The simulated scheduler: one "GPU" shared by all requests, with a simple cost model.
+
+One job: decide when each request's tokens come out.  Like sglang's scheduler, one loop runs
+one batch at a time on the single simulated GPU:
+- a *prefill* batch whenever requests wait: the current chunked request first, then new
+  requests (FCFS) while the ``--chunked-prefill-size`` token budget lasts; a prompt longer than
+  the budget is split over several batches, so a short prompt arriving during a long prefill
+  waits for the running chunk (interference, as measured by ``short_ttft``);
+- otherwise a *decode* batch: every running request gets one token.
+The prefill batch emits each finished prompt's first token; ``max_new_tokens=1`` ends there.
+
+Admission matches the prompt in :class:`TwoTierCache`, locks the matched pages, evicts LRU pages
+until the uncached tokens, the host pages to load back and ``max_new_tokens`` fit, then loads
+host pages back.  A finished request inserts prompt+output (hybrid: up to its last 64-token
+mamba checkpoint) into the cache; write-through backups are costed in the next batch.
+
+Cost model (seconds, all multiplied by ``--sim-time-scale``):
+- prefill batch  = 4 ms + new_tokens / prefill_tok_s, prefill_tok_s = min(80K, 4e14 / (2 P))
+  (P = approx. parameters; llama-tiny ~75K tok/s as on the H200, a 27B ~7.4K tok/s);
+- + load-back bytes / H2D GB/s (55 GB/s ``kernel``, 40 GB/s ``direct``; layer_first 0.8x)
+  + 0.25 x backup bytes / D2H GB/s (write-through copies mostly overlap compute);
+- decode step    = max(4 ms, 2 P bytes / 4 TB/s) + 0.1 ms x batch size + KV bytes read / 4 TB/s.
+Numbers are deliberately round: the simulator must show the *shape* of HiCache effects
+(host hit < recompute, interference, write-through overhead), not predict an H200.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from harness.model_config import ModelShape
+from harness.sim.cache import MAMBA_TRACK_INTERVAL, Match, Page, TwoTierCache
+from harness.sim.metrics import SimMetrics
+from harness.sim.tokens import CORRUPT_SALT, Candidates, TokenModel, advance, prompt_state
+
+log = logging.getLogger("sglang.sim.scheduler")
+
+NEAR_TIE_FLIP_EPS = 0.02
+
+ILLEGAL_ACCESS_TRACEBACK = """Scheduler hit an exception: Traceback (most recent call last):
+  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2946, in run_scheduler_process
+    scheduler.event_loop_overlap()
+  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 1012, in event_loop_overlap
+    self.process_batch_result(tmp_batch, tmp_result)
+  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler_output_processor_mixin.py", line 82, in process_batch_result_prefill
+    next_token_ids = next_token_ids.tolist()
+torch.AcceleratorError: CUDA error: an illegal memory access was encountered
+CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
+For debugging consider passing CUDA_LAUNCH_BLOCKING=1
+Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
+"""
+
+
+def crash_with_illegal_access(where: str) -> None:
+    """Print sglang's asynchronous CUDA fault and die at once (no cleanup, like a real crash)."""
+    sys.stdout.flush()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    sys.stderr.write(f"[{stamp} TP0] {ILLEGAL_ACCESS_TRACEBACK}\n")
+    sys.stderr.write(f"[{stamp}] Received sigquit from a child process. It usually means the child failed. ({where}, simulated)\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    prefill_tok_s: float
+    prefill_overhead_s: float
+    decode_base_s: float
+    decode_per_req_s: float
+    h2d_bytes_s: float
+    d2h_bytes_s: float
+    hbm_bytes_s: float
+    backup_visible: float
+    time_scale: float
+
+    @classmethod
+    def for_model(cls, shape: ModelShape, tp_size: int, io_backend: str, mem_layout: str,
+                  time_scale: float) -> "CostModel":
+        params = shape.approx_params() / max(1, tp_size)
+        h2d = (40e9 if io_backend == "direct" else 55e9) * (0.8 if mem_layout == "layer_first" else 1.0)
+        return cls(
+            prefill_tok_s=min(80_000.0, 4e14 / (2 * params)),
+            prefill_overhead_s=0.004,
+            decode_base_s=max(0.004, 2 * params / 4e12),
+            decode_per_req_s=0.0001,
+            h2d_bytes_s=h2d,
+            d2h_bytes_s=55e9,
+            hbm_bytes_s=4e12,
+            backup_visible=0.25,
+            time_scale=time_scale,
+        )
+
+    def prefill_s(self, new_tokens: int, load_bytes: int, backup_bytes: int) -> float:
+        return (self.prefill_overhead_s + new_tokens / self.prefill_tok_s + load_bytes / self.h2d_bytes_s
+                + self.backup_visible * backup_bytes / self.d2h_bytes_s)
+
+    def decode_s(self, batch: int, kv_bytes_read: int, backup_bytes: int) -> float:
+        return (self.decode_base_s + self.decode_per_req_s * batch + kv_bytes_read / self.hbm_bytes_s
+                + self.backup_visible * backup_bytes / self.d2h_bytes_s)
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    ignore_eos: bool = False
+    sampling_seed: int | None = None
+
+
+class RequestError(Exception):
+    """A request sglang would answer with HTTP 400."""
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One generation request and everything the scheduler learns about it."""
+
+    rid: str
+    input_ids: list[int]
+    sampling: SamplingParams
+    return_logprob: bool = False
+    top_logprobs_num: int = 0
+    internal: bool = False  # /health_generate and warm-up: not counted anywhere
+    crash: bool = False  # the crash_at_request fault picked this one
+    # filled by the scheduler
+    updates: asyncio.Queue = field(default_factory=asyncio.Queue)
+    created: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    locked: list[Page] = field(default_factory=list)
+    prefilled: int = 0
+    cached_device: int = 0
+    cached_host: int = 0
+    reserved: int = 0
+    load_bytes: int = 0
+    admitted: bool = False
+    ckpts: set[int] = field(default_factory=set)
+    state: int = 0
+    ref_state: int | None = None  # uncorrupted state, for corrupt_host_load
+    flips_allowed: bool = False
+    rng: random.Random | None = None
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    output_top: list[list[tuple[float, int]]] = field(default_factory=list)
+    finish_reason: dict | None = None
+    error: str | None = None
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.cached_device + self.cached_host
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None or self.error is not None
+
+
+@dataclass
+class EngineConfig:
+    max_total_tokens: int
+    chunked_prefill_size: int
+    max_running_requests: int
+    context_len: int
+    kv_bytes_per_token: int
+    mamba_bytes_per_slot: int
+    hybrid: bool
+    deterministic: bool
+    near_tie_flips: bool
+    corrupt_host_load: bool
+    crash_at_request: int | None
+    random_seed: int
+
+
+class Engine:
+    """Scheduler loop + request bookkeeping; all methods run on the server's event loop."""
+
+    def __init__(self, cfg: EngineConfig, cache: TwoTierCache, cost: CostModel, model: TokenModel,
+                 metrics: SimMetrics) -> None:
+        self.cfg = cfg
+        self.cache = cache
+        self.cost = cost
+        self.model = model
+        self.metrics = metrics
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.chunked: SimRequest | None = None
+        self._wake = asyncio.Event()
+        self._pending_backup_bytes = 0
+        self._request_count = 0
+        self._decode_steps = 0
+        self._hit_tokens = 0
+        self._total_tokens = 0
+        self.last_response_at: float | None = None
+        self.last_gen_throughput = 0.0
+        self._seed_rng = random.Random(cfg.random_seed)
+
+    # ------------------------------------------------------------------ API
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running or self.chunked)
+
+    def submit(self, req: SimRequest) -> None:
+        """Validate and queue; raises RequestError for what sglang rejects up front."""
+        n = len(req.input_ids)
+        if n == 0:
+            raise RequestError("The input_ids must not be empty.")
+        limit = min(self.cfg.context_len, self.cfg.max_total_tokens) - 1
+        if n > limit:
+            raise RequestError(
+                f"Input length ({n} tokens) exceeds the maximum allowed length ({limit} tokens). "
+                "Use a shorter input or enable --allow-auto-truncate.")
+        if n + req.sampling.max_new_tokens > self.cfg.max_total_tokens:
+            raise RequestError(
+                f"Requested token count exceeds the model's maximum context length of "
+                f"{self.cfg.max_total_tokens} tokens. You requested a total of "
+                f"{n + req.sampling.max_new_tokens} tokens: {n} tokens from the input messages and "
+                f"{req.sampling.max_new_tokens} tokens for the completion.")
+        if not req.internal:
+            self._request_count += 1
+            if self.cfg.crash_at_request is not None and self._request_count == self.cfg.crash_at_request:
+                req.crash = True  # dies when the scheduler picks it up: mid-request
+        self.waiting.append(req)
+        self._wake.set()
+
+    def flush(self) -> bool:
+        """``/flush_cache``: refused while anything runs or waits (sglang returns 400)."""
+        if self.busy:
+            log.warning("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d",
+                        len(self.waiting), len(self.running) + (1 if self.chunked else 0))
+            return False
+        self.cache.reset()
+        log.info("Cache flushed successfully!")
+        self.update_gauges()
+        return True
+
+    # ------------------------------------------------------------------ loop
+    async def run(self) -> None:
+        while True:
+            if not self.busy:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = self._schedule_prefill()
+            if batch:
+                await self._run_prefill(batch)
+            elif self.running:
+                await self._run_decode()
+            else:
+                # a waiting request cannot be admitted though nothing runs: cannot happen
+                # after submit's length checks, but never spin
+                req = self.waiting.popleft()
+                self._fail(req, "not enough KV cache for this request")
+
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds * self.cost.time_scale))
+
+    # ------------------------------------------------------------------ prefill
+    def _admit(self, req: SimRequest) -> bool:
+        if req.crash:
+            crash_with_illegal_access(f"request {self._request_count}")
+        m: Match = self.cache.match(req.input_ids)
+        self.cache.lock(m.pages)
+        private = len(req.input_ids) - m.tokens + req.sampling.max_new_tokens
+        ok, written = self.cache.make_room(private + m.host_tokens)
+        self._pending_backup_bytes += written * self.cache.page_size * self.cfg.kv_bytes_per_token
+        if not ok:
+            self.cache.unlock(m.pages)
+            return False
+        self.cache.load_back(m.host)
+        self.cache.reserved_tokens += private
+        req.reserved = private
+        req.locked = m.pages
+        req.prefilled = m.tokens
+        req.cached_device, req.cached_host = m.device_tokens, m.host_tokens
+        req.load_bytes = m.host_tokens * self.cfg.kv_bytes_per_token
+        if self.cfg.hybrid and m.host_tokens:
+            req.load_bytes += self.cfg.mamba_bytes_per_slot
+        req.admitted = True
+        req.state = prompt_state(req.input_ids)
+        if self.cfg.corrupt_host_load and m.host_tokens > 0:
+            req.ref_state, req.state = req.state, req.state ^ CORRUPT_SALT
+        req.flips_allowed = (self.cfg.near_tie_flips and not self.cfg.deterministic and m.tokens > 0)
+        if req.sampling.temperature > 0:
+            seed = req.sampling.sampling_seed
+            req.rng = random.Random(seed if seed is not None else self._seed_rng.getrandbits(64))
+        if m.host_tokens and not req.internal:
+            self.metrics.inc("load_back_tokens", m.host_tokens)
+            self.metrics.inc("load_back_bytes", req.load_bytes)
+            self.metrics["load_back_duration"].observe(req.load_bytes / self.cost.h2d_bytes_s * self.cost.time_scale)
+        return True
+
+    def _schedule_prefill(self) -> list[tuple[SimRequest, int]]:
+        budget = self.cfg.chunked_prefill_size if self.cfg.chunked_prefill_size > 0 else 1 << 62
+        batch: list[tuple[SimRequest, int]] = []
+        if self.chunked is not None:
+            req = self.chunked
+            rest = len(req.input_ids) - req.prefilled
+            n = min(rest, budget)
+            batch.append((req, n))
+            budget -= n
+            if n == rest:
+                self.chunked = None
+        while self.waiting and budget > 0 and self.chunked is None:
+            if len(self.running) + len(batch) >= self.cfg.max_running_requests:
+                break
+            req = self.waiting[0]
+            if not self._admit(req):
+                break
+            self.waiting.popleft()
+            rest = len(req.input_ids) - req.prefilled
+            n = min(rest, budget)
+            batch.append((req, n))
+            budget -= n
+            if n < rest:
+                self.chunked = req
+        return batch
+
+    async def _run_prefill(self, batch: list[tuple[SimRequest, int]]) -> None:
+        new_tokens = sum(n for _, n in batch)
+        fresh = [r for r, _ in batch if r.prefilled == r.cached_tokens]  # first chunk of each
+        load_bytes = sum(r.load_bytes for r in fresh)
+        cached = sum(r.cached_tokens for r in fresh)
+        backup, self._pending_backup_bytes = self._pending_backup_bytes, 0
+        self._hit_tokens += cached
+        self._total_tokens += cached + new_tokens
+        log.info(
+            "Prefill batch. #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
+            "#running-req: %d, #queue-req: %d, ",
+            len(fresh), new_tokens, cached, self.cache.device_used_tokens / self.cfg.max_total_tokens,
+            len(self.running), len(self.waiting))
+        await self._sleep(self.cost.prefill_s(new_tokens, load_bytes, backup))
+        now = time.perf_counter()
+        for req, n in batch:
+            req.prefilled += n
+            if self.cfg.hybrid:
+                # mamba state tracked at 64-token boundaries: one checkpoint per chunk end
+                req.ckpts.add(req.prefilled // MAMBA_TRACK_INTERVAL * MAMBA_TRACK_INTERVAL)
+            if req.prefilled < len(req.input_ids):
+                continue
+            if not req.internal:
+                self.metrics.inc("prompt_tokens", len(req.input_ids))
+                self.metrics.cached("device", req.cached_device)
+                self.metrics.cached("host", req.cached_host)
+            self._emit(req, now)
+            if len(req.output_ids) >= req.sampling.max_new_tokens:
+                self._finish(req)
+            else:
+                self.running.append(req)
+        self.update_gauges()
+
+    # ------------------------------------------------------------------ decode
+    async def _run_decode(self) -> None:
+        bs = len(self.running)
+        ctx = sum(len(r.input_ids) + len(r.output_ids) for r in self.running)
+        backup, self._pending_backup_bytes = self._pending_backup_bytes, 0
+        step = self.cost.decode_s(bs, ctx * self.cfg.kv_bytes_per_token, backup)
+        self._decode_steps += 1
+        self.last_gen_throughput = bs / max(step, 1e-9)
+        if self._decode_steps % 40 == 0:
+            log.info("Decode batch. #running-req: %d, #token: %d, token usage: %.2f, "
+                     "gen throughput (token/s): %.2f, #queue-req: %d, ",
+                     bs, self.cache.device_used_tokens, self.cache.device_used_tokens / self.cfg.max_total_tokens,
+                     self.last_gen_throughput, len(self.waiting))
+        await self._sleep(step)
+        now = time.perf_counter()
+        still: list[SimRequest] = []
+        for req in self.running:
+            self._emit(req, now)
+            if len(req.output_ids) >= req.sampling.max_new_tokens:
+                self._finish(req)
+            else:
+                still.append(req)
+        self.running = still
+        self.update_gauges()
+
+    # ------------------------------------------------------------------ tokens
+    def _emit(self, req: SimRequest, now: float) -> None:
+        cand: Candidates = self.model.candidates(req.state)
+        pos = len(req.output_ids)
+        if req.rng is not None:
+            tok = self.model.sample(cand, req.sampling.temperature, req.rng)
+        else:
+            tok = cand.tokens[0]
+            if req.flips_allowed and cand.margin < NEAR_TIE_FLIP_EPS:
+                tok = cand.tokens[1]  # numerically different kernels pick the other near-tie
+        if pos == 0 and req.ref_state is not None:
+            # corrupt KV from host: the first token is not even in the true top-k
+            tok = self.model.outside(self.model.candidates(req.ref_state), tok)
+        lp = dict(zip(cand.tokens, cand.logprobs)).get(tok, cand.logprobs[-1] - 1.0)
+        req.output_ids.append(tok)
+        req.state = advance(req.state, tok)
+        if req.return_logprob:
+            req.output_logprobs.append(lp)
+            k = max(0, req.top_logprobs_num)
+            req.output_top.append(list(zip(cand.logprobs[:k], cand.tokens[:k])))
+        if req.first_token_at is None:
+            req.first_token_at = now
+            if not req.internal:
+                self.metrics["ttft"].observe(now - req.created)
+        if not req.internal:
+            self.metrics.inc("generation_tokens", 1)
+        req.updates.put_nowait(None)
+
+    def _finish(self, req: SimRequest) -> None:
+        req.finish_reason = {"type": "length", "length": req.sampling.max_new_tokens}
+        req.finished_at = time.perf_counter()
+        self.cache.reserved_tokens -= req.reserved
+        req.reserved = 0
+        if not req.internal:
+            seq = req.input_ids + req.output_ids[:-1]  # the last token has no KV yet
+            if self.cfg.hybrid:
+                upto = max((c for c in req.ckpts if c <= len(req.input_ids)), default=0)
+            else:
+                upto = len(seq)
+            _, written = self.cache.insert(seq, upto, req.ckpts if self.cfg.hybrid else None)
+            nbytes = written * self.cache.page_size * self.cfg.kv_bytes_per_token
+            self._pending_backup_bytes += nbytes
+            self.metrics.inc("backup_tokens", written * self.cache.page_size)
+            self.metrics.inc("backup_bytes", nbytes)
+            self.metrics.inc("num_requests", 1)
+            self.metrics["e2e"].observe(req.finished_at - req.created)
+            self.last_response_at = time.monotonic()
+        self.cache.unlock(req.locked)
+        req.locked = []
+        req.updates.put_nowait(None)
+
+    def _fail(self, req: SimRequest, message: str) -> None:
+        req.error = message
+        req.updates.put_nowait(None)
+
+    # ------------------------------------------------------------------ gauges
+    def update_gauges(self) -> None:
+        m, c = self.metrics, self.cache
+        m["token_usage"].set(round(c.device_used_tokens / self.cfg.max_total_tokens, 2))
+        m["num_used_tokens"].set(c.device_used_tokens)
+        m["num_running"].set(len(self.running) + (1 if self.chunked else 0))
+        m["num_queue"].set(len(self.waiting))
+        m["cache_hit_rate"].set(self._hit_tokens / self._total_tokens if self._total_tokens else 0.0)
+        m["gen_throughput"].set(self.last_gen_throughput)
+        if c.hicache:
+            m["host_used"].set(c.host_used_tokens)
+            m["host_total"].set(c.host_capacity_tokens)
+        stats = c.stats
+        # evictions happen inside the cache; export the delta since the last update
+        delta = stats.evicted_tokens - getattr(self, "_evicted_exported", 0)
+        if delta > 0:
+            m.inc("evicted_tokens", delta)
+            self._evicted_exported = stats.evicted_tokens

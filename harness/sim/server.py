@@ -1,0 +1,349 @@
+"""Start-up, lifetime and faults of the simulated server process.
+
+One job: play a real ``sglang.launch_server`` process from launch to exit -- the log lines in
+sglang's order and wording, the host-pool rule, the layer_first + mamba assertion, binding HTTP
+only once the "scheduler" is up, a warm-up request, then ``The server is fired up and ready to
+roll!`` -- and the ``--sim-fault`` misbehaviours the harness must survive.
+
+Log lines (stdout, ``[YYYY-mm-dd HH:MM:SS]`` or ``[... TP0]`` prefixed):
+``server_args=ServerArgs(...)``, a ``SIMULATED sglang server`` banner, ``Load weight begin/end``,
+``KV Cache is allocated. #tokens: N, K size: X GB, V size: X GB`` (hybrid: ``Mamba Cache is
+allocated. ...``), ``Allocating kv hierarchical KV host pool: N tokens, X GB host memory.``
+(hybrid: ``Allocating X GB host memory for hierarchical Mamba cache (layout=L).``),
+``max_total_num_tokens=N, chunked_prefill_size=..., max_prefill_tokens=...,
+max_running_requests=..., context_len=..., available_gpu_mem=... GB``, uvicorn's lines,
+``End of prefill warmup with status 200, ...``, ``The server is fired up and ready to roll!``.
+Failures print a scheduler traceback (``ValueError: Not enough host memory available. ...``,
+``AssertionError: Unsupported layout: layer_first``, ``CUDA error: an illegal memory access was
+encountered``) and exit 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import uvicorn
+
+from harness.model_config import KV_CACHE_DTYPE_BYTES, ModelConfigError, ModelShape, load_model_shape
+from harness.sim.app import AppState, build_app, wait_done
+from harness.sim.cache import TwoTierCache
+from harness.sim.cli import SimArgs
+from harness.sim.engine import CostModel, Engine, EngineConfig, SamplingParams, SimRequest, crash_with_illegal_access
+from harness.sim.hostmem import HostBudget, HostMemoryError, TouchedBuffer, host_pool_tokens, read_mem_available_bytes
+from harness.sim.metrics import SimMetrics
+from harness.sim.tokens import TokenModel
+
+SIM_VERSION = "0.5.17-sim"
+SITE = "/usr/local/lib/python3.12/dist-packages/sglang/srt"
+DEFAULT_MAX_TOTAL_TOKENS = 20480  # the H200 runs used --max-total-tokens 20480
+DEFAULT_MAMBA_SLOTS = 32
+
+log = logging.getLogger("sglang.sim")
+tplog = logging.getLogger("sglang.sim.scheduler")
+
+
+class _Formatter(logging.Formatter):
+    """sglang's prefix: ``[time TP0]`` for scheduler loggers, ``[time]`` otherwise."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
+        tp = " TP0" if record.name.startswith("sglang.sim.scheduler") else ""
+        return f"[{stamp}{tp}] {record.getMessage()}"
+
+
+def _setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(_Formatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, str(level).upper(), logging.INFO))
+
+
+def _traceback(frames: list[tuple[str, int, str, str]], error: str) -> None:
+    """Print a scheduler-process failure the way sglang's launcher shows it, then exit 1."""
+    lines = ["Scheduler hit an exception: Traceback (most recent call last):"]
+    for path, line, func, code in frames:
+        lines.append(f'  File "{SITE}/{path}", line {line}, in {func}')
+        lines.append(f"    {code}")
+    lines.append(error)
+    sys.stdout.flush()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    sys.stderr.write(f"[{stamp} TP0] " + "\n".join(lines) + "\n\n")
+    sys.stderr.write(f"[{stamp}] Received sigquit from a child process. It usually means the child failed.\n")
+    sys.stderr.flush()
+
+
+_INIT_FRAMES = [
+    ("managers/scheduler.py", 2946, "run_scheduler_process", "scheduler = Scheduler("),
+    ("managers/scheduler.py", 341, "__init__", "self.init_cache_with_memory_pool()"),
+    ("managers/scheduler.py", 702, "init_cache_with_memory_pool", "self.tree_cache = create_tree_cache(params)"),
+]
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: SIGTERM policy is ours (ignore_sigterm)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[override]
+        yield
+
+
+def _sleep_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+class Plan:
+    """Everything resolved from the flags and the model before anything is allocated."""
+
+    def __init__(self, args: SimArgs, shape: ModelShape) -> None:
+        a = args.sglang
+        self.args, self.shape = args, shape
+        self.tp = a["tp_size"]
+        self.page_size = a["page_size"] or 1
+        total = a["max_total_tokens"] or DEFAULT_MAX_TOTAL_TOKENS
+        self.max_total_tokens = max(self.page_size, total // self.page_size * self.page_size)
+        cps = a["chunked_prefill_size"]
+        self.chunked_prefill_size = 8192 if cps is None else cps
+        self.context_len = a["context_length"] or shape.max_position_embeddings
+        self.mamba_slots = (a["max_mamba_cache_size"] or DEFAULT_MAMBA_SLOTS) if shape.is_hybrid else 0
+        mrr = a["max_running_requests"] or 4096
+        self.max_running_requests = min(mrr, self.mamba_slots) if shape.is_hybrid else mrr
+        kvb = KV_CACHE_DTYPE_BYTES.get(a["kv_cache_dtype"])
+        self.kv_bytes_per_token = shape.kv_bytes_per_token(self.tp, kvb)
+        self.mamba_bytes_per_slot = shape.mamba_bytes_per_slot(self.tp)
+        self.hicache = bool(a["enable_hierarchical_cache"]) and not a["disable_radix_cache"]
+        self.layout = a["hicache_mem_layout"]
+        if self.layout == "page_first" and a["hicache_io_backend"] == "direct":
+            self.layout = "page_first_direct"  # sglang switches it the same way, with a warning
+        self.host_tokens = 0
+        self.mamba_host_slots = 0
+        self.served_model_name = a["served_model_name"] or a["model_path"]
+
+
+def _log_startup(plan: Plan) -> None:
+    a = plan.args.sglang
+    shown = ", ".join(f"{k}={v!r}" for k, v in a.items())
+    log.info("server_args=ServerArgs(%s)", shown)
+    log.info("SIMULATED sglang server (harness.sim, version %s): no GPU, no weights; timings from a cost model "
+             "x %s, host pools touched x %s. faults=%s", SIM_VERSION, plan.args.time_scale,
+             plan.args.host_mem_scale, [f.name + ("" if f.arg is None else f"={f.arg:g}") for f in plan.args.faults])
+    tplog.info("Init torch distributed begin.")
+    tplog.info("Init torch distributed ends. mem usage=0.00 GB")
+    tplog.info("Load weight begin. avail mem=139.37 GB")
+
+
+def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
+    """sglang's KV host pool, then (hybrid) its mamba host pool; raises on refusal."""
+    a, args = plan.args.sglang, plan.args
+    avail = (int(args.mem_available_gib * 1024**3) if args.mem_available_gib is not None
+             else read_mem_available_bytes())
+    budget = HostBudget(mem_available_bytes=avail, ranks=plan.tp)
+    plan.host_tokens = host_pool_tokens(plan.max_total_tokens, a["hicache_ratio"], a["hicache_size"],
+                                        plan.kv_bytes_per_token, plan.page_size)
+    if plan.host_tokens <= plan.max_total_tokens:
+        tplog.warning("HiCache kv host pool (%d tokens) is smaller than the device pool (%d tokens);"
+                      "L2 cache effectiveness is reduced.Consider increasing --hicache-ratio (or --hicache-size) "
+                      "for higher L2 cache hit rate.", plan.host_tokens, plan.max_total_tokens)
+    kv_bytes = plan.host_tokens * plan.kv_bytes_per_token
+    budget.claim(kv_bytes)
+    tplog.info("Allocating kv hierarchical KV host pool: %d tokens, %.2f GB host memory.",
+               plan.host_tokens, kv_bytes / 1e9)
+    # every TP rank on this host allocates its own pool: touch tp x (scaled) bytes
+    buffers.append(TouchedBuffer(int(kv_bytes * plan.tp * args.host_mem_scale)))
+    if not plan.shape.is_hybrid:
+        return
+    if plan.layout not in ("page_first", "page_first_direct"):
+        raise AssertionError(f"Unsupported layout: {plan.layout}")
+    plan.mamba_host_slots = host_pool_tokens(plan.mamba_slots, a["hicache_ratio"], a["hicache_size"],
+                                             plan.mamba_bytes_per_slot, 1)
+    m_bytes = plan.mamba_host_slots * plan.mamba_bytes_per_slot
+    budget.claim(m_bytes)
+    tplog.info("Allocating %.2f GB host memory for hierarchical Mamba cache (layout=%s).", m_bytes / 1e9, plan.layout)
+    buffers.append(TouchedBuffer(int(m_bytes * plan.tp * args.host_mem_scale)))
+
+
+def _server_info(plan: Plan) -> dict[str, Any]:
+    info: dict[str, Any] = dict(plan.args.sglang)
+    info.update({
+        "version": SIM_VERSION,
+        "simulated": True,
+        "backend": "harness.sim",
+        "max_total_num_tokens": plan.max_total_tokens,
+        "max_req_input_len": min(plan.context_len, plan.max_total_tokens) - 1,
+        "chunked_prefill_size": plan.chunked_prefill_size,
+        "max_running_requests": plan.max_running_requests,
+        "page_size": plan.page_size,
+        "context_len": plan.context_len,
+        "hicache_mem_layout": plan.layout,
+        "host_pool_tokens": plan.host_tokens,
+        "host_pool_gb": round(plan.host_tokens * plan.kv_bytes_per_token / 1e9, 4),
+        "kv_bytes_per_token": plan.kv_bytes_per_token,
+        "mamba_host_pool_slots": plan.mamba_host_slots,
+        "mamba_bytes_per_slot": plan.mamba_bytes_per_slot,
+        "sim": {"time_scale": plan.args.time_scale, "host_mem_scale": plan.args.host_mem_scale,
+                "mem_available_gib": plan.args.mem_available_gib, "startup_s": plan.args.startup_s,
+                "faults": [{"name": f.name, "arg": f.arg} for f in plan.args.faults]},
+    })
+    return info
+
+
+def run(args: SimArgs) -> int:
+    """The whole life of one simulated server process; returns its exit code."""
+    if args.fault("spawn_child"):
+        # the launched process is only a launcher: the real server is its child, same session
+        if os.fork() > 0:
+            sys.stdout.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] launcher pid {os.getpid()} "
+                             "handed over to a child process and exits (simulated spawn_child)\n")
+            sys.stdout.flush()
+            os._exit(0)
+    if args.fault("ignore_sigterm"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _setup_logging(args.sglang["log_level"])
+    try:
+        shape = load_model_shape(args.sglang["model_path"])
+    except ModelConfigError as exc:
+        _traceback([("utils/hf_transformers_utils.py", 226, "get_config", "config = AutoConfig.from_pretrained(")],
+                   f"OSError: {exc}")
+        return 1
+    plan = Plan(args, shape)
+    _log_startup(plan)
+
+    ebr = args.fault("exit_before_ready")
+    if ebr is not None:
+        time.sleep(max(0.0, ebr.arg or 0.0))
+        log.info("exiting before ready with status 0 (simulated fault exit_before_ready)")
+        return 0
+    time.sleep(args.startup_s)
+    if args.fault("hang_at_startup"):
+        tplog.info("Capture cuda graph begin. This can take up to several minutes.")
+        _sleep_forever()
+    if args.fault("cuda_fault_at_startup"):
+        tplog.info("Capture cuda graph begin. This can take up to several minutes.")
+        crash_with_illegal_access("startup")
+
+    tplog.info("Load weight end. type=%s, dtype=torch.bfloat16, avail mem=120.00 GB, mem usage=0.00 GB.",
+               (shape.architectures or ("Unknown",))[0])
+    kv_gb = plan.max_total_tokens * plan.kv_bytes_per_token / 2 / 1e9
+    tplog.info("KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB",
+               plan.max_total_tokens, kv_gb, kv_gb)
+    if shape.is_hybrid:
+        tplog.info("Mamba Cache is allocated. max_mamba_cache_size: %d, conv_state size: %.2f GB, "
+                   "ssm_state size: %.2f GB ", plan.mamba_slots + 1,
+                   (plan.mamba_slots + 1) * shape.mamba_conv_bytes_per_slot(plan.tp) / 1e9,
+                   (plan.mamba_slots + 1) * shape.mamba_temporal_bytes_per_slot(plan.tp) / 1e9)
+
+    buffers: list[TouchedBuffer] = []
+    try:
+        if plan.hicache:
+            try:
+                _allocate_host_pools(plan, buffers)
+            except HostMemoryError as exc:
+                pool = "mamba.py" if plan.host_tokens and len(buffers) == 1 else "base.py"
+                _traceback(_INIT_FRAMES + [
+                    ("mem_cache/hi_mamba_radix_cache.py" if shape.is_hybrid else "mem_cache/hiradix_cache.py",
+                     118, "__init__", "self.token_to_kv_pool_host = self._create_host_pool("),
+                    (f"mem_cache/pool_host/{pool}", 131, "__init__", "raise ValueError("),
+                ], f"ValueError: {exc}")
+                return 1
+            except AssertionError as exc:
+                _traceback(_INIT_FRAMES + [
+                    ("mem_cache/hi_mamba_radix_cache.py", 131, "__init__", "self.mamba_pool_host = MambaPoolHost("),
+                    ("mem_cache/pool_host/mamba.py", 70, "__init__", "assert layout in ["),
+                ], f"AssertionError: {exc}")
+                return 1
+        tplog.info("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
+                   "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
+                   plan.max_total_tokens, plan.chunked_prefill_size, args.sglang["max_prefill_tokens"],
+                   plan.max_running_requests, plan.context_len, 12.34)
+        return asyncio.run(_serve(plan))
+    finally:
+        for b in buffers:
+            b.close()
+
+
+async def _serve(plan: Plan) -> int:
+    args, a, shape = plan.args, plan.args.sglang, plan.shape
+    cache = TwoTierCache(plan.max_total_tokens, plan.host_tokens if plan.hicache else 0, plan.page_size,
+                         a["hicache_write_policy"], hybrid=shape.is_hybrid, enabled=not a["disable_radix_cache"])
+    crash = args.fault("crash_at_request")
+    cfg = EngineConfig(
+        max_total_tokens=plan.max_total_tokens, chunked_prefill_size=plan.chunked_prefill_size,
+        max_running_requests=plan.max_running_requests, context_len=plan.context_len,
+        kv_bytes_per_token=plan.kv_bytes_per_token, mamba_bytes_per_slot=plan.mamba_bytes_per_slot,
+        hybrid=shape.is_hybrid, deterministic=bool(a["enable_deterministic_inference"]),
+        near_tie_flips=args.fault("near_tie_flips") is not None,
+        corrupt_host_load=args.fault("corrupt_host_load") is not None,
+        crash_at_request=int(crash.arg) if crash and crash.arg is not None else None,
+        random_seed=a["random_seed"] if a["random_seed"] is not None else 0,
+    )
+    metrics = SimMetrics(plan.served_model_name)
+    engine = Engine(cfg, cache, CostModel.for_model(shape, plan.tp, a["hicache_io_backend"], plan.layout,
+                                                    args.time_scale),
+                    TokenModel(shape.vocab_size, shape.eos_token_ids), metrics)
+    state = AppState(
+        engine=engine, server_info=_server_info(plan),
+        model_info={"model_path": a["model_path"], "tokenizer_path": a["tokenizer_path"] or a["model_path"],
+                    "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+                    "has_image_understanding": False, "has_audio_understanding": False,
+                    "model_type": shape.model_type, "architectures": list(shape.architectures),
+                    "simulated": True},
+        skip_tokenizer=bool(a["skip_tokenizer_init"]), enable_metrics=bool(a["enable_metrics"]),
+        enable_cache_report=bool(a["enable_cache_report"]), served_model_name=plan.served_model_name,
+    )
+    server = _Server(uvicorn.Config(build_app(state), host=a["host"], port=a["port"], log_config=None,
+                                    access_log=True, timeout_graceful_shutdown=1, lifespan="off"))
+    loop = asyncio.get_running_loop()
+    exit_code = 0
+
+    def stop() -> None:
+        server.should_exit = True
+
+    if not args.fault("ignore_sigterm"):
+        loop.add_signal_handler(signal.SIGTERM, stop)
+    loop.add_signal_handler(signal.SIGINT, stop)
+
+    sched = asyncio.create_task(engine.run(), name="scheduler")
+    serving = asyncio.create_task(server.serve(), name="uvicorn")
+    while not server.started:
+        if serving.done():  # bind failed: uvicorn already logged why
+            sched.cancel()
+            return 1
+        await asyncio.sleep(0.01)
+    warm = SimRequest(rid="warmup", input_ids=[3, 4, 5, 6, 7, 8, 9, 10],
+                      sampling=SamplingParams(max_new_tokens=1, temperature=0.0), internal=True)
+    engine.submit(warm)
+    await wait_done(warm)
+    log.info("End of prefill warmup with status 200, resp: [{'text': '', 'output_ids': %s, 'meta_info': ...}]",
+             warm.output_ids)
+    engine.update_gauges()
+    state.ready = True
+    log.info("The server is fired up and ready to roll!")
+
+    idle = args.fault("die_after_idle")
+    while not serving.done():
+        await asyncio.sleep(0.05)
+        if sched.done():  # the scheduler died: a real server's would take the process down
+            exc = sched.exception()
+            log.error("Scheduler loop ended: %r", exc)
+            exit_code = 1
+            break
+        if idle is not None and engine.last_response_at is not None and not engine.busy \
+                and time.monotonic() - engine.last_response_at > (idle.arg or 0.0):
+            tplog.error("Scheduler died %.1f s after its last response (simulated fault die_after_idle).",
+                        idle.arg or 0.0)
+            sys.stdout.flush()
+            os._exit(1)
+    server.should_exit = True
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(serving, timeout=3)
+    sched.cancel()
+    log.info("Simulated server shut down.")
+    return exit_code
