@@ -34,7 +34,7 @@ class Metric:
     unit: str
     higher_is_better: bool
     description: str
-    per: Literal["request", "group"] = "request"
+    per: Literal["request", "group", "workload"] = "request"
 
 
 METRICS: dict[str, Metric] = {m.name: m for m in [
@@ -51,6 +51,20 @@ METRICS: dict[str, Metric] = {m.name: m for m in [
     Metric("pass_wall_s", "s", False, "wall time of one concurrent group (a pass)", per="group"),
 ]}
 REQUEST_METRICS = [m.name for m in METRICS.values() if m.per == "request"]
+
+# Ratios `harness.summary.derived` computes per workload (one number per variant).
+DERIVED_METRICS: dict[str, Metric] = {m.name: m for m in [
+    Metric("second_pass_speedup", "ratio", True, "parallel_prefixes: pass1 wall / pass2 wall", "workload"),
+    Metric("device_speedup", "ratio", True, "repeat_prefill: cold TTFT / repeat TTFT", "workload"),
+    Metric("host_speedup", "ratio", True, "repeat_prefill: cold TTFT / after-eviction TTFT", "workload"),
+    Metric("interference", "ratio", False, "short_ttft: TTFT during a long prefill / alone", "workload"),
+    Metric("later_turns_cached_fraction", "fraction", True, "multi_turn: cached share, turns >= 2", "workload"),
+]}
+
+
+def metric_info(name: str) -> Metric:
+    """Declaration of a per-request, per-group or derived metric by name (KeyError if unknown)."""
+    return METRICS[name] if name in METRICS else DERIVED_METRICS[name]
 
 _NS_PER_MS = 1e6
 _NS_PER_S = 1e9

@@ -1,0 +1,86 @@
+"""summarize(): statistics per workload/phase, exclusions, derived ratios, failed variants."""
+
+import json
+
+import pytest
+
+from harness.summary import failed, stats, summarize, summary_rows
+from tests.factories import MS, make_failed, make_record
+
+
+def test_stats_known_values():
+    s = stats([1, 2, 3, 4, None, float("nan")])
+    assert s == {"n": 4, "mean": 2.5, "p50": 2.5, "p90": pytest.approx(3.7), "p99": pytest.approx(3.97),
+                 "min": 1.0, "max": 4.0}
+    assert stats([]) is None and stats([None]) is None
+
+
+def test_warmup_and_errors_excluded_and_counted():
+    rs = [make_record(workload="cold_prefill", phase="cold", ttft_ms=t, index=i)
+          for i, t in enumerate([100.0, 200.0, 300.0])]
+    rs.append(make_record(workload="cold_prefill", phase="warmup", ttft_ms=5000.0, warmup=True))
+    rs.append(make_failed(workload="cold_prefill", phase="cold", error="timeout", index=9))
+    s = summarize(rs)
+    ph = s["workloads"]["cold_prefill"]["phases"]["cold"]
+    assert ph["n"] == 3 and ph["n_errors"] == 1 and ph["errors"] == {"timeout": 1}
+    assert ph["metrics"]["ttft_ms"]["p50"] == pytest.approx(200.0)
+    assert ph["metrics"]["ttft_ms"]["max"] == pytest.approx(300.0)
+    assert ph["metrics"]["decode_tok_s"] is None  # one token each: nothing to measure, not 0
+    assert s["workloads"]["cold_prefill"]["phases"]["warmup"]["n_warmup"] == 1
+    assert s["n_requests"] == 4 and s["n_errors"] == 1
+    json.dumps(s)  # JSON-ready
+
+
+def test_parallel_prefixes_second_pass_speedup():
+    rs = []
+    for p, ttft in ((1, 500.0), (2, 125.0)):
+        base = p * 10_000 * MS
+        rs += [make_record(workload="parallel_prefixes", phase=f"pass{p}", index=i,
+                           sent_ns=base, ttft_ms=ttft * (i + 1) / 8,
+                           concurrency_group=f"parallel_prefixes/pass{p}/r0",
+                           cached_tokens=0 if p == 1 else 900, cached_device=0 if p == 1 else 100,
+                           cached_host=0 if p == 1 else 800) for i in range(8)]
+    s = summarize(rs)["workloads"]["parallel_prefixes"]
+    w1 = s["phases"]["pass1"]["metrics"]["pass_wall_s"]["p50"]
+    w2 = s["phases"]["pass2"]["metrics"]["pass_wall_s"]["p50"]
+    assert w1 == pytest.approx(0.5) and w2 == pytest.approx(0.125)
+    assert s["derived"]["second_pass_speedup"] == pytest.approx(4.0)
+    assert s["phases"]["pass2"]["hits"]["requests_with_host_hit"] == 8
+    assert s["phases"]["pass1"]["hits"]["requests_with_host_hit"] == 0
+    assert s["phases"]["pass2"]["metrics"]["host_hit_fraction"]["mean"] == pytest.approx(0.8)
+
+
+def test_repeat_prefill_speedups_and_filler():
+    rs = [make_record(workload="rp", phase="cold", ttft_ms=100.0),
+          make_record(workload="rp", phase="repeat_device", ttft_ms=10.0, cached_tokens=990),
+          make_record(workload="rp", phase="evict", ttft_ms=100.0),
+          make_record(workload="rp", phase="repeat_after_evict", ttft_ms=20.0, cached_tokens=990,
+                      cached_device=0, cached_host=990)]
+    s = summarize(rs)["workloads"]["rp"]
+    assert s["derived"]["device_speedup"] == pytest.approx(10.0)
+    assert s["derived"]["host_speedup"] == pytest.approx(5.0)
+    assert s["derived"]["prefill_tok_s"] == pytest.approx(10000.0)
+    assert s["phases"]["evict"]["filler"] is True and s["phases"]["cold"]["filler"] is False
+
+
+def test_short_ttft_interference_and_decode():
+    rs = [make_record(workload="s", phase="alone", ttft_ms=t) for t in (10.0, 12.0, 14.0)]
+    rs += [make_record(workload="s", phase="during_long", ttft_ms=t) for t in (30.0, 36.0, 42.0)]
+    rs += [make_record(workload="d", phase="decode", output_tokens=11, itl_ms=20.0)]
+    s = summarize(rs)["workloads"]
+    assert s["s"]["derived"]["interference"] == pytest.approx(3.0)
+    assert s["d"]["derived"]["decode_tok_s"] == pytest.approx(50.0)
+    assert s["d"]["phases"]["decode"]["metrics"]["itl_ms"]["n"] == 10  # pooled chunk gaps
+
+
+def test_failed_variant_is_null_not_zero():
+    f = failed("server_died")
+    assert f["workloads"] is None and f["cause"] == "server_died"
+
+
+def test_summary_rows_flat():
+    rows = summary_rows("on", summarize([make_record(workload="w", phase="cold")]))
+    ttft = [r for r in rows if r["metric"] == "ttft_ms" and r["phase"] == "cold"][0]
+    assert ttft["unit"] == "ms" and ttft["higher_is_better"] is False and ttft["p50"] == pytest.approx(100)
+    derived = [r for r in rows if r["phase"] == "*"]
+    assert {r["metric"] for r in derived} >= {"prefill_tok_s"}
