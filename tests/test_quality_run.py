@@ -139,3 +139,28 @@ def test_text_mode_scores_with_tokenizer():
     recs = run(ctx, {**CFG, "tasks": ["needle"], "reasks": 1, "control": False}, "on")
     assert all(r.mode == "text" and r.correct is False and r.score == 0.0 and r.answer for r in recs)
     assert all(r.prompt_tokens <= 1000 for r in recs)
+
+
+def test_scenario_quality_model_is_accepted():
+    scenario = pytest.importorskip("harness.scenario")
+    q = scenario.Quality(enabled=True, lengths=["0.25x pool", 900], churn_tokens="8k", tasks=["needle"])
+    plan = plan_quality(q, 4000, have_tokenizer=False)
+    assert plan.lengths == (1000, 900) and plan.churn_tokens == 8000 and plan.tasks == ("needle",)
+    assert resolve_tokens("8k", None) == 8000
+
+
+def test_stops_when_the_server_is_gone():
+    class Dead(TinyServer):
+        async def generate(self, req, labels, *, abort=None):
+            r = await super().generate(req, labels, abort=abort)
+            r.error, r.output_ids = "connection", []
+            return r
+
+    @dataclass
+    class DCtx(Ctx):
+        async def confirm_death(self):
+            return True
+
+    ctx = DCtx(Dead(4000, True), 4000)
+    recs = run(ctx, CFG, "off")
+    assert len(recs) == 1 and recs[0].error == "connection" and len(ctx.client.sent) == 1

@@ -27,21 +27,27 @@ from harness.quality.tasks import TASKS, generate
 
 __all__ = ["QualityPlan", "evaluate_parity", "ParityReport", "plan_quality", "run_quality", "resolve_tokens"]
 
-_POOL = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*pool\s*$")
+_POOL = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*pool\s*$", re.I)
 
 
 def resolve_tokens(value: Any, pool_tokens: int | None) -> int:
-    """An int token count, or ``"<f>x pool"`` = f × the server's device pool (tokens)."""
+    """A token count: an int, a scenario ``TokenSize`` (``.resolve(pool)``), ``"8k"``, or
+    ``"<f>x pool"`` = round(f × the server's device pool)."""
+    if hasattr(value, "resolve"):
+        return int(value.resolve(pool_tokens))
     if isinstance(value, bool):
         raise ValueError(f"not a token count: {value!r}")
     if isinstance(value, (int, float)):
         return int(value)
-    m = _POOL.match(str(value))
+    text = str(value).strip()
+    m = _POOL.match(text)
     if m:
         if not pool_tokens:
             raise ValueError(f"{value!r} needs the server's pool size, which is unknown")
-        return int(float(m.group(1)) * pool_tokens)
-    return int(str(value).strip())
+        return max(1, int(round(float(m.group(1)) * pool_tokens)))
+    if text[-1:] in ("k", "K"):
+        return int(text[:-1]) * 1000
+    return int(text)
 
 
 def _get(cfg: Any, name: str, default: Any) -> Any:
@@ -116,19 +122,31 @@ async def _churn(ctx: Any, factory: PromptFactory, plan: QualityPlan, pool_token
     _set_phase(ctx, "quality_churn")
     for j, ids in enumerate(factory.distinct(n, chunk, key=("quality_churn", key))):
         req = GenerateRequest(input_ids=ids, max_new_tokens=1, temperature=0.0)
-        await ctx.client.generate(req, Labels(variant=variant, workload="quality", phase="quality_churn", index=j),
-                                  abort=abort)
+        rr = await ctx.client.generate(req, Labels(variant=variant, workload="quality", phase="quality_churn", index=j),
+                                       abort=abort)
+        if rr.error is not None and await _server_gone(ctx, abort):
+            break
     return n
+
+
+async def _server_gone(ctx: Any, abort: Any) -> bool:
+    """After a failed request: has the server died (ctx.confirm_death) or the run been aborted?"""
+    if abort is not None and getattr(abort, "fired", False):
+        return True
+    confirm = getattr(ctx, "confirm_death", None)
+    return bool(await confirm()) if callable(confirm) else False
 
 
 async def run_quality(ctx: Any, cfg: Any, arm_role: str) -> list[QualityRecord]:
     """Ask every quality sample of ``cfg`` on ctx's server; record and return the answers.
 
-    ``ctx`` needs: ``client`` (a `harness.client.StreamingClient`), ``pool_tokens`` (device pool,
-    for ``"x pool"`` values and churn sizing), ``seed``, ``record`` (callable taking a
-    QualityRecord; writes quality.jsonl), ``set_phase`` (optional), ``variant`` (name, optional),
-    ``model_path`` (optional: tokenizer files and vocab size), ``tokenizer`` (optional override),
-    ``vocab_size`` (optional override), ``abort`` (optional `harness.client.Abort`).
+    ``ctx`` (e.g. a `harness.workloads.base.WorkloadContext` with extras) needs: ``client`` (a
+    `harness.client.StreamingClient`), ``pool_tokens`` (device pool, for ``"x pool"`` values and
+    churn sizing), ``seed``, and ``record_quality`` or ``record`` (callable taking a
+    QualityRecord; writes quality.jsonl — ``record_quality`` wins when both exist). Optional:
+    ``set_phase``, ``variant``, ``model_path`` (tokenizer files for text mode; vocab size),
+    ``tokenizer`` (an override), ``vocab_size``, ``abort`` (`harness.client.Abort`) and
+    ``confirm_death`` (async; stops the pass when the server is gone after a failed request).
     ``arm_role``: ``"on"`` or ``"off"`` (the baseline; also runs the control pass if
     ``cfg.control``)."""
     if arm_role not in ("on", "off", "control"):
@@ -143,7 +161,7 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str) -> list[QualityRecord]:
     seed = int(getattr(ctx, "seed", 0) or 0)
     variant = str(getattr(ctx, "variant", "") or getattr(ctx, "variant_name", "") or "")
     abort = getattr(ctx, "abort", None)
-    record = getattr(ctx, "record", None)
+    record = getattr(ctx, "record_quality", None) or getattr(ctx, "record", None)
     prompts = build_prompts(plan, seed, tokenizer, vocab)
 
     roles = [arm_role] + (["control"] if arm_role == "off" and plan.control else [])
@@ -190,6 +208,8 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str) -> list[QualityRecord]:
                 out.append(qr)
                 if callable(record):
                     record(qr)
-                if abort is not None and getattr(abort, "fired", False):
+                if (rr.error is not None and await _server_gone(ctx, abort)) or (
+                    abort is not None and getattr(abort, "fired", False)
+                ):
                     return out
     return out
