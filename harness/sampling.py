@@ -41,13 +41,28 @@ def metric_key(name: str, labels: Mapping[str, str]) -> str:
     return f"{name}{{{inner}}}"
 
 
+def _prefilter(text: str, prefix: str) -> str:
+    """Drop lines the result would drop anyway (other prefixes, histogram buckets) before the
+    prometheus parser sees them: buckets are most of sglang's /metrics and most of the parse
+    time. HELP/TYPE comments of the kept families stay, so the parser still knows the types."""
+    keep = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[2].startswith(prefix):
+                keep.append(line)
+        elif line.startswith(prefix) and "_bucket{" not in line and "_created" not in line:
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
 def parse_metrics_text(text: str, prefix: str = "sglang:") -> dict[str, float]:
     """Prometheus text exposition → {name with labels: value} for series whose name starts with
     `prefix`. Histogram buckets and `_created` timestamps are dropped; `_sum`/`_count` are kept."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(_prefilter(text, prefix)):
         for s in family.samples:
             if not s.name.startswith(prefix):
                 continue
@@ -84,6 +99,50 @@ def process_tree_rss_kib(pid: int) -> int | None:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return total // 1024 if seen_any else None
+
+
+class ProcessTreeRss:
+    """RSS of a process tree, read every tick. Finding the children walks all of /proc
+    (milliseconds on a busy host) while reading known processes' RSS is cheap, so the tree is
+    rescanned on a backoff: every `min_rescan_s` while it changes (a server spawning its
+    scheduler and workers), doubling up to `max_rescan_s` while it stays the same, and at once
+    when a known process vanishes."""
+
+    def __init__(self, pid: int, min_rescan_s: float = 0.5, max_rescan_s: float = 8.0) -> None:
+        self.pid = pid
+        self.min_rescan_s = min_rescan_s
+        self.max_rescan_s = max_rescan_s
+        self._rescan_s = min_rescan_s
+        self._procs: list[psutil.Process] = []
+        self._scanned_at = -math.inf
+
+    def _rescan(self) -> bool:
+        self._scanned_at = time.monotonic()
+        before = {p.pid for p in self._procs}
+        try:
+            root = psutil.Process(self.pid)
+            self._procs = [root, *root.children(recursive=True)]
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            self._procs = []
+            return False
+        same = {p.pid for p in self._procs} == before
+        self._rescan_s = min(self._rescan_s * 2, self.max_rescan_s) if same else self.min_rescan_s
+        return True
+
+    def read_kib(self) -> int | None:
+        if time.monotonic() - self._scanned_at >= self._rescan_s or not self._procs:
+            if not self._rescan():
+                return None
+        total, vanished, root_alive = 0, False, False
+        for p in self._procs:
+            try:
+                total += p.memory_info().rss
+                root_alive = root_alive or p.pid == self.pid
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                vanished = True
+        if vanished:  # the tree changed: rescan now so the next reading is whole again
+            self._scanned_at = -math.inf
+        return total // 1024 if root_alive else None
 
 
 # ----------------------------------------------------------------------------- the sampler
@@ -150,7 +209,11 @@ class Sampler:
         self.write_errors = 0
         self.metrics_errors = 0
         self._cpu_s = 0.0
+        self.setup_cpu_seconds = 0.0  # one-off: HTTP client, NVML, parser import (in start())
         self.last_error: str | None = None
+        self._gpu: GpuReader | None = None
+        self._client: httpx.Client | None = None
+        self._rss = ProcessTreeRss(pid) if pid is not None else None
 
     # -- public API ----------------------------------------------------------------------
 
@@ -188,6 +251,14 @@ class Sampler:
     def start(self) -> "Sampler":
         if self._thread is not None:
             raise RuntimeError("Sampler already started")
+        # One-off setup here, outside the sampling thread, so cpu_seconds is the steady cost.
+        t0 = time.thread_time()
+        self._gpu = self._open_gpu()
+        if self.server_metrics:
+            import prometheus_client.parser  # noqa: F401  (import once, not on the first tick)
+
+            self._client = httpx.Client(timeout=self.metrics_timeout_s, trust_env=False)
+        self.setup_cpu_seconds = time.thread_time() - t0
         self._started_wall = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="hicache-sampler", daemon=True)
         self._thread.start()
@@ -236,8 +307,7 @@ class Sampler:
 
     def _run(self) -> None:
         cpu0 = time.thread_time()
-        gpu = self._open_gpu()
-        client = httpx.Client(timeout=self.metrics_timeout_s) if self.server_metrics else None
+        gpu, client = self._gpu, self._client
         try:
             self._remember_vmstat()
             self._emit(self._take(self.phase, gpu, client))  # t=0 sample: the phase's start
@@ -351,7 +421,7 @@ class Sampler:
             "pswpin_kib_s": _round(rates.pswpin_kib_s) if rates else None,
             "pswpout_kib_s": _round(rates.pswpout_kib_s) if rates else None,
             "pgmajfault_s": _round(rates.pgmajfault_s) if rates else None,
-            "server_rss_kib": process_tree_rss_kib(self.pid) if self.pid is not None else None,
+            "server_rss_kib": self._rss.read_kib() if self._rss is not None else None,
         }
         if gpu is not None:
             readings = gpu.read()

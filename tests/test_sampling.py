@@ -292,3 +292,28 @@ def test_aset_phase_from_event_loop(metrics_server):
     key = 'sglang:prompt_tokens_total{model_name="m"}'
     assert summ["w1"]["counter_deltas"][key] == 7
     assert summ["w2"]["counter_deltas"].get(key, 0) == 0
+
+
+def test_process_tree_rss_cache_picks_up_late_children():
+    from harness.sampling import ProcessTreeRss
+
+    tree = ProcessTreeRss(os.getpid(), min_rescan_s=0.1, max_rescan_s=0.4)
+    first = tree.read_kib()
+    assert first and first > 0
+    for _ in range(3):  # stable tree: the rescan interval backs off
+        time.sleep(0.05)
+        tree.read_kib()
+    code = "import time; b = bytearray(64 * 1024 * 1024); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if (tree.read_kib() or 0) > first + 60 * 1024:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("late child never counted")
+    finally:
+        child.kill()
+        child.wait()
+    assert tree.read_kib() < first + 60 * 1024  # vanished child dropped
