@@ -945,6 +945,8 @@ def _convert_errors(exc: ValidationError, data: Any, lines: dict, file: str,
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
         rel = _data_path(data, loc)
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            rel = rel + ("kind",)  # point at the discriminator itself
         path = prefix + rel
         if remap is not None:
             path = remap(rel) or path
