@@ -412,14 +412,15 @@ class StreamingClient:
     # -- request ---------------------------------------------------------------------------
     async def generate(self, req: GenerateRequest, labels: Labels = Labels(), *,
                        abort: Abort | None = None, timeout_s: float | None = None,
-                       rid: str | None = None) -> RequestRecord:
+                       rid: str | None = None, api: Api | None = None) -> RequestRecord:
         """Send one streaming request; return its record. Never raises for server failures
-        (cancelling the caller still propagates)."""
+        (cancelling the caller still propagates). `api` overrides the client's default."""
+        api = api or self.api
         rid = rid or f"{labels.workload or 'req'}-{labels.phase}-r{labels.repeat}-{labels.index}-{uuid.uuid4().hex[:12]}"
         acc = StreamAccumulator(self.stream_mode)
         prompt_len = labels.prompt_len if labels.prompt_len is not None else req.prompt_len
         ihash = input_hash(req.input_ids, req.text)
-        if self.api == "generate":
+        if api == "generate":
             path, body = "/generate", self._generate_body(req, rid)
         else:
             path, body = "/v1/completions", self._completions_body(req)
@@ -429,7 +430,7 @@ class StreamingClient:
         if abort is not None and abort.fired:
             return self._unsent(acc, labels, rid, prompt_len, ihash, abort.reason or "aborted")
 
-        task = asyncio.create_task(self._stream(path, payload, acc, stamp))
+        task = asyncio.create_task(self._stream(path, payload, acc, stamp, api))
         waiters: set[asyncio.Future] = {task}
         abort_wait = asyncio.create_task(abort.event.wait()) if abort is not None else None
         if abort_wait is not None:
@@ -469,8 +470,8 @@ class StreamingClient:
                              wall_start=time.time(), sent_ns=now)
 
     async def _stream(self, path: str, payload: bytes, acc: StreamAccumulator,
-                      stamp: dict[str, Any]) -> None:
-        feed = acc.feed if self.api == "generate" else acc.feed_completion
+                      stamp: dict[str, Any], api: Api) -> None:
+        feed = acc.feed if api == "generate" else acc.feed_completion
         clock = time.perf_counter_ns
         stamp["wall"] = time.time()
         stamp["sent_ns"] = clock()

@@ -1,0 +1,277 @@
+"""Running a variant's workload list: the context workloads send through, and `run_workloads`.
+
+A workload is `async def run(ctx, cfg) -> None` that sends requests through `WorkloadScope.send`
+(which labels, records and watches for death) and knows nothing of processes or files.
+
+Containment (reliability P5): a watchdog polls `ctx.alive()`; once the server is gone, or a
+request fails to connect and the process turns out to be dead, the shared `Abort` fires: every
+in-flight request is recorded with `error="server_died"`, nothing more is sent, the remaining
+workloads are skipped and the outcome says `server_died=True`. Rows already recorded stay.
+A workload's `timeout_s` fires the same signal with reason "timeout" for that workload only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterable, Sequence
+
+from harness.client import Abort, GenerateRequest, Labels, StreamingClient
+from harness.prompts import PromptFactory
+from harness.records import RequestRecord
+
+PREFILL_KINDS = {"cold_prefill", "repeat_prefill", "parallel_prefixes", "short_ttft"}
+WATCHDOG_INTERVAL_S = 0.1
+_POOL_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*pool\s*$")
+
+
+class StopSending(Exception):
+    """Raised by `send` once the abort signal fired: the workload must stop sending."""
+
+
+def resolve_tokens(size: Any, pool_tokens: int) -> int:
+    """A scenario size → tokens: a `TokenSize` (`.resolve(pool)`), an int, or "0.5x pool"."""
+    if hasattr(size, "resolve"):
+        return int(size.resolve(pool_tokens))
+    if isinstance(size, bool):
+        raise ValueError(f"not a token size: {size!r}")
+    if isinstance(size, (int, float)):
+        return int(size)
+    if isinstance(size, str):
+        m = _POOL_RE.match(size)
+        if m:
+            return int(float(m.group(1)) * pool_tokens)
+        if size.strip().isdigit():
+            return int(size)
+    raise ValueError(f"not a token size: {size!r} (int tokens or '<f>x pool')")
+
+
+def workload_name(cfg: Any) -> str:
+    return getattr(cfg, "name", None) or cfg.kind
+
+
+def phase_label(workload: str, phase: str) -> str:
+    """The sampler's phase label for a workload phase, e.g. "cold_prefill/cold"."""
+    return f"{workload}/{phase}"
+
+
+@dataclass
+class WorkloadContext:
+    """Everything a workload needs from its variant's run; built by the runner per repeat."""
+
+    base_url: str
+    client: StreamingClient
+    variant: str
+    repeat: int
+    pool_tokens: int
+    vocab_size: int
+    seed: int
+    record: Callable[[RequestRecord], None]
+    set_phase: Callable[[str], None] = lambda name: None
+    alive: Callable[[], bool] = lambda: True
+    request_timeout_s: float = 300.0
+    # One factory for a server's whole life keeps "never-seen" prompts never seen across
+    # repeats; pass the same one to every repeat's context (default: one per context).
+    prompts: PromptFactory | None = None
+    death_grace_s: float = 2.0  # after a connection error, how long to wait for the pid to go
+    # run state (set by run_workloads)
+    server_dead: bool = False
+    abort: Abort = field(default_factory=Abort)
+    n_requests: int = 0
+    n_errors: int = 0
+
+    def __post_init__(self) -> None:
+        if self.prompts is None:
+            self.prompts = PromptFactory(self.seed, self.vocab_size)
+
+    def tokens(self, size: Any) -> int:
+        return resolve_tokens(size, self.pool_tokens)
+
+    async def confirm_death(self) -> bool:
+        """Poll `alive()` for up to `death_grace_s`; True (and abort) once the server is gone."""
+        if self.server_dead:
+            return True
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.death_grace_s
+        while True:
+            if not self.alive():
+                self.mark_dead()
+                return True
+            if loop.time() >= end:
+                return False
+            await asyncio.sleep(0.05)
+
+    def mark_dead(self) -> None:
+        self.server_dead = True
+        self.abort.fire("server_died")
+
+
+class WorkloadScope:
+    """One workload's view of the context: labels every request with the workload's name."""
+
+    def __init__(self, ctx: WorkloadContext, cfg: Any) -> None:
+        self.ctx = ctx
+        self.cfg = cfg
+        self.name = workload_name(cfg)
+        self.api = getattr(cfg, "api", None) or None
+        default_new = 1 if cfg.kind in PREFILL_KINDS else 16
+        mnt = getattr(cfg, "max_new_tokens", None)
+        self.max_new_tokens = int(mnt) if mnt is not None else default_new
+
+    def phase(self, phase: str) -> None:
+        self.ctx.set_phase(phase_label(self.name, phase))
+
+    def group(self, phase: str) -> str:
+        return f"{self.name}/{phase}/r{self.ctx.repeat}"
+
+    def prompts(self, count: int, n_tokens: int, purpose: str) -> list[list[int]]:
+        return self.ctx.prompts.distinct(count, n_tokens,
+                                         key=(self.ctx.variant, self.name, self.ctx.repeat, purpose))
+
+    async def send(self, phase: str, index: int, input_ids: list[int], *,
+                   max_new_tokens: int | None = None, ignore_eos: bool = False,
+                   warmup: bool = False, group: str | None = None) -> RequestRecord:
+        """Send one request, record it, return it. Raises `StopSending` if the abort signal
+        already fired (nothing is sent then)."""
+        ctx = self.ctx
+        if ctx.abort.fired:
+            raise StopSending(ctx.abort.reason)
+        req = GenerateRequest(input_ids=input_ids,
+                              max_new_tokens=self.max_new_tokens if max_new_tokens is None else max_new_tokens,
+                              ignore_eos=ignore_eos)
+        labels = Labels(variant=ctx.variant, workload=self.name, phase=phase, repeat=ctx.repeat,
+                        index=index, warmup=warmup, concurrency_group=group)
+        rec = await ctx.client.generate(req, labels, abort=ctx.abort,
+                                        timeout_s=ctx.request_timeout_s, api=self.api)
+        if rec.error == "connection" and await ctx.confirm_death():
+            rec.error = "server_died"
+        ctx.n_requests += 1
+        ctx.n_errors += rec.error is not None
+        ctx.record(rec)
+        return rec
+
+    async def gather(self, coros: Iterable[Awaitable[Any]]) -> list[Any]:
+        """Run concurrently; every one finishes (and records) before a StopSending is re-raised."""
+        results = await asyncio.gather(*coros, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, StopSending):
+                raise r
+        for r in results:
+            if isinstance(r, StopSending):
+                raise r
+        return list(results)
+
+    async def warmup(self, n_tokens: int) -> None:
+        """`cfg.warmup` distinct requests of `n_tokens`, one at a time, phase "warmup"."""
+        count = int(getattr(self.cfg, "warmup", 0) or 0)
+        if count <= 0:
+            return
+        self.phase("warmup")
+        for i, ids in enumerate(self.prompts(count, n_tokens, "warmup")):
+            await self.send("warmup", i, ids, warmup=True)
+
+
+@dataclass
+class WorkloadsOutcome:
+    """What happened to one repeat's workload list."""
+
+    server_died: bool = False
+    completed: list[str] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # workload → error (harness-side)
+    skipped: list[str] = field(default_factory=list)  # not started: the server had died
+    n_requests: int = 0
+    n_errors: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.server_died or self.timed_out or self.failed)
+
+
+WorkloadFn = Callable[[WorkloadContext, Any], Awaitable[None]]
+
+
+def registry() -> dict[str, WorkloadFn]:
+    from harness.workloads import (cold_prefill, decode, multi_turn, parallel_prefixes,
+                                   repeat_prefill, short_ttft)
+
+    return {
+        "cold_prefill": cold_prefill.run, "repeat_prefill": repeat_prefill.run,
+        "parallel_prefixes": parallel_prefixes.run, "short_ttft": short_ttft.run,
+        "decode": decode.run, "multi_turn": multi_turn.run,
+    }
+
+
+async def _watchdog(ctx: WorkloadContext) -> None:
+    while not ctx.server_dead:
+        if not ctx.alive():
+            ctx.mark_dead()
+            return
+        await asyncio.sleep(WATCHDOG_INTERVAL_S)
+
+
+async def _timer(abort: Abort, timeout_s: float) -> None:
+    await asyncio.sleep(timeout_s)
+    abort.fire("timeout")
+
+
+async def run_workloads(ctx: WorkloadContext, workloads: Sequence[Any]) -> WorkloadsOutcome:
+    """Run `workloads` in order on ctx's server; never raises for server failures.
+
+    Each workload gets a fresh abort signal (fired by its `timeout_s` or by the server's death);
+    `flush_before` POSTs /flush_cache first (a refused flush fails that workload).
+    """
+    outcome = WorkloadsOutcome()
+    fns = registry()
+    watchdog = asyncio.create_task(_watchdog(ctx))
+    try:
+        for cfg in workloads:
+            name = workload_name(cfg)
+            if ctx.server_dead or not ctx.alive():
+                ctx.server_dead = True
+                outcome.skipped.append(name)
+                continue
+            ctx.abort = Abort()
+            timeout_s = getattr(cfg, "timeout_s", None)
+            timer = asyncio.create_task(_timer(ctx.abort, timeout_s)) if timeout_s else None
+            try:
+                if getattr(cfg, "flush_before", False) and not await ctx.client.flush_cache():
+                    if not await ctx.confirm_death():
+                        outcome.failed[name] = "flush_cache refused"
+                    continue
+                fn = fns.get(cfg.kind)
+                if fn is None:
+                    outcome.failed[name] = f"unknown workload kind {cfg.kind!r}"
+                    continue
+                await fn(ctx, cfg)
+                if ctx.server_dead:
+                    outcome.failed[name] = "server_died"
+                elif ctx.abort.reason == "timeout":  # fired while its last requests were in flight
+                    outcome.timed_out.append(name)
+                else:
+                    outcome.completed.append(name)
+            except StopSending as stop:
+                if ctx.server_dead:
+                    pass
+                elif str(stop) == "timeout":
+                    outcome.timed_out.append(name)
+                else:
+                    outcome.failed[name] = f"stopped: {stop}"
+            except Exception as exc:  # a harness bug in a workload must not end the run
+                if ctx.server_dead:
+                    pass
+                else:
+                    tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+                    outcome.failed[name] = tb
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if ctx.server_dead and name not in outcome.completed:
+                outcome.failed.setdefault(name, "server_died")
+    finally:
+        watchdog.cancel()
+    outcome.server_died = ctx.server_dead
+    outcome.n_requests, outcome.n_errors = ctx.n_requests, ctx.n_errors
+    return outcome

@@ -1,0 +1,217 @@
+"""Workloads end to end against the simulated server (real processes, real HTTP).
+
+HiCache ON (ratio 2) vs OFF with a working set over the 4096-token GPU pool: the second pass of
+parallel_prefixes is served from the host tier on every request and is faster ON; OFF has no
+host hits. P5: a server that crashes mid-run leaves its in-flight rows marked server_died,
+nothing more is sent, rows are kept and the outcome says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import TypeAdapter
+
+from harness.client import StreamingClient
+from harness.records import RequestRecord
+from harness.scenario import Workload
+from harness.summary import summarize
+from harness.workloads import WorkloadContext, run_workloads
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "scenarios" / "models" / "llama-tiny"
+POOL = 4096
+_wl = TypeAdapter(Workload)
+
+
+def workload(**kw):
+    return _wl.validate_python(kw)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Sim:
+    def __init__(self, tmp: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log = open(tmp / f"sim-{self.port}.log", "w")
+        argv = [sys.executable, "-m", "harness.sim", "--model-path", str(MODEL), "--port", str(self.port),
+                "--max-total-tokens", str(POOL), "--skip-tokenizer-init", "--sim-time-scale", "0.02",
+                "--sim-startup-s", "0.1", *extra]
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                     start_new_session=True)
+        self.info = self._wait_ready()
+
+    def _wait_ready(self, timeout_s: float = 30.0) -> dict:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sim exited {self.proc.returncode}: {Path(self.log.name).read_text()}")
+            try:
+                r = httpx.get(self.base_url + "/get_server_info", timeout=1.0)
+                if r.status_code == 200:
+                    return r.json()
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("sim not ready")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+        self.log.close()
+
+
+@pytest.fixture
+def sim_factory(tmp_path):
+    sims: list[Sim] = []
+
+    def make(*extra: str) -> Sim:
+        sims.append(Sim(tmp_path, *extra))
+        return sims[-1]
+
+    yield make
+    for s in sims:
+        s.stop()
+
+
+HICACHE = ("--enable-hierarchical-cache", "--hicache-ratio", "2")
+
+
+def run(sim: Sim, workloads, repeat: int = 0, timeout_s: float = 60.0):
+    records: list[RequestRecord] = []
+    phases: list[str] = []
+
+    async def go():
+        async with StreamingClient(sim.base_url, timeout_s=timeout_s) as client:
+            ctx = WorkloadContext(base_url=sim.base_url, client=client, variant="v", repeat=repeat,
+                                  pool_tokens=sim.info["max_total_num_tokens"], vocab_size=32000,
+                                  seed=0, record=records.append, set_phase=phases.append,
+                                  alive=sim.alive, request_timeout_s=timeout_s)
+            return await run_workloads(ctx, workloads)
+
+    outcome = asyncio.run(go())
+    return outcome, records, phases
+
+
+def by_phase(records, phase):
+    return [r for r in records if r.phase == phase and not r.warmup]
+
+
+PARALLEL = dict(kind="parallel_prefixes", k=4, prompt_tokens="0.4x pool", passes=2, flush_before=True)
+
+
+def test_parallel_prefixes_second_pass_host_hits_on_vs_off(sim_factory):
+    on, off = sim_factory(*HICACHE), sim_factory()
+    assert on.info["max_total_num_tokens"] == POOL
+    out_on, rec_on, phases = run(on, [workload(**PARALLEL)])
+    out_off, rec_off, _ = run(off, [workload(**PARALLEL)])
+    assert out_on.ok and out_off.ok and out_on.completed == ["parallel_prefixes"]
+    assert phases == ["parallel_prefixes/pass1", "parallel_prefixes/pass2"]
+    for recs in (rec_on, rec_off):
+        assert len(recs) == 8 and all(r.error is None for r in recs)
+        assert {r.concurrency_group for r in by_phase(recs, "pass2")} == {"parallel_prefixes/pass2/r0"}
+        assert all(r.prompt_len == int(0.4 * POOL) for r in recs)
+    p2_on = by_phase(rec_on, "pass2")
+    assert all((r.cached_host or 0) > 0 for r in p2_on), [(r.cached_device, r.cached_host) for r in p2_on]
+    assert all((r.cached_host or 0) == 0 for r in rec_off)
+    s_on, s_off = summarize(rec_on), summarize(rec_off)
+    wall_on = s_on["workloads"]["parallel_prefixes"]["phases"]["pass2"]["metrics"]["pass_wall_s"]["p50"]
+    wall_off = s_off["workloads"]["parallel_prefixes"]["phases"]["pass2"]["metrics"]["pass_wall_s"]["p50"]
+    assert wall_on < wall_off
+    assert s_on["workloads"]["parallel_prefixes"]["derived"]["second_pass_speedup"] > 1.0
+
+
+def test_every_workload_kind_on_hicache(sim_factory):
+    sim = sim_factory(*HICACHE)
+    wls = [
+        workload(kind="cold_prefill", n=2, prompt_tokens=512, warmup=1),
+        workload(kind="repeat_prefill", n=2, prompt_tokens="0.2x pool", eviction_tokens="1x pool"),
+        workload(kind="short_ttft", n=3, prompt_tokens=32, long_prompt_tokens="0.8x pool"),
+        workload(kind="decode", batch=2, prompt_tokens=64, output_tokens=8),
+        workload(kind="multi_turn", sessions=2, turns=3, first_turn_tokens=256, turn_tokens=32,
+                 output_tokens=4),
+    ]
+    out, recs, phases = run(sim, wls, repeat=1)
+    assert out.ok, out
+    assert out.completed == ["cold_prefill", "repeat_prefill", "short_ttft", "decode", "multi_turn"]
+    assert all(r.error is None and r.repeat == 1 and r.variant == "v" for r in recs)
+    # cold_prefill: one marked warm-up, then two never-seen prompts
+    cold = [r for r in recs if r.workload == "cold_prefill"]
+    assert [(r.phase, r.warmup) for r in cold] == [("warmup", True), ("cold", False), ("cold", False)]
+    assert all(r.cached_tokens == 0 and r.prompt_len == 512 for r in cold)
+    # repeat_prefill: device hits at once, host hits after eviction
+    rp = [r for r in recs if r.workload == "repeat_prefill"]
+    assert all(r.cached_tokens == 0 for r in by_phase(rp, "cold"))
+    assert all((r.cached_device or 0) > 0 and r.cached_host == 0 for r in by_phase(rp, "repeat_device"))
+    assert by_phase(rp, "evict")
+    assert all((r.cached_host or 0) > 0 for r in by_phase(rp, "repeat_after_evict"))
+    # short_ttft
+    st = [r for r in recs if r.workload == "short_ttft"]
+    assert len(by_phase(st, "alone")) == 3 and len(by_phase(st, "long")) == 1
+    during = by_phase(st, "during_long") + by_phase(st, "after_long")
+    assert len(during) == 3 and by_phase(st, "during_long")
+    (long_rec,) = by_phase(st, "long")
+    assert all(r.sent_ns < long_rec.done_ns for r in by_phase(st, "during_long"))
+    # decode: fixed output length
+    dec = by_phase(recs, "decode")
+    assert len(dec) == 2 and all(len(r.output_ids) == 8 and r.completion_tokens == 8 for r in dec)
+    # multi_turn: histories grow by output + turn tokens and hit the cache
+    mt = [r for r in recs if r.workload == "multi_turn"]
+    for s in range(2):
+        turns = sorted((r for r in mt if r.index == s), key=lambda r: r.phase)
+        assert [r.prompt_len for r in turns] == [256, 256 + 4 + 32, 256 + 2 * (4 + 32)]
+        assert all((r.cached_tokens or 0) >= 256 for r in turns[1:])
+    s = summarize(recs)["workloads"]
+    assert s["repeat_prefill"]["derived"]["device_speedup"] > 1
+    assert s["repeat_prefill"]["phases"]["evict"]["filler"] is True
+    assert s["short_ttft"]["derived"]["interference"] is not None
+    assert s["decode"]["derived"]["decode_tok_s"] > 0
+    assert s["multi_turn"]["derived"]["later_turns_cached_fraction"] > 0.5
+    assert "cold_prefill/cold" in phases and "multi_turn/turns" in phases
+
+
+def test_server_death_mid_run_is_contained(sim_factory):
+    """P5: crash at the 3rd request of a concurrent pass → in-flight rows server_died, no more sent."""
+    sim = sim_factory(*HICACHE, "--sim-fault", "crash_at_request=6")
+    wls = [workload(kind="parallel_prefixes", k=4, prompt_tokens=256, passes=3),
+           workload(kind="cold_prefill", n=2, prompt_tokens=64, warmup=0)]
+    out, recs, _ = run(sim, wls)
+    assert out.server_died and not out.ok
+    assert out.skipped == ["cold_prefill"] and "parallel_prefixes" in out.failed
+    assert not sim.alive()
+    ok = [r for r in recs if r.error is None]
+    died = [r for r in recs if r.error == "server_died"]
+    assert len(ok) >= 4 and died, [(r.phase, r.error) for r in recs]
+    assert len(recs) == len(ok) + len(died)  # every row kept, no other error kinds
+    assert all(r.phase != "pass3" for r in recs)  # nothing sent after the death
+    assert out.n_requests == len(recs)
+
+
+def test_workload_timeout_marks_in_flight_and_moves_on(sim_factory):
+    sim = sim_factory()
+    wls = [workload(kind="decode", batch=2, prompt_tokens=64, output_tokens=3000, timeout_s=0.5),
+           workload(kind="cold_prefill", n=1, prompt_tokens=64, warmup=0)]
+    out, recs, _ = run(sim, wls)
+    assert out.timed_out == ["decode"] and out.completed == ["cold_prefill"] and not out.server_died
+    dec = [r for r in recs if r.workload == "decode"]
+    assert len(dec) == 2 and all(r.error == "timeout" for r in dec) and any(r.output_ids for r in dec)
