@@ -515,3 +515,13 @@ def test_load_scenario_text():
 def test_name_defaults_to_file_stem(tmp_path):
     p = write(tmp_path, BASE.replace("name: t\n", ""), "my_scn.yaml")
     assert load_scenario(p, {}).name == "my_scn"
+
+
+def test_doc_example_validates():
+    doc = (ROOT / "docs" / "scenario-format.md").read_text()
+    example = re.search(r"```yaml\n(.*?)```", doc, re.S).group(1)
+    s = load_scenario_text(example, "doc.yaml", env={"MODEL_PATH": "/m"})
+    names = [v.name for v in s.expand_variants()]
+    assert names[:2] == ["off", "on-r2"] and "on-r1-page_first-REGCHUNK1" in names
+    assert [w.kind for w in s.workloads] == ["cold_prefill", "repeat_prefill", "parallel_prefixes",
+                                            "short_ttft", "decode", "multi_turn"]
