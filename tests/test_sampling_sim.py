@@ -153,7 +153,7 @@ def test_sampler_on_live_sim_phases_rss_counters_and_host_pool(sims):
                "--hicache-mem-layout", "page_first", "--max-total-tokens", "40000",
                "--sim-host-mem-scale", str(scale))
     samples: list[dict] = []
-    sampler = Sampler(sim.pid, sim.base_url, samples.append, interval_s=0.1)
+    sampler = Sampler(sim.pid, sim.base_url, samples.append)  # default 0.5 s interval
     sampler.start()
     try:
         assert sim.wait_ready(), sim.log()
@@ -164,9 +164,8 @@ def test_sampler_on_live_sim_phases_rss_counters_and_host_pool(sims):
             sim.generate(100, seed=i)
         time.sleep(0.25)
         assert sampler.set_phase("second", wait_s=5)
-        for i in range(2):
+        for i in range(2):  # a phase shorter than one interval: only its boundary sample
             sim.generate(200, seed=100 + i)
-        time.sleep(0.25)
         assert sampler.set_phase("cooldown", wait_s=5)
     finally:
         sampler.stop()
