@@ -482,20 +482,28 @@ class StreamingClient:
                     await resp.aread()
                     acc.error = f"http_{resp.status_code}"
                     return
-                async for line in resp.aiter_lines():
+                # Raw bytes, split here: one arrival stamp per network read (every line in it
+                # arrived then), and no text/line decoding layers per chunk.
+                buf = b""
+                async for raw in resp.aiter_bytes():
                     t = clock()
-                    data = parse_sse_line(line)
-                    if data is None:
-                        continue
-                    if data.strip() == "[DONE]":
-                        acc.finish(t)
+                    buf += raw
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if not line.startswith(b"data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            acc.finish(t)
+                            break
+                        try:
+                            obj = json.loads(data)
+                        except ValueError:
+                            acc.error = acc.error or "protocol: invalid JSON in stream"
+                            continue
+                        feed(obj, t)
+                    if acc.done:
                         break
-                    try:
-                        obj = json.loads(data)
-                    except ValueError:
-                        acc.error = acc.error or "protocol: invalid JSON in stream"
-                        continue
-                    feed(obj, t)
             if not acc.done and acc.error is None and acc.finish_reason is not None and acc.chunk_ns:
                 acc.finish(acc.chunk_ns[-1])  # tolerate a missing [DONE] after a finished chunk
         except httpx.TimeoutException:
