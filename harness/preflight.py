@@ -9,9 +9,10 @@ MambaPoolHost, `hybrid_cache/hybrid_pool_assembler.py`):
   (ratio 2 of a 20480-token pool → 40961 tokens, as sglang 0.5.17 logs).
 - Mamba (hybrid GDN) pool slots: the same with the device mamba slots and bytes per slot, page 1
   (seed 000: 32 device slots, ratio 2 → 65 host slots × 39.2 MB = 2.55 GB).
-- Hybrid models with `--hicache-size`: newer sglang splits G between the KV and the mamba pool in
-  proportion to their device pool bytes (`_split_hicache_size`); older builds gave each pool the
-  whole G. `size_split` picks the form ("proportional" default, "each").
+- Hybrid models with `--hicache-size`: older builds (HiMambaRadixCache; seed 000's 0.5.19 fork,
+  and the simulator) give each pool the whole G; newer ones split G between the KV and the mamba
+  pool in proportion to their device pool bytes (`_split_hicache_size`). `size_split` picks the
+  form: "each" (default: the larger, so the conservative prediction) or "proportional".
 - Budget: `(MemAvailable - 10 GiB) // ranks_on_this_host` per rank, read while weights load; the
   KV pool is checked first, then the mamba pool against what is left. GB in messages = 1e9 B.
 """
@@ -108,7 +109,7 @@ def predict_host_pool(
     page_size: int = 1,
     mamba_device_slots: int | None = None,
     kv_dtype_bytes: float | None = None,
-    size_split: Literal["proportional", "each"] = "proportional",
+    size_split: Literal["proportional", "each"] = "each",
 ) -> HostPoolPrediction:
     """Predict the per-rank host pool. `variant_hicache` is the scenario's hicache block (object or
     mapping with `ratio`, `size_gb`) or None for HiCache off. `device_pool_tokens` is
@@ -307,6 +308,7 @@ def preflight_variant(
     *,
     mem_available_kib: int | None = None,
     mamba_device_slots: int | None = None,
+    server_info: Mapping[str, Any] | None = None,
     before: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """The runner's preflight record for one variant (JSON-ready), or None when
@@ -316,8 +318,10 @@ def preflight_variant(
     the variant's args give it, else the prediction is unknown and `fits` is None. After ready,
     call again with the server's `max_total_num_tokens`; the budget then uses the MemAvailable
     read before launch (or `mem_available_kib`), and the before-launch record is kept under
-    `before_launch`. For `backend: sim` with `sim.mem_available_gib`, that pretended value is the
-    MemAvailable (the simulator applies sglang's rule to it).
+    `before_launch`. Hybrid models also need the mamba device slots: `mamba_device_slots`, else
+    `server_info["max_mamba_cache_size"]`, else `--max-mamba-cache-size`. For `backend: sim` with
+    `sim.mem_available_gib`, that pretended value is the MemAvailable (the simulator applies
+    sglang's rule to it).
     """
     cfg = getattr(scenario, "preflight", None)
     mode = getattr(cfg, "mode", "warn") if cfg is not None else "warn"
@@ -351,6 +355,9 @@ def preflight_variant(
     args = dict(getattr(variant, "args", None) or getattr(server, "args", None) or {})
     pool_args = pool_args_from_server_args(args)
     tokens = device_pool_tokens if device_pool_tokens is not None else pool_args.max_total_tokens
+    if mamba_device_slots is None and server_info:
+        slots = server_info.get("max_mamba_cache_size")
+        mamba_device_slots = slots if isinstance(slots, int) and slots > 0 else None
     record: dict[str, Any] = {"stage": stage, "mode": mode, "mem_available_source": source}
     try:
         from harness.model_config import load_model_shape

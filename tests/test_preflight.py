@@ -72,7 +72,8 @@ def test_size_gb_overrides_ratio_and_aligns_to_pages(llama_tiny):
 def test_hybrid_size_gb_split(gdn27b):
     kv_bpt = gdn27b.kv_bytes_per_token(1)
     m_bps = gdn27b.mamba_bytes_per_slot(1)
-    prop = predict_host_pool(gdn27b, {"size_gb": 10}, 100000, 1, mamba_device_slots=16)
+    prop = predict_host_pool(gdn27b, {"size_gb": 10}, 100000, 1, mamba_device_slots=16,
+                             size_split="proportional")
     kv_dev, m_dev = 100000 * kv_bpt, 16 * m_bps
     assert prop.kv_host_tokens == int(10 * kv_dev / (kv_dev + m_dev) * 1e9 // kv_bpt) + 1
     assert prop.total_bytes_per_rank <= 10e9 + kv_bpt + m_bps
@@ -80,7 +81,8 @@ def test_hybrid_size_gb_split(gdn27b):
                              size_split="each")
     assert each.kv_host_tokens == int(10e9 // kv_bpt) + 1
     assert each.mamba_host_slots == int(10e9 // m_bps) + 1
-    unknown = predict_host_pool(gdn27b, {"size_gb": 10}, None, 1)
+    assert predict_host_pool(gdn27b, {"size_gb": 10}, None, 1).known  # "each" needs no device pool
+    unknown = predict_host_pool(gdn27b, {"size_gb": 10}, None, 1, size_split="proportional")
     assert not unknown.known and unknown.total_bytes_per_rank is None
 
 

@@ -236,3 +236,27 @@ def test_cooldown_not_clean_while_server_holds_memory(sims):
     res = cooldown(baseline, timeout_s=1.0, mem_tolerance_gib=0.4, poll_s=0.2)
     assert not res.clean and time.monotonic() - t0 < 4
     assert "MemAvailable" in res.reason
+
+
+def test_preflight_matches_sim_hybrid_pools(sims):
+    """Hybrid GDN model: the predicted KV tokens and mamba bytes are the simulator's log lines,
+    for ratio sizing and for --hicache-size (each pool given the whole size)."""
+    import re
+
+    model = ROOT / "scenarios" / "models" / "qwen3next-tiny"
+    shape = load_model_shape(model)
+    for hicache, flags in (({"ratio": 2.0}, ("--hicache-ratio", "2")),
+                           ({"size_gb": 0.05}, ("--hicache-size", "0.05"))):
+        pred = predict_host_pool(shape, hicache, 20000, 1, mamba_device_slots=8)
+        sim = sims("--model-path", str(model), "--enable-hierarchical-cache", "--hicache-mem-layout", "page_first",
+                   "--max-total-tokens", "20000", "--max-mamba-cache-size", "8", "--sim-host-mem-scale", "0.01",
+                   *flags)
+        assert sim.wait_ready(), sim.log()
+        log = sim.log()
+        kv = re.search(r"KV host pool: (\d+) tokens, ([\d.]+) GB", log)
+        mamba = re.search(r"Allocating ([\d.]+) GB host memory for hierarchical Mamba cache", log)
+        assert kv and mamba, log[-3000:]
+        assert int(kv.group(1)) == pred.kv_host_tokens
+        assert kv.group(2) == f"{pred.kv_host_bytes / 1e9:.2f}"
+        assert mamba.group(1) == f"{pred.mamba_host_bytes / 1e9:.2f}"
+        sim.kill()
