@@ -46,7 +46,8 @@ _HOST_POOL_NEW = re.compile(
     r"(?:Allocating\s+(\w+)\s+)?hierarchical KV host pool:\s*(\d+)\s*tokens,\s*([\d.]+)\s*GB"
 )
 _HOST_POOL_OLD = re.compile(r"Allocating\s+([\d.]+)\s*GB host memory for hierarchical KV cache")
-_MAMBA_HOST = re.compile(r"(\w*[Mm]amba\w*)[^\n]*?host[^\n]*?(\d+)\s*slots?[^\n]*?([\d.]+)\s*GB")
+# sglang 0.5.x mamba host pool: "Allocating 2.55 GB host memory for hierarchical Mamba cache (layout=...)"
+_MAMBA_HOST_OLD = re.compile(r"Allocating\s+([\d.]+)\s*GB host memory for hierarchical Mamba cache")
 
 
 @dataclass(frozen=True)
@@ -153,9 +154,12 @@ def parse_pools(log_text: str) -> PoolSizes:
     for m in _HOST_POOL_NEW.finditer(log_text):
         kind = (m.group(1) or "kv").lower()
         pools.setdefault(kind, HostPool(kind, int(m.group(2)), float(m.group(3))))
-    if not pools:
+    if "kv" not in pools:
         for m in _HOST_POOL_OLD.finditer(log_text):
             pools.setdefault("kv", HostPool("kv", None, float(m.group(1))))
+    if "mamba" not in pools:
+        for m in _MAMBA_HOST_OLD.finditer(log_text):
+            pools.setdefault("mamba", HostPool("mamba", None, float(m.group(1))))
     return PoolSizes(max_total, tuple(pools.values()))
 
 

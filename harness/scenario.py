@@ -569,7 +569,9 @@ class RepeatPrefill(_PrefillBase):
     kind: Literal["repeat_prefill"]
     n: PosInt = 1
     prompt_tokens: TokenSizeT
-    eviction_tokens: TokenSizeT = TokenSize(pool_fraction=2.0)
+    # Over the GPU pool (pushes the prompts out of it), within a ratio-2 host pool minus the
+    # prompts (more would push them out of the host tier too, and the phase would test recompute).
+    eviction_tokens: TokenSizeT = TokenSize(pool_fraction=1.2)
 
 
 class ParallelPrefixes(_PrefillBase):

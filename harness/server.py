@@ -69,47 +69,10 @@ class LaunchSpec:
         return env
 
 
-def hicache_flags(hicache) -> list[str]:
-    """sglang flags for a variant's HiCache block (None = HiCache off)."""
-    if hicache is None:
-        return []
-    flags = ["--enable-hierarchical-cache"]
-    if getattr(hicache, "size_gb", None):
-        flags += ["--hicache-size", _fmt(hicache.size_gb)]
-    elif getattr(hicache, "ratio", None) is not None:
-        flags += ["--hicache-ratio", _fmt(hicache.ratio)]
-    for attr, flag in (
-        ("mem_layout", "--hicache-mem-layout"),
-        ("write_policy", "--hicache-write-policy"),
-        ("io_backend", "--hicache-io-backend"),
-        ("storage_backend", "--hicache-storage-backend"),
-    ):
-        value = getattr(hicache, attr, None)
-        if value is not None:
-            flags += [flag, str(getattr(value, "value", value))]
-    return flags
-
-
 def _fmt(value) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
-
-
-def args_to_argv(args: Mapping[str, object]) -> list[str]:
-    """Verbatim sglang flags: ``True`` is a bare flag, ``False``/``None`` omitted, lists repeated."""
-    out: list[str] = []
-    for flag, value in args.items():
-        if value is None or value is False:
-            continue
-        if value is True:
-            out.append(flag)
-        elif isinstance(value, (list, tuple)):
-            out.append(flag)
-            out.extend(_fmt(v) for v in value)
-        else:
-            out += [flag, _fmt(value)]
-    return out
 
 
 def repo_root() -> Path:
@@ -120,42 +83,37 @@ def repo_root() -> Path:
 def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
     """The argv and env of one variant's server.
 
-    ``scenario.server`` gives the interpreter, prefix, model, TP size and base args; the variant
-    brings HiCache flags and merged args/env (variant wins). For ``backend: sim`` the same flags go
-    to the simulator, plus its ``--sim-*`` knobs.
+    The resolved ``variant`` carries the interpreter, prefix, model, TP size and its merged
+    args/env (variant over server); ``variant.flag_argv()`` gives the HiCache flags and args.
+    For ``backend: sim`` the same flags go to the simulator, plus its ``--sim-*`` knobs.
     """
-    server = scenario.server
-    simulated = server.backend == "sim"
-    model_path = str(getattr(variant, "model_path", None) or server.model_path)
-    args = dict(variant.args)
-    if scenario.sampling.enabled and scenario.sampling.server_metrics:
-        args.setdefault("--enable-metrics", True)
-    flag_args = args_to_argv(args)
-    core = ["--model-path", model_path, "--host", server.host, "--port", str(port)]
-    if server.tp_size > 1:
-        core += ["--tp-size", str(server.tp_size)]
+    simulated = variant.backend == "sim"
+    flags = variant.flag_argv()
+    if scenario.sampling.enabled and scenario.sampling.server_metrics and "--enable-metrics" not in flags:
+        flags.append("--enable-metrics")
+    core = ["--model-path", str(variant.model_path), "--host", variant.host, "--port", str(port)]
+    if variant.tp_size > 1:
+        core += ["--tp-size", str(variant.tp_size)]
     env: dict[str, str] = {k: str(v) for k, v in variant.env.items()}
+    sim_flags: list[str] = []
     if simulated:
-        python = sys.executable
-        module = SIM_MODULE
-        sim = server.sim
+        python, module = sys.executable, SIM_MODULE
+        sim = variant.sim
         sim_flags = ["--sim-time-scale", _fmt(sim.time_scale), "--sim-host-mem-scale", _fmt(sim.host_mem_scale),
                      "--sim-startup-s", _fmt(sim.startup_s)]
         if sim.mem_available_gib is not None:
             sim_flags += ["--sim-mem-available-gib", _fmt(sim.mem_available_gib)]
-        for fault in list(sim.faults) + list(getattr(variant, "sim_faults", []) or []):
+        for fault in variant.all_sim_faults():
             sim_flags += ["--sim-fault", fault]
         env["PYTHONPATH"] = _prepend_path(str(repo_root()), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
     else:
-        python = server.python
-        module = SGLANG_MODULE
-        sim_flags = []
-        if server.sglang_source:
-            src = Path(server.sglang_source)
+        python, module = variant.python, SGLANG_MODULE
+        if variant.sglang_source:
+            src = Path(variant.sglang_source)
             pkg = src / "python" if (src / "python" / "sglang").is_dir() else src
             env["PYTHONPATH"] = _prepend_path(str(pkg), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
-    argv = [*server.command_prefix, python, "-m", module, *core, *hicache_flags(variant.hicache), *flag_args, *sim_flags]
-    return LaunchSpec(tuple(argv), env, server.host, port, simulated)
+    argv = [*variant.command_prefix, python, "-m", module, *core, *flags, *sim_flags]
+    return LaunchSpec(tuple(argv), env, variant.host, port, simulated)
 
 
 def _prepend_path(first: str, rest: str | None) -> str:

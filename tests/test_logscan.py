@@ -92,3 +92,14 @@ def test_pools_seed000_fork_and_older_format():
 def test_excerpt_around_match():
     ex = logscan.excerpt("\n".join(f"l{i}" for i in range(1, 101)), 50, context=2)
     assert ex["first_line"] == 48 and ex["lines"] == ["l48", "l49", "l50", "l51", "l52"]
+
+
+def test_pools_hybrid_kv_and_mamba_lines():
+    text = (
+        "[TP0] Allocating kv hierarchical KV host pool: 420001 tokens, 2.58 GB host memory.\n"
+        "[TP0] Allocating 2.55 GB host memory for hierarchical Mamba cache (layout=page_first).\n"
+    )
+    pools = logscan.parse_pools(text)
+    assert pools.host_pool_tokens == 420001
+    assert {p.kind: p.gb for p in pools.host_pools} == {"kv": 2.58, "mamba": 2.55}
+    assert pools.host_pool_gb == 5.13

@@ -1,0 +1,142 @@
+"""The `harness` command: parse arguments, call one function, map its outcome to an exit code.
+
+Exit codes: 0 pass; 1 a regression, a failed expectation or a variant that failed unexpectedly;
+2 bad input (scenario, arguments, results); 3 the harness or its environment broke; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from harness import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BROKEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def _load_scenario_or_exit(path: str):
+    from harness.scenario import ScenarioError, load_scenario
+
+    try:
+        return load_scenario(path)
+    except ScenarioError as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT) from None
+
+
+def cmd_validate(args) -> int:
+    scenario = _load_scenario_or_exit(args.scenario)
+    variants = scenario.expand_variants()
+    print(f"{args.scenario}: ok — scenario {scenario.name!r}, backend {scenario.server.backend}, "
+          f"{len(variants)} variants ({', '.join(v.name for v in variants)}), "
+          f"{len(scenario.workloads)} workloads")
+    return EXIT_OK
+
+
+def cmd_schema(args) -> int:
+    from harness.scenario import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+    return EXIT_OK
+
+
+def _parse_shard(text: str | None):
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(_bad(f"--shard: expected I/N, got {text!r}")) from None
+    if not (n >= 1 and 1 <= i <= n):
+        raise SystemExit(_bad(f"--shard: expected 1 <= I <= N, got {text!r}"))
+    return (i, n)
+
+
+def _bad(message: str) -> int:
+    print(f"harness: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def cmd_run(args) -> int:
+    from harness import runner
+
+    scenario = _load_scenario_or_exit(args.scenario)
+    options = runner.RunOptions(
+        results_dir=Path(args.results_dir),
+        only=args.only,
+        dry_run=args.dry_run,
+        preflight_mode=args.preflight,
+        write_report=not args.no_report,
+        reports_dir=Path(args.reports_dir),
+        shard=_parse_shard(args.shard),
+        live_progress=None,
+    )
+    if args.preflight:
+        scenario.preflight.mode = args.preflight
+    try:
+        outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)
+    except ValueError as exc:  # e.g. --only naming no variant
+        return _bad(str(exc))
+    if outcome.run_dir is not None:
+        print(f"results: {outcome.run_dir}")
+    if outcome.report_path is not None:
+        print(f"report:  {outcome.report_path}")
+    return outcome.exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"harness {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("run", help="run a scenario: one server per variant, workloads, report")
+    s.add_argument("scenario", help="scenario YAML file")
+    s.add_argument("--results-dir", default="results", help="where run folders go (default: results)")
+    s.add_argument("--reports-dir", default="reports", help="where HTML reports go (default: reports)")
+    s.add_argument("--only", action="append", metavar="VARIANT", help="run only this variant (repeatable)")
+    s.add_argument("--dry-run", action="store_true", help="print each variant's argv and env; start nothing")
+    s.add_argument("--preflight", choices=["warn", "strict", "off"],
+                   help="host-memory preflight: warn (launch anyway) or strict (refuse before launch)")
+    s.add_argument("--shard", metavar="I/N", help="run only shard I of N of the variants")
+    s.add_argument("--no-report", action="store_true", help="do not write the HTML report at the end")
+    s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("validate", help="check a scenario without starting anything")
+    s.add_argument("scenario")
+    s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("schema", help="print the JSON Schema of the scenario format")
+    s.set_defaults(func=cmd_schema)
+
+    # Listed for --help; main() hands their arguments to their own parsers.
+    sub.add_parser("sim", help="the simulated sglang server (accepts sglang's launch flags; sim --help)")
+    sub.add_parser("probe", help="platform probes: WSL, host-memory mapping, H2D/D2H bandwidth (probe --help)")
+    return p
+
+
+# Subcommands whose own argument parser takes every argument after the name.
+_PASSTHROUGH = {"sim": ("harness.sim.cli", "main"), "probe": ("harness.probe", "main")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in _PASSTHROUGH:
+        import importlib
+
+        module, func = _PASSTHROUGH[argv[0]]
+        return getattr(importlib.import_module(module), func)(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED

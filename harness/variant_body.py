@@ -1,0 +1,170 @@
+"""What happens on a variant's server between "ready" and "stop".
+
+Idle window (seed 000 saw swap-in while idle) → the workloads, once per repeat → the quality
+arm → a final idle liveness check plus ``/health_generate`` (P6: a server that died after its last
+answer is a failed variant, not a pass) → ``summary.json``. Rows are appended to the variant's
+JSONL files as they come, so a crash keeps everything measured before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import httpx
+
+from harness import logscan, results
+from harness.client import GenerateRequest, Labels, StreamingClient
+from harness.records import RequestRecord
+from harness.summary import summarize
+from harness.workloads.base import WorkloadContext, run_workloads
+
+# How long the server must stay alive, idle, after the last response before it counts as
+# healthy (P6). A crash a few seconds after the last answer is the failure mode this catches.
+POST_CHECK_IDLE_S = 3.0
+DEFAULT_POOL_TOKENS = 20480
+
+
+def model_vocab_size(model_path: str | Path) -> int:
+    try:
+        cfg = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return 32000
+    text_cfg = cfg.get("text_config") or {}
+    return int(cfg.get("vocab_size") or text_cfg.get("vocab_size") or 32000)
+
+
+def _wait_alive(server, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not server.alive():
+            return False
+        time.sleep(0.1)
+    return server.alive()
+
+
+def final_liveness(server, base_url: str, idle_s: float) -> tuple[bool, str]:
+    """Alive after ``idle_s`` of idleness and able to generate one token."""
+    if not _wait_alive(server, idle_s):
+        return False, f"server exited (code {server.exit_code()}) during the {idle_s:g}s idle check"
+    try:
+        r = httpx.get(base_url + "/health_generate", timeout=30.0, trust_env=False)
+    except httpx.HTTPError as exc:
+        return False, f"/health_generate failed: {type(exc).__name__}"
+    if r.status_code != 200:
+        return False, f"/health_generate answered {r.status_code}"
+    if not server.alive():
+        return False, "server exited right after /health_generate"
+    return True, "ok"
+
+
+class _Recorder:
+    """Appends records to JSONL as they finish and keeps them for the summary."""
+
+    def __init__(self, path: Path):
+        self.writer = results.JsonlWriter(path)
+        self.rows: list = []
+
+    def __call__(self, rec) -> None:
+        self.writer.append(rec.to_dict())
+        self.rows.append(rec)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def _smoke_request(client: StreamingClient, variant: str, vocab: int, record) -> RequestRecord:
+    """Without workloads, one tiny request shows the server answers."""
+    req = GenerateRequest(input_ids=[(7 * i + 11) % (vocab - 3) + 3 for i in range(16)], max_new_tokens=4)
+    rec = await client.generate(req, Labels(variant=variant, workload="smoke", phase="smoke"))
+    record(rec)
+    return rec
+
+
+def run_body(scenario, variant, spec, server, sampler, vpaths, progress, pools, server_info):
+    """Returns ``(state, cause, detail)`` with state ``ok``, ``partial`` or ``failed``."""
+
+    def phase(name: str) -> None:
+        if sampler is not None:
+            sampler.set_phase(name)
+        progress.phase(name)
+
+    phase("idle")
+    if not _wait_alive(server, scenario.sampling.idle_window_s if scenario.sampling.enabled else 0.0):
+        return _write_summary(vpaths, variant, [], [], sampler, "partial", logscan.SERVER_DIED,
+                              {"when": "idle window"})
+
+    pool_tokens = int(pools.get("max_total_num_tokens") or DEFAULT_POOL_TOKENS)
+    vocab = model_vocab_size(variant.model_path)
+    requests = _Recorder(vpaths.requests)
+    quality_rows = _Recorder(vpaths.quality)
+    verdict: dict = {"state": "ok", "cause": None, "detail": {}}
+
+    async def body() -> None:
+        async with StreamingClient(spec.base_url, timeout_s=variant.request_timeout_s) as client:
+            def make_ctx(repeat: int) -> WorkloadContext:
+                ctx = WorkloadContext(
+                    base_url=spec.base_url, client=client, variant=variant.name, repeat=repeat,
+                    pool_tokens=pool_tokens, vocab_size=vocab, seed=scenario.seed, record=requests,
+                    set_phase=phase, alive=server.alive, request_timeout_s=variant.request_timeout_s,
+                )
+                ctx.record_quality = quality_rows
+                ctx.model_path = variant.model_path
+                return ctx
+
+            if not scenario.workloads:
+                rec = await _smoke_request(client, variant.name, vocab, requests)
+                if rec.error is not None:
+                    verdict.update(state="failed", cause="request_error", detail={"error": rec.error})
+                    return
+            for repeat in range(scenario.repeats):
+                ctx = make_ctx(repeat)
+                outcome = await run_workloads(ctx, scenario.workloads)
+                detail = {"repeat": repeat, "completed": outcome.completed, "failed": outcome.failed,
+                          "timed_out": outcome.timed_out, "skipped": outcome.skipped,
+                          "n_requests": outcome.n_requests, "n_errors": outcome.n_errors}
+                if outcome.server_died:
+                    verdict.update(state="partial", cause=logscan.SERVER_DIED, detail=detail)
+                    return
+                if outcome.timed_out:
+                    verdict.update(state="failed", cause=logscan.TIMEOUT, detail=detail)
+                    return
+                if outcome.failed:
+                    verdict.update(state="failed", cause="workload_error", detail=detail)
+                    return
+            if scenario.quality.enabled:
+                from harness.quality.run import run_quality
+
+                role = "off" if variant.name == scenario.quality.baseline_variant else "on"
+                ctx = make_ctx(0)
+                await run_quality(ctx, scenario.quality, role)
+                if ctx.server_dead:
+                    verdict.update(state="partial", cause=logscan.SERVER_DIED, detail={"when": "quality"})
+
+    try:
+        asyncio.run(body())
+    finally:
+        requests.close()
+        quality_rows.close()
+
+    if verdict["state"] == "ok":
+        phase("final_check")
+        alive, why = final_liveness(server, spec.base_url, POST_CHECK_IDLE_S)
+        if not alive:
+            verdict.update(state="failed", cause=logscan.SERVER_DIED, detail={"when": "after last response",
+                                                                              "check": why})
+    return _write_summary(vpaths, variant, requests.rows, quality_rows.rows, sampler, verdict["state"],
+                          verdict["cause"], verdict["detail"])
+
+
+def _write_summary(vpaths, variant, request_rows, quality_rows, sampler, state, cause, detail):
+    summary = summarize(request_rows)
+    summary.update(schema_version=results.SCHEMA_VERSION, variant=variant.name, state=state, cause=cause)
+    if state != "ok" and not any(not r.warmup and r.error is None for r in request_rows):
+        summary["workloads"] = None  # nothing measured: null, never zero (P10)
+    summary["quality"] = {"n_records": len(quality_rows)} if quality_rows else None
+    summary["sampling"] = None  # filled by the runner once the sampler has stopped
+    results.write_json_atomic(vpaths.summary, summary)
+    return state, cause, detail
