@@ -74,6 +74,7 @@ def cmd_run(args) -> int:
         reports_dir=Path(args.reports_dir),
         shard=_parse_shard(args.shard),
         live_progress=None,
+        probe=args.probe,
     )
     if args.preflight:
         scenario.preflight.mode = args.preflight
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host-memory preflight: warn (launch anyway) or strict (refuse before launch)")
     s.add_argument("--shard", metavar="I/N", help="run only shard I of N of the variants")
     s.add_argument("--no-report", action="store_true", help="do not write the HTML report at the end")
+    s.add_argument("--probe", action="store_true",
+                   help="run the platform probes (quick) before the first variant; kept in the manifest")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("validate", help="check a scenario without starting anything")

@@ -65,6 +65,7 @@ class RunOptions:
     resume: Path | None = None
     shard: tuple[int, int] | None = None
     live_progress: bool | None = None
+    probe: bool = False  # run the platform probes (quick) first and keep them in the manifest
 
 
 def select_variants(variants: list, only: list[str] | None) -> list:
@@ -182,6 +183,10 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] | None =
     simulated = scenario.server.backend == "sim"
     run = results.create_run_dir(options.results_dir, scenario.name)
     manifest = build_manifest(scenario, variants, harness_argv or sys.argv, simulated)
+    if options.probe:
+        from harness.probe import run_probes
+
+        manifest["probe"] = run_probes({"quick": True})
     results.write_json_atomic(run.manifest, manifest)
     outcome = RunOutcome(run.root)
     progress = Progress(len(variants), live=options.live_progress)
