@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,36 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.sampling import Sampler  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_sim(log_path: Path) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    argv = [sys.executable, "-m", "harness.sim", "--model-path", str(ROOT / "scenarios/models/llama-tiny"),
-            "--port", str(port), "--skip-tokenizer-init", "--enable-metrics", "--enable-hierarchical-cache",
-            "--hicache-ratio", "2", "--max-total-tokens", "20480", "--sim-time-scale", "0.01",
-            "--sim-host-mem-scale", "0.01"]
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"simulator exited with {proc.returncode}; see {log_path}")
-        try:
-            if httpx.get(url + "/health", timeout=1.0, trust_env=False).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise SystemExit("simulator not ready within 60 s")
+from harness.sim.testing import SimProcess  # noqa: E402
 
 
 def warm_up(url: str, n: int = 8) -> None:
@@ -77,12 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     args = ap.parse_args(argv)
 
-    proc = None
+    sim = None
     if args.url:
         url, pid = args.url.rstrip("/"), args.pid
     else:
-        proc, url = start_sim(Path("/tmp/sampler_overhead_sim.log"))
-        pid = proc.pid
+        sim = SimProcess(["--skip-tokenizer-init", "--enable-metrics", "--enable-hierarchical-cache",
+                          "--hicache-ratio", "2", "--max-total-tokens", "20480"], time_scale=0.01)
+        sim.__enter__()
+        url, pid = sim.url, sim.proc.pid
     try:
         warm_up(url)
         samples: list[dict] = []
@@ -92,12 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.seconds)
         sampler.stop()
     finally:
-        if proc is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(proc.pid, signal.SIGKILL)
+        if sim is not None:
+            sim.kill()
     n = len(samples)
     result = {
         "interval_s": args.interval_s,
@@ -109,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         "metrics_lines": metrics_lines,
         "metrics_errors": sampler.metrics_errors,
         "gpu_fields": any("gpus" in s for s in samples),
-        "server": "sim" if proc is not None else url,
+        "server": "sim" if sim is not None else url,
         "machine": f"{platform.node()} {platform.machine()} {psutil.cpu_count()} CPUs, "
                    f"{platform.system()} {platform.release()}, Python {platform.python_version()}",
         "processes_on_host": len(psutil.pids()),

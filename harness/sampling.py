@@ -83,22 +83,9 @@ def is_counter_key(key: str) -> bool:
 
 
 def process_tree_rss_kib(pid: int) -> int | None:
-    """Sum of RSS over `pid` and all its descendants, in kiB; processes that vanish while being
-    read are skipped. None when `pid` itself is gone."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
-    total = 0
-    seen_any = False
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-            seen_any = True
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return total // 1024 if seen_any else None
+    """Sum of RSS over `pid` and all its descendants, in kiB, read once; processes that vanish
+    while being read are skipped. None when `pid` itself is gone."""
+    return ProcessTreeRss(pid).read_kib()
 
 
 class ProcessTreeRss:
@@ -309,6 +296,10 @@ class Sampler:
         cpu0 = time.thread_time()
         gpu, client = self._gpu, self._client
         try:
+            with self._lock:  # phases switched before start() have no samples to close
+                early, self._boundaries = self._boundaries, []
+            for _, done in early:
+                done.set()
             self._remember_vmstat()
             self._emit(self._take(self.phase, gpu, client))  # t=0 sample: the phase's start
             next_t = time.monotonic() + self.interval_s

@@ -9,11 +9,6 @@ once the server is gone.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -39,99 +34,36 @@ def _sim_missing() -> str | None:
         return "harness/sim/__main__.py missing: the simulated server has not landed yet"
     try:
         import harness.sim.server  # noqa: F401  (what `python -m harness.sim` runs)
+        import harness.sim.testing  # noqa: F401
     except Exception as e:  # the simulator helper has not landed (or is broken)
-        return f"harness.sim.server not importable: {type(e).__name__}: {e}"
+        return f"harness.sim not importable: {type(e).__name__}: {e}"
     return None
 
 
 pytestmark = pytest.mark.skipif(_sim_missing() is not None, reason=str(_sim_missing()))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Sim:
-    """One simulator process in its own session; the whole group is killed at the end."""
-
-    def __init__(self, *flags: str, log: Path):
-        self.port = _free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        argv = [sys.executable, "-m", "harness.sim", "--model-path", str(MODEL), "--port", str(self.port),
-                "--skip-tokenizer-init", "--sim-time-scale", "0.01", "--sim-startup-s", "0.1", *flags]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.log_path = log
-        self._log = open(log, "wb")
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self.pid = self.proc.pid
-
-    def wait_ready(self, timeout_s: float = 60.0) -> bool:
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0, trust_env=False) as c:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    return False
-                try:
-                    if c.get(self.base_url + "/health").status_code == 200:
-                        return True
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.05)
-        return False
-
-    def wait_exit(self, timeout_s: float = 30.0) -> int | None:
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def server_info(self) -> dict:
-        for path in ("/get_server_info", "/server_info"):
-            r = httpx.get(self.base_url + path, timeout=5.0, trust_env=False)
-            if r.status_code == 200:
-                return r.json()
-        raise AssertionError("no server info")
-
-    def generate(self, n_tokens: int, seed: int) -> dict:
-        ids = [(seed * 7919 + i * 31) % 30000 + 10 for i in range(n_tokens)]
-        r = httpx.post(self.base_url + "/generate", timeout=30.0, trust_env=False, json={
-            "input_ids": ids, "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
-        r.raise_for_status()
-        return r.json()
-
-    def log(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self._log.close()
-
-
 @pytest.fixture()
-def sims(tmp_path):
-    started: list[Sim] = []
+def sims():
+    """Start simulators (not yet waited for); every process group is killed at the end."""
+    from harness.sim.testing import SimProcess
 
-    def start(*flags: str) -> Sim:
-        s = Sim(*flags, log=tmp_path / f"sim{len(started)}.log")
-        started.append(s)
-        return s
+    started = []
+
+    def start(*flags: str, model: str = "llama-tiny"):
+        sim = SimProcess(["--skip-tokenizer-init", *flags], model=model, wait_ready=False, time_scale=0.01)
+        started.append(sim)
+        return sim.__enter__()
 
     yield start
-    for s in started:
-        s.kill()
+    for sim in started:
+        sim.kill()
+
+
+def _send(sim, n_tokens: int, seed: int) -> None:
+    from harness.sim.testing import generate
+
+    generate(sim.url, [(seed * 7919 + i * 31) % 30000 + 10 for i in range(n_tokens)])
 
 
 def _metric(counters: dict, name: str) -> float:
@@ -153,19 +85,19 @@ def test_sampler_on_live_sim_phases_rss_counters_and_host_pool(sims):
                "--hicache-mem-layout", "page_first", "--max-total-tokens", "40000",
                "--sim-host-mem-scale", str(scale))
     samples: list[dict] = []
-    sampler = Sampler(sim.pid, sim.base_url, samples.append)  # default 0.5 s interval
+    sampler = Sampler(sim.proc.pid, sim.url, samples.append)  # default 0.5 s interval
     sampler.start()
     try:
-        assert sim.wait_ready(), sim.log()
+        sim.wait_until_ready(30)
         assert sampler.set_phase("idle", wait_s=5)
         time.sleep(0.6)
         assert sampler.set_phase("cold", wait_s=5)
         for i in range(3):
-            sim.generate(100, seed=i)
+            _send(sim, 100, seed=i)
         time.sleep(0.25)
         assert sampler.set_phase("second", wait_s=5)
         for i in range(2):  # a phase shorter than one interval: only its boundary sample
-            sim.generate(200, seed=100 + i)
+            _send(sim, 200, seed=100 + i)
         assert sampler.set_phase("cooldown", wait_s=5)
     finally:
         sampler.stop()
@@ -206,16 +138,16 @@ def test_preflight_matches_sim_refusal_and_success(sims):
 
     refused = sims(*common, "--hicache-ratio", "2")
     code = refused.wait_exit(30)
-    assert code not in (None, 0), refused.log()
-    log = refused.log()
+    log = refused.output()
+    assert code != 0, log
     assert "Not enough host memory available" in log
     assert f"Requesting {big.total_bytes_per_rank / 1e9:.2f} GB" in log, log[-2000:]
 
     ok = sims(*common, "--hicache-ratio", "1", "--enable-metrics")
-    assert ok.wait_ready(), ok.log()
-    info = ok.server_info()
-    assert info.get("max_total_num_tokens") in (None, 40000)
-    text = httpx.get(ok.base_url + "/metrics", timeout=5, trust_env=False).text
+    ok.wait_until_ready(30)
+    info = httpx.get(ok.url + "/get_server_info", timeout=5).json()
+    assert info["max_total_num_tokens"] == 40000
+    text = httpx.get(ok.url + "/metrics", timeout=5).text
     if "sglang:hicache_host_total_tokens" in text:
         from harness.sampling import parse_metrics_text
 
@@ -229,7 +161,7 @@ def test_cooldown_not_clean_while_server_holds_memory(sims):
     baseline = take_baseline()
     sim = sims("--enable-hierarchical-cache", "--hicache-size", "4", "--max-total-tokens", "20000",
                "--sim-host-mem-scale", "0.25")
-    assert sim.wait_ready(), sim.log()
+    sim.wait_until_ready(30)
     time.sleep(0.2)
     assert baseline.mem_available_kib - read_mem_available_kib() > 0.5 * 1024 * 1024
     t0 = time.monotonic()
@@ -248,11 +180,10 @@ def test_preflight_matches_sim_hybrid_pools(sims):
     for hicache, flags in (({"ratio": 2.0}, ("--hicache-ratio", "2")),
                            ({"size_gb": 0.05}, ("--hicache-size", "0.05"))):
         pred = predict_host_pool(shape, hicache, 20000, 1, mamba_device_slots=8)
-        sim = sims("--model-path", str(model), "--enable-hierarchical-cache", "--hicache-mem-layout", "page_first",
-                   "--max-total-tokens", "20000", "--max-mamba-cache-size", "8", "--sim-host-mem-scale", "0.01",
-                   *flags)
-        assert sim.wait_ready(), sim.log()
-        log = sim.log()
+        sim = sims("--enable-hierarchical-cache", "--hicache-mem-layout", "page_first",
+                   "--max-total-tokens", "20000", "--max-mamba-cache-size", "8", *flags, model="qwen3next-tiny")
+        sim.wait_until_ready(30)
+        log = sim.output()
         kv = re.search(r"KV host pool: (\d+) tokens, ([\d.]+) GB", log)
         mamba = re.search(r"Allocating ([\d.]+) GB host memory for hierarchical Mamba cache", log)
         assert kv and mamba, log[-3000:]
