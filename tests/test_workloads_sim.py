@@ -1,21 +1,15 @@
 """Workloads end to end against the simulated server (real processes, real HTTP).
 
 HiCache ON (ratio 2) vs OFF with a working set over the 4096-token GPU pool: the second pass of
-parallel_prefixes is served from the host tier on every request and is faster ON; OFF has no
-host hits. P5: a server that crashes mid-run leaves its in-flight rows marked server_died,
+parallel_prefixes is served from the host tier (every request a hit) and is faster ON; OFF has
+no host hits. P5: a server that crashes mid-run leaves its in-flight rows marked server_died,
 nothing more is sent, rows are kept and the outcome says so.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
+from contextlib import ExitStack
 
 import httpx
 import pytest
@@ -24,11 +18,10 @@ from pydantic import TypeAdapter
 from harness.client import StreamingClient
 from harness.records import RequestRecord
 from harness.scenario import Workload
+from harness.sim.testing import SimProcess
 from harness.summary import summarize
 from harness.workloads import WorkloadContext, run_workloads
 
-ROOT = Path(__file__).resolve().parents[1]
-MODEL = ROOT / "scenarios" / "models" / "llama-tiny"
 POOL = 4096
 _wl = TypeAdapter(Workload)
 
@@ -37,61 +30,26 @@ def workload(**kw):
     return _wl.validate_python(kw)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Sim(SimProcess):
+    """The shared sim helper plus what a WorkloadContext needs: liveness and the pool size."""
 
-
-class Sim:
-    def __init__(self, tmp: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.log = open(tmp / f"sim-{self.port}.log", "w")
-        argv = [sys.executable, "-m", "harness.sim", "--model-path", str(MODEL), "--port", str(self.port),
-                "--max-total-tokens", str(POOL), "--skip-tokenizer-init", "--sim-time-scale", "0.02",
-                "--sim-startup-s", "0.1", *extra]
-        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     start_new_session=True)
-        self.info = self._wait_ready()
-
-    def _wait_ready(self, timeout_s: float = 30.0) -> dict:
-        end = time.monotonic() + timeout_s
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sim exited {self.proc.returncode}: {Path(self.log.name).read_text()}")
-            try:
-                r = httpx.get(self.base_url + "/get_server_info", timeout=1.0)
-                if r.status_code == 200:
-                    return r.json()
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("sim not ready")
+    def __enter__(self) -> "Sim":
+        super().__enter__()
+        self.base_url = self.url
+        self.info = httpx.get(self.url + "/get_server_info", timeout=5).json()
+        return self
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=10)
-        self.log.close()
+        return self.proc is not None and self.proc.poll() is None
 
 
 @pytest.fixture
-def sim_factory(tmp_path):
-    sims: list[Sim] = []
-
-    def make(*extra: str) -> Sim:
-        sims.append(Sim(tmp_path, *extra))
-        return sims[-1]
-
-    yield make
-    for s in sims:
-        s.stop()
+def sim_factory():
+    with ExitStack() as stack:
+        def make(*extra: str, time_scale: float = 0.02) -> Sim:
+            argv = ["--max-total-tokens", str(POOL), "--skip-tokenizer-init", *extra]
+            return stack.enter_context(Sim(argv, time_scale=time_scale))
+        yield make
 
 
 HICACHE = ("--enable-hierarchical-cache", "--hicache-ratio", "2")
@@ -121,7 +79,9 @@ PARALLEL = dict(kind="parallel_prefixes", k=4, prompt_tokens="0.4x pool", passes
 
 
 def test_parallel_prefixes_second_pass_host_hits_on_vs_off(sim_factory):
-    on, off = sim_factory(*HICACHE), sim_factory()
+    # real-time cost model (scale 1): at 0.02 a 1.6K-token prefill is 0.5 ms and HTTP noise
+    # would decide the wall-time comparison; here a pass is ~0.1-0.2 s
+    on, off = sim_factory(*HICACHE, time_scale=1.0), sim_factory(time_scale=1.0)
     assert on.info["max_total_num_tokens"] == POOL
     out_on, rec_on, phases = run(on, [workload(**PARALLEL)])
     out_off, rec_off, _ = run(off, [workload(**PARALLEL)])
@@ -131,14 +91,20 @@ def test_parallel_prefixes_second_pass_host_hits_on_vs_off(sim_factory):
         assert len(recs) == 8 and all(r.error is None for r in recs)
         assert {r.concurrency_group for r in by_phase(recs, "pass2")} == {"parallel_prefixes/pass2/r0"}
         assert all(r.prompt_len == int(0.4 * POOL) for r in recs)
+    # Pass 2 ON: every request is served from cache; the working set (1.6x pool) left at most the
+    # last prefix of pass 1 on the GPU, and whether that one is still there when its pass-2
+    # request is scheduled depends on arrival order within the concurrent pass: so host hits on
+    # every request but at most one, usually all.
     p2_on = by_phase(rec_on, "pass2")
-    assert all((r.cached_host or 0) > 0 for r in p2_on), [(r.cached_device, r.cached_host) for r in p2_on]
+    tiers = [(r.cached_device, r.cached_host) for r in p2_on]
+    assert all(r.cached_tokens >= r.prompt_len - 1 for r in p2_on), tiers
+    assert sum((r.cached_host or 0) > 0 for r in p2_on) >= len(p2_on) - 1, tiers
     assert all((r.cached_host or 0) == 0 for r in rec_off)
     s_on, s_off = summarize(rec_on), summarize(rec_off)
     wall_on = s_on["workloads"]["parallel_prefixes"]["phases"]["pass2"]["metrics"]["pass_wall_s"]["p50"]
     wall_off = s_off["workloads"]["parallel_prefixes"]["phases"]["pass2"]["metrics"]["pass_wall_s"]["p50"]
-    assert wall_on < wall_off
-    assert s_on["workloads"]["parallel_prefixes"]["derived"]["second_pass_speedup"] > 1.0
+    assert wall_on * 1.5 < wall_off, (wall_on, wall_off)
+    assert s_on["workloads"]["parallel_prefixes"]["derived"]["second_pass_speedup"] > 1.5
 
 
 def test_every_workload_kind_on_hicache(sim_factory):
@@ -209,7 +175,7 @@ def test_server_death_mid_run_is_contained(sim_factory):
 
 def test_workload_timeout_marks_in_flight_and_moves_on(sim_factory):
     sim = sim_factory()
-    wls = [workload(kind="decode", batch=2, prompt_tokens=64, output_tokens=3000, timeout_s=0.5),
+    wls = [workload(kind="decode", batch=2, prompt_tokens=64, output_tokens=1500, timeout_s=0.4),
            workload(kind="cold_prefill", n=1, prompt_tokens=64, warmup=0)]
     out, recs, _ = run(sim, wls)
     assert out.timed_out == ["decode"] and out.completed == ["cold_prefill"] and not out.server_died
