@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import shlex
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -432,11 +433,24 @@ class Server(_Model):
     tp_size: PosInt = 1
     host: str = "127.0.0.1"
     args: ArgsDict = {}
+    # One string of extra sglang flags, split like a shell would (e.g. ``${SGLANG_EXTRA_ARGS:-}``),
+    # so one scenario file serves GPU boxes whose sglang build needs different backend flags.
+    # Merged after ``args``; a variant's args still win.
+    extra_args: str = ""
     env: EnvDict = {}
     startup_timeout_s: PosFloat = 600.0
     startup_retries: NonNegInt = 1
     request_timeout_s: PosFloat = 300.0
     sim: SimOptions | None = None
+
+    @field_validator("extra_args")
+    @classmethod
+    def _check_extra_args(cls, v: str) -> str:
+        for flag in parse_extra_args(v):
+            problem = _flag_problem(flag)
+            if problem:
+                raise _err(problem)
+        return v
 
     @field_validator("sglang_source", mode="before")
     @classmethod
@@ -1113,6 +1127,27 @@ def _resolve_path(p: str, base_dir: Path | None, *, always: bool) -> str:
     return p
 
 
+def parse_extra_args(text: str) -> dict[str, Any]:
+    """``"--a 1 --flag --b x"`` → ``{"--a": "1", "--flag": True, "--b": "x"}`` (shell-like split)."""
+    try:
+        tokens = shlex.split(text or "")
+    except ValueError as exc:
+        raise _err(f"cannot split extra_args: {exc}") from None
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(tokens):
+        flag = tokens[i]
+        if not flag.startswith("--"):
+            raise _err(f"extra_args: expected a --flag, got {flag!r}")
+        if i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+            out[flag] = tokens[i + 1]
+            i += 2
+        else:
+            out[flag] = True
+            i += 1
+    return out
+
+
 def _merge_args(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     out.update(over)
@@ -1141,7 +1176,8 @@ def _make_variant(scn: Scenario, spec: _VariantFields, name: str, origin: str,
         model_path=_resolve_path(mp_spec, base_dir, always=sim), model_path_spec=mp_spec,
         tp_size=s.tp_size, host=s.host,
         hicache=spec.hicache.model_copy() if spec.hicache is not None else None,
-        args=_merge_args(s.args, spec.args), env=_merge_env(s.env, spec.env),
+        args=_merge_args(_merge_args(s.args, parse_extra_args(s.extra_args)), spec.args),
+        env=_merge_env(s.env, spec.env),
         expect=spec.expect, expect_cause=spec.expect_cause, sim_faults=list(spec.sim_faults),
         sim=(s.sim or SimOptions()) if sim else None,
         startup_timeout_s=s.startup_timeout_s, startup_retries=s.startup_retries,
