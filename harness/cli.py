@@ -75,6 +75,7 @@ def cmd_run(args) -> int:
         shard=_parse_shard(args.shard),
         live_progress=None,
         probe=args.probe,
+        resume=Path(args.resume) if args.resume else None,
     )
     if args.preflight:
         scenario.preflight.mode = args.preflight
@@ -87,6 +88,17 @@ def cmd_run(args) -> int:
     if outcome.report_path is not None:
         print(f"report:  {outcome.report_path}")
     return outcome.exit_code
+
+
+def _delegate(module: str):
+    """A subcommand whose whole job lives in ``module.cli_main(args) -> int``."""
+
+    def run(args) -> int:
+        import importlib
+
+        return importlib.import_module(module).cli_main(args)
+
+    return run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,11 +115,43 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dry-run", action="store_true", help="print each variant's argv and env; start nothing")
     s.add_argument("--preflight", choices=["warn", "strict", "off"],
                    help="host-memory preflight: warn (launch anyway) or strict (refuse before launch)")
-    s.add_argument("--shard", metavar="I/N", help="run only shard I of N of the variants")
+    s.add_argument("--shard", metavar="I/N", help="run only shard I of N of the variants "
+                   "(e.g. from $SLURM_ARRAY_TASK_ID or a CI matrix)")
     s.add_argument("--no-report", action="store_true", help="do not write the HTML report at the end")
     s.add_argument("--probe", action="store_true",
                    help="run the platform probes (quick) before the first variant; kept in the manifest")
+    s.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue an interrupted run: skip complete variants, rerun the rest")
     s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("report", help="write the self-contained HTML report of a run")
+    s.add_argument("run", help="run folder (results/<scenario>/<run_id>)")
+    s.add_argument("--reports-dir", default="reports", help="where reports go (default: reports)")
+    s.set_defaults(func=_delegate("harness.report.html"))
+
+    s = sub.add_parser("compare", help="compare a run with a baseline run; exit 1 on a regression")
+    s.add_argument("run", help="candidate run folder")
+    s.add_argument("--baseline", required=True, help="baseline run folder, or 'latest' (last good run)")
+    s.add_argument("--results-dir", default="results", help="where to look for 'latest' (default: results)")
+    s.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
+    s.add_argument("--markdown", metavar="FILE", help="write a Markdown summary here "
+                   "(also appended to $GITHUB_STEP_SUMMARY when set)")
+    s.set_defaults(func=_delegate("harness.compare"))
+
+    s = sub.add_parser("history", help="trend page of a scenario's runs, with change points")
+    s.add_argument("scenario", help="scenario name (or its YAML file)")
+    s.add_argument("--results-dir", default="results")
+    s.add_argument("--reports-dir", default="reports")
+    s.set_defaults(func=_delegate("harness.history"))
+
+    s = sub.add_parser("load", help="print a run's requests and samples as pandas tables")
+    s.add_argument("run", help="run folder")
+    s.set_defaults(func=_delegate("harness.load"))
+
+    s = sub.add_parser("merge", help="combine shard runs of one scenario into one run folder")
+    s.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    s.add_argument("--results-dir", default="results", help="where the merged run goes (default: results)")
+    s.set_defaults(func=_delegate("harness.merge"))
 
     s = sub.add_parser("validate", help="check a scenario without starting anything")
     s.add_argument("scenario")

@@ -331,7 +331,8 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
         pools["max_total_num_tokens"] = server_info.get("max_total_num_tokens")
     status["pools"] = pools
     if prediction is not None:
-        status["preflight"] = pf.preflight_variant(scenario, variant, device_pool_tokens=pools["max_total_num_tokens"])
+        status["preflight"] = pf.preflight_variant(scenario, variant, device_pool_tokens=pools["max_total_num_tokens"],
+                                                   server_info=server_info)
 
     body_state, body_cause, body_detail = run_variant_body(scenario, variant, spec, server, sampler, vpaths,
                                                            progress, pools, server_info)
