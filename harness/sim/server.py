@@ -66,6 +66,18 @@ def _setup_logging(level: str) -> None:
     root.setLevel(getattr(logging, str(level).upper(), logging.INFO))
 
 
+def _scheduler_failed() -> int:
+    """What real sglang 0.5.17 does when a scheduler dies at startup (seen on an H200): the
+    launcher logs the child's SIGQUIT, kills its whole tree including itself, and so exits by
+    SIGKILL (-9), not with exit code 1."""
+    log.info("Received sigquit from a child process. It usually means the child failed.")
+    log.info("kill_process_tree called: parent_pid=%d, include_parent=True, pid=%d", os.getpid(), os.getpid())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+    return 1  # not reached
+
+
 def _traceback(frames: list[tuple[str, int, str, str]], error: str) -> None:
     """Print a scheduler-process failure the way sglang's launcher shows it, then exit 1."""
     lines = ["Scheduler hit an exception: Traceback (most recent call last):"]
@@ -252,13 +264,13 @@ def run(args: SimArgs) -> int:
                      118, "__init__", "self.token_to_kv_pool_host = self._create_host_pool("),
                     (f"mem_cache/pool_host/{pool}", 131, "__init__", "raise ValueError("),
                 ], f"ValueError: {exc}")
-                return 1
+                return _scheduler_failed()
             except AssertionError as exc:
                 _traceback(_INIT_FRAMES + [
                     ("mem_cache/hi_mamba_radix_cache.py", 131, "__init__", "self.mamba_pool_host = MambaPoolHost("),
                     ("mem_cache/pool_host/mamba.py", 70, "__init__", "assert layout in ["),
                 ], f"AssertionError: {exc}")
-                return 1
+                return _scheduler_failed()
         tplog.info("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
                    "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
                    plan.max_total_tokens, plan.chunked_prefill_size, args.sglang["max_prefill_tokens"],
