@@ -1,0 +1,249 @@
+"""Server lifecycle promises (reliability.md P1-P6, P15), proved against the simulator's faults.
+
+Each test writes a small sim scenario, runs it through the real runner and server code, and
+checks the outcome recorded in the run folder, the exit code, and that no process survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import logscan, results
+from harness.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOptions, run_scenario
+from harness.scenario import load_scenario
+from harness.server import ServerProcess, build_launch_spec, free_port, port_is_bindable
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = REPO / "scenarios" / "models"
+
+
+def write_scenario(tmp_path: Path, variants: str, workloads: str = "", retries: int = 0,
+                   timeout_s: float = 20, name: str = "lifecycle") -> Path:
+    text = textwrap.dedent(f"""\
+        name: {name}
+        server:
+          backend: sim
+          model_path: {MODELS / 'llama-tiny'}
+          args: {{--max-total-tokens: 4096, --skip-tokenizer-init: true}}
+          startup_timeout_s: {timeout_s}
+          startup_retries: {retries}
+          request_timeout_s: 20
+          sim: {{time_scale: 0.05, startup_s: 0.05, host_mem_scale: 0.001, mem_available_gib: 16}}
+        sampling: {{enabled: false, cooldown_timeout_s: 2}}
+        preflight: {{mode: warn}}
+        """) + "variants:\n" + textwrap.indent(textwrap.dedent(variants), "  ")
+    if workloads:
+        text += "workloads:\n" + textwrap.indent(textwrap.dedent(workloads), "  ")
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def run(path: Path, tmp_path: Path):
+    scenario = load_scenario(path)
+    outcome = run_scenario(scenario, RunOptions(results_dir=tmp_path / "results", write_report=False,
+                                                live_progress=False))
+    return outcome, results.load_run(outcome.run_dir)
+
+
+def session_alive(sid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (OSError, psutil.Error):
+            continue
+    return out
+
+
+# -- P1 ------------------------------------------------------------------------------------------
+
+def test_p1_host_memory_is_classified_with_gb_and_retried_with_each_log_kept(tmp_path):
+    path = write_scenario(tmp_path, """\
+        - name: huge
+          hicache: {size_gb: 500}
+          expect: startup_failed
+          expect_cause: host_memory
+        """, retries=1)
+    outcome, loaded = run(path, tmp_path)
+    status = loaded.variant("huge").status
+    assert status["state"] == "startup_failed" and status["cause"] == logscan.HOST_MEMORY
+    assert status["cause_detail"]["requested_gb"] == pytest.approx(500.0, rel=0.01)
+    assert status["cause_detail"]["free_gb"] < 10
+    assert status["attempts"] == 2  # transient cause: retried once
+    vdir = loaded.variant("huge").paths
+    assert vdir.server_log(1).exists() and vdir.server_log(2).exists()
+    assert "Not enough host memory" in vdir.server_log(2).read_text()
+    assert status["expect_met"] is True and outcome.exit_code == EXIT_OK  # declared outcome
+
+
+def test_p1_cuda_fault_is_not_retried(tmp_path):
+    path = write_scenario(tmp_path, """\
+        - name: cuda
+          sim_faults: [cuda_fault_at_startup]
+        """, retries=3)
+    outcome, loaded = run(path, tmp_path)
+    status = loaded.variant("cuda").status
+    assert status["cause"] == logscan.CUDA_FAULT and status["attempts"] == 1
+    assert "illegal memory access" in "\n".join(status["log_excerpt"]["lines"])
+    assert outcome.exit_code == EXIT_FAILED  # an unexpected failure fails the run
+
+
+# -- P2, P3, P4 on the server process directly ----------------------------------------------------
+
+def _server(tmp_path, faults: list[str]) -> ServerProcess:
+    path = write_scenario(tmp_path, "- name: v\n  sim_faults: [" + ", ".join(faults) + "]\n")
+    scenario = load_scenario(path)
+    variant = scenario.expand_variants()[0]
+    spec = build_launch_spec(scenario, variant, free_port())
+    return ServerProcess(spec, tmp_path / "server.log", poll_interval_s=0.25)
+
+
+def test_p2_never_ready_times_out_and_leaves_nothing(tmp_path):
+    server = _server(tmp_path, ["hang_at_startup"])
+    server.start()
+    sid = server.pid
+    t0 = time.monotonic()
+    ready = server.wait_ready(timeout_s=2.0)
+    waited = time.monotonic() - t0
+    assert not ready.ready and ready.cause == logscan.TIMEOUT
+    assert 2.0 <= waited <= 2.0 + 0.25 + 1.0  # the timeout, plus at most one poll and a probe
+    stop = server.stop(term_timeout_s=5)
+    assert stop.survivors == [] and session_alive(sid) == []
+    assert port_is_bindable(server.spec.port)
+
+
+def test_p3_exit_zero_before_ready_is_caught_within_one_poll(tmp_path):
+    server = _server(tmp_path, ["exit_before_ready=1"])
+    server.start()
+    t0 = time.monotonic()
+    ready = server.wait_ready(timeout_s=30.0)
+    waited = time.monotonic() - t0
+    assert not ready.ready and ready.cause == logscan.EXITED_BEFORE_READY and ready.exit_code == 0
+    assert waited < 1.0 + 0.25 + 1.0, waited  # not the 30 s timeout
+    server.stop()
+
+
+def test_p4_child_of_a_dying_launcher_is_reaped(tmp_path):
+    server = _server(tmp_path, ["spawn_child"])
+    server.start()
+    sid = server.pid
+    deadline = time.monotonic() + 10
+    while server.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not server.alive()  # the launcher died ...
+    orphans = session_alive(sid)
+    assert orphans  # ... leaving its child running in the server's session
+    stop = server.stop(term_timeout_s=5)
+    assert stop.survivors == [] and session_alive(sid) == []
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in orphans)
+
+
+def test_p4_server_ignoring_sigterm_is_killed(tmp_path):
+    server = _server(tmp_path, ["ignore_sigterm"])
+    server.start()
+    assert server.wait_ready(timeout_s=20).ready
+    sid = server.pid
+    stop = server.stop(term_timeout_s=1.0, kill_timeout_s=5.0)
+    assert stop.killed  # SIGTERM was not enough
+    assert stop.survivors == [] and session_alive(sid) == []
+
+
+# -- P5, P6: deaths after ready, through the runner ------------------------------------------------
+
+WORKLOADS = """\
+- kind: cold_prefill
+  n: 6
+  prompt_tokens: 256
+- kind: decode
+  batch: 1
+  prompt_tokens: 64
+  output_tokens: 16
+"""
+
+
+def test_p5_death_mid_workload_is_partial_rows_kept_next_variant_runs(tmp_path):
+    path = write_scenario(tmp_path, """\
+        - name: crashes
+          sim_faults: [crash_at_request=3]
+        - name: healthy
+        """, workloads=WORKLOADS)
+    outcome, loaded = run(path, tmp_path)
+    crashed = loaded.variant("crashes")
+    assert crashed.status["state"] == "partial" and crashed.status["cause"] == logscan.SERVER_DIED
+    rows = loaded.requests("crashes")
+    ok_rows = [r for r in rows if r["error"] is None]
+    died = [r for r in rows if r["error"] == "server_died"]
+    assert len(ok_rows) == 2 and len(died) >= 1  # the first 2 answered; the 3rd was in flight
+    assert not any(r["workload"] == "decode" for r in rows)  # nothing more was sent
+    assert loaded.variant("healthy").status["state"] == "ok"  # the run went on
+    assert outcome.exit_code == EXIT_FAILED
+
+
+def test_p6_death_after_the_last_response_fails_the_variant(tmp_path):
+    path = write_scenario(tmp_path, """\
+        - name: dies_later
+          sim_faults: [die_after_idle=1]
+        """, workloads=WORKLOADS)
+    outcome, loaded = run(path, tmp_path)
+    status = loaded.variant("dies_later").status
+    assert status["state"] == "failed" and status["cause"] == logscan.SERVER_DIED
+    assert all(r["error"] is None for r in loaded.requests("dies_later"))  # every answer was fine
+    summary = loaded.variant("dies_later").summary
+    assert summary["state"] == "failed"
+    assert outcome.exit_code == EXIT_FAILED
+
+
+# -- P15 -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_p15_signal_stops_servers_marks_interrupted_exits_130(tmp_path, sig):
+    path = write_scenario(tmp_path, """\
+        - name: long
+        - name: never
+        """, workloads="""\
+        - kind: decode
+          batch: 1
+          prompt_tokens: 64
+          output_tokens: 100000
+          timeout_s: 120
+        """)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(path), "--results-dir",
+                             str(tmp_path / "results"), "--no-report"], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    status_file = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = list((tmp_path / "results").glob("lifecycle/*/long/requests.jsonl"))
+        if found and found[0].stat().st_size == 0:
+            pass
+        runs = list((tmp_path / "results").glob("lifecycle/*/long/status.json"))
+        if runs and json.loads(runs[0].read_text()).get("ready_s") is not None:
+            status_file = runs[0]
+            break
+        time.sleep(0.1)
+    assert status_file is not None, "the server never got ready"
+    time.sleep(1.0)  # inside the decode workload
+    server_pids = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
+    assert server_pids
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_INTERRUPTED, out
+    run_dir = status_file.parent.parent
+    assert (run_dir / results.INTERRUPTED_MARKER).exists() and not (run_dir / results.COMPLETE_MARKER).exists()
+    assert json.loads(status_file.read_text())["state"] == "interrupted"
+    assert not (run_dir / "never").exists()  # nothing started after the interrupt
+    for pid in server_pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
