@@ -176,19 +176,45 @@ def build_manifest(scenario, variants: list, argv: list[str], simulated: bool) -
 
 
 def run_scenario(scenario, options: RunOptions, harness_argv: list[str] | None = None) -> RunOutcome:
+    if options.resume is not None:
+        from harness.resume import resume_run  # refuses (ValueError → exit 2) on changed hashes
+
+        return resume_run(scenario, options, harness_argv or sys.argv)
     variants = select_variants(scenario.expand_variants(), options.only)
+    shard_plan = None
+    if options.shard is not None:
+        variants, shard_plan = apply_shard(scenario, variants, options.shard)
     if options.dry_run:
         dry_run(scenario, variants)
         return RunOutcome(None)
     simulated = scenario.server.backend == "sim"
     run = results.create_run_dir(options.results_dir, scenario.name)
     manifest = build_manifest(scenario, variants, harness_argv or sys.argv, simulated)
+    if shard_plan is not None:
+        manifest["shard"] = shard_plan.to_json()
     if options.probe:
         from harness.probe import run_probes
 
         manifest["probe"] = run_probes({"quick": True})
     results.write_json_atomic(run.manifest, manifest)
-    outcome = RunOutcome(run.root)
+    return execute_run(scenario, options, run, variants, simulated)
+
+
+def apply_shard(scenario, variants: list, shard: tuple[int, int]):
+    """The variants shard I/N runs (its own plus the parity baseline it needs; docs/sharding.md)."""
+    from harness.shard import plan_shard, select
+
+    plan = plan_shard(scenario, variants, *shard)
+    return select(variants, plan), plan
+
+
+def execute_run(scenario, options: RunOptions, run: results.RunPaths, variants: list, simulated: bool,
+                prior: list[VariantOutcome] | None = None) -> RunOutcome:
+    """Run ``variants`` into an existing run folder (fresh or resumed), then finish it.
+
+    ``prior``: outcomes of variants already complete in the folder (resume), counted in the exit code.
+    """
+    outcome = RunOutcome(run.root, list(prior or []))
     progress = Progress(len(variants), live=options.live_progress)
     progress.note(f"run {run.root} ({len(variants)} variants{', SIMULATED server' if simulated else ''})")
     state = _RunState()
@@ -198,6 +224,7 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] | None =
             for i, variant in enumerate(variants, 1):
                 progress.variant(i, variant.name)
                 vo, env_not_clean = run_variant(scenario, variant, run, progress, state, env_not_clean)
+                state.status_path = state.status = None  # finished: an interrupt now must not relabel it
                 outcome.variants.append(vo)
                 progress.note(f"variant {variant.name}: {vo.state}{f' ({vo.cause})' if vo.cause else ''}"
                               f"{'' if vo.expect_met else '  [UNEXPECTED]'}")
