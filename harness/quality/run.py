@@ -173,7 +173,12 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str) -> list[QualityRecord]:
         for p in prompts:
             s = p.sample
             for ask in range(plan.reasks + 1):
-                if ask > 0:
+                # The control pass re-asks WITHOUT churn: its re-asks are device-cache hits on the
+                # OFF server, so the floor it measures includes "cached prefix vs cold prefill"
+                # numerics -- the same kernel difference an ON host hit goes through. (Seen on a
+                # real H200 without --enable-deterministic-inference: an OFF-vs-OFF control with
+                # churn was identical while ON re-asks differed, because OFF never hit a cache.)
+                if ask > 0 and role != "control":
                     await _churn(ctx, factory, plan, pool, (role, s.key, ask), variant, abort)
                 phase = "quality_cold" if ask == 0 else "quality_reask"
                 _set_phase(ctx, phase)
