@@ -213,7 +213,18 @@ def execute_run(scenario, options: RunOptions, run: results.RunPaths, variants: 
     """Run ``variants`` into an existing run folder (fresh or resumed), then finish it.
 
     ``prior``: outcomes of variants already complete in the folder (resume), counted in the exit code.
+    While it runs it holds ``<run>/.lock`` so that a ``--resume`` of a live run is refused.
     """
+    from harness.resume import hold_run_lock
+
+    lock = hold_run_lock(run.root)
+    try:
+        return _execute_locked(scenario, options, run, variants, simulated, prior)
+    finally:
+        lock.close()
+
+
+def _execute_locked(scenario, options, run, variants, simulated, prior) -> RunOutcome:
     outcome = RunOutcome(run.root, list(prior or []))
     progress = Progress(len(variants), live=options.live_progress)
     progress.note(f"run {run.root} ({len(variants)} variants{', SIMULATED server' if simulated else ''})")
