@@ -42,6 +42,23 @@ def allowlisted_env(env: Mapping[str, str], extra: Mapping[str, str] | None = No
     return redact_env(dict(sorted(keep.items())))
 
 
+_KEY_VALUE = re.compile(
+    r"(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[ \t]*[:=][ \t]*)(?P<value>[^,{}\[\]\s#][^,}\n#]*?)(?=[ \t]*(?:#|,|}|$))",
+    re.MULTILINE,
+)
+
+
+def redact_text(text: str) -> str:
+    """Scenario YAML (or any ``key: value`` text) with credential-looking values replaced."""
+    def repl(m: re.Match) -> str:
+        name = m.group("key").lstrip("-").replace("-", "_")
+        if is_secret(name):
+            return f"{m.group('key')}{m.group('sep')}{REDACTED}"
+        return m.group(0)
+
+    return _KEY_VALUE.sub(repl, text)
+
+
 def redact_argv(argv: list[str]) -> list[str]:
     """Hide values of flags such as ``--api-key`` in a command line."""
     out = list(argv)

@@ -148,7 +148,7 @@ def build_manifest(scenario, variants: list, argv: list[str], simulated: bool) -
         "scenario": {
             "name": scenario.name,
             "path": str(scenario.path) if scenario.path else None,
-            "text": scenario.text,
+            "text": fingerprint.redact_text(scenario.text),
             "hash": scenario_hash(scenario.text),
         },
         "harness_version": __version__,
@@ -287,7 +287,8 @@ def _expect_met(variant, state: str, cause: str | None) -> bool:
 
 def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, state: _RunState,
                 env_not_clean: bool) -> tuple[VariantOutcome, bool]:
-    """One variant, start to stop. Returns its outcome and whether the environment came back clean."""
+    """One variant, start to stop. Returns its outcome and whether the environment was left unclean
+    (GPU memory or MemAvailable not back after cooldown): the next variant is then marked."""
     from harness import preflight as pf
 
     vpaths = run.variant(variant.name)
@@ -356,8 +357,8 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
             break
     if not ready.ready:
         status["ready_s"] = None
-        clean = _cooldown(scenario, baseline, progress, status)
-        return _finish_status(variant, vpaths, status, "startup_failed", ready.cause), clean
+        unclean = _cooldown(scenario, baseline, progress, status)
+        return _finish_status(variant, vpaths, status, "startup_failed", ready.cause), unclean
 
     status["ready_s"] = round(ready.seconds, 3)
     results.write_json_atomic(vpaths.status, status)
@@ -378,14 +379,14 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
     stop = server.stop()
     status["stop"] = dataclasses.asdict(stop)
     state.server = None
-    clean = _cooldown(scenario, baseline, progress, status, sampler)
+    unclean = _cooldown(scenario, baseline, progress, status, sampler)
     _stop_sampler(sampler)
     state.sampler = None
     _add_sampling_summary(vpaths, sampler)
     if body_state != "ok":
         status["cause_detail"] = body_detail
         status["log_excerpt"] = _log_excerpt_for_death(server)
-    return _finish_status(variant, vpaths, status, body_state, body_cause), clean
+    return _finish_status(variant, vpaths, status, body_state, body_cause), unclean
 
 
 def _log_excerpt_for_death(server: ServerProcess) -> dict:
@@ -474,7 +475,7 @@ def _cooldown(scenario, baseline, progress: Progress, status: dict, sampler=None
     result = pf.cooldown(baseline, timeout_s=scenario.sampling.cooldown_timeout_s,
                          mem_tolerance_gib=scenario.sampling.cooldown_mem_tolerance_gib)
     status["cooldown"] = result
-    return bool(result.get("clean", True))
+    return not bool(result.get("clean", True))  # True: the environment did not come back
 
 
 def run_variant_body(scenario, variant, spec, server, sampler, vpaths, progress, pools, server_info):

@@ -1,0 +1,104 @@
+"""Every run is fingerprinted and secrets never reach a file (P14, security); preflight strict
+refuses before launch (P9); a dirty environment after cooldown marks the next variant; progress
+is plain lines in a CI log."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from harness import fingerprint, results
+from harness.progress import Progress
+from harness.runner import RunOptions, run_scenario
+from harness.scenario import load_scenario
+from tests.test_lifecycle import write_scenario
+
+
+def test_redaction_of_env_and_argv():
+    env = {"HF_TOKEN": "hf_secret", "SGLANG_HICACHE_HOST_ALLOC": "pin", "MY_API_KEY": "k", "DB_PASSWORD": "p",
+           "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0,1"}
+    kept = fingerprint.allowlisted_env(env, {"AWS_SECRET_ACCESS_KEY": "s"})
+    assert kept["SGLANG_HICACHE_HOST_ALLOC"] == "pin" and kept["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert kept["HF_TOKEN"] == fingerprint.REDACTED and kept["AWS_SECRET_ACCESS_KEY"] == fingerprint.REDACTED
+    assert "HOME" not in kept and "MY_API_KEY" not in kept  # not allowlisted at all
+    argv = fingerprint.redact_argv(["python", "-m", "sglang.launch_server", "--api-key", "abc", "--admin-api-key=xyz",
+                                    "--port", "1"])
+    assert "abc" not in argv and "--admin-api-key=***" in argv and argv[-1] == "1"
+
+
+def test_wsl_detection():
+    assert fingerprint.is_wsl("5.15.167.4-microsoft-standard-WSL2")
+    assert not fingerprint.is_wsl("6.18.44-fc-v657-gpu")
+
+
+def test_manifest_fingerprint_and_no_secret_in_any_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_do_not_leak")
+    path = write_scenario(tmp_path, """\
+        - name: off
+          env: {SGLANG_TEST_TOKEN: also_secret, SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB: "1"}
+        """)
+    outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False,
+                                                           live_progress=False))
+    manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
+    assert manifest["schema_version"] == results.SCHEMA_VERSION and manifest["simulated"] is True
+    assert manifest["scenario"]["hash"] and "variants:" in manifest["scenario"]["text"]
+    host = manifest["host"]
+    assert {"kernel", "wsl", "cpu", "mem_total_kib", "gpus"} <= set(host)
+    (variant,) = manifest["variants"]
+    assert variant["config_hash"] and "--max-total-tokens" in variant["argv"]
+    assert variant["env"]["SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"] == "1"
+    assert variant["env"]["SGLANG_TEST_TOKEN"] == fingerprint.REDACTED
+    for f in outcome.run_dir.rglob("*"):
+        if f.is_file():
+            text = f.read_text(errors="replace")
+            assert "hf_do_not_leak" not in text and "also_secret" not in text, f
+
+
+def test_preflight_strict_refuses_before_launch_with_numbers(tmp_path):
+    path = write_scenario(tmp_path, """\
+        - name: huge
+          hicache: {size_gb: 500}
+        """)
+    scenario = load_scenario(path)
+    scenario.preflight.mode = "strict"
+    outcome = run_scenario(scenario, RunOptions(results_dir=tmp_path / "results", write_report=False,
+                                                live_progress=False))
+    status = json.loads((outcome.run_dir / "huge" / "status.json").read_text())
+    assert status["state"] == "refused" and status["cause"] == "preflight"
+    assert status["cause_detail"]["requested_gb"] > status["cause_detail"]["budget_gb"]
+    assert not (outcome.run_dir / "huge" / "server.log").exists()  # nothing was launched
+    assert outcome.exit_code == 1
+
+
+def test_unclean_cooldown_marks_the_next_variant(tmp_path, monkeypatch):
+    from harness import preflight
+
+    real = preflight.cooldown
+    calls = []
+
+    def first_unclean(*args, **kwargs):
+        result = real(*args, **kwargs)
+        calls.append(result)
+        if len(calls) == 1:  # as if GPU memory had not come back after the first server
+            return {"clean": False, "reason": "GPU 0 still holds 5000 MiB"}
+        return result
+
+    monkeypatch.setattr(preflight, "cooldown", first_unclean)
+    path = write_scenario(tmp_path, "- name: a\n- name: b\n")
+    outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False,
+                                                           live_progress=False))
+    a = json.loads((outcome.run_dir / "a" / "status.json").read_text())
+    b = json.loads((outcome.run_dir / "b" / "status.json").read_text())
+    assert a["env_not_clean"] is False and b["env_not_clean"] is True
+
+
+def test_progress_plain_lines_when_not_a_terminal():
+    out = io.StringIO()
+    progress = Progress(3, stream=out, live=False, heartbeat_s=3600)
+    progress.variant(2, "on-r2")
+    progress.phase("parallel_prefixes/pass2")
+    progress.note("variant on-r2: ok")
+    progress.close()
+    lines = out.getvalue().splitlines()
+    assert any("variant 2/3 on-r2 | parallel_prefixes/pass2" in line for line in lines)
+    assert not any("\r" in line or "\x1b" in line for line in lines)
