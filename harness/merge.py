@@ -285,6 +285,8 @@ def cli_main(args) -> int:
     print(f"merged: {root} ({len(manifest['variants'])} variants from {len(manifest['shards'])} runs"
           f"{'' if info['complete'] else ', INCOMPLETE'})")
     for d in info["dropped"]:
+        if d["role"] == "support":
+            continue  # a shard's own parity baseline: expected, not news
         print(f"  kept {d['variant']} from {d['kept_from']}, dropped the copy in {d['run_id']} ({d['role']}, "
               f"{d['state']})")
     for p in info["problems"]:
