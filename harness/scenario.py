@@ -213,6 +213,14 @@ class TokenSize:
         return self.tokens if self.tokens is not None else str(self)
 
 
+def resolve_tokens(value: Any, pool_tokens: int | None) -> int:
+    """Tokens of a scenario size (a ``TokenSize``, an int, ``"8k"`` or ``"0.4x pool"``) on a server
+    whose GPU pool holds ``pool_tokens``. The one place sizes are resolved; 0 stays 0 (e.g. no churn)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+        return 0
+    return TokenSize.parse(value).resolve(pool_tokens)
+
+
 def _parse_token_size(v: Any) -> TokenSize:
     try:
         return TokenSize.parse(v)

@@ -13,7 +13,6 @@ here for the runner.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,30 +23,10 @@ from harness.quality.parity import ParityReport, evaluate_parity
 from harness.quality.record import QualityRecord
 from harness.quality.scoring import score_answer
 from harness.quality.tasks import TASKS, generate
+from harness.scenario import resolve_tokens
 
 __all__ = ["QualityPlan", "evaluate_parity", "ParityReport", "plan_quality", "run_quality", "resolve_tokens"]
 
-_POOL = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*pool\s*$", re.I)
-
-
-def resolve_tokens(value: Any, pool_tokens: int | None) -> int:
-    """A token count: an int, a scenario ``TokenSize`` (``.resolve(pool)``), ``"8k"``, or
-    ``"<f>x pool"`` = round(f × the server's device pool)."""
-    if hasattr(value, "resolve"):
-        return int(value.resolve(pool_tokens))
-    if isinstance(value, bool):
-        raise ValueError(f"not a token count: {value!r}")
-    if isinstance(value, (int, float)):
-        return int(value)
-    text = str(value).strip()
-    m = _POOL.match(text)
-    if m:
-        if not pool_tokens:
-            raise ValueError(f"{value!r} needs the server's pool size, which is unknown")
-        return max(1, int(round(float(m.group(1)) * pool_tokens)))
-    if text[-1:] in ("k", "K"):
-        return int(text[:-1]) * 1000
-    return int(text)
 
 
 def _get(cfg: Any, name: str, default: Any) -> Any:

@@ -13,7 +13,6 @@ A workload's `timeout_s` fires the same signal with reason "timeout" for that wo
 from __future__ import annotations
 
 import asyncio
-import re
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterable, Sequence
@@ -21,31 +20,14 @@ from typing import Any, Awaitable, Callable, Iterable, Sequence
 from harness.client import Abort, GenerateRequest, Labels, StreamingClient
 from harness.prompts import PromptFactory
 from harness.records import RequestRecord
+from harness.scenario import resolve_tokens
 
 PREFILL_KINDS = {"cold_prefill", "repeat_prefill", "parallel_prefixes", "short_ttft"}
 WATCHDOG_INTERVAL_S = 0.1
-_POOL_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*pool\s*$")
 
 
 class StopSending(Exception):
     """Raised by `send` once the abort signal fired: the workload must stop sending."""
-
-
-def resolve_tokens(size: Any, pool_tokens: int) -> int:
-    """A scenario size → tokens: a `TokenSize` (`.resolve(pool)`), an int, or "0.5x pool"."""
-    if hasattr(size, "resolve"):
-        return int(size.resolve(pool_tokens))
-    if isinstance(size, bool):
-        raise ValueError(f"not a token size: {size!r}")
-    if isinstance(size, (int, float)):
-        return int(size)
-    if isinstance(size, str):
-        m = _POOL_RE.match(size)
-        if m:
-            return int(float(m.group(1)) * pool_tokens)
-        if size.strip().isdigit():
-            return int(size)
-    raise ValueError(f"not a token size: {size!r} (int tokens or '<f>x pool')")
 
 
 def workload_name(cfg: Any) -> str:
