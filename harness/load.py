@@ -26,7 +26,11 @@ from harness import results
 try:  # optional: 3-5x faster parsing of large files
     import orjson as _orjson
 
-    _loads = _orjson.loads
+    def _loads(raw: bytes) -> Any:
+        try:
+            return _orjson.loads(raw)
+        except ValueError:  # NaN/Infinity (Python's json writes them; orjson refuses them)
+            return json.loads(raw)
 except ImportError:  # pragma: no cover - stdlib fallback
     _loads = json.loads
 

@@ -1,0 +1,141 @@
+"""``harness report RUN``: one self-contained HTML page per run.
+
+One job: put `harness.report.data`'s tables and `harness.report.plots`' figures into the
+Jinja2 template (autoescaped: model outputs, log lines, names and YAML strings render as text)
+and write ``<reports_dir>/<scenario>/<run_id>/index.html``. Figures are inline base64 PNGs
+(matplotlib Agg, no pyplot state); the page loads nothing from the network and opens from a file.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from harness import results
+from harness.report import data as D
+from harness.report import plots as P
+
+TEMPLATES = Path(__file__).parent / "templates"
+SECTIONS = ("header", "hicache", "memory", "timeseries", "latency", "quality", "failures", "comparison")
+
+
+def _env() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=StrictUndefined,
+                      trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = D.fmt_num
+    return env
+
+
+def figure_png(draw: Callable[[Any], None] | Callable[..., None], size: tuple[float, float] = (10, 3.2),
+               nrows: int = 1, sharex: bool = False, dpi: int = 90) -> str:
+    """Draw with ``draw(ax)`` (or ``draw(axes)`` when nrows > 1) on a fresh Agg figure and return
+    the PNG as base64 text for a ``data:`` URI."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, dpi=dpi)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, 1, sharex=sharex, squeeze=False)[:, 0]
+    draw(axes[0] if nrows == 1 else list(axes))
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _timeseries_fig(ts: dict, small: bool = False) -> str:
+    panels = [("memory", "GiB"), ("swap", "KB/s")] + ([("gpu", "GiB")] if ts["has_gpu"] else [])
+
+    def draw(axes):
+        for i, (key, unit) in enumerate(panels):
+            P.plot_timeseries(axes[i], ts["t"], ts[key], ts["phases"], unit, label_phases=i == 0)
+        axes[-1].set_xlabel("seconds since the server was launched", fontsize=8)
+    height = (1.6 if small else 2.4) * len(panels) + 0.6
+    return figure_png(draw, size=(12, height), nrows=len(panels), sharex=True)
+
+
+def _wide(groups) -> bool:
+    """Log scale when one workload's TTFTs span more than 20x."""
+    import numpy as np
+
+    vals = np.concatenate([np.asarray(v, dtype=float) for _, d in groups for v in d.values()] or [np.array([])])
+    vals = vals[np.isfinite(vals) & (vals > 0)]
+    return bool(vals.size) and vals.max() / vals.min() > 20
+
+
+def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
+    """Everything the template shows, from one run folder."""
+    from harness.expectations import evaluate_run_expectations
+
+    view = D.load_view(run_dir)
+    expectations = evaluate_run_expectations(run_dir)
+    verdict, reasons = D.verdict(view, expectations)
+    hicache_rows, base = D.hicache_table(view)
+    report_dir = Path(reports_dir) / results.safe_name(view.manifest["scenario"]["name"]) / results.safe_name(view.root.name)
+
+    figures_ts = []
+    for n in view.names:
+        ts = D.timeseries(view, n)
+        figures_ts.append({"variant": n, "state": D.failure_text(view.status(n)),
+                           "png": _timeseries_fig(ts, small=not view.ok(n)) if ts else None,
+                           "ok": view.ok(n),
+                           "n_samples": ts["n_samples"] if ts else 0})
+    ttft = []
+    ok_names = [n for n in view.names if not view.requests[n].empty]
+    for wl, groups in D.ttft_groups(view).items():
+        ttft.append({"workload": wl, "png": figure_png(
+            lambda ax, g=groups: P.plot_distributions(ax, g, ok_names, "TTFT ms", log=_wide(g)), size=(10, 2.8))})
+    labels, walls = D.pass_walls(view)
+    walls_png = figure_png(lambda ax: P.plot_grouped_bars(ax, labels, walls, "median pass wall, s"),
+                           size=(8, 3)) if labels else None
+    hits = []
+    for n in view.names:
+        h = D.tier_hits(view, n)
+        if h["labels"]:
+            hits.append({"variant": n, "png": figure_png(
+                lambda ax, h=h: P.plot_tier_hits(ax, h["labels"], h["device"], h["host"], h["miss"]), size=(8, 3.2))})
+    load_back = []
+    for n in view.names:
+        if view.hicache(n) and view.ok(n):
+            load_back.append({"variant": n, **D.load_back(view, n)})
+    csv = view.root / "summary.csv"
+    return {
+        "h": D.header(view), "verdict": verdict, "verdict_reasons": reasons, "complete": view.complete,
+        "variants": D.variant_rows(view), "names": view.names, "probe": D.probe_rows(view.probe),
+        "hicache_rows": hicache_rows, "baseline": base, "memory_rows": D.memory_table(view),
+        "timeseries": figures_ts, "ttft": ttft, "walls_png": walls_png, "hits": hits,
+        "parity": D.parity_groups(view), "worst": D.worst_samples(view), "failures": D.failures(view),
+        "comparison": view.comparison, "expectations": expectations, "load_back": load_back,
+        "summary_csv": D.relpath(csv, report_dir) if csv.exists() else None,
+        "run_path": str(view.root), "sections": SECTIONS,
+    }
+
+
+def render(context: dict[str, Any]) -> str:
+    return _env().get_template("index.html.j2").render(**context)
+
+
+def write_report(run_root: Path, reports_dir: Path) -> Path:
+    """Write ``<reports_dir>/<scenario>/<run_id>/index.html`` for the run and return its path."""
+    run_root = Path(run_root)
+    manifest = results.read_json(run_root / results.MANIFEST)
+    out_dir = Path(reports_dir) / results.safe_name(manifest["scenario"]["name"]) / results.safe_name(run_root.name)
+    ctx = build_context(run_root, Path(reports_dir))
+    out = out_dir / "index.html"
+    results.write_text_atomic(out, render(ctx))
+    return out
+
+
+def cli_main(args) -> int:
+    try:
+        path = write_report(Path(args.run), Path(args.reports_dir))
+    except results.ResultsError as exc:
+        print(f"harness report: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {path}")
+    return 0
