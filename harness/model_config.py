@@ -209,3 +209,14 @@ def load_model_shape(model_dir: str | Path) -> ModelShape:
     if not isinstance(cfg, dict):
         raise ModelConfigError(f"{path}: not a JSON object")
     return shape_from_dict(cfg)
+
+
+def model_vocab_size(model_path: str | Path | None, default: int = 32000) -> int:
+    """``vocab_size`` from a model's config.json (also under ``text_config``), or ``default`` when
+    the config cannot be read: token-id prompts draw their ids below it."""
+    try:
+        cfg = json.loads((Path(model_path) / "config.json").read_text())  # type: ignore[arg-type]
+        v = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
+        return int(v) if v else default
+    except Exception:  # noqa: BLE001 - unreadable config: use the default
+        return default

@@ -9,13 +9,13 @@ JSONL files as they come, so a crash keeps everything measured before it.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 
 import httpx
 
 from harness import logscan, results
+from harness.model_config import model_vocab_size
 from harness.client import GenerateRequest, Labels, StreamingClient
 from harness.records import RequestRecord
 from harness.summary import summarize
@@ -25,15 +25,6 @@ from harness.workloads.base import WorkloadContext, run_workloads
 # healthy (P6). A crash a few seconds after the last answer is the failure mode this catches.
 POST_CHECK_IDLE_S = 3.0
 DEFAULT_POOL_TOKENS = 20480
-
-
-def model_vocab_size(model_path: str | Path) -> int:
-    try:
-        cfg = json.loads((Path(model_path) / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return 32000
-    text_cfg = cfg.get("text_config") or {}
-    return int(cfg.get("vocab_size") or text_cfg.get("vocab_size") or 32000)
 
 
 def _wait_alive(server, seconds: float) -> bool:

@@ -14,13 +14,13 @@ scored there (accuracy is n/a); parity still can.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from harness.quality.tasks import Sample, default_filler_units, generate, sample_seed, with_filler
+from harness.model_config import model_vocab_size  # noqa: F401 - re-exported for quality.run
 
 Mode = Literal["text", "token_ids"]
 
@@ -96,16 +96,6 @@ def load_tokenizer(model_path: str | Path | None) -> _Adapter | None:
         except Exception:  # noqa: BLE001 - no usable tokenizer
             return None
     return None
-
-
-def model_vocab_size(model_path: str | Path | None, default: int = 32000) -> int:
-    """``vocab_size`` from the model's config.json (token-id mode draws ids below it)."""
-    try:
-        cfg = json.loads((Path(model_path) / "config.json").read_text())  # type: ignore[arg-type]
-        v = cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size")
-        return int(v) if v else default
-    except Exception:  # noqa: BLE001 - unreadable config: use the default
-        return default
 
 
 @dataclass(frozen=True)
