@@ -429,24 +429,10 @@ def summary(res: Mapping[str, Any]) -> str:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Atomic JSON write (temp file in the same folder, fsync, os.replace)."""
-    p = Path(path)
-    if p.parent and not p.parent.exists():
-        p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Atomic JSON write (the project's one writer: temp file, fsync, os.replace)."""
+    from harness.results import write_text_atomic
+
+    write_text_atomic(Path(path), json.dumps(obj, indent=2, default=str) + "\n")
 
 
 def _size(text: str) -> int:
