@@ -1,0 +1,241 @@
+"""`harness run --resume RUN_DIR` (P8): interrupt a simulated run (SIGINT, SIGKILL) at several
+points, resume it, and require the same variants, states and row counts as an uninterrupted run,
+no duplicate rows, the same run folder; refusals (exit 2) when the scenario or a variant's server
+configuration changed, when the run is live, or when --shard asks for another selection."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import results
+from harness.resume import FINAL_STATES, plan_resume
+from harness.runner import build_manifest
+from harness.scenario import load_scenario, variant_config_hash
+from tests.test_shard_kit import (only_run, run_dirs, run_harness, shape, start_harness, status_state, wait_for,
+                                  wait_state, kill_hard, write_scenario)
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    return write_scenario(tmp_path_factory.mktemp("scn"), n_on=3, quality=True)
+
+
+@pytest.fixture(scope="module")
+def reference(scenario, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref")
+    r = run_harness("run", scenario, "--results-dir", out, "--no-report")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return shape(only_run(out))
+
+
+def _rows_seen(variant: str, at_least: int = 1):
+    def pred(out: Path) -> bool:
+        for r in run_dirs(out):
+            p = r / variant / "requests.jsonl"
+            if p.exists() and len(p.read_bytes().splitlines()) >= at_least:
+                return True
+        return False
+
+    return pred
+
+
+def _interrupt_at(scenario: Path, out: Path, variant: str, point: str, sig: int) -> Path:
+    """Start a run, wait for ``point`` in ``variant`` (``running``: its status says so; ``rows``: it
+    has written a request row; ``ok``: it finished), deliver ``sig``; return the run folder."""
+    proc = start_harness("run", scenario, "--results-dir", out, "--no-report")
+    try:
+        if point == "rows":
+            wait_for(lambda: _rows_seen(variant)(out) or proc.poll() is not None, 60, f"{variant} rows")
+        else:
+            wait_state(out, variant, point, proc)
+        assert proc.poll() is None, "the run ended before the interrupt"
+    except BaseException:
+        kill_hard(proc)
+        raise
+    if sig == signal.SIGKILL:
+        kill_hard(proc)
+        assert proc.returncode == -signal.SIGKILL
+    else:
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 130, proc.stdout.read()
+    return only_run(out)
+
+
+def _resume(scenario: Path, run: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run_harness("run", scenario, "--resume", run, "--no-report", *extra)
+
+
+def _check_resumed(run: Path, reference: dict, out: Path) -> dict:
+    assert run_dirs(out) == [run]  # same folder, no new run
+    assert shape(run) == reference  # same variants, states, row counts; no duplicates
+    assert (run / results.COMPLETE_MARKER).exists() and not (run / results.INTERRUPTED_MARKER).exists()
+    loaded = results.load_run(run)
+    for v in loaded.variants:
+        if v.name != "off":
+            assert v.summary["quality"]["parity"]["verdict"] == "PASS"
+    return loaded.manifest
+
+
+@pytest.mark.parametrize("variant,point", [("on-r2", "running"), ("on-r3", "rows")])
+def test_sigint_then_resume(scenario, reference, tmp_path, variant, point):
+    run = _interrupt_at(scenario, tmp_path, variant, point, signal.SIGINT)
+    assert (run / results.INTERRUPTED_MARKER).exists()
+    assert status_state(run, variant) == "interrupted"
+    r = _resume(scenario, run)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = _check_resumed(run, reference, tmp_path)
+    done_before = ["off", "on-r2"][: ["on-r2", "on-r3"].index(variant) + 1]
+    (resume,) = m["resumes"]
+    assert resume["skipped"] == done_before
+    assert resume["rerun"][0] == {"variant": variant, "was": "interrupted", "moved_to": f".attempts/{variant}.1"}
+    assert (run / ".attempts" / f"{variant}.1" / "status.json").exists()
+
+
+@pytest.mark.parametrize("variant,point", [("off", "running"), ("on-r2", "rows"), ("on-r3", "ok")])
+def test_sigkill_then_resume(scenario, reference, tmp_path, variant, point):
+    run = _interrupt_at(scenario, tmp_path, variant, point, signal.SIGKILL)
+    assert not (run / results.COMPLETE_MARKER).exists() and not (run / results.INTERRUPTED_MARKER).exists()
+    r = _resume(scenario, run)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = _check_resumed(run, reference, tmp_path)
+    rerun = [x["variant"] for x in m["resumes"][0]["rerun"]]
+    if point == "ok":
+        assert variant not in rerun  # finished before the kill: not run again
+    else:
+        assert rerun[0] == variant
+
+
+def test_resume_interrupted_again_then_resumed(scenario, reference, tmp_path):
+    run = _interrupt_at(scenario, tmp_path, "on-r2", "rows", signal.SIGKILL)
+    proc = start_harness("run", scenario, "--resume", run, "--no-report")
+    try:
+        wait_for(lambda: status_state(run, "on-r3") == "running" or proc.poll() is not None, 60, "on-r3 running")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130
+    r = _resume(scenario, run)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = _check_resumed(run, reference, tmp_path)
+    assert len(m["resumes"]) == 2
+    assert [x["variant"] for x in m["resumes"][1]["rerun"]] == ["on-r3", "on-r4"]
+    assert m["resumes"][1]["skipped"] == ["off", "on-r2"]
+
+
+def test_resume_of_complete_run_reruns_nothing(scenario, reference, tmp_path):
+    r = run_harness("run", scenario, "--only", "off", "--results-dir", tmp_path, "--no-report")
+    assert r.returncode == 0
+    run = only_run(tmp_path)
+    before = (run / "off" / "requests.jsonl").read_bytes()
+    r = _resume(scenario, run)
+    assert r.returncode == 0, r.stderr
+    assert "1 complete, 0 to rerun" in r.stderr
+    assert (run / "off" / "requests.jsonl").read_bytes() == before
+    assert (run / results.COMPLETE_MARKER).exists()
+
+
+def test_refuses_changed_server_arg(tmp_path):
+    """Same scenario text, a ${VAR} that sets a server flag changed: every variant's config hash
+    differs, the refusal names them with both hashes, and the run folder is left as it was."""
+    path = write_scenario(tmp_path, n_on=1, max_total_tokens="${TINY_POOL:-8192}")
+    r = run_harness("run", path, "--only", "off", "--results-dir", tmp_path / "out", "--no-report")
+    assert r.returncode == 0, r.stderr
+    run = only_run(tmp_path / "out")
+    manifest_before = (run / "manifest.json").read_text()
+    old = json.loads(manifest_before)["variants"][0]["config_hash"]
+    scn = load_scenario(path, env={"TINY_POOL": "4096"})
+    new = variant_config_hash(scn, scn.variant("off"))
+    assert new != old
+
+    r = run_harness("run", path, "--resume", run, "--no-report", env={"TINY_POOL": "4096"})
+    assert r.returncode == 2
+    assert "variant 'off': server configuration changed" in r.stderr
+    assert old in r.stderr and new in r.stderr
+    assert (run / "manifest.json").read_text() == manifest_before
+    assert not (run / ".attempts").exists()
+
+
+def test_refuses_changed_scenario_and_other_shard(scenario, tmp_path):
+    path = write_scenario(tmp_path, n_on=1)
+    r = run_harness("run", path, "--only", "off", "--results-dir", tmp_path / "out", "--no-report")
+    assert r.returncode == 0
+    run = only_run(tmp_path / "out")
+    r = run_harness("run", path, "--resume", run, "--shard", "2/2", "--no-report")
+    assert r.returncode == 2 and "the run holds off" in r.stderr
+    path.write_text(path.read_text() + "\n# edited\n")
+    r = run_harness("run", path, "--resume", run, "--no-report")
+    assert r.returncode == 2 and "scenario changed since the run" in r.stderr
+
+
+def test_refuses_a_live_run(scenario, tmp_path):
+    proc = start_harness("run", scenario, "--results-dir", tmp_path, "--no-report")
+    try:
+        run = wait_state(tmp_path, "off", "running", proc)
+        r = _resume(scenario, run)
+        assert r.returncode == 2 and "another harness process is writing this run" in r.stderr
+        assert status_state(run, "off") in ("running", "ok")  # untouched
+        assert not (run / ".attempts").exists()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+
+
+def test_killed_shard_resumed_then_merged(scenario, reference, tmp_path):
+    """A shard whose task was killed (preemption) is resumed, then merged with the other shard:
+    the merged run equals one uninterrupted run."""
+    shard1 = start_harness("run", scenario, "--shard", "1/2", "--results-dir", tmp_path / "s1", "--no-report")
+    try:
+        wait_for(lambda: _rows_seen("on-r4")(tmp_path / "s1") or shard1.poll() is not None, 60, "on-r4 rows")
+    finally:
+        kill_hard(shard1)
+    r = run_harness("run", scenario, "--shard", "2/2", "--results-dir", tmp_path / "s2", "--no-report")
+    assert r.returncode == 0, r.stderr
+    s1 = only_run(tmp_path / "s1")
+    merged = run_harness("merge", s1, only_run(tmp_path / "s2"), "--results-dir", tmp_path / "m1")
+    assert merged.returncode == 1 and "not complete" in merged.stderr  # refuses to call it COMPLETE
+    assert _resume(scenario, s1).returncode == 0
+    merged = run_harness("merge", s1, only_run(tmp_path / "s2"), "--results-dir", tmp_path / "m2")
+    assert merged.returncode == 0, merged.stderr
+    assert shape(only_run(tmp_path / "m2")) == reference
+
+
+# ---------------------------------------------------------------------- plan_resume on hand-made states
+
+def test_plan_resume_states(tmp_path):
+    path = write_scenario(tmp_path, n_on=9)
+    scn = load_scenario(path)
+    variants = scn.expand_variants()
+    run = results.create_run_dir(tmp_path / "out", scn.name)
+    results.write_json_atomic(run.manifest, build_manifest(scn, variants, ["harness"], True))
+    states = ["ok", "startup_failed", "refused", "skipped", "failed", "partial", "interrupted", "running",
+              "no_summary", "unreadable"]  # the 11th variant: missing
+    for v, state in zip(variants, states):
+        vp = run.variant(v.name)
+        vp.root.mkdir()
+        if state == "unreadable":
+            vp.status.write_text('{"state": "o')  # torn
+            continue
+        results.write_json_atomic(vp.status, {"state": "ok" if state == "no_summary" else state})
+        if state != "no_summary":
+            results.write_json_atomic(vp.summary, {"variant": v.name})
+    plan = plan_resume(run.root, scn, variants)
+    assert plan.ok
+    assert plan.skip == [v.name for v, s in zip(variants, states) if s in FINAL_STATES]
+    assert plan.why == {v.name: s for v, s in zip(variants, states + ["missing"]) if s not in FINAL_STATES}
+    assert plan.rerun == [v.name for v in variants if v.name in plan.why]
+
+
+def test_plan_resume_refuses_merged_and_missing(tmp_path):
+    scn = load_scenario(write_scenario(tmp_path, n_on=1))
+    plan = plan_resume(tmp_path / "nope", scn)
+    assert not plan.ok and "not a run folder" in plan.refusals[0]
+    run = results.create_run_dir(tmp_path / "out", scn.name)
+    manifest = build_manifest(scn, scn.expand_variants(), ["harness"], True)
+    results.write_json_atomic(run.manifest, {**manifest, "merged_from": ["a", "b"]})
+    assert "merged run cannot be resumed" in plan_resume(run.root, scn).refusals[0]
