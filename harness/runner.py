@@ -333,8 +333,8 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
         spec = build_launch_spec(scenario, variant, port)
         server = ServerProcess(spec, vpaths.server_log(attempt))
         progress.phase(f"starting (attempt {attempt})")
+        state.server = server  # before start(): a Ctrl-C landing inside start() must still stop it (P15)
         server.start()
-        state.server = server
         sampler = _start_sampler(scenario, server, vpaths)
         state.sampler = sampler
         ready = server.wait_ready(variant.startup_timeout_s)
