@@ -144,30 +144,34 @@ def plot_tier_hits(ax, labels: Sequence[str], device: Sequence[float], host: Seq
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def plot_history(ax, x: Sequence[float], y: Sequence[float | None], labels: Sequence[str] = (),
-                 change_points: Sequence[int] = (), failed: Sequence[int] = (), ylabel: str = "",
+def plot_history(ax, labels: Sequence[str], series: Mapping[str, Sequence[float | None]],
+                 change_points: Mapping[str, Sequence[int]] | None = None,
+                 failed: Mapping[str, Sequence[int]] | None = None, ylabel: str = "",
                  title: str = "") -> None:
-    """One metric over runs: points and line, failed runs as red crosses at the bottom (no
-    value), change points as vertical dashed lines."""
-    xs = np.asarray(x, dtype=float)
-    ys = np.asarray([np.nan if v is None else v for v in y], dtype=float)
-    if xs.size == 0:
+    """One metric over runs (x = run index, labelled), one line per variant; failed runs as
+    crosses on the axis floor (no value, never 0); change points as dashed vertical lines."""
+    change_points = change_points or {}
+    failed = failed or {}
+    xs = np.arange(len(labels), dtype=float)
+    if xs.size == 0 or not series:
         no_data(ax)
         return
-    ok = np.isfinite(ys)
-    ax.plot(xs[ok], ys[ok], "-o", ms=3, lw=1, color=color_for(0))
-    if failed:
-        lo = np.nanmin(ys) if ok.any() else 0.0
-        ax.scatter(xs[list(failed)], [lo] * len(failed), marker="x", color="#c44e52", zorder=4,
-                   label="failed")
-        ax.legend(fontsize=7)
-    for i in change_points:
-        ax.axvline(xs[i], ls="--", color="#c44e52", lw=1)
-    if labels:
-        step = max(1, len(labels) // 10)
-        ax.set_xticks(xs[::step])
-        ax.set_xticklabels(list(labels)[::step], fontsize=6, rotation=30, ha="right")
+    finite = [v for ys in series.values() for v in ys if v is not None and np.isfinite(v)]
+    floor = min(finite) if finite else 0.0
+    for i, (name, ys) in enumerate(series.items()):
+        y = np.asarray([np.nan if v is None else v for v in ys], dtype=float)
+        ok = np.isfinite(y)
+        ax.plot(xs[ok], y[ok], "-o", ms=3, lw=1, color=color_for(i), label=name)
+        bad = list(failed.get(name, ()))
+        if bad:
+            ax.scatter(xs[bad], [floor] * len(bad), marker="x", s=40, color=color_for(i), zorder=4)
+        for cp in change_points.get(name, ()):
+            ax.axvline(xs[cp] - 0.5, ls="--", color=color_for(i), lw=1.2)
+    step = max(1, len(labels) // 12)
+    ax.set_xticks(xs[::step])
+    ax.set_xticklabels(list(labels)[::step], fontsize=6, rotation=30, ha="right")
     ax.set_ylabel(ylabel, fontsize=8)
     ax.set_title(title, fontsize=9)
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
