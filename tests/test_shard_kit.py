@@ -197,6 +197,25 @@ def shape(run_dir: Path) -> dict[str, tuple[str, int]]:
     return {v.name: (v.status.get("state"), len(rows[v.name])) for v in run.variants}
 
 
+def reap_orphans(root: Path) -> list[int]:
+    """Simulated servers started by runs under ``root`` that are still alive (each server.log names
+    its pid): kill them by id and return their pids, so a test can fail on a leak (P15)."""
+    import re
+
+    leaked = []
+    for log in Path(root).rglob("server*.log"):
+        for m in re.finditer(r"Started server process \[(\d+)\]", log.read_text(errors="replace")):
+            pid = int(m.group(1))
+            try:
+                p = psutil.Process(pid)
+                if "harness.sim" in " ".join(p.cmdline()):
+                    p.kill()
+                    leaked.append(pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+    return leaked
+
+
 # ------------------------------------------------------------------------------ the kit's own test
 
 def test_tiny_scenario_validates(tmp_path):
