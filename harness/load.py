@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -114,25 +115,30 @@ def requests_frame(path: Path, variant: str | None = None) -> pd.DataFrame:
     """One row per request of a requests.jsonl: labels, counts, raw times and the request
     metrics (NaN where a metric cannot be derived), plus `output_len` and `n_chunks`.
     ``variant`` fills the variant column for rows that lack it."""
-    cols: dict[str, list] = {c: [] for c in REQUEST_LABELS + REQUEST_COUNTS + REQUEST_TIMES}
-    extra: dict[str, list] = {"_first_chunk": [], "_last_chunk": [], "_after": [], "itl_ms": [],
-                              "output_len": [], "n_chunks": []}
+    labels: dict[str, list] = {c: [] for c in REQUEST_LABELS}
+    intern: dict[str, dict] = {c: {} for c in REQUEST_LABELS}
+    numeric = REQUEST_COUNTS + REQUEST_TIMES
+    nums: dict[str, array] = {c: array("d") for c in numeric}
+    extra = {c: array("d") for c in ("_first_chunk", "_last_chunk", "_after", "itl_ms", "output_len", "n_chunks")}
+    nan = math.nan
     for d in iter_jsonl(path):
+        get = d.get
         for c in REQUEST_LABELS:
-            cols[c].append(d.get(c))
-        for c in REQUEST_COUNTS:
-            cols[c].append(_nan(d.get(c)))
-        for c in REQUEST_TIMES:
-            cols[c].append(_nan(d.get(c)))
-        chunk_ns = d.get("chunk_ns") or []
-        first, last, after, itl = _chunk_stats(chunk_ns, d.get("chunk_new_tokens") or [])
+            v = get(c)
+            labels[c].append(intern[c].setdefault(v, v) if isinstance(v, str) and c != "rid" else v)
+        for c in numeric:
+            v = get(c)
+            nums[c].append(nan if v is None else v)
+        chunk_ns = get("chunk_ns") or ()
+        first, last, after, itl = _chunk_stats(chunk_ns, get("chunk_new_tokens") or ())
         extra["_first_chunk"].append(first)
         extra["_last_chunk"].append(last)
         extra["_after"].append(after)
         extra["itl_ms"].append(itl)
-        extra["output_len"].append(len(d.get("output_ids") or ()))
+        extra["output_len"].append(len(get("output_ids") or ()))
         extra["n_chunks"].append(len(chunk_ns))
-    df = pd.DataFrame({**cols, **extra})
+    df = pd.DataFrame({**labels, **{c: np.frombuffer(a, dtype=float) if len(a) else np.array([], float)
+                                    for c, a in {**nums, **extra}.items()}})
     if variant is not None:
         df["variant"] = df["variant"].fillna(variant) if len(df) else variant
     return _derive_request_metrics(df)
@@ -174,14 +180,16 @@ def samples_frame(path: Path, variant: str | None = None) -> pd.DataFrame:
     NaN when none were read), `t_s` (seconds since the variant's first sample) and the
     load-back counters of `SAMPLE_COUNTERS` (cumulative, summed over label sets; NaN when the
     scrape failed or the counter is absent)."""
-    cols: dict[str, list] = {c: [] for c in SAMPLE_SCALARS}
+    cols: dict[str, array] = {c: array("d") for c in SAMPLE_SCALARS}
     phase: list = []
-    gpu: list[float] = []
-    counters: dict[str, list[float]] = {k: [] for k in SAMPLE_COUNTERS}
+    phases_seen: dict[str, str] = {}
+    gpu = array("d")
+    counters: dict[str, array] = {k: array("d") for k in SAMPLE_COUNTERS}
     for d in iter_jsonl(path):
         for c in SAMPLE_SCALARS:
             cols[c].append(_nan(d.get(c)))
-        phase.append(d.get("phase"))
+        ph = d.get("phase")
+        phase.append(phases_seen.setdefault(ph, ph) if isinstance(ph, str) else ph)
         gs = [g.get("mem_used_mib") for g in d.get("gpus") or () if g.get("mem_used_mib") is not None]
         gpu.append(float(sum(gs)) if gs else math.nan)
         cs = d.get("counters")
@@ -191,7 +199,9 @@ def samples_frame(path: Path, variant: str | None = None) -> pd.DataFrame:
                 continue
             vals = [v for k, v in cs.items() if k == prefix or k.startswith(prefix + "{")]
             counters[col].append(float(sum(vals)) if vals else math.nan)
-    df = pd.DataFrame({"variant": variant, "phase": phase, **cols, "gpu_mem_used_mib": gpu, **counters})
+    as_np = lambda a: np.frombuffer(a, dtype=float) if len(a) else np.array([], float)  # noqa: E731
+    df = pd.DataFrame({"variant": variant, "phase": phase, **{c: as_np(a) for c, a in cols.items()},
+                       "gpu_mem_used_mib": as_np(gpu), **{c: as_np(a) for c, a in counters.items()}})
     t = df["t_ns"].to_numpy(dtype=float)
     df.insert(2, "t_s", (t - t[0]) / 1e9 if len(t) else t)
     return df
