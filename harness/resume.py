@@ -175,6 +175,7 @@ def _move_aside(run: results.RunPaths, name: str) -> Path | None:
     src = run.variant(name).root
     if not src.exists():
         return None
+    _stop_orphaned_server(run.variant(name).status)
     aside = run.root / ATTEMPTS_DIR
     aside.mkdir(exist_ok=True)
     k = 1
@@ -183,6 +184,19 @@ def _move_aside(run: results.RunPaths, name: str) -> Path | None:
     dst = aside / f"{src.name}.{k}"
     src.rename(dst)
     return dst
+
+
+def _stop_orphaned_server(status_path: Path) -> None:
+    """A harness killed with SIGKILL leaves its server running (holding GPU and pinned memory):
+    status.json recorded the server's identity, so stop it before rerunning the variant."""
+    from harness.server import stop_stale_server
+
+    try:
+        status = results.read_json(status_path)
+    except results.ResultsError:
+        return
+    if isinstance(status, dict):
+        stop_stale_server(status.get("server"))
 
 
 def resume_run(scenario, options, harness_argv: list[str] | None = None):

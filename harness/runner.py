@@ -335,6 +335,8 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
         progress.phase(f"starting (attempt {attempt})")
         state.server = server  # before start(): a Ctrl-C landing inside start() must still stop it (P15)
         server.start()
+        status["server"] = server.identity()
+        results.write_json_atomic(vpaths.status, status)
         sampler = _start_sampler(scenario, server, vpaths)
         state.sampler = sampler
         ready = server.wait_ready(variant.startup_timeout_s)

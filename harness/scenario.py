@@ -449,6 +449,9 @@ class Server(_Model):
     startup_timeout_s: PosFloat = 600.0
     startup_retries: NonNegInt = 1
     request_timeout_s: PosFloat = 300.0
+    # After the last response the server must stay alive this long, idle, and then answer
+    # /health_generate (P6: a crash a few seconds after the last answer fails the variant).
+    liveness_idle_s: NonNegFloat = 3.0
     sim: SimOptions | None = None
 
     @field_validator("extra_args")

@@ -294,6 +294,12 @@ class ServerProcess:
                 continue
         return alive
 
+    def identity(self) -> dict:
+        """pid, session id and start time of the server: written to status.json so that a later
+        ``--resume`` can stop a server orphaned by a harness that was SIGKILLed."""
+        key = self._seen.get(self.pid) if self.pid is not None else None
+        return {"pid": self.pid, "sid": self._sid, "create_time": key.create_time if key else None}
+
     def stop(self, term_timeout_s: float = 30.0, kill_timeout_s: float = 10.0) -> StopResult:
         """SIGTERM the whole tree, wait, SIGKILL what is left, verify nothing survives."""
         t0 = time.monotonic()
@@ -330,6 +336,34 @@ class ServerProcess:
             if not self._living():
                 return
             time.sleep(0.05)
+
+
+def stop_stale_server(identity: dict | None, term_timeout_s: float = 15.0) -> list[int]:
+    """Stop what is left of a server recorded by :meth:`ServerProcess.identity` (its harness died
+    without stopping it). Only processes of that session started no earlier than the recorded
+    server are touched, so a reused pid or session id cannot take an unrelated process with it.
+    Returns the pids that were signalled."""
+    if not identity or not identity.get("sid") or identity.get("create_time") is None:
+        return []
+    sid, born = int(identity["sid"]), float(identity["create_time"])
+    victims = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(p.pid) == sid and p.create_time() >= born - 0.01 and p.pid != os.getpid():
+                victims.append(p)
+        except (OSError, psutil.Error):
+            continue
+    for sig_victims, sig in ((victims, signal.SIGTERM), (None, signal.SIGKILL)):
+        targets = sig_victims if sig_victims is not None else [p for p in victims if p.is_running()]
+        for p in targets:
+            try:
+                p.send_signal(sig)
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(targets, timeout=term_timeout_s if sig == signal.SIGTERM else 5.0)
+        if not alive:
+            break
+    return [p.pid for p in victims]
 
 
 def stop_quietly(servers: Sequence[ServerProcess]) -> None:

@@ -21,9 +21,6 @@ from harness.records import RequestRecord
 from harness.summary import summarize
 from harness.workloads.base import WorkloadContext, run_workloads
 
-# How long the server must stay alive, idle, after the last response before it counts as
-# healthy (P6). A crash a few seconds after the last answer is the failure mode this catches.
-POST_CHECK_IDLE_S = 3.0
 DEFAULT_POOL_TOKENS = 20480
 
 
@@ -142,7 +139,7 @@ def run_body(scenario, variant, spec, server, sampler, vpaths, progress, pools, 
 
     if verdict["state"] == "ok":
         phase("final_check")
-        alive, why = final_liveness(server, spec.base_url, POST_CHECK_IDLE_S)
+        alive, why = final_liveness(server, spec.base_url, scenario.server.liveness_idle_s)
         if not alive:
             verdict.update(state="failed", cause=logscan.SERVER_DIED, detail={"when": "after last response",
                                                                               "check": why})

@@ -10,6 +10,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness import results
@@ -244,3 +245,23 @@ def test_plan_resume_refuses_merged_and_missing(tmp_path):
     manifest = build_manifest(scn, scn.expand_variants(), ["harness"], True)
     results.write_json_atomic(run.manifest, {**manifest, "merged_from": ["a", "b"]})
     assert "merged run cannot be resumed" in plan_resume(run.root, scn).refusals[0]
+
+
+def test_resume_stops_the_server_a_sigkilled_harness_left_running(scenario, tmp_path):
+    """SIGKILL only the harness (as the OOM killer would): its server keeps running in its own
+    session, holding memory. status.json recorded the server's identity; resume stops it."""
+    out = tmp_path / "results"
+    proc = start_harness("run", scenario, "--results-dir", out, "--no-report")
+    try:
+        wait_for(lambda: _rows_seen("on-r2")(out) or proc.poll() is not None, 60, "on-r2 rows")
+    except BaseException:
+        kill_hard(proc)
+        raise
+    run = only_run(out)
+    identity = json.loads((run / "on-r2" / "status.json").read_text())["server"]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert psutil.pid_exists(identity["pid"])  # orphaned, still serving
+    r = _resume(scenario, run)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not psutil.pid_exists(identity["pid"]) or psutil.Process(identity["pid"]).status() == psutil.STATUS_ZOMBIE

@@ -1,8 +1,8 @@
 """Shared kit for the shard/merge/resume tests: a tiny simulated scenario that runs in about a
 second per variant, a `harness` launcher for subprocesses, and clean-up of orphaned servers.
 
-The launcher is the real CLI (`harness.cli.main`) with the 3 s post-run liveness idle
-(`variant_body.POST_CHECK_IDLE_S`) cut to 0.3 s, so that end-to-end runs stay fast.
+The launcher is the real CLI (`harness.cli.main`); the scenario cuts the post-run liveness idle
+(`server.liveness_idle_s`) to 0.3 s, so that end-to-end runs stay fast.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "scenarios" / "models" / "llama-tiny"
 
-SHIM = ("import sys; import harness.variant_body as vb; vb.POST_CHECK_IDLE_S = 0.3; "
-        "from harness.cli import main; sys.exit(main(sys.argv[1:]))")
+SHIM = "import sys; from harness.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def scenario_text(n_on: int = 3, quality: bool = False, max_total_tokens: int = 8192, name: str = "tiny",
@@ -51,6 +50,7 @@ server:
   startup_timeout_s: 30
   startup_retries: 0
   request_timeout_s: 30
+  liveness_idle_s: 0.3
   sim:
     time_scale: 0.01
     startup_s: 0
