@@ -575,7 +575,9 @@ def verdict(view: RunView, expectations: list[dict]) -> tuple[str, list[str]]:
         return ("INTERRUPTED" if view.interrupted else "INCOMPLETE"), ["the run did not finish"]
     for v in view.variants:
         if v.status.get("expect_met") is False:
-            reasons.append(f"{v.name}: {failure_text(v.status)} (expected {v.status.get('expect')})")
+            exp = v.status.get("expect")
+            cause = v.status.get("expect_cause")
+            reasons.append(f"{v.name}: {failure_text(v.status)} (expected {exp}{': ' + cause if cause else ''})")
     for e in expectations:
         if e.get("failed"):
             reasons.append(f"expectation {e['check']} on {e['variant']}: {e['outcome']}")
