@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import signal
 import sys
 import time
@@ -25,6 +26,8 @@ import httpx
 from harness import __version__, fingerprint, logscan, results
 from harness.progress import Progress
 from harness.server import LaunchSpec, ServerProcess, build_launch_spec, free_port
+
+log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -249,9 +252,10 @@ def _execute_locked(scenario, options, run, variants, simulated, prior) -> RunOu
         results.write_json_atomic(run.interrupted, {"at": results.utc_now_iso()})
         outcome.exit_code = EXIT_INTERRUPTED
         return outcome
-    finish_run(scenario, run, outcome)
+    expectations_failed = finish_run(scenario, run, outcome)
     results.write_json_atomic(run.complete, {"at": results.utc_now_iso()})
-    outcome.exit_code = EXIT_OK if all(v.expect_met for v in outcome.variants) else EXIT_FAILED
+    ok = all(v.expect_met for v in outcome.variants) and not expectations_failed
+    outcome.exit_code = EXIT_OK if ok else EXIT_FAILED
     if options.write_report:
         outcome.report_path = _write_report(run.root, options.reports_dir)
     return outcome
@@ -487,19 +491,28 @@ def run_variant_body(scenario, variant, spec, server, sampler, vpaths, progress,
     return run_body(scenario, variant, spec, server, sampler, vpaths, progress, pools, server_info)
 
 
-def finish_run(scenario, run: results.RunPaths, outcome: RunOutcome) -> None:
-    """Run-level products once every variant ran: quality parity across arms, summary.csv."""
+def finish_run(scenario, run: results.RunPaths, outcome: RunOutcome) -> bool:
+    """Run-level products once every variant ran: quality parity across arms, summary.csv, and the
+    scenario's within-run expectations (expectations.json). Returns whether an expectation failed."""
+    from harness.expectations import any_failed, evaluate_run_expectations
     from harness.run_summary import write_run_summaries
 
     write_run_summaries(scenario, run)
+    rows = evaluate_run_expectations(run.root)
+    results.write_json_atomic(run.root / "expectations.json",
+                              {"schema_version": results.SCHEMA_VERSION, "checks": rows})
+    return any_failed(rows)
 
 
 def _write_report(run_root: Path, reports_dir: Path) -> Path | None:
+    """The HTML report; a report that cannot be drawn never loses the run (it is already COMPLETE)."""
+    from harness.report.html import write_report
+
     try:
-        from harness.report.html import write_report
-    except ImportError:
+        return write_report(run_root, reports_dir)
+    except Exception:  # noqa: BLE001 - logged; `harness report RUN` can redo it
+        log.exception("could not write the report of %s; run `harness report %s` to retry", run_root, run_root)
         return None
-    return write_report(run_root, reports_dir)
 
 
 Callback = Callable[[str], None]
