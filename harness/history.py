@@ -153,6 +153,8 @@ def collect(results_dir: Path, scenario: str) -> History:
             continue
         if not run.complete:
             continue
+        if run.manifest.get("shard"):
+            continue  # one shard of a night: its merged run (if written here) stands for the night
         i = len(runs)
         runs.append({"run_id": run.run_id, "created_at": run.manifest.get("created_at"), "path": str(p)})
         thresholds = {k: t.fraction for k, t in scenario_expectations(run.manifest).thresholds.items()}
