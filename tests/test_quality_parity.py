@@ -166,3 +166,14 @@ def test_reask_counts_errors_unmatched_and_dict_rows():
     d = r.to_dict()
     assert {"verdict", "baseline_noise", "host_hit_requests", "groups", "comparisons"} <= set(d)
     assert not any(isinstance(v, float) and math.isnan(v) for v in d["groups"][0].values())
+
+
+def test_no_exercised_group_is_never_pass():
+    """Host hits only where the OFF answer errored, pairs only where there were no host hits:
+    no group tested parity, so the overall verdict must not be PASS (P12)."""
+    on = [rec("on", TOK, task="needle", host=500), rec("on", TOK, task="multi_needle", host=0)]
+    off_errored = rec("off", TOK, task="needle")
+    off_errored.error = "timeout"
+    r = evaluate_parity(on, [off_errored, rec("off", TOK, task="multi_needle")])
+    assert {g.verdict for g in r.groups} == {"NOT_EXERCISED"}
+    assert r.verdict == "NOT_EXERCISED" and not r.baseline_noise

@@ -372,9 +372,14 @@ def evaluate_parity(
     if any(g.verdict == "FAIL" for g in groups):
         overall: Verdict = "FAIL"
         reason = "; ".join(f"{g.task}@{g.length_target}: {g.reason}" for g in groups if g.verdict == "FAIL")
-    elif host_hits == 0 or not comps:
+    elif host_hits == 0 or not comps or not exercised:
         overall = "NOT_EXERCISED"
-        reason = "the ON arm got no host-tier hits" if host_hits == 0 else "no comparable pairs"
+        if host_hits == 0:
+            reason = "the ON arm got no host-tier hits"
+        elif not comps:
+            reason = "no comparable pairs"
+        else:
+            reason = "no group had both host-tier hits and comparable pairs"
     elif any(g.verdict == "WARN" for g in exercised):
         overall = "WARN"
         reason = "; ".join(f"{g.task}@{g.length_target}: {g.reason}" for g in exercised if g.verdict == "WARN")
