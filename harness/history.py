@@ -173,7 +173,8 @@ def collect(results_dir: Path, scenario: str) -> History:
     for m in metrics:
         hib, _ = metric_direction(m)
         wl, _, rest = m.partition(".")
-        thr, _ = threshold_for(thresholds, wl, "*", rest.split(".")[-1])
+        phase, _, name = rest.rpartition(".")  # "<derived>" or "<phase>.<metric>_p50"
+        thr, _ = threshold_for(thresholds, wl, phase or "*", name.removesuffix("_p50"))
         for v in variants:
             ys = [r.get(v, {}).get(m) for r in per_run]
             if all(y is None for y in ys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
+import pytest
 
 from harness import history as H
 from tests.test_compare import noisy, records, write_run
@@ -75,3 +76,22 @@ def test_history_page_over_runs(tmp_path):
 def test_history_of_unknown_scenario_is_bad_input(tmp_path):
     a = argparse.Namespace(scenario="nothing", results_dir=str(tmp_path), reports_dir=str(tmp_path))
     assert H.cli_main(a) == 2
+
+
+def test_history_uses_the_scenarios_ttft_threshold(tmp_path):
+    """short_ttft.<phase>.ttft_ms_p50 takes the scenario's ``ttft_p50`` threshold (as compare
+    does for ttft_ms), not the 5 % default: a sustained +20 % step under a 30 % threshold is stable."""
+    from tests.test_compare import SCENARIO_TEXT
+
+    text = SCENARIO_TEXT.replace("ttft_p50: 5%", "ttft_p50: 30%")
+    results_dir = tmp_path / "results"
+    for night in range(8):
+        ttft = 100.0 if night < 4 else 120.0
+        summary = {"schema_version": 1, "workloads": {"short_ttft": {"derived": {}, "phases": {
+            "alone": {"metrics": {"ttft_ms": {"p50": 10.0}}},
+            "during_long": {"metrics": {"ttft_ms": {"p50": ttft}}}}}}}
+        write_run(results_dir, f"202601{night + 1:02d}T000000Z-aaaaaa", {"on": records([10.0] * 3)},
+                  text=text, summaries={"on": summary})
+    h = H.collect(results_dir, "synth")
+    assert h.thresholds["ttft_p50"] == pytest.approx(0.3)
+    assert h.decisions["short_ttft.during_long.ttft_ms_p50"]["on"].state == "stable"
