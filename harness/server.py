@@ -156,6 +156,7 @@ class ServerProcess:
         self.started_at: float | None = None
         self._seen: dict[int, _ProcKey] = {}
         self._sid: int | None = None
+        self.start_error: str | None = None  # the command could not be executed at all
 
     # -- start ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -171,6 +172,11 @@ class ServerProcess:
                 start_new_session=True,
                 close_fds=True,
             )
+        except OSError as exc:  # no such interpreter/prefix, not executable: a startup failure, not a crash
+            self.start_error = f"{type(exc).__name__}: {exc}"
+            log.write(f"harness: cannot execute the server command: {self.start_error}\n".encode())
+            self.started_at = time.monotonic()
+            return
         finally:
             log.close()  # the child holds its own descriptor
         self.started_at = time.monotonic()
@@ -201,7 +207,9 @@ class ServerProcess:
         should_stop: Callable[[], bool] | None = None,
     ) -> ReadyResult:
         """Poll ``/health_generate`` until it answers 200, the process exits, or ``timeout_s``."""
-        assert self.proc is not None and self.started_at is not None
+        assert self.started_at is not None
+        if self.proc is None:  # start() could not execute the command
+            return ReadyResult(False, 0.0, logscan.EXITED_BEFORE_READY, None, {"error": self.start_error})
         deadline = self.started_at + timeout_s
         with httpx.Client(timeout=httpx.Timeout(10.0, connect=2.0), trust_env=False) as client:
             while True:

@@ -247,3 +247,21 @@ def test_p15_signal_stops_servers_marks_interrupted_exits_130(tmp_path, sig):
     assert not (run_dir / "never").exists()  # nothing started after the interrupt
     for pid in server_pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_unexecutable_server_command_is_a_startup_failure_not_a_crash(tmp_path):
+    """A server command that cannot be executed at all (a wrong command_prefix or python path)
+    is recorded as a startup failure with the OS error, and the run goes on to the next variant."""
+    path = write_scenario(tmp_path, """\
+        - name: a
+        - name: b
+        """)
+    text = path.read_text().replace("  backend: sim\n", "  backend: sim\n  command_prefix: [/nonexistent/wrapper]\n")
+    path.write_text(text)
+    outcome, loaded = run(path, tmp_path)
+    assert outcome.exit_code == EXIT_FAILED
+    for name in ("a", "b"):
+        status = loaded.variant(name).status
+        assert status["state"] == "startup_failed" and status["cause"] == logscan.EXITED_BEFORE_READY
+        assert "/nonexistent/wrapper" in status["cause_detail"]["error"]
+    assert loaded.complete
