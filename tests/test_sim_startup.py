@@ -1,5 +1,7 @@
 """Start-up behaviour of the simulated server: flags, host-memory rule, layer_first assertion."""
 
+from pathlib import Path
+
 import pytest
 
 from harness.sim.cli import parse_args
@@ -79,3 +81,13 @@ def test_layer_first_with_dense_model_starts():
 def test_missing_model_config_fails_cleanly(tmp_path):
     p = run_sim(["--model-path", str(tmp_path)])
     assert p.returncode == 1 and "no such file" in p.stdout
+
+
+def test_sim_process_removes_its_log_file_and_keeps_the_text():
+    """SimProcess must not leave a sim-*.log in the temp folder per test (hundreds per suite)."""
+    with SimProcess(["--sim-fault", "exit_before_ready=0"], wait_ready=False) as sim:
+        sim.wait_exit(20)
+        path = Path(sim.log.name)
+        assert path.exists()
+    assert not path.exists()
+    assert "exit_before_ready" in sim.output()

@@ -42,6 +42,7 @@ class SimProcess:
         self.wait_ready = wait_ready
         self.ready_timeout = ready_timeout
         self.log = tempfile.NamedTemporaryFile(prefix="sim-", suffix=".log", delete=False)
+        self._final_output: str | None = None  # the log's text once kill() removed the file
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "SimProcess":
@@ -78,6 +79,8 @@ class SimProcess:
         raise TimeoutError(f"sim not ready in {timeout} s:\n{self.output()}")
 
     def output(self) -> str:
+        if self._final_output is not None:
+            return self._final_output
         return Path(self.log.name).read_text(errors="replace")
 
     def wait_exit(self, timeout: float) -> int:
@@ -85,7 +88,8 @@ class SimProcess:
         return self.proc.wait(timeout=timeout)
 
     def kill(self) -> None:
-        """SIGKILL the whole process group (children included) and reap the leader."""
+        """SIGKILL the whole process group (children included), reap the leader and remove the
+        log file (its text stays readable through ``output()``)."""
         if self.proc is None:
             return
         try:
@@ -97,6 +101,9 @@ class SimProcess:
         except subprocess.TimeoutExpired:
             pass
         self.log.close()
+        if self._final_output is None:
+            self._final_output = self.output()
+            Path(self.log.name).unlink(missing_ok=True)
 
 
 def run_sim(extra: Sequence[str], model: str = "llama-tiny", timeout: float = 20.0) -> subprocess.CompletedProcess:
