@@ -250,8 +250,8 @@ async def run_workloads(ctx: WorkloadContext, workloads: Sequence[Any]) -> Workl
             finally:
                 if timer is not None:
                     timer.cancel()
-            if ctx.server_dead and name not in outcome.completed:
-                outcome.failed.setdefault(name, "server_died")
+                if ctx.server_dead and name not in outcome.completed:  # also after a `continue`
+                    outcome.failed.setdefault(name, "server_died")
     finally:
         watchdog.cancel()
     outcome.server_died = ctx.server_dead
