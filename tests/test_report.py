@@ -165,3 +165,15 @@ def test_report_shows_a_comparison(sim_run, tmp_path):
                                       junit=None, markdown=None)) == 0
     html = write_report(dst, tmp_path / "reports").read_text()
     assert "all compared metrics unchanged" in html and "No comparison yet" not in html
+
+
+def test_header_never_shows_a_missing_memtotal_as_zero():
+    from harness.report import data as D
+
+    def host_rows(host: dict) -> dict:
+        view = D.RunView(Path("r"), {"host": host}, [], True, False, {}, "", None, None)
+        return dict(D.header(view)["host"])
+
+    assert host_rows({"hostname": "h", "mem_total_kib": None})["MemTotal"] == "not recorded"
+    assert host_rows({})["MemTotal"] == "not recorded"
+    assert host_rows({"mem_total_kib": 32 * 1024 * 1024})["MemTotal"] == "32.0 GiB"

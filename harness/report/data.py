@@ -616,6 +616,7 @@ def header(view: RunView) -> dict[str, Any]:
     sg = m.get("sglang") or {}
     src = m.get("sglang_source") or {}
     host = m.get("host") or {}
+    mem_total = host.get("mem_total_kib")
     gpus = ", ".join(f"{g.get('name')} ({g.get('memory_total_mib')} MiB, driver {g.get('driver')})"
                      for g in host.get("gpus") or []) or "none recorded"
     return {
@@ -628,7 +629,7 @@ def header(view: RunView) -> dict[str, Any]:
         "sglang_git": sg.get("git") or src or None,
         "host": [("host", host.get("hostname")), ("kernel", host.get("kernel")), ("WSL", host.get("wsl")),
                  ("CPU", f"{host.get('cpu')} × {host.get('cpu_count')}"),
-                 ("MemTotal", f"{(host.get('mem_total_kib') or 0) / KIB_PER_GIB:.1f} GiB"), ("GPUs", gpus),
+                 ("MemTotal", f"{mem_total / KIB_PER_GIB:.1f} GiB" if mem_total else "not recorded"), ("GPUs", gpus),
                  ("python", host.get("python"))],
         "env": m.get("env") or {},
     }
