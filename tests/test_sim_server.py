@@ -156,6 +156,9 @@ def test_completions_and_info_endpoints(on):
     assert httpx.post(on.url + "/generate", json={"sampling_params": {}}).status_code == 400
     too_long = httpx.post(on.url + "/generate", json={"input_ids": prompt(POOL + 10, 1)})
     assert too_long.status_code == 400
+    # a malformed field is the client's error (400), never an internal server error
+    bad_k = httpx.post(on.url + "/generate", json={"input_ids": prompt(20, 71), "top_logprobs_num": "five"})
+    assert bad_k.status_code == 400 and "top_logprobs_num" in bad_k.text
 
 
 def test_metrics_need_flag(off):

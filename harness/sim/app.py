@@ -161,9 +161,12 @@ def build_app(st: AppState) -> Starlette:
             body = await read_body(request)
             ids = _input_ids(body, st)
             sp = _sampling(body.get("sampling_params"))
+            try:
+                top_k = int(body.get("top_logprobs_num") or 0)
+            except (TypeError, ValueError) as exc:
+                raise RequestError(f"bad top_logprobs_num: {exc}") from exc
             req = SimRequest(rid=str(body.get("rid") or uuid.uuid4().hex), input_ids=ids, sampling=sp,
-                             return_logprob=bool(body.get("return_logprob", False)),
-                             top_logprobs_num=int(body.get("top_logprobs_num") or 0))
+                             return_logprob=bool(body.get("return_logprob", False)), top_logprobs_num=top_k)
             engine.submit(req)
         except RequestError as exc:
             return _error(str(exc))
