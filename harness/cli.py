@@ -187,3 +187,6 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except Exception:  # noqa: BLE001 - a harness bug or a broken environment, not a regression (exit 1)
+        logging.getLogger("harness").exception("harness %s failed", args.command)
+        return EXIT_BROKEN

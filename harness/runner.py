@@ -246,6 +246,9 @@ def _execute_locked(scenario, options, run, variants, simulated, prior) -> RunOu
         outcome.interrupted = True
         state.interrupt()
         progress.note("interrupted: stopping the server and marking the run")
+    except BaseException:
+        state.stop_processes()  # a harness bug must not leave the server holding GPU and host memory
+        raise
     finally:
         progress.close()
     if outcome.interrupted:
@@ -270,14 +273,19 @@ class _RunState:
         self.status_path: Path | None = None
         self.status: dict | None = None
 
-    def interrupt(self) -> None:
+    def stop_processes(self) -> None:
         if self.sampler is not None:
             try:
-                self.sampler.stop()
+                _stop_sampler(self.sampler)
             except Exception:  # noqa: BLE001
                 pass
+            self.sampler = None
         if self.server is not None:
             self.server.stop(term_timeout_s=15.0, kill_timeout_s=5.0)
+            self.server = None
+
+    def interrupt(self) -> None:
+        self.stop_processes()
         if self.status_path is not None and self.status is not None:
             self.status.update(state="interrupted", ended_at=results.utc_now_iso())
             results.write_json_atomic(self.status_path, self.status)

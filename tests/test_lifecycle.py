@@ -265,3 +265,20 @@ def test_unexecutable_server_command_is_a_startup_failure_not_a_crash(tmp_path):
         assert status["state"] == "startup_failed" and status["cause"] == logscan.EXITED_BEFORE_READY
         assert "/nonexistent/wrapper" in status["cause_detail"]["error"]
     assert loaded.complete
+
+
+def test_a_harness_bug_mid_variant_stops_the_server_and_exits_3(tmp_path, monkeypatch):
+    """An unexpected exception inside the run is exit 3 (the harness broke), not 1 (a regression),
+    and the server it was driving is stopped rather than left holding its memory."""
+    from harness import cli, runner
+
+    def broken_body(*args, **kwargs):
+        raise RuntimeError("bug in a workload runner")
+
+    monkeypatch.setattr(runner, "run_variant_body", broken_body)
+    path = write_scenario(tmp_path, "- name: a\n")
+    rc = cli.main(["run", str(path), "--results-dir", str(tmp_path / "results"), "--no-report"])
+    assert rc == cli.EXIT_BROKEN
+    (status_path,) = (tmp_path / "results").glob("*/*/a/status.json")
+    sid = json.loads(status_path.read_text())["server"]["sid"]
+    assert session_alive(sid) == []
