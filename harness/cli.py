@@ -77,8 +77,6 @@ def cmd_run(args) -> int:
         probe=args.probe,
         resume=Path(args.resume) if args.resume else None,
     )
-    if args.preflight:
-        scenario.preflight.mode = args.preflight
     try:
         outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)
     except ValueError as exc:  # e.g. --only naming no variant

@@ -179,6 +179,8 @@ def build_manifest(scenario, variants: list, argv: list[str], simulated: bool) -
 
 
 def run_scenario(scenario, options: RunOptions, harness_argv: list[str] | None = None) -> RunOutcome:
+    if options.preflight_mode is not None:
+        scenario.preflight.mode = options.preflight_mode
     if options.resume is not None:
         from harness.resume import resume_run  # refuses (ValueError → exit 2) on changed hashes
 

@@ -102,3 +102,17 @@ def test_progress_plain_lines_when_not_a_terminal():
     lines = out.getvalue().splitlines()
     assert any("variant 2/3 on-r2 | parallel_prefixes/pass2" in line for line in lines)
     assert not any("\r" in line or "\x1b" in line for line in lines)
+
+
+def test_preflight_mode_option_overrides_the_scenario(tmp_path):
+    """RunOptions.preflight_mode (``--preflight strict``) overrides scenario.preflight.mode."""
+    path = write_scenario(tmp_path, """\
+        - name: huge
+          hicache: {size_gb: 500}
+        """)
+    scenario = load_scenario(path)
+    assert scenario.preflight.mode == "warn"
+    outcome = run_scenario(scenario, RunOptions(results_dir=tmp_path / "results", write_report=False,
+                                                live_progress=False, preflight_mode="strict"))
+    status = json.loads((outcome.run_dir / "huge" / "status.json").read_text())
+    assert status["state"] == "refused" and status["cause"] == "preflight"
