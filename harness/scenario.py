@@ -1284,10 +1284,25 @@ def _apply_axis(d: dict, axis: str, val: Any) -> dict:
 
 
 def _expand(scn: Scenario, lines: dict | None, file: str) -> tuple[list[Variant], list[ErrorItem]]:
+    from harness.results import safe_name
+
     lines = lines or {}
     errs: list[ErrorItem] = []
     variants: list[Variant] = []
     where: dict[str, tuple] = {}
+    folders: dict[str, str] = {}  # results folder -> the variant name that has it
+
+    def folder_clash(name: str, p: tuple) -> bool:
+        """Two names that differ only in characters the results folder cannot hold (``@``, non-ASCII
+        letters) would share one folder and overwrite each other's files."""
+        other = folders.setdefault(safe_name(name), name)
+        if other == name:
+            return False
+        errs.append(ErrorItem(file, line_for(lines, p), format_path(p),
+                              f"variant name {name!r} and {other!r} would share the results folder "
+                              f"{safe_name(name)!r}; rename one of them"))
+        return True
+
     for i, v in enumerate(scn.variants):
         p = ("variants", i, "name")
         if v.name in where:
@@ -1295,6 +1310,8 @@ def _expand(scn: Scenario, lines: dict | None, file: str) -> tuple[list[Variant]
             errs.append(ErrorItem(file, line_for(lines, p), format_path(p),
                                   f"duplicate variant name {v.name!r} (first at {format_path(first[:2])}, "
                                   f"line {line_for(lines, first)})"))
+            continue
+        if folder_clash(v.name, p):
             continue
         where[v.name] = p
         variants.append(_make_variant(scn, v, v.name, f"variants[{i}]"))
@@ -1308,6 +1325,8 @@ def _expand(scn: Scenario, lines: dict | None, file: str) -> tuple[list[Variant]
                 errs.append(ErrorItem(file, line_for(lines, p), format_path(p),
                                       f"generated variant name {v.name!r} duplicates {format_path(first[:2])} "
                                       f"(line {line_for(lines, first)}); change the prefix or labels"))
+                continue
+            if folder_clash(v.name, p):
                 continue
             where[v.name] = p
             variants.append(v)

@@ -525,3 +525,19 @@ def test_doc_example_validates():
     assert names[:2] == ["off", "on-r2"] and "on-r1-page_first-REGCHUNK1" in names
     assert [w.kind for w in s.workloads] == ["cold_prefill", "repeat_prefill", "parallel_prefixes",
                                             "short_ttft", "decode", "multi_turn"]
+
+
+def test_variant_names_sharing_a_results_folder_are_rejected(tmp_path):
+    """``on@1`` and ``on_1`` are different names but one results folder (results.safe_name): the
+    second variant would append to the first one's requests.jsonl and overwrite its status."""
+    line, path, msg = one_error(tmp_path, """\
+        name: t
+        server:
+          backend: sim
+          model_path: m
+        variants:
+          - name: on@1
+          - name: on_1
+        """)
+    assert (line, path) == (7, "variants[1].name")
+    assert "'on_1' and 'on@1' would share the results folder 'on_1'" in msg
