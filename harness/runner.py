@@ -10,14 +10,11 @@ tree, flushes files, marks the run interrupted and exits 130 (P15).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import logging
 import signal
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -371,6 +368,11 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
         status["pools"] = logscan.parse_pools(log_text).to_json()
         if ready.cause not in logscan.TRANSIENT_CAUSES or attempt == max_attempts:
             break
+        # a retry follows: keep this attempt's evidence apart, so a later success reads clean
+        status.setdefault("failed_attempts", []).append(
+            {k: status.pop(k) for k in ("exit_code", "cause", "cause_detail", "log_excerpt", "survivors")}
+            | {"attempt": attempt})
+        status.update(exit_code=None, cause=None, cause_detail={}, log_excerpt=None)
     if not ready.ready:
         status["ready_s"] = None
         unclean = _cooldown(scenario, baseline, progress, status)
@@ -524,5 +526,3 @@ def _write_report(run_root: Path, reports_dir: Path) -> Path | None:
         log.exception("could not write the report of %s; run `harness report %s` to retry", run_root, run_root)
         return None
 
-
-Callback = Callable[[str], None]

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,12 +200,7 @@ class ServerProcess:
             return ""
 
     # -- readiness -----------------------------------------------------------------------------
-    def wait_ready(
-        self,
-        timeout_s: float,
-        on_poll: Callable[[float], None] | None = None,
-        should_stop: Callable[[], bool] | None = None,
-    ) -> ReadyResult:
+    def wait_ready(self, timeout_s: float) -> ReadyResult:
         """Poll ``/health_generate`` until it answers 200, the process exits, or ``timeout_s``."""
         assert self.started_at is not None
         if self.proc is None:  # start() could not execute the command
@@ -217,8 +212,6 @@ class ServerProcess:
                 self.snapshot()
                 if not self.alive():  # liveness before the probe
                     return self._failed_before_ready(elapsed)
-                if should_stop is not None and should_stop():
-                    return ReadyResult(False, elapsed, cause="interrupted")
                 if time.monotonic() >= deadline:
                     return self._timed_out(elapsed)
                 probe_timeout = max(0.5, min(10.0, deadline - time.monotonic()))
@@ -230,8 +223,6 @@ class ServerProcess:
                     ok = False
                 if ok and self.alive():  # liveness after the probe
                     return ReadyResult(True, time.monotonic() - self.started_at)
-                if on_poll is not None:
-                    on_poll(time.monotonic() - self.started_at)
                 self._sleep_while_alive(self.poll_interval_s)
 
     def _sleep_while_alive(self, seconds: float) -> None:
@@ -372,12 +363,3 @@ def stop_stale_server(identity: dict | None, term_timeout_s: float = 15.0) -> li
         if not alive:
             break
     return [p.pid for p in victims]
-
-
-def stop_quietly(servers: Sequence[ServerProcess]) -> None:
-    """Stop several servers (used on interrupt); never raises."""
-    for server in servers:
-        try:
-            server.stop(term_timeout_s=10.0, kill_timeout_s=5.0)
-        except Exception:  # noqa: BLE001 - best effort on the way out
-            pass

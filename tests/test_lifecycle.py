@@ -82,6 +82,8 @@ def test_p1_host_memory_is_classified_with_gb_and_retried_with_each_log_kept(tmp
     assert status["cause_detail"]["requested_gb"] == pytest.approx(500.0, rel=0.01)
     assert status["cause_detail"]["free_gb"] < 10
     assert status["attempts"] == 2  # transient cause: retried once
+    (first,) = status["failed_attempts"]  # the first attempt's evidence, kept apart
+    assert first["attempt"] == 1 and first["cause"] == logscan.HOST_MEMORY
     vdir = loaded.variant("huge").paths
     assert vdir.server_log(1).exists() and vdir.server_log(2).exists()
     assert "Not enough host memory" in vdir.server_log(2).read_text()
