@@ -9,6 +9,7 @@ JSONL files as they come, so a crash keeps everything measured before it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from harness.client import GenerateRequest, Labels, StreamingClient
 from harness.records import RequestRecord
 from harness.summary import summarize
 from harness.workloads.base import WorkloadContext, run_workloads
+
+log = logging.getLogger(__name__)
 
 DEFAULT_POOL_TOKENS = 20480
 
@@ -127,7 +130,13 @@ def run_body(scenario, variant, spec, server, sampler, vpaths, progress, pools, 
 
                 role = "off" if variant.name == scenario.quality.baseline_variant else "on"
                 ctx = make_ctx(0)
-                await run_quality(ctx, scenario.quality, role)
+                try:
+                    await run_quality(ctx, scenario.quality, role)
+                except Exception as exc:  # noqa: BLE001 - a harness-side error fails this variant, not the run
+                    log.exception("quality arm of %s failed", variant.name)
+                    verdict.update(state="failed", cause="quality_error",
+                                   detail={"error": f"{type(exc).__name__}: {exc}"})
+                    return
                 if ctx.server_dead:
                     verdict.update(state="partial", cause=logscan.SERVER_DIED, detail={"when": "quality"})
 

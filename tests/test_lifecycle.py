@@ -284,3 +284,20 @@ def test_a_harness_bug_mid_variant_stops_the_server_and_exits_3(tmp_path, monkey
     (status_path,) = (tmp_path / "results").glob("*/*/a/status.json")
     sid = json.loads(status_path.read_text())["server"]["sid"]
     assert session_alive(sid) == []
+
+
+def test_a_quality_arm_error_fails_that_variant_and_the_run_goes_on(tmp_path, monkeypatch):
+    import harness.quality.run as quality_run
+
+    async def broken(ctx, cfg, role):
+        raise RuntimeError("bug in a task generator")
+
+    monkeypatch.setattr(quality_run, "run_quality", broken)
+    path = write_scenario(tmp_path, "- name: off\n- name: on\n  hicache: {ratio: 2}\n")
+    path.write_text(path.read_text() + "quality: {enabled: true, baseline_variant: 'off', mode: token_ids}\n")
+    outcome, loaded = run(path, tmp_path)
+    for name in ("off", "on"):
+        status = loaded.variant(name).status
+        assert status["state"] == "failed" and status["cause"] == "quality_error"
+        assert "bug in a task generator" in status["cause_detail"]["error"]
+    assert outcome.exit_code == EXIT_FAILED and (outcome.run_dir / results.COMPLETE_MARKER).exists()
