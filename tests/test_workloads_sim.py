@@ -91,14 +91,17 @@ def test_parallel_prefixes_second_pass_host_hits_on_vs_off(sim_factory):
         assert len(recs) == 8 and all(r.error is None for r in recs)
         assert {r.concurrency_group for r in by_phase(recs, "pass2")} == {"parallel_prefixes/pass2/r0"}
         assert all(r.prompt_len == int(0.4 * POOL) for r in recs)
-    # Pass 2 ON: every request is served from cache; the working set (1.6x pool) left at most the
-    # last prefix of pass 1 on the GPU, and whether that one is still there when its pass-2
-    # request is scheduled depends on arrival order within the concurrent pass: so host hits on
-    # every request but at most one, usually all.
+    # Pass 2 ON: every request is served from cache. The GPU pool still holds the most recent
+    # pool's worth of pass 1; which requests find their prefix there depends on the arrival order
+    # within the concurrent pass (in order, LRU thrashes and all are host hits, as on the H200;
+    # reordered under load, the newest prefixes are device hits). What holds in every order: the
+    # part of the working set the device could not keep came back from the host tier.
     p2_on = by_phase(rec_on, "pass2")
     tiers = [(r.cached_device, r.cached_host) for r in p2_on]
     assert all(r.cached_tokens >= r.prompt_len - 1 for r in p2_on), tiers
-    assert sum((r.cached_host or 0) > 0 for r in p2_on) >= len(p2_on) - 1, tiers
+    working_set = sum(r.prompt_len for r in p2_on)
+    assert sum(r.cached_host or 0 for r in p2_on) >= working_set - POOL - len(p2_on), tiers
+    assert sum((r.cached_host or 0) > 0 for r in p2_on) >= 2, tiers
     assert all((r.cached_host or 0) == 0 for r in rec_off)
     s_on, s_off = summarize(rec_on), summarize(rec_off)
     wall_on = s_on["workloads"]["parallel_prefixes"]["phases"]["pass2"]["metrics"]["pass_wall_s"]["p50"]
