@@ -525,17 +525,3 @@ class StreamingClient:
                 return True
             await asyncio.sleep(wait_s)
         return False
-
-    async def server_info(self) -> dict[str, Any] | None:
-        """`/get_server_info` (older) or `/server_info` (newer); None if neither answers."""
-        for path in ("/get_server_info", "/server_info"):
-            try:
-                r = await self._http.get(path, timeout=30.0)
-            except httpx.HTTPError:
-                return None
-            if r.status_code == 200:
-                try:
-                    return r.json()
-                except ValueError:
-                    return None
-        return None

@@ -12,28 +12,16 @@ on factory records. Missing values are NaN (never 0).
 
 from __future__ import annotations
 
-import json
 import math
 from array import array
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from harness import results
-
-try:  # optional: 3-5x faster parsing of large files
-    import orjson as _orjson
-
-    def _loads(raw: bytes) -> Any:
-        try:
-            return _orjson.loads(raw)
-        except ValueError:  # NaN/Infinity (Python's json writes them; orjson refuses them)
-            return json.loads(raw)
-except ImportError:  # pragma: no cover - stdlib fallback
-    _loads = json.loads
 
 REQUEST_LABELS = ["variant", "workload", "phase", "repeat", "index", "rid", "warmup",
                   "concurrency_group", "finish_reason", "error"]
@@ -53,34 +41,6 @@ SAMPLE_COUNTERS = {
     "load_back_tokens": "sglang:load_back_tokens_total",
     "load_back_seconds": "sglang:load_back_duration_seconds_sum",
 }
-
-
-def iter_jsonl(path: Path) -> Iterator[dict]:
-    """Rows of a JSONL file, parsed one line at a time; a torn last line is skipped (like
-    `results.read_jsonl`), a bad line elsewhere raises ResultsError naming file and line."""
-    path = Path(path)
-    if not path.exists():
-        return
-    with open(path, "rb") as f:
-        pending: tuple[int, bytes] | None = None
-        for i, raw in enumerate(f, 1):
-            if pending is not None:
-                yield _parse_line(path, *pending)
-                pending = None
-            if raw.strip():
-                pending = (i, raw)
-        if pending is not None:
-            try:
-                yield _loads(pending[1])
-            except ValueError:
-                results.log.warning("%s: skipping a torn last line (line %d)", path, pending[0])
-
-
-def _parse_line(path: Path, lineno: int, raw: bytes) -> dict:
-    try:
-        return _loads(raw)
-    except ValueError:
-        raise results.ResultsError(f"{path}:{lineno}: not valid JSON") from None
 
 
 def _nan(v: Any) -> float:
@@ -121,7 +81,7 @@ def requests_frame(path: Path, variant: str | None = None) -> pd.DataFrame:
     nums: dict[str, array] = {c: array("d") for c in numeric}
     extra = {c: array("d") for c in ("_first_chunk", "_last_chunk", "_after", "itl_ms", "output_len", "n_chunks")}
     nan = math.nan
-    for d in iter_jsonl(path):
+    for d in results.read_jsonl(path):
         get = d.get
         for c in REQUEST_LABELS:
             v = get(c)
@@ -185,7 +145,7 @@ def samples_frame(path: Path, variant: str | None = None) -> pd.DataFrame:
     phases_seen: dict[str, str] = {}
     gpu = array("d")
     counters: dict[str, array] = {k: array("d") for k in SAMPLE_COUNTERS}
-    for d in iter_jsonl(path):
+    for d in results.read_jsonl(path):
         for c in SAMPLE_SCALARS:
             cols[c].append(_nan(d.get(c)))
         ph = d.get("phase")

@@ -160,31 +160,45 @@ class JsonlWriter:
         self.close()
 
 
-def read_jsonl(path: Path) -> Iterator[dict]:
-    """Yield the objects of a JSONL file; a torn *last* line is skipped with a warning.
+try:  # optional: 3-5x faster parsing of large result files
+    import orjson as _orjson
 
-    A bad line anywhere else is real corruption and raises :class:`ResultsError` naming the file
-    and line.
-    """
+    def _loads(raw: bytes):
+        try:
+            return _orjson.loads(raw)
+        except ValueError:  # NaN/Infinity (Python's json writes them; orjson refuses them)
+            return json.loads(raw)
+except ImportError:  # stdlib fallback
+    _loads = json.loads
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    """Yield the objects of a JSONL file, one line at a time (a million rows never sit in memory
+    as text). A torn *last* line is skipped with a warning; a bad line anywhere else is real
+    corruption and raises :class:`ResultsError` naming the file and line."""
     path = Path(path)
     if not path.exists():
         return
     with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    # A file ending in "\n" yields a final empty element.
-    last_index = len(lines) - 1
-    while last_index >= 0 and lines[last_index].strip() == b"":
-        last_index -= 1
-    for i, raw in enumerate(lines[: last_index + 1]):
-        if not raw.strip():
-            continue
-        try:
-            yield json.loads(raw.decode("utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if i == last_index:
-                log.warning("%s: skipping a torn last line (line %d)", path, i + 1)
-                return
-            raise ResultsError(f"{path}:{i + 1}: not valid JSON") from None
+        pending: tuple[int, bytes] | None = None
+        for i, raw in enumerate(f, 1):
+            if pending is not None:
+                yield _parse_line(path, *pending)
+                pending = None
+            if raw.strip():
+                pending = (i, raw)
+        if pending is not None:
+            try:
+                yield _loads(pending[1])
+            except (ValueError, UnicodeDecodeError):
+                log.warning("%s: skipping a torn last line (line %d)", path, pending[0])
+
+
+def _parse_line(path: Path, lineno: int, raw: bytes) -> dict:
+    try:
+        return _loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ResultsError(f"{path}:{lineno}: not valid JSON") from None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from typing import Any
 
 from harness.workloads.base import WorkloadContext, WorkloadScope
 
-FILLER_PHASES = frozenset({"evict"})
 
 
 def eviction_sizes(total_tokens: int, prompt_tokens: int, pool_tokens: int) -> list[int]:
