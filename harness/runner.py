@@ -136,7 +136,7 @@ def build_manifest(scenario, variants: list, argv: list[str], simulated: bool) -
             "dir": results.safe_name(v.name),
             "config_hash": variant_config_hash(scenario, v),
             "argv": d["argv"],
-            "env": fingerprint.allowlisted_env({}, d["env"]),
+            "env": d["env"],  # already redacted by describe_launch
             "hicache": v.hicache.model_dump(mode="json") if v.hicache is not None else None,
             "expect": v.expect,
             "expect_cause": v.expect_cause,

@@ -17,15 +17,12 @@ from harness import results
 from harness.resume import FINAL_STATES, plan_resume
 from harness.runner import build_manifest
 from harness.scenario import load_scenario, variant_config_hash
-from tests.test_shard_kit import (kill_hard, only_run, reap_orphans, run_dirs, run_harness, shape, start_harness,
+from tests.test_shard_kit import (no_leaked_servers,  # noqa: F401 - autouse fixture
+    kill_hard, only_run, run_dirs, run_harness, shape, start_harness,
                                   status_state, wait_for, wait_state, write_scenario)
 
 
 
-@pytest.fixture(autouse=True)
-def no_leaked_servers(tmp_path):
-    yield
-    assert reap_orphans(tmp_path) == [], "a simulated server outlived its harness run"
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
     return write_scenario(tmp_path_factory.mktemp("scn"), n_on=3, quality=True)

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from harness import results
-from tests.test_shard_kit import (REPO, env_with_repo, harness_bin, only_run, reap_orphans, run_harness, shape,
+from tests.test_shard_kit import (no_leaked_servers,  # noqa: F401 - autouse fixture
+    REPO, env_with_repo, harness_bin, only_run, run_harness, shape,
                                   write_scenario)
 
 SBATCH = REPO / "examples" / "slurm" / "hicache_nightly.sbatch"
@@ -25,10 +26,6 @@ VARIANTS = ["off", "on-r2", "on-r3", "on-r4"]
 
 
 
-@pytest.fixture(autouse=True)
-def no_leaked_servers(tmp_path):
-    yield
-    assert reap_orphans(tmp_path) == [], "a simulated server outlived its harness run"
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
     return write_scenario(tmp_path_factory.mktemp("scn"), n_on=3, quality=True)

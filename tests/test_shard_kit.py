@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "scenarios" / "models" / "llama-tiny"
@@ -224,3 +225,10 @@ def test_tiny_scenario_validates(tmp_path):
     s = load_scenario(write_scenario(tmp_path, quality=True))
     assert [v.name for v in s.expand_variants()] == ["off", "on-r2", "on-r3", "on-r4"]
     assert s.quality.baseline_variant == "off"
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_servers(tmp_path):
+    """Imported by the shard/merge/resume tests: each fails if a simulated server outlived its run."""
+    yield
+    assert reap_orphans(tmp_path) == [], "a simulated server outlived its harness run"
