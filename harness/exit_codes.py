@@ -1,0 +1,13 @@
+"""The harness's exit codes, one home for every command (run, compare, merge, history, ...)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0  # pass
+    FAILED = 1  # a regression, a failed expectation or an unexpected variant failure
+    BAD_INPUT = 2  # bad scenario, arguments or result files: the message names what
+    BROKEN = 3  # the harness or its environment broke
+    INTERRUPTED = 130  # SIGINT/SIGTERM: servers stopped, run marked INTERRUPTED
