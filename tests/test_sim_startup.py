@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from harness.sim.cli import parse_args
+from harness.sim.faults import Fault
 from harness.sim.hostmem import HostBudget, HostMemoryError, not_enough_message
 from harness.sim.testing import SimProcess, run_sim
 
@@ -23,13 +24,24 @@ def test_bad_choice_and_bad_fault_exit_2():
     assert p.returncode == 2 and "unknown fault" in p.stdout
 
 
+def test_misspelt_fault_exits_2_with_did_you_mean():
+    p = run_sim(["--sim-fault", "crash_at_reqest=3"])
+    assert p.returncode == 2
+    assert "unknown fault 'crash_at_reqest', did you mean 'crash_at_request'?" in p.stdout
+
+
 def test_flag_aliases_and_faults_parse():
     a = parse_args(["--model-path", "m", "--tp", "2", "--enable-hicache", "--sim-fault", "crash_at_request=3",
                     "--sim-fault", "ignore_sigterm"])
     assert a.tp_size == 2 and a.enable_hierarchical_cache
-    assert a.fault("crash_at_request").arg == 3 and a.fault("ignore_sigterm") is not None
+    assert a.faults == {Fault.crash_at_request: 3, Fault.ignore_sigterm: None}
     with pytest.raises(SystemExit):
         parse_args(["--model-path", "m", "--sim-fault", "crash_at_request"])  # needs =N
+
+
+def test_a_fault_given_twice_keeps_the_first():
+    a = parse_args(["--model-path", "m", "--sim-fault", "crash_at_request=3", "--sim-fault", "crash_at_request=5"])
+    assert a.faults == {Fault.crash_at_request: 3}
 
 
 def test_refusal_text_is_sglangs():

@@ -5,82 +5,30 @@ sglang parses its flags with argparse, so an unknown flag is an argparse error a
 the harness relies on that (a typo in a scenario must fail the same way with either backend),
 hence ``allow_abbrev=False`` and no catch-all.  Flags the simulator does not model are still
 accepted and echoed in ``/get_server_info`` so a scenario written for the real server runs
-unchanged.  ``main(argv)`` is the entry point for ``python -m harness.sim`` and ``harness sim``.
+unchanged.  ``main(argv)`` is the entry point for ``python -m harness.sim`` and ``harness sim``:
+it parses, then hands the SimArgs to ``server.run``.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+from harness.sim.args import SimArgs
+from harness.sim.faults import Fault, FaultArg, FaultError, parse_fault
 
 HICACHE_LAYOUTS = ["layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"]
 WRITE_POLICIES = ["write_through", "write_back", "write_through_selective"]
 IO_BACKENDS = ["kernel", "direct"]
 KV_CACHE_DTYPES = ["auto", "bf16", "bfloat16", "fp16", "float16", "fp8_e4m3", "fp8_e5m2",
                    "fp4_e2m1", "int8", "int4", "int2"]
-FAULT_NAMES = {
-    # name: whether it takes "=ARG"
-    "crash_at_request": True,
-    "cuda_fault_at_startup": False,
-    "hang_at_startup": False,
-    "exit_before_ready": True,
-    "ignore_sigterm": False,
-    "spawn_child": False,
-    "die_after_idle": True,
-    "corrupt_host_load": False,
-    "near_tie_flips": False,
-}
 
 
-@dataclass(frozen=True)
-class Fault:
-    """One ``--sim-fault NAME[=ARG]`` switch."""
-
-    name: str
-    arg: float | None = None
-
-
-@dataclass
-class SimArgs:
-    """Resolved arguments; ``sglang`` holds every sglang flag by its dest name."""
-
-    sglang: dict[str, Any]
-    time_scale: float
-    host_mem_scale: float
-    mem_available_gib: float | None
-    startup_s: float
-    faults: list[Fault] = field(default_factory=list)
-
-    def __getattr__(self, name: str) -> Any:
-        # convenience: args.max_total_tokens etc. read straight from the sglang namespace
-        try:
-            return self.__dict__["sglang"][name]
-        except KeyError as exc:
-            raise AttributeError(name) from exc
-
-    def fault(self, name: str) -> Fault | None:
-        for f in self.faults:
-            if f.name == name:
-                return f
-        return None
-
-
-def _fault(text: str) -> Fault:
-    name, _, arg = text.partition("=")
-    name = name.strip()
-    if name not in FAULT_NAMES:
-        raise argparse.ArgumentTypeError(f"unknown fault {name!r} (known: {', '.join(sorted(FAULT_NAMES))})")
-    if FAULT_NAMES[name]:
-        if not arg:
-            raise argparse.ArgumentTypeError(f"fault {name} needs =ARG")
-        try:
-            return Fault(name, float(arg))
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"fault {name}: {arg!r} is not a number") from exc
-    if arg:
-        raise argparse.ArgumentTypeError(f"fault {name} takes no argument")
-    return Fault(name)
+def _fault(text: str) -> tuple[Fault, FaultArg | None]:
+    try:
+        return parse_fault(text)
+    except FaultError as exc:  # argparse prints it and exits 2, as for any malformed flag
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _positive(kind: type) -> Any:
@@ -164,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--hicache-storage-backend", default=None)
     a("--hicache-storage-prefetch-policy", default="best_effort")
     a("--hicache-storage-backend-extra-config", default=None)
-    # --- simulator-only knobs (documented in docs/architecture.md)
+    # --- simulator-only knobs (documented in docs/simulator.md)
     a("--sim-time-scale", type=float, default=1.0,
       help="multiplies every simulated duration (0.02 = 50x faster than the cost model)")
     a("--sim-host-mem-scale", type=float, default=0.0625,
@@ -173,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="pretend MemAvailable is this many GiB for sglang's host-memory rule")
     a("--sim-startup-s", type=float, default=0.2, help="simulated weight-loading time (seconds)")
     a("--sim-fault", action="append", type=_fault, default=[], metavar="NAME[=ARG]",
-      help="fault switch, repeatable: " + ", ".join(sorted(FAULT_NAMES)))
+      help="fault switch, repeatable (docs/simulator.md): " + ", ".join(f.usage for f in Fault))
     return p
 
 
@@ -184,13 +132,16 @@ def parse_args(argv: Sequence[str] | None) -> SimArgs:
     """Parse argv (argparse exits 2 on unknown or malformed flags, as sglang does)."""
     ns = vars(build_parser().parse_args(argv))
     sim = {k: ns.pop(k) for k in SIM_DESTS}
+    faults: dict[Fault, FaultArg | None] = {}
+    for fault, arg in sim["sim_fault"]:
+        faults.setdefault(fault, arg)  # a fault given twice: the first one counts
     return SimArgs(
         sglang=ns,
         time_scale=max(0.0, sim["sim_time_scale"]),
         host_mem_scale=min(1.0, max(0.0, sim["sim_host_mem_scale"])),
         mem_available_gib=sim["sim_mem_available_gib"],
         startup_s=max(0.0, sim["sim_startup_s"]),
-        faults=list(sim["sim_fault"]),
+        faults=faults,
     )
 
 

@@ -33,10 +33,12 @@ import random
 import sys
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from harness.model_config import ModelShape
 from harness.sim.cache import MAMBA_TRACK_INTERVAL, Match, Page, TwoTierCache
+from harness.sim.faults import Fault, FaultArg
 from harness.sim.metrics import SimMetrics
 from harness.sim.tokens import CORRUPT_SALT, Candidates, TokenModel, advance, prompt_state
 
@@ -171,9 +173,7 @@ class EngineConfig:
     mamba_bytes_per_slot: int
     hybrid: bool
     deterministic: bool
-    near_tie_flips: bool
-    corrupt_host_load: bool
-    crash_at_request: int | None
+    faults: Mapping[Fault, FaultArg | None]  # the requested faults and their arguments
     random_seed: int
 
 
@@ -223,7 +223,8 @@ class Engine:
                 f"{req.sampling.max_new_tokens} tokens for the completion.")
         if not req.internal:
             self._request_count += 1
-            if self.cfg.crash_at_request is not None and self._request_count == self.cfg.crash_at_request:
+            crash_at = self.cfg.faults.get(Fault.crash_at_request)
+            if crash_at is not None and self._request_count == crash_at:
                 req.crash = True  # dies when the scheduler picks it up: mid-request
         self.waiting.append(req)
         self._wake.set()
@@ -283,9 +284,10 @@ class Engine:
             req.load_bytes += self.cfg.mamba_bytes_per_slot
         req.admitted = True
         req.state = prompt_state(req.input_ids)
-        if self.cfg.corrupt_host_load and m.host_tokens > 0:
+        if Fault.corrupt_host_load in self.cfg.faults and m.host_tokens > 0:
             req.ref_state, req.state = req.state, req.state ^ CORRUPT_SALT
-        req.flips_allowed = (self.cfg.near_tie_flips and not self.cfg.deterministic and m.tokens > 0)
+        req.flips_allowed = (Fault.near_tie_flips in self.cfg.faults and not self.cfg.deterministic
+                             and m.tokens > 0)
         if req.sampling.temperature > 0:
             seed = req.sampling.sampling_seed
             req.rng = random.Random(seed if seed is not None else self._seed_rng.getrandbits(64))

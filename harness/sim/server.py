@@ -33,9 +33,10 @@ import uvicorn
 
 from harness.model_config import KV_CACHE_DTYPE_BYTES, ModelConfigError, ModelShape, load_model_shape
 from harness.sim.app import AppState, build_app, wait_done
+from harness.sim.args import SimArgs
 from harness.sim.cache import TwoTierCache
-from harness.sim.cli import SimArgs
 from harness.sim.engine import CostModel, Engine, EngineConfig, SamplingParams, SimRequest, crash_with_illegal_access
+from harness.sim.faults import Fault
 from harness.sim.hostmem import HostBudget, HostMemoryError, TouchedBuffer, host_pool_tokens, read_mem_available_bytes
 from harness.sim.metrics import SimMetrics
 from harness.sim.tokens import TokenModel
@@ -146,7 +147,8 @@ def _log_startup(plan: Plan) -> None:
     log.info("server_args=ServerArgs(%s)", shown)
     log.info("SIMULATED sglang server (harness.sim, version %s): no GPU, no weights; timings from a cost model "
              "x %s, host pools touched x %s. faults=%s", SIM_VERSION, plan.args.time_scale,
-             plan.args.host_mem_scale, [f.name + ("" if f.arg is None else f"={f.arg:g}") for f in plan.args.faults])
+             plan.args.host_mem_scale,
+             [f.name if arg is None else f"{f.name}={arg:g}" for f, arg in plan.args.faults.items()])
     tplog.info("Init torch distributed begin.")
     tplog.info("Init torch distributed ends. mem usage=0.00 GB")
     tplog.info("Load weight begin. avail mem=139.37 GB")
@@ -202,21 +204,21 @@ def _server_info(plan: Plan) -> dict[str, Any]:
         "mamba_bytes_per_slot": plan.mamba_bytes_per_slot,
         "sim": {"time_scale": plan.args.time_scale, "host_mem_scale": plan.args.host_mem_scale,
                 "mem_available_gib": plan.args.mem_available_gib, "startup_s": plan.args.startup_s,
-                "faults": [{"name": f.name, "arg": f.arg} for f in plan.args.faults]},
+                "faults": [{"name": f.name, "arg": arg} for f, arg in plan.args.faults.items()]},
     })
     return info
 
 
 def run(args: SimArgs) -> int:
     """The whole life of one simulated server process; returns its exit code."""
-    if args.fault("spawn_child"):
+    if Fault.spawn_child in args.faults:
         # the launched process is only a launcher: the real server is its child, same session
         if os.fork() > 0:
             sys.stdout.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] launcher pid {os.getpid()} "
                              "handed over to a child process and exits (simulated spawn_child)\n")
             sys.stdout.flush()
             os._exit(0)
-    if args.fault("ignore_sigterm"):
+    if Fault.ignore_sigterm in args.faults:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _setup_logging(args.sglang["log_level"])
     try:
@@ -228,16 +230,16 @@ def run(args: SimArgs) -> int:
     plan = Plan(args, shape)
     _log_startup(plan)
 
-    ebr = args.fault("exit_before_ready")
-    if ebr is not None:
-        time.sleep(max(0.0, ebr.arg or 0.0))
+    exit_before_ready_s = args.faults.get(Fault.exit_before_ready)
+    if exit_before_ready_s is not None:
+        time.sleep(exit_before_ready_s)
         log.info("exiting before ready with status 0 (simulated fault exit_before_ready)")
         return 0
     time.sleep(args.startup_s)
-    if args.fault("hang_at_startup"):
+    if Fault.hang_at_startup in args.faults:
         tplog.info("Capture cuda graph begin. This can take up to several minutes.")
         _sleep_forever()
-    if args.fault("cuda_fault_at_startup"):
+    if Fault.cuda_fault_at_startup in args.faults:
         tplog.info("Capture cuda graph begin. This can take up to several minutes.")
         crash_with_illegal_access("startup")
 
@@ -285,15 +287,12 @@ async def _serve(plan: Plan) -> int:
     args, a, shape = plan.args, plan.args.sglang, plan.shape
     cache = TwoTierCache(plan.max_total_tokens, plan.host_tokens if plan.hicache else 0, plan.page_size,
                          a["hicache_write_policy"], hybrid=shape.is_hybrid, enabled=not a["disable_radix_cache"])
-    crash = args.fault("crash_at_request")
     cfg = EngineConfig(
         max_total_tokens=plan.max_total_tokens, chunked_prefill_size=plan.chunked_prefill_size,
         max_running_requests=plan.max_running_requests, context_len=plan.context_len,
         kv_bytes_per_token=plan.kv_bytes_per_token, mamba_bytes_per_slot=plan.mamba_bytes_per_slot,
         hybrid=shape.is_hybrid, deterministic=bool(a["enable_deterministic_inference"]),
-        near_tie_flips=args.fault("near_tie_flips") is not None,
-        corrupt_host_load=args.fault("corrupt_host_load") is not None,
-        crash_at_request=int(crash.arg) if crash and crash.arg is not None else None,
+        faults=args.faults,
         random_seed=a["random_seed"] if a["random_seed"] is not None else 0,
     )
     metrics = SimMetrics(plan.served_model_name)
@@ -318,7 +317,7 @@ async def _serve(plan: Plan) -> int:
     def stop() -> None:
         server.should_exit = True
 
-    if not args.fault("ignore_sigterm"):
+    if Fault.ignore_sigterm not in args.faults:
         loop.add_signal_handler(signal.SIGTERM, stop)
     loop.add_signal_handler(signal.SIGINT, stop)
 
@@ -339,7 +338,7 @@ async def _serve(plan: Plan) -> int:
     state.ready = True
     log.info("The server is fired up and ready to roll!")
 
-    idle = args.fault("die_after_idle")
+    die_after_idle_s = args.faults.get(Fault.die_after_idle)
     while not serving.done():
         await asyncio.sleep(0.05)
         if sched.done():  # the scheduler died: a real server's would take the process down
@@ -347,10 +346,10 @@ async def _serve(plan: Plan) -> int:
             log.error("Scheduler loop ended: %r", exc)
             exit_code = 1
             break
-        if idle is not None and engine.last_response_at is not None and not engine.busy \
-                and time.monotonic() - engine.last_response_at > (idle.arg or 0.0):
+        if die_after_idle_s is not None and engine.last_response_at is not None and not engine.busy \
+                and time.monotonic() - engine.last_response_at > die_after_idle_s:
             tplog.error("Scheduler died %.1f s after its last response (simulated fault die_after_idle).",
-                        idle.arg or 0.0)
+                        die_after_idle_s)
             sys.stdout.flush()
             os._exit(1)
     server.should_exit = True

@@ -1,0 +1,123 @@
+"""The simulator's faults: one table, and the parser of ``--sim-fault NAME[=ARG]``.
+
+One job: declare each fault once -- its name, its argument and what it does -- so that the
+simulator's command line, its server and engine, docs/simulator.md (checked by a test) and the
+scenario validator all read the same declaration.  Adding a fault means one member of
+:class:`Fault` plus its behaviour where it acts (``server.py`` or ``engine.py``) and a test.
+
+A leaf on purpose: it imports nothing from the rest of harness and nothing heavy, because the
+scenario validator imports it (through :func:`fault_problem`) on every ``harness validate``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from enum import Enum, unique
+
+# int for a request number, float for seconds
+FaultArg = int | float
+
+
+class ArgType(Enum):
+    """What may follow ``NAME=``; the value is how messages and docs/simulator.md write it.
+    A fault that takes an argument always requires it: none has a useful default."""
+
+    NONE = "none"
+    INT_FROM_1 = "int >= 1"
+    SECONDS = "seconds >= 0"
+
+
+@unique  # members with equal values would silently become aliases of one fault
+class Fault(Enum):
+    """The table: one member per fault, named exactly as written after ``--sim-fault``."""
+
+    crash_at_request = (
+        ArgType.INT_FROM_1,
+        ("the N-th request (from 1; health checks and warm-up excluded) prints sglang's "
+         "`illegal memory access` traceback when the scheduler picks it up, and the server exits 1"))
+    cuda_fault_at_startup = (
+        ArgType.NONE, "prints sglang's `illegal memory access` traceback during start-up and exits 1")
+    hang_at_startup = (ArgType.NONE, "start-up never finishes: never binds HTTP, never ready, still killable")
+    exit_before_ready = (ArgType.SECONDS, "exits with code 0 after S seconds of start-up, before ready")
+    ignore_sigterm = (ArgType.NONE, "ignores SIGTERM (SIGKILL still stops it)")
+    spawn_child = (
+        ArgType.NONE, "the launched process forks the real server into its own session and exits 0 at once")
+    die_after_idle = (
+        ArgType.SECONDS, "exits 1 S seconds after its last response (health checks are not responses)")
+    corrupt_host_load = (
+        ArgType.NONE,
+        ("requests with host-tier hits get a first token outside the true top-k, "
+         "so their outputs diverge from token 0"))
+    near_tie_flips = (
+        ArgType.NONE,
+        ("without `--enable-deterministic-inference`, greedy requests with a cache hit take "
+         "the second candidate at near-ties, like a real server's nondeterminism"))
+
+    def __init__(self, arg: ArgType, does: str) -> None:
+        self.arg = arg
+        self.does = does
+
+    @property
+    def usage(self) -> str:
+        """How the switch is written: ``ignore_sigterm``, ``crash_at_request=<int >= 1>``."""
+        return self.name if self.arg is ArgType.NONE else f"{self.name}=<{self.arg.value}>"
+
+
+class FaultError(ValueError):
+    """A ``NAME[=ARG]`` that names no fault or gives it a wrong argument; the text is for people."""
+
+
+def parse_fault(text: str) -> tuple[Fault, FaultArg | None]:
+    """``"crash_at_request=3"`` -> ``(Fault.crash_at_request, 3)``, ``"ignore_sigterm"`` ->
+    ``(Fault.ignore_sigterm, None)``; raises :class:`FaultError` for anything else."""
+    name, equals, arg_text = text.partition("=")
+    name = name.strip()
+    try:
+        fault = Fault[name]
+    except KeyError:
+        raise FaultError(_unknown_message(name)) from None
+    if fault.arg is ArgType.NONE:
+        if equals:
+            raise FaultError(f"fault {name} takes no argument, got {text!r}")
+        return fault, None
+    if not arg_text:
+        raise FaultError(f"fault {name} needs an argument: {fault.usage}")
+    return fault, _parse_arg(fault, arg_text)
+
+
+def fault_problem(text: str) -> str | None:
+    """Why ``text`` is not a valid ``NAME[=ARG]`` fault (unknown name with a did-you-mean, missing
+    or bad argument), as one line for people; None when it is valid."""
+    try:
+        parse_fault(text)
+    except FaultError as exc:
+        return str(exc)
+    return None
+
+
+def _unknown_message(name: str) -> str:
+    names = [f.name for f in Fault]
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f", did you mean {close[0]!r}?" if close else ""
+    return f"unknown fault {name!r}{hint} (known: {', '.join(names)})"
+
+
+def _parse_arg(fault: Fault, arg_text: str) -> FaultArg:
+    problem = f"fault {fault.name} wants {fault.arg.value} as its argument, got {arg_text!r}"
+    if fault.arg is ArgType.INT_FROM_1:
+        try:
+            count = int(arg_text)
+        except ValueError:
+            raise FaultError(problem) from None
+        if count < 1:  # requests count from 1: 0 would never fire
+            raise FaultError(problem)
+        return count
+    assert fault.arg is ArgType.SECONDS, fault.arg
+    try:
+        seconds = float(arg_text)
+    except ValueError:
+        raise FaultError(problem) from None
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise FaultError(problem)
+    return seconds
