@@ -43,7 +43,7 @@ import pandas as pd
 
 from harness import metrics as M
 from harness import results
-from harness.summary import FILLER_PHASES
+from harness.workloads import derived_figures, kinds
 
 COMPARISON_FILE = "comparison.json"
 COMPARISON_VERSION = 1
@@ -53,7 +53,6 @@ MIN_MANN_WHITNEY = 6
 MIN_CI = 3
 PREFILL_MIN_PROMPT = 1024
 COMPARED_METRICS = ("ttft_ms", "prefill_tok_s", "tpot_ms", "decode_tok_s", "pass_wall_s")
-DERIVED_COMPARED = ("second_pass_speedup", "device_speedup", "host_speedup", "interference")
 
 METRIC_STATES = ("regression", "improved", "unchanged", "insufficient_data", "not_comparable")
 VARIANT_STATES = ("introduced_failure", "failed", "fixed", "compared", "not_comparable", "skipped")
@@ -244,7 +243,8 @@ def metric_samples(req: pd.DataFrame) -> dict[tuple[str, str, str], np.ndarray]:
     out: dict[tuple[str, str, str], np.ndarray] = {}
     if req.empty:
         return out
-    measured = req[(req["warmup"] != True) & ~req["phase"].isin(FILLER_PHASES)]  # noqa: E712
+    filler = {p for k in kinds().values() for p in k.filler_phases}  # TODO(#11): by workload kind
+    measured = req[(req["warmup"] != True) & ~req["phase"].isin(filler)]  # noqa: E712
     ok = measured[measured["error"].isna()]
     for (wl, ph), g in ok.groupby(["workload", "phase"], sort=False):
         for m in ("ttft_ms", "tpot_ms", "decode_tok_s"):
@@ -272,7 +272,8 @@ def derived_values(summary: dict | None) -> dict[tuple[str, str], float]:
     out = {}
     for wl, w in ((summary or {}).get("workloads") or {}).items():
         for k, v in (w.get("derived") or {}).items():
-            if k in DERIVED_COMPARED and v is not None:
+            figure = derived_figures().get(k)
+            if figure is not None and figure.compared and v is not None:
                 out[(wl, k)] = float(v)
     return out
 

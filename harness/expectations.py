@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harness import results
-from harness.scenario import Check, Threshold, _parse_threshold
+from harness.scenario.values import Check, Threshold
 
 STATS = ("n", "mean", "p50", "p90", "p99", "min", "max")
 
@@ -108,7 +108,7 @@ def scenario_expectations(manifest: dict) -> ScenarioExpectations:
             continue
     for k, v in (block.get("thresholds") or {}).items():
         try:
-            thresholds[str(k)] = _parse_threshold(v)
+            thresholds[str(k)] = Threshold.parse(v)
         except Exception:  # noqa: BLE001
             continue
     q = data.get("quality") or {}

@@ -18,32 +18,26 @@ metrics and counted in `n_errors`/`errors`. `itl_ms` pools every chunk gap of th
 bench_serving); `pass_wall_s` is over the phase's concurrency groups without errors.
 Filler phases (repeat_prefill's "evict") are flagged and never used in a derived ratio.
 
-Derived (keyed by what phases a workload has, so a renamed workload still gets them):
-  second_pass_speedup  pass1 / pass2 median pass wall            (parallel_prefixes)
-  device_speedup       cold / repeat_device median TTFT           (repeat_prefill)
-  host_speedup         cold / repeat_after_evict median TTFT      (repeat_prefill)
-  interference         during_long / alone median TTFT            (short_ttft)
-  prefill_tok_s        median prefill_tok_s of "cold"             (cold_prefill, repeat_prefill)
-  prefill_total_tok_s  median prefill_total_tok_s of "cold"
-  decode_tok_s, tpot_ms  medians of "decode"                      (decode)
-  later_turns_cached_fraction  mean cached fraction of turns ≥ 2  (multi_turn)
+Derived figures (second_pass_speedup, host_speedup, interference, ...) are declared by each
+workload kind (``harness/workloads/<kind>.py``, ``KIND.derived``) and computed here from that
+workload's phase summaries; filler phases are declared there too.
 
 Server-counter deltas per phase come from `harness.sampling.summarize_samples` (the sampler's
-samples carry the same phase labels, `workloads.base.phase_label`), not from here.
+samples carry the same phase labels, `workloads.context.phase_label`), not from here.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from harness import metrics as M
 from harness.records import RequestRecord
+from harness.workloads import derived_figures, kinds
 
 SUMMARY_VERSION = 1
-FILLER_PHASES = frozenset({"evict"})
 STAT_KEYS = ("n", "mean", "p50", "p90", "p99", "min", "max")
 
 
@@ -73,7 +67,7 @@ def _hits(rs: Sequence[RequestRecord]) -> dict[str, int]:
 
 
 def _phase_summary(workload: str, phase: str, rs: list[RequestRecord],
-                   walls: list[M.GroupWall]) -> dict[str, Any]:
+                   walls: list[M.GroupWall], filler: bool) -> dict[str, Any]:
     measured = [r for r in rs if not r.warmup]
     ok = [r for r in measured if r.error is None]
     errors = Counter(r.error for r in measured if r.error is not None)
@@ -86,51 +80,22 @@ def _phase_summary(workload: str, phase: str, rs: list[RequestRecord],
     metrics["pass_wall_s"] = stats(
         w.wall_s for w in walls if w.workload == workload and w.phase == phase and w.n_errors == 0)
     return {"n": len(ok), "n_errors": sum(errors.values()), "errors": dict(errors),
-            "n_warmup": len(rs) - len(measured), "filler": phase in FILLER_PHASES,
+            "n_warmup": len(rs) - len(measured), "filler": filler,
             "metrics": metrics, "hits": _hits(ok)}
 
 
-def _p50(phases: dict[str, Any], phase: str, metric: str) -> float | None:
-    s = phases[phase]["metrics"].get(metric) if phase in phases else None
-    return s["p50"] if s else None
+def derived(kind: str, phases: dict[str, Any]) -> dict[str, float | None]:
+    """The figures workload kind ``kind`` derives from its phase summaries (those it has the
+    phases for); nothing for a kind this harness does not know."""
+    declared = kinds().get(kind)
+    if declared is None:
+        return {}
+    return {d.name: d.compute(phases) for d in declared.derived if d.applies(phases)}
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b <= 0:
-        return None
-    return a / b
-
-
-def derived(phases: dict[str, Any]) -> dict[str, float | None]:
-    """The table's ratios from one workload's phase summaries (only those its phases allow)."""
-    out: dict[str, float | None] = {}
-    if "pass1" in phases and "pass2" in phases:
-        out["second_pass_speedup"] = _ratio(_p50(phases, "pass1", "pass_wall_s"),
-                                            _p50(phases, "pass2", "pass_wall_s"))
-    if "cold" in phases:
-        out["prefill_tok_s"] = _p50(phases, "cold", "prefill_tok_s")
-        out["prefill_total_tok_s"] = _p50(phases, "cold", "prefill_total_tok_s")
-        cold = _p50(phases, "cold", "ttft_ms")
-        if "repeat_device" in phases:
-            out["device_speedup"] = _ratio(cold, _p50(phases, "repeat_device", "ttft_ms"))
-        if "repeat_after_evict" in phases:
-            out["host_speedup"] = _ratio(cold, _p50(phases, "repeat_after_evict", "ttft_ms"))
-    if "alone" in phases and "during_long" in phases:
-        out["interference"] = _ratio(_p50(phases, "during_long", "ttft_ms"),
-                                     _p50(phases, "alone", "ttft_ms"))
-    if "decode" in phases:
-        out["decode_tok_s"] = _p50(phases, "decode", "decode_tok_s")
-        out["tpot_ms"] = _p50(phases, "decode", "tpot_ms")
-    later = [p for p in phases if p.startswith("turn") and p[4:].isdigit() and int(p[4:]) >= 2]
-    if later:
-        means = [phases[p]["metrics"]["cached_fraction"] for p in later]
-        vals = [m["mean"] for m in means if m]
-        out["later_turns_cached_fraction"] = float(np.mean(vals)) if vals else None
-    return out
-
-
-def summarize(records: Iterable[RequestRecord]) -> dict[str, Any]:
-    """Per workload and phase statistics of one variant's records (all repeats pooled)."""
+def summarize(records: Iterable[RequestRecord], workload_kinds: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Per workload and phase statistics of one variant's records (all repeats pooled).
+    ``workload_kinds``: {workload name: kind} (default: each workload is named after its kind)."""
     records = list(records)
     walls = M.group_walls(records)
     by_wl: dict[str, dict[str, list[RequestRecord]]] = {}
@@ -138,8 +103,11 @@ def summarize(records: Iterable[RequestRecord]) -> dict[str, Any]:
         by_wl.setdefault(r.workload, {}).setdefault(r.phase, []).append(r)
     workloads: dict[str, Any] = {}
     for wl, phases in by_wl.items():
-        ph = {p: _phase_summary(wl, p, rs, walls) for p, rs in phases.items()}
-        workloads[wl] = {"phases": ph, "derived": derived(ph)}
+        kind = (workload_kinds or {}).get(wl, wl)
+        declared = kinds().get(kind)
+        filler = declared.filler_phases if declared is not None else frozenset()
+        ph = {p: _phase_summary(wl, p, rs, walls, p in filler) for p, rs in phases.items()}
+        workloads[wl] = {"phases": ph, "derived": derived(kind, ph)}
     measured = [r for r in records if not r.warmup]
     errors = Counter(r.error for r in measured if r.error is not None)
     return {"summary_version": SUMMARY_VERSION, "n_requests": len(measured),
@@ -165,8 +133,9 @@ def summary_rows(variant: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
                        "n_errors": p["n_errors"]}
                 row.update({k: (s or {}).get(k) for k in STAT_KEYS})
                 rows.append(row)
+        figures = derived_figures()
         for name, v in w["derived"].items():
-            meta = M.metric_info(name)
+            meta = figures[name]
             rows.append({"variant": variant, "workload": wl, "phase": "*", "metric": name,
                          "unit": meta.unit, "higher_is_better": meta.higher_is_better,
                          "n_errors": None, **{k: None for k in STAT_KEYS}, "mean": v, "p50": v})

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.workloads.cold_prefill import ColdPrefill
+from harness.workloads.decode import Decode
 from harness.scenario import (
     Check,
-    ColdPrefill,
-    Decode,
     ScenarioError,
     TokenSize,
     json_schema,
@@ -173,7 +173,9 @@ def test_inline_bad(tmp_path, extra, line, path, msg):
     ("name: t\nserver:\n  backend: sim\n  model_path: m\n  sim:\n    host_mem_scale: 2\nvariants:\n  - name: off\n",
      6, "server.sim.host_mem_scale", "must be <= 1"),
     ("name: t\nserver:\n  backend: sim\n  model_path: m\n  sim:\n    faults: ['crash at 3']\nvariants:\n  - name: off\n",
-     6, "server.sim.faults[0]", "not a fault"),
+     6, "server.sim.faults[0]", "unknown fault 'crash at 3'"),
+    ("name: t\nserver:\n  backend: sim\n  model_path: m\nvariants:\n  - name: off\n    sim_faults: [crash_at_reqest=3]\n",
+     7, "variants[0].sim_faults[0]", "did you mean 'crash_at_request'?"),
     ("name: t\nserver: [1]\nvariants:\n  - name: off\n", 2, "server", "expected a mapping"),
 ])
 def test_inline_bad_full(tmp_path, body, line, path, msg):

@@ -56,7 +56,7 @@ def test_repeat_prefill_speedups_and_filler():
           make_record(workload="rp", phase="evict", ttft_ms=100.0),
           make_record(workload="rp", phase="repeat_after_evict", ttft_ms=20.0, cached_tokens=990,
                       cached_device=0, cached_host=990)]
-    s = summarize(rs)["workloads"]["rp"]
+    s = summarize(rs, {"rp": "repeat_prefill"})["workloads"]["rp"]
     assert s["derived"]["device_speedup"] == pytest.approx(10.0)
     assert s["derived"]["host_speedup"] == pytest.approx(5.0)
     assert s["derived"]["prefill_tok_s"] == pytest.approx(10000.0)
@@ -67,7 +67,7 @@ def test_short_ttft_interference_and_decode():
     rs = [make_record(workload="s", phase="alone", ttft_ms=t) for t in (10.0, 12.0, 14.0)]
     rs += [make_record(workload="s", phase="during_long", ttft_ms=t) for t in (30.0, 36.0, 42.0)]
     rs += [make_record(workload="d", phase="decode", output_tokens=11, itl_ms=20.0)]
-    s = summarize(rs)["workloads"]
+    s = summarize(rs, {"s": "short_ttft", "d": "decode"})["workloads"]
     assert s["s"]["derived"]["interference"] == pytest.approx(3.0)
     assert s["d"]["derived"]["decode_tok_s"] == pytest.approx(50.0)
     assert s["d"]["phases"]["decode"]["metrics"]["itl_ms"]["n"] == 10  # pooled chunk gaps
@@ -79,7 +79,7 @@ def test_failed_variant_is_null_not_zero():
 
 
 def test_summary_rows_flat():
-    rows = summary_rows("on", summarize([make_record(workload="w", phase="cold")]))
+    rows = summary_rows("on", summarize([make_record(workload="w", phase="cold")], {"w": "cold_prefill"}))
     ttft = [r for r in rows if r["metric"] == "ttft_ms" and r["phase"] == "cold"][0]
     assert ttft["unit"] == "ms" and ttft["higher_is_better"] is False and ttft["p50"] == pytest.approx(100)
     derived = [r for r in rows if r["phase"] == "*"]

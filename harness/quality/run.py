@@ -23,7 +23,7 @@ from harness.quality.parity import ParityReport, evaluate_parity
 from harness.quality.record import QualityRecord
 from harness.quality.scoring import score_answer
 from harness.quality.tasks import TASKS, generate
-from harness.scenario import resolve_tokens
+from harness.scenario.values import resolve_tokens
 
 __all__ = ["QualityPlan", "evaluate_parity", "ParityReport", "plan_quality", "run_quality", "resolve_tokens"]
 
@@ -119,7 +119,7 @@ async def _server_gone(ctx: Any, abort: Any) -> bool:
 async def run_quality(ctx: Any, cfg: Any, arm_role: str) -> list[QualityRecord]:
     """Ask every quality sample of ``cfg`` on ctx's server; record and return the answers.
 
-    ``ctx`` (e.g. a `harness.workloads.base.WorkloadContext` with extras) needs: ``client`` (a
+    ``ctx`` (e.g. a `harness.workloads.context.WorkloadContext` with extras) needs: ``client`` (a
     `harness.client.StreamingClient`), ``pool_tokens`` (device pool, for ``"x pool"`` values and
     churn sizing), ``seed``, and ``record_quality`` or ``record`` (callable taking a
     QualityRecord; writes quality.jsonl — ``record_quality`` wins when both exist). Optional:

@@ -1,6 +1,79 @@
-"""Workloads: one module per kind, each `async def run(ctx, cfg) -> None`; `run_workloads` runs a list."""
+"""Workload kinds: one module each (``harness/workloads/<kind>.py`` exporting ``KIND``).
 
-from harness.workloads.base import (WorkloadContext, WorkloadsOutcome, phase_label, resolve_tokens,
-                                    run_workloads)
+``kinds()`` finds them by scanning this package, so adding a kind is adding its module: the
+scenario's ``workloads`` union, the summary's derived figures, compare, the report and the
+history all read the declarations (``harness.workloads.kind``). Nothing else names a kind.
+"""
 
-__all__ = ["WorkloadContext", "WorkloadsOutcome", "phase_label", "resolve_tokens", "run_workloads"]
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from harness.workloads.kind import Derived, WorkloadKind
+
+# Public names of the running side, loaded on first use (they pull in the HTTP client).
+_RUNNING = {"WorkloadContext": "context", "WorkloadScope": "context", "phase_label": "context",
+            "WorkloadsOutcome": "sequence", "run_workloads": "sequence"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RUNNING:
+        return getattr(importlib.import_module(f"{__name__}.{_RUNNING[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def kinds() -> dict[str, WorkloadKind]:
+    """{kind name: declaration} of every module in this package that exports ``KIND``, by name."""
+    found: dict[str, WorkloadKind] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        declared = getattr(module, "KIND", None)
+        if isinstance(declared, WorkloadKind):
+            found[declared.name] = declared
+    _check_derived_names(found.values())
+    return found
+
+
+def _check_derived_names(declared: Iterable[WorkloadKind]) -> None:
+    """One derived name means one thing: the same unit and direction in every kind."""
+    seen: dict[str, Derived] = {}
+    for k in declared:
+        for d in k.derived:
+            first = seen.setdefault(d.name, d)
+            if (first.unit, first.higher_is_better) != (d.unit, d.higher_is_better):
+                raise TypeError(f"derived figure {d.name!r} is declared with different units or "
+                                f"directions by two workload kinds")
+
+
+def derived_figures() -> dict[str, Derived]:
+    """{name: declaration} of every derived figure of every kind (first declaration wins)."""
+    out: dict[str, Derived] = {}
+    for k in kinds().values():
+        for d in k.derived:
+            out.setdefault(d.name, d)
+    return out
+
+
+def workload_kinds(scenario_workloads: Any) -> dict[str, str]:
+    """{workload name: kind} from a scenario's ``workloads`` list as parsed YAML (dicts) or as
+    config models; a workload without a name is named after its kind. Unknown kinds are kept
+    (an old run's file), entries that are not mappings are skipped."""
+    out: dict[str, str] = {}
+    for w in scenario_workloads or []:
+        if isinstance(w, Mapping):
+            kind, name = w.get("kind"), w.get("name")
+        else:
+            kind, name = getattr(w, "kind", None), getattr(w, "name", None)
+        if isinstance(kind, str):
+            out[str(name or kind)] = kind
+    return out
+
+
+def kind_of(workload: str, names_to_kinds: Mapping[str, str]) -> WorkloadKind | None:
+    """The declaration of a workload by its name (a run without a scenario: the name is the kind)."""
+    return kinds().get(names_to_kinds.get(workload, workload))

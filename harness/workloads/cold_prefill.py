@@ -1,19 +1,48 @@
 """cold_prefill: N never-seen prompts of L tokens, one at a time (seed 000: 75K tokens).
 
-Phases: "warmup" (cfg.warmup requests, marked), "cold". Reports TTFT and prefill tok/s.
+Phases: "warmup" (`warmup` requests, marked), "cold". Reports TTFT and prefill tok/s.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
-from harness.workloads.base import WorkloadContext, WorkloadScope
+from harness.scenario.values import NonNegInt, PosInt, TokenSizeT
+from harness.workloads.config import PrefillConfig
+from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind
 
 
-async def run(ctx: WorkloadContext, cfg: Any) -> None:
+class ColdPrefill(PrefillConfig):
+    """N never-seen prompts, one at a time."""
+
+    kind: Literal["cold_prefill"]
+    n: PosInt = 1
+    prompt_tokens: TokenSizeT
+    warmup: NonNegInt = 1
+
+
+async def run(ctx: WorkloadContext, cfg: ColdPrefill) -> None:
     w = WorkloadScope(ctx, cfg)
     n_tokens = ctx.tokens(cfg.prompt_tokens)
-    await w.warmup(n_tokens)
+    await w.warmup(cfg.warmup, n_tokens)
     w.phase("cold")
-    for i, ids in enumerate(w.prompts(int(cfg.n), n_tokens, "cold")):
+    for i, ids in enumerate(w.prompts(cfg.n, n_tokens, "cold")):
         await w.send("cold", i, ids)
+
+
+# Shared with repeat_prefill, whose first phase is "cold" too.
+COLD_PREFILL_FIGURES = (
+    Derived("prefill_tok_s", "tok/s", True, "uncached prompt tokens / TTFT of the cold phase, median",
+            PhaseStat("cold", "prefill_tok_s").of, needs=("cold",)),
+    Derived("prefill_total_tok_s", "tok/s", True, "all prompt tokens / TTFT of the cold phase, median",
+            PhaseStat("cold", "prefill_total_tok_s").of, needs=("cold",)),
+)
+
+KIND = WorkloadKind(
+    config=ColdPrefill,
+    run=run,
+    derived=COLD_PREFILL_FIGURES,
+    report_rows=(ReportRow("cold prefill ({workload})", "tok/s", "prefill_total_tok_s", True,
+                           note="prompt tokens / TTFT, median"),),
+)

@@ -1,24 +1,47 @@
 """decode: a batch of B requests at once, fixed output length (`ignore_eos`), phase "decode".
 
-Reports decode tok/s, ITL, TPOT. `n` (optional, default 1) repeats the batch.
+Reports decode tok/s, ITL, TPOT. `n` (default 1) batches run one after another.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
-from harness.workloads.base import WorkloadContext, WorkloadScope
+from harness.scenario.values import PosInt, TokenSize, TokenSizeT
+from harness.workloads.config import WorkloadConfig
+from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind
 
 
-async def run(ctx: WorkloadContext, cfg: Any) -> None:
+class Decode(WorkloadConfig):
+    """``n`` batches of ``batch`` requests generating ``output_tokens`` each (ignore_eos)."""
+
+    kind: Literal["decode"]
+    batch: PosInt = 1
+    n: PosInt = 1
+    prompt_tokens: TokenSizeT = TokenSize(tokens=128)
+    output_tokens: PosInt = 256
+
+
+async def run(ctx: WorkloadContext, cfg: Decode) -> None:
     w = WorkloadScope(ctx, cfg)
-    batch, n_tokens = int(cfg.batch), ctx.tokens(cfg.prompt_tokens)
-    out = int(cfg.output_tokens)
-    await w.warmup(n_tokens)
+    n_tokens = ctx.tokens(cfg.prompt_tokens)
     w.phase("decode")
-    rounds = int(getattr(cfg, "n", 1) or 1)
-    for r in range(rounds):
+    for r in range(cfg.n):
         group = f"{w.group('decode')}/b{r}"
-        prompts = w.prompts(batch, n_tokens, f"decode{r}")
-        await w.gather(w.send("decode", r * batch + i, ids, max_new_tokens=out, ignore_eos=True,
-                              group=group) for i, ids in enumerate(prompts))
+        prompts = w.prompts(cfg.batch, n_tokens, f"decode{r}")
+        await w.gather(w.send("decode", r * cfg.batch + i, ids, max_new_tokens=cfg.output_tokens,
+                              ignore_eos=True, group=group) for i, ids in enumerate(prompts))
+
+
+KIND = WorkloadKind(
+    config=Decode,
+    run=run,
+    derived=(
+        Derived("decode_tok_s", "tok/s", True, "output tokens after the first / decode time, median",
+                PhaseStat("decode", "decode_tok_s").of, needs=("decode",)),
+        Derived("tpot_ms", "ms", False, "time per output token after the first, median",
+                PhaseStat("decode", "tpot_ms").of, needs=("decode",)),
+    ),
+    report_rows=(ReportRow("decode ({workload})", "tok/s", "decode_tok_s", True),),
+)

@@ -9,26 +9,61 @@ length fixed with `ignore_eos`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
-from harness.workloads.base import WorkloadContext, WorkloadScope
+import numpy as np
+
+from harness.scenario.values import PosInt, TokenSize, TokenSizeT
+from harness.workloads.config import WorkloadConfig
+from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.kind import Derived, PhaseSummaries, WorkloadKind
 
 
-async def run(ctx: WorkloadContext, cfg: Any) -> None:
+class MultiTurn(WorkloadConfig):
+    """Sessions that grow turn by turn."""
+
+    kind: Literal["multi_turn"]
+    sessions: PosInt = 4
+    turns: PosInt = 4
+    first_turn_tokens: TokenSizeT = TokenSize(tokens=2000)
+    turn_tokens: TokenSizeT = TokenSize(tokens=200)
+    output_tokens: PosInt = 32
+
+
+async def run(ctx: WorkloadContext, cfg: MultiTurn) -> None:
     w = WorkloadScope(ctx, cfg)
-    sessions, turns = int(cfg.sessions), int(cfg.turns)
     first, more = ctx.tokens(cfg.first_turn_tokens), ctx.tokens(cfg.turn_tokens)
-    out = int(getattr(cfg, "output_tokens", None) or w.max_new_tokens)
-    await w.warmup(first)
-    histories = w.prompts(sessions, first, "sessions")
+    histories = w.prompts(cfg.sessions, first, "sessions")
     w.phase("turns")  # sampler label: sessions are at different turns at any moment
 
     async def session(s: int, history: list[int]) -> None:
-        for t in range(1, turns + 1):
+        for t in range(1, cfg.turns + 1):
             if t > 1:
                 history = ctx.prompts.extend(
                     history, more, key=(ctx.variant, w.name, ctx.repeat, "turn", s, t))
-            rec = await w.send(f"turn{t}", s, history, max_new_tokens=out, ignore_eos=True)
+            rec = await w.send(f"turn{t}", s, history, max_new_tokens=cfg.output_tokens, ignore_eos=True)
             history = history + rec.output_ids
 
     await w.gather(session(s, h) for s, h in enumerate(histories))
+
+
+def _turn(phase: str) -> int | None:
+    return int(phase[4:]) if phase.startswith("turn") and phase[4:].isdigit() else None
+
+
+def later_turns_cached_fraction(phases: PhaseSummaries) -> float | None:
+    """Mean over turns ≥ 2 of each turn's mean cached fraction."""
+    means = [phases[p]["metrics"]["cached_fraction"] for p in phases if (_turn(p) or 0) >= 2]
+    values = [m["mean"] for m in means if m]
+    return float(np.mean(values)) if values else None
+
+
+KIND = WorkloadKind(
+    config=MultiTurn,
+    run=run,
+    derived=(
+        Derived("later_turns_cached_fraction", "fraction", True, "mean cached share of turns >= 2",
+                later_turns_cached_fraction),
+    ),
+    tier_hit_phases=True,
+)

@@ -8,18 +8,50 @@ Phases "pass1" ... "passP"; every request of a pass shares `concurrency_group`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
-from harness.workloads.base import WorkloadContext, WorkloadScope
+from harness.scenario.values import PosInt, TokenSizeT
+from harness.workloads.config import PrefillConfig
+from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind, ratio
 
 
-async def run(ctx: WorkloadContext, cfg: Any) -> None:
+class ParallelPrefixes(PrefillConfig):
+    """K distinct prefixes sent concurrently, ``passes`` times."""
+
+    kind: Literal["parallel_prefixes"]
+    k: PosInt = 8
+    prompt_tokens: TokenSizeT
+    passes: PosInt = 2
+
+
+async def run(ctx: WorkloadContext, cfg: ParallelPrefixes) -> None:
     w = WorkloadScope(ctx, cfg)
     n_tokens = ctx.tokens(cfg.prompt_tokens)
-    await w.warmup(n_tokens)
-    prompts = w.prompts(int(cfg.k), n_tokens, "prefixes")
-    for p in range(1, int(getattr(cfg, "passes", 2) or 2) + 1):
+    prompts = w.prompts(cfg.k, n_tokens, "prefixes")
+    for p in range(1, cfg.passes + 1):
         phase = f"pass{p}"
         w.phase(phase)
         group = w.group(phase)
         await w.gather(w.send(phase, i, ids, group=group) for i, ids in enumerate(prompts))
+
+
+_PASS1_WALL = PhaseStat("pass1", "pass_wall_s")
+_PASS2_WALL = PhaseStat("pass2", "pass_wall_s")
+
+KIND = WorkloadKind(
+    config=ParallelPrefixes,
+    run=run,
+    derived=(
+        Derived("second_pass_speedup", "ratio", True, "pass 1 wall / pass 2 wall, medians",
+                lambda p: ratio(_PASS1_WALL.of(p), _PASS2_WALL.of(p)), needs=("pass1", "pass2"),
+                compared=True),
+    ),
+    report_rows=(
+        ReportRow("parallel prefixes pass 1 wall", "s", _PASS1_WALL, False),
+        ReportRow("parallel prefixes pass 2 wall", "s", _PASS2_WALL, False),
+        ReportRow("second-pass speedup", "×", "second_pass_speedup", True, note="pass 1 wall / pass 2 wall"),
+    ),
+    tier_hit_phases=True,
+    pass_walls=True,
+)

@@ -6,16 +6,30 @@ Phases, each one request at a time:
   "repeat_device"       the same N again, right away: GPU-tier hits
   "evict"               distinct filler of `eviction_tokens` in total (prompts of at most L and
                         at most half the pool): pushes the N out of the GPU pool. Filler — the
-                        summary lists it but derives no ratio from it.
+                        summary lists it but derives no figure from it.
   "repeat_after_evict"  the same N once more: host-tier hits with HiCache, recompute without
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Literal
 
-from harness.workloads.base import WorkloadContext, WorkloadScope
+from harness.scenario.values import PosInt, TokenSize, TokenSizeT
+from harness.workloads.cold_prefill import COLD_PREFILL_FIGURES
+from harness.workloads.config import PrefillConfig
+from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind, ratio
 
+
+class RepeatPrefill(PrefillConfig):
+    """The same prompts again: at once (device hits), then after eviction traffic (host hits)."""
+
+    kind: Literal["repeat_prefill"]
+    n: PosInt = 1
+    prompt_tokens: TokenSizeT
+    # Over the GPU pool (pushes the prompts out of it), within a ratio-2 host pool minus the
+    # prompts (more would push them out of the host tier too, and the phase would test recompute).
+    eviction_tokens: TokenSizeT = TokenSize(pool_fraction=1.2)
 
 
 def eviction_sizes(total_tokens: int, prompt_tokens: int, pool_tokens: int) -> list[int]:
@@ -29,21 +43,41 @@ def eviction_sizes(total_tokens: int, prompt_tokens: int, pool_tokens: int) -> l
     return sizes
 
 
-async def run(ctx: WorkloadContext, cfg: Any) -> None:
+async def run(ctx: WorkloadContext, cfg: RepeatPrefill) -> None:
     w = WorkloadScope(ctx, cfg)
     n_tokens = ctx.tokens(cfg.prompt_tokens)
-    await w.warmup(n_tokens)
-    prompts = w.prompts(int(cfg.n), n_tokens, "measured")
+    prompts = w.prompts(cfg.n, n_tokens, "measured")
     for phase in ("cold", "repeat_device"):
         w.phase(phase)
         for i, ids in enumerate(prompts):
             await w.send(phase, i, ids)
-    evict_total = ctx.tokens(getattr(cfg, "eviction_tokens", None) or "2x pool")
     w.phase("evict")
-    sizes = eviction_sizes(evict_total, n_tokens, ctx.pool_tokens)
+    sizes = eviction_sizes(ctx.tokens(cfg.eviction_tokens), n_tokens, ctx.pool_tokens)
     for i, size in enumerate(sizes):
         (ids,) = w.prompts(1, size, f"evict{i}")
         await w.send("evict", i, ids)
     w.phase("repeat_after_evict")
     for i, ids in enumerate(prompts):
         await w.send("repeat_after_evict", i, ids)
+
+
+_COLD_TTFT = PhaseStat("cold", "ttft_ms")
+
+KIND = WorkloadKind(
+    config=RepeatPrefill,
+    run=run,
+    filler_phases=frozenset({"evict"}),
+    derived=COLD_PREFILL_FIGURES + (
+        Derived("device_speedup", "ratio", True, "cold TTFT / TTFT repeated at once (GPU-tier hit)",
+                lambda p: ratio(_COLD_TTFT.of(p), PhaseStat("repeat_device", "ttft_ms").of(p)),
+                needs=("cold", "repeat_device"), compared=True),
+        Derived("host_speedup", "ratio", True, "cold TTFT / TTFT after eviction (host-tier hit)",
+                lambda p: ratio(_COLD_TTFT.of(p), PhaseStat("repeat_after_evict", "ttft_ms").of(p)),
+                needs=("cold", "repeat_after_evict"), compared=True),
+    ),
+    report_rows=(
+        ReportRow("repeat speedup, device hit", "×", "device_speedup", True, note="cold TTFT / repeat TTFT"),
+        ReportRow("repeat speedup, host hit", "×", "host_speedup", True, note="cold TTFT / TTFT after eviction"),
+    ),
+    tier_hit_phases=True,
+)

@@ -10,21 +10,32 @@ With `long_prompt_tokens: null` only "alone" runs.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Literal
 
-from harness.workloads.base import WorkloadContext, WorkloadScope
+from harness.scenario.values import PosInt, TokenSize, TokenSizeT
+from harness.workloads.config import PrefillConfig
+from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind, ratio
 
 START_DELAY_S = 0.01  # let the long request reach the server's scheduler first
 
 
-async def run(ctx: WorkloadContext, cfg: Any) -> None:
+class ShortTTFT(PrefillConfig):
+    """Short prompts alone, then while a long prefill runs (null ``long_prompt_tokens``: alone only)."""
+
+    kind: Literal["short_ttft"]
+    n: PosInt = 5
+    prompt_tokens: TokenSizeT = TokenSize(tokens=32)
+    long_prompt_tokens: TokenSizeT | None = TokenSize(pool_fraction=0.8)
+
+
+async def run(ctx: WorkloadContext, cfg: ShortTTFT) -> None:
     w = WorkloadScope(ctx, cfg)
-    n, short = int(cfg.n), ctx.tokens(cfg.prompt_tokens)
-    await w.warmup(short)
+    n, short = cfg.n, ctx.tokens(cfg.prompt_tokens)
     w.phase("alone")
     for i, ids in enumerate(w.prompts(n, short, "alone")):
         await w.send("alone", i, ids)
-    if getattr(cfg, "long_prompt_tokens", None) is None:
+    if cfg.long_prompt_tokens is None:
         return  # alone only
     long_tokens = ctx.tokens(cfg.long_prompt_tokens)
 
@@ -40,3 +51,22 @@ async def run(ctx: WorkloadContext, cfg: Any) -> None:
     finally:
         await asyncio.gather(long_task, return_exceptions=True)
     long_task.result()  # re-raises StopSending if the long one could not be sent
+
+
+_ALONE = PhaseStat("alone", "ttft_ms")
+_DURING = PhaseStat("during_long", "ttft_ms")
+
+KIND = WorkloadKind(
+    config=ShortTTFT,
+    run=run,
+    derived=(
+        Derived("interference", "ratio", False, "short TTFT during a long prefill / alone, medians",
+                lambda p: ratio(_DURING.of(p), _ALONE.of(p)), needs=("alone", "during_long"),
+                compared=True),
+    ),
+    report_rows=(
+        ReportRow("short TTFT alone", "ms", _ALONE, False, note="{workload}, p50"),
+        ReportRow("short TTFT during a long prefill", "ms", _DURING, False, note="{workload}, p50"),
+    ),
+    history_stats=(_ALONE, _DURING),
+)

@@ -1,4 +1,4 @@
-"""Running a variant's workload list: the context workloads send through, and `run_workloads`.
+"""What a workload sends through: the variant's `WorkloadContext` and a workload's `WorkloadScope`.
 
 A workload is `async def run(ctx, cfg) -> None` that sends requests through `WorkloadScope.send`
 (which labels, records and watches for death) and knows nothing of processes or files.
@@ -7,31 +7,26 @@ Containment (reliability P5): a watchdog polls `ctx.alive()`; once the server is
 request fails to connect and the process turns out to be dead, the shared `Abort` fires: every
 in-flight request is recorded with `error="server_died"`, nothing more is sent, the remaining
 workloads are skipped and the outcome says `server_died=True`. Rows already recorded stay.
-A workload's `timeout_s` fires the same signal with reason "timeout" for that workload only.
+A workload's `timeout_s` fires the same signal with reason "timeout" for that workload only
+(`harness.workloads.sequence` runs the list).
 """
 
 from __future__ import annotations
 
 import asyncio
-import traceback
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable
 
 from harness.client import Abort, GenerateRequest, Labels, StreamingClient
 from harness.prompts import PromptFactory
 from harness.records import RequestRecord
-from harness.scenario import resolve_tokens
+from harness.scenario.values import resolve_tokens
+from harness.workloads.config import WorkloadConfig
 
-PREFILL_KINDS = {"cold_prefill", "repeat_prefill", "parallel_prefixes", "short_ttft"}
-WATCHDOG_INTERVAL_S = 0.1
 
 
 class StopSending(Exception):
     """Raised by `send` once the abort signal fired: the workload must stop sending."""
-
-
-def workload_name(cfg: Any) -> str:
-    return getattr(cfg, "name", None) or cfg.kind
 
 
 def phase_label(workload: str, phase: str) -> str:
@@ -93,14 +88,12 @@ class WorkloadContext:
 class WorkloadScope:
     """One workload's view of the context: labels every request with the workload's name."""
 
-    def __init__(self, ctx: WorkloadContext, cfg: Any) -> None:
+    def __init__(self, ctx: WorkloadContext, cfg: WorkloadConfig) -> None:
         self.ctx = ctx
         self.cfg = cfg
-        self.name = workload_name(cfg)
-        self.api = getattr(cfg, "api", None) or None
-        default_new = 1 if cfg.kind in PREFILL_KINDS else 16
-        mnt = getattr(cfg, "max_new_tokens", None)
-        self.max_new_tokens = int(mnt) if mnt is not None else default_new
+        self.name: str = cfg.name or cfg.kind  # type: ignore[attr-defined]
+        self.api = cfg.api
+        self.max_new_tokens = cfg.new_tokens()
 
     def phase(self, phase: str) -> None:
         self.ctx.set_phase(phase_label(self.name, phase))
@@ -145,115 +138,10 @@ class WorkloadScope:
                 raise r
         return list(results)
 
-    async def warmup(self, n_tokens: int) -> None:
-        """`cfg.warmup` distinct requests of `n_tokens`, one at a time, phase "warmup"."""
-        count = int(getattr(self.cfg, "warmup", 0) or 0)
+    async def warmup(self, count: int, n_tokens: int) -> None:
+        """`count` distinct requests of `n_tokens`, one at a time, phase "warmup"."""
         if count <= 0:
             return
         self.phase("warmup")
         for i, ids in enumerate(self.prompts(count, n_tokens, "warmup")):
             await self.send("warmup", i, ids, warmup=True)
-
-
-@dataclass
-class WorkloadsOutcome:
-    """What happened to one repeat's workload list."""
-
-    server_died: bool = False
-    completed: list[str] = field(default_factory=list)
-    timed_out: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)  # workload → error (harness-side)
-    skipped: list[str] = field(default_factory=list)  # not started: the server had died
-    n_requests: int = 0
-    n_errors: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not (self.server_died or self.timed_out or self.failed)
-
-
-WorkloadFn = Callable[[WorkloadContext, Any], Awaitable[None]]
-
-
-def registry() -> dict[str, WorkloadFn]:
-    from harness.workloads import (cold_prefill, decode, multi_turn, parallel_prefixes,
-                                   repeat_prefill, short_ttft)
-
-    return {
-        "cold_prefill": cold_prefill.run, "repeat_prefill": repeat_prefill.run,
-        "parallel_prefixes": parallel_prefixes.run, "short_ttft": short_ttft.run,
-        "decode": decode.run, "multi_turn": multi_turn.run,
-    }
-
-
-async def _watchdog(ctx: WorkloadContext) -> None:
-    while not ctx.server_dead:
-        if not ctx.alive():
-            ctx.mark_dead()
-            return
-        await asyncio.sleep(WATCHDOG_INTERVAL_S)
-
-
-async def _timer(abort: Abort, timeout_s: float) -> None:
-    await asyncio.sleep(timeout_s)
-    abort.fire("timeout")
-
-
-async def run_workloads(ctx: WorkloadContext, workloads: Sequence[Any]) -> WorkloadsOutcome:
-    """Run `workloads` in order on ctx's server; never raises for server failures.
-
-    Each workload gets a fresh abort signal (fired by its `timeout_s` or by the server's death);
-    `flush_before` POSTs /flush_cache first (a refused flush fails that workload).
-    """
-    outcome = WorkloadsOutcome()
-    fns = registry()
-    watchdog = asyncio.create_task(_watchdog(ctx))
-    try:
-        for cfg in workloads:
-            name = workload_name(cfg)
-            if ctx.server_dead or not ctx.alive():
-                ctx.server_dead = True
-                outcome.skipped.append(name)
-                continue
-            ctx.abort = Abort()
-            timeout_s = getattr(cfg, "timeout_s", None)
-            timer = asyncio.create_task(_timer(ctx.abort, timeout_s)) if timeout_s else None
-            try:
-                if getattr(cfg, "flush_before", False) and not await ctx.client.flush_cache():
-                    if not await ctx.confirm_death():
-                        outcome.failed[name] = "flush_cache refused"
-                    continue
-                fn = fns.get(cfg.kind)
-                if fn is None:
-                    outcome.failed[name] = f"unknown workload kind {cfg.kind!r}"
-                    continue
-                await fn(ctx, cfg)
-                if ctx.server_dead:
-                    outcome.failed[name] = "server_died"
-                elif ctx.abort.reason == "timeout":  # fired while its last requests were in flight
-                    outcome.timed_out.append(name)
-                else:
-                    outcome.completed.append(name)
-            except StopSending as stop:
-                if ctx.server_dead:
-                    pass
-                elif str(stop) == "timeout":
-                    outcome.timed_out.append(name)
-                else:
-                    outcome.failed[name] = f"stopped: {stop}"
-            except Exception as exc:  # a harness bug in a workload must not end the run
-                if ctx.server_dead:
-                    pass
-                else:
-                    tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-                    outcome.failed[name] = tb
-            finally:
-                if timer is not None:
-                    timer.cancel()
-                if ctx.server_dead and name not in outcome.completed:  # also after a `continue`
-                    outcome.failed.setdefault(name, "server_died")
-    finally:
-        watchdog.cancel()
-    outcome.server_died = ctx.server_dead
-    outcome.n_requests, outcome.n_errors = ctx.n_requests, ctx.n_errors
-    return outcome

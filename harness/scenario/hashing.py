@@ -1,0 +1,51 @@
+"""Hashes that say whether two runs measured the same thing, and the JSON Schema of the format."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from harness.scenario.models import Scenario, Variant
+
+def _canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def variant_config_hash(scenario: Scenario, variant: Variant) -> str:
+    """sha256 over what shapes the server: backend, python, command prefix, sglang_source,
+    model path (as written, after ${VAR} expansion, so checkouts in other folders hash alike),
+    TP size, merged args (in order) and env, HiCache block and simulator options (with faults).
+    Names, descriptions, expectations, timeouts and workloads are not part of it."""
+    s = scenario.server
+    sim = variant.backend == "sim"
+    payload = {
+        "backend": variant.backend,
+        "python": None if sim else s.python,
+        "command_prefix": list(s.command_prefix),
+        "sglang_source": None if sim else s.sglang_source,
+        "model_path": variant.model_path_spec,
+        "tp_size": variant.tp_size,
+        "args": [[k, v] for k, v in variant.args.items()],
+        "env": dict(sorted(variant.env.items())),
+        "hicache": variant.hicache.model_dump() if variant.hicache is not None else None,
+        "sim": ({**variant.sim.model_dump(), "faults": variant.all_sim_faults()}
+                if sim and variant.sim is not None else None),
+    }
+    return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
+
+
+def scenario_hash(text: str | bytes) -> str:
+    """sha256 of the scenario file's text."""
+    if isinstance(text, str):
+        text = text.encode("utf-8")
+    return hashlib.sha256(text).hexdigest()
+
+
+def json_schema() -> dict:
+    """JSON Schema of the scenario format (``harness schema``)."""
+    schema = Scenario.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "HiCache harness scenario"
+    schema["required"] = [r for r in schema.get("required", []) if r != "name"]
+    return schema

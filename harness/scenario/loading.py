@@ -1,0 +1,83 @@
+"""Loading: file or text → YAML with lines → ``${VAR}`` expansion → models → checks → variants."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from harness.scenario.checks import late_checks, semantic
+from harness.scenario.error_mapping import convert_errors
+from harness.scenario.errors import ErrorItem, ScenarioError
+from harness.scenario.expansion import expand_tree
+from harness.scenario.hashing import scenario_hash
+from harness.scenario.models import Scenario, SimOptions
+from harness.scenario.variants import expand_variants
+from harness.yaml_lines import LoadedYaml, YamlLoadError, format_path, line_for, load_yaml, load_yaml_text
+
+def _sort_items(items: list[ErrorItem]) -> list[ErrorItem]:
+    seen = set()
+    out = []
+    for it in items:
+        key = (it.line, it.path, it.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(it)
+    return sorted(out, key=lambda it: (it.line or 0))
+
+
+def _from_loaded(y: LoadedYaml, env: Mapping[str, str] | None, path: Path | None) -> Scenario:
+    file = y.file
+    env = os.environ if env is None else env
+    exp_errors: list[tuple[tuple, str]] = []
+    data = expand_tree(y.data, (), env, exp_errors)
+    errors = [ErrorItem(file, line_for(y.lines, p), format_path(p), msg) for p, msg in exp_errors]
+    if "name" not in data and path is not None:
+        data = {"name": path.stem, **data}
+    try:
+        scn = Scenario.model_validate(data)
+    except ValidationError as e:
+        errors += convert_errors(e, data, y.lines, file)
+        raise ScenarioError(_sort_items(errors)) from None
+    if errors:
+        raise ScenarioError(_sort_items(errors))
+    scn._text = y.text
+    scn._hash = scenario_hash(y.text)
+    scn._path = path
+    scn._base_dir = path.absolute().parent if path is not None else Path.cwd()
+    errors = semantic(scn, y.lines, file)
+    if errors:
+        raise ScenarioError(_sort_items(errors))
+    variants, errors = expand_variants(scn, y.lines, file)
+    errors += late_checks(scn, variants, y.lines, file)
+    if errors:
+        raise ScenarioError(_sort_items(errors))
+    if scn.server.backend == "sim" and scn.server.sim is None:
+        scn.server.sim = SimOptions()
+    scn._variants = variants
+    return scn
+
+
+def load_scenario(path: str | Path, env: Mapping[str, str] | None = None) -> Scenario:
+    """Load and validate a scenario file; ``env`` (default ``os.environ``) feeds ``${VAR}``.
+
+    Raises ScenarioError whose ``errors`` are ``FILE:LINE KEY.PATH: message`` lines."""
+    try:
+        y = load_yaml(path)
+    except YamlLoadError as e:
+        raise ScenarioError([ErrorItem(e.file, e.line, e.path, e.message)]) from None
+    return _from_loaded(y, env, Path(path))
+
+
+def load_scenario_text(text: str | bytes, file: str = "<string>", env: Mapping[str, str] | None = None,
+                       base_dir: str | Path | None = None) -> Scenario:
+    """Like ``load_scenario`` for text in memory; relative paths resolve against ``base_dir``
+    (default: the directory of ``file``, or the current directory)."""
+    try:
+        y = load_yaml_text(text, file)
+    except YamlLoadError as e:
+        raise ScenarioError([ErrorItem(e.file, e.line, e.path, e.message)]) from None
+    p = Path(base_dir) / Path(file).name if base_dir is not None else Path(file)
+    return _from_loaded(y, env, p)

@@ -1,0 +1,344 @@
+"""The scenario's typed blocks (pydantic, ``extra="forbid"``) and the resolved ``Variant``.
+
+Workload blocks are not declared here: each workload kind declares its own config model in
+``harness/workloads/<kind>.py``; ``Workload`` is the tagged union of those.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    WithJsonSchema,
+    field_validator,
+)
+
+from harness.scenario.values import (
+    ArgsDict,
+    CheckT,
+    EnvDict,
+    Fault,
+    GpuMode,
+    Name,
+    NonNegFloat,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+    ScenarioModel,
+    ScenarioName,
+    ThresholdT,
+    TokenSize,
+    TokenSizeT,
+    field_error,
+    flag_problem,
+    fmt_num,
+    no_bool,
+    parse_extra_args,
+    show_value,
+)
+from harness.workloads import kinds
+
+MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head")
+WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
+IO_BACKENDS = ("kernel", "direct")
+CAUSES = ("host_memory", "cuda_fault", "assertion", "out_of_memory", "exited_before_ready",
+          "timeout", "server_died", "preflight", "unknown")
+QUALITY_TASKS = ("needle", "multi_needle", "variable_tracking", "aggregation", "ordered_codes")
+SGLANG_DEFAULT_HICACHE_RATIO = 2.0
+
+# The tagged union of every workload kind's config model (harness/workloads/<kind>.py).
+Workload = Annotated[Union[tuple(k.config for k in kinds().values())],  # type: ignore[valid-type]
+                     Field(discriminator="kind")]
+
+class SimOptions(ScenarioModel):
+    """``server.sim``: knobs of the simulated server (backend sim only)."""
+
+    time_scale: PosFloat = 1.0
+    host_mem_scale: Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=1)] = 0.0625
+    mem_available_gib: PosFloat | None = None
+    startup_s: NonNegFloat = 1.0
+    faults: list[Fault] = []
+
+
+class Server(ScenarioModel):
+    """``server``: how to start the server every variant shares."""
+
+    backend: Literal["sglang", "sim"] = "sglang"
+    python: str = "python3"
+    command_prefix: list[str] = []
+    sglang_source: str | None = None
+    model_path: str
+    tp_size: PosInt = 1
+    host: str = "127.0.0.1"
+    args: ArgsDict = {}
+    # One string of extra sglang flags, split like a shell would (e.g. ``${SGLANG_EXTRA_ARGS:-}``),
+    # so one scenario file serves GPU boxes whose sglang build needs different backend flags.
+    # Merged after ``args``; a variant's args still win.
+    extra_args: str = ""
+    env: EnvDict = {}
+    startup_timeout_s: PosFloat = 600.0
+    startup_retries: NonNegInt = 1
+    request_timeout_s: PosFloat = 300.0
+    # After the last response the server must stay alive this long, idle, and then answer
+    # /health_generate (P6: a crash a few seconds after the last answer fails the variant).
+    liveness_idle_s: NonNegFloat = 3.0
+    sim: SimOptions | None = None
+
+    @field_validator("extra_args")
+    @classmethod
+    def _check_extra_args(cls, v: str) -> str:
+        for flag in parse_extra_args(v):
+            problem = flag_problem(flag)
+            if problem:
+                raise field_error(problem)
+        return v
+
+    @field_validator("sglang_source", mode="before")
+    @classmethod
+    def _empty_source(cls, v: Any) -> Any:
+        """``sglang_source: ${SGLANG_SOURCE:-}`` (empty) means none."""
+        return None if v == "" else v
+
+    @field_validator("model_path", "python")
+    @classmethod
+    def _not_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise field_error("must not be empty")
+        return v
+
+
+class HiCache(ScenarioModel):
+    """A variant's HiCache block (its presence turns HiCache on). None fields are not passed:
+    sglang's own default applies (ratio 2.0, write_through, kernel; layout depends on version)."""
+
+    ratio: PosFloat | None = None
+    size_gb: PosFloat | None = None
+    mem_layout: Literal[MEM_LAYOUTS] | None = None  # type: ignore[valid-type]
+    write_policy: Literal[WRITE_POLICIES] | None = None  # type: ignore[valid-type]
+    io_backend: Literal[IO_BACKENDS] | None = None  # type: ignore[valid-type]
+    storage_backend: str | None = None
+
+    @property
+    def effective_ratio(self) -> float:
+        return self.ratio if self.ratio is not None else SGLANG_DEFAULT_HICACHE_RATIO
+
+    def flags(self) -> list[str]:
+        """sglang flags for this block (``--enable-hierarchical-cache`` first)."""
+        out = ["--enable-hierarchical-cache"]
+        if self.size_gb is not None:
+            out += ["--hicache-size", fmt_num(self.size_gb)]
+        if self.ratio is not None:
+            out += ["--hicache-ratio", fmt_num(self.ratio)]
+        for attr, flag in (("mem_layout", "--hicache-mem-layout"), ("write_policy", "--hicache-write-policy"),
+                           ("io_backend", "--hicache-io-backend"), ("storage_backend", "--hicache-storage-backend")):
+            if getattr(self, attr) is not None:
+                out += [flag, str(getattr(self, attr))]
+        return out
+
+
+def _hicache_shorthand(v: Any) -> Any:
+    if v is True:
+        return {}
+    if v is False:
+        return None
+    return v
+
+
+class VariantFields(ScenarioModel):
+    description: str = ""
+    model_path: str | None = None
+    hicache: HiCache | None = None
+    args: ArgsDict = {}
+    env: EnvDict = {}
+    expect: Literal["ok", "startup_failed"] = "ok"
+    expect_cause: Literal[CAUSES] | None = None  # type: ignore[valid-type]
+    sim_faults: list[Fault] = []
+
+    @field_validator("model_path")
+    @classmethod
+    def _mp_not_empty(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise field_error("must not be empty (omit it to use server.model_path)")
+        return v
+
+    @field_validator("hicache", mode="before")
+    @classmethod
+    def _hicache_bool(cls, v: Any) -> Any:
+        """``hicache: true`` = on with sglang defaults; ``hicache: false`` = off."""
+        return _hicache_shorthand(v)
+
+
+class VariantSpec(VariantFields):
+    """One entry of ``variants`` as written."""
+
+    name: Name
+
+
+def _axis_value(v: Any) -> Any:
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    raise field_error(f"axis values must be scalars (string, number, true/false, null), got {show_value(v)}")
+
+
+AxisValue = Annotated[Any, PlainValidator(_axis_value),
+                      WithJsonSchema({"type": ["string", "number", "boolean", "null"]})]
+
+
+class MatrixEntry(VariantFields):
+    """One entry of ``matrix``: base variant fields plus ``axes`` (dotted path -> values)."""
+
+    prefix: Name
+    axes: dict[str, Annotated[list[AxisValue], Field(min_length=1)]]
+    labels: dict[str, str] = {}
+
+
+class Sampling(ScenarioModel):
+    enabled: bool = True
+    interval_s: PosFloat = 0.5
+    idle_window_s: NonNegFloat = 5.0
+    gpu: GpuMode = "auto"
+    server_metrics: bool = True
+    cooldown_timeout_s: NonNegFloat = 120.0
+    cooldown_mem_tolerance_gib: NonNegFloat = 1.0
+
+
+class Preflight(ScenarioModel):
+    mode: Literal["warn", "strict", "off"] = "warn"
+    reserve_gib: NonNegFloat = 10.0
+    ranks_on_host: PosInt | None = None
+
+
+class Quality(ScenarioModel):
+    enabled: bool = False
+    baseline_variant: str | None = None  # None: the first variant without HiCache (filled at load)
+    control: bool = True
+    tasks: Annotated[list[Literal[QUALITY_TASKS]], Field(min_length=1)] = list(QUALITY_TASKS)  # type: ignore[valid-type]
+    lengths: Annotated[list[TokenSizeT], Field(min_length=1)] = [TokenSize(tokens=8000)]
+    samples_per_task: PosInt = 2
+    max_new_tokens: PosInt = 32
+    churn_tokens: TokenSizeT = TokenSize(pool_fraction=1.5)
+    reasks: PosInt = 2
+    top_logprobs: PosInt = 5
+    tie_epsilon: NonNegFloat = 0.05
+    mode: Literal["auto", "text", "token_ids"] = "auto"
+
+
+class Expectations(ScenarioModel):
+    checks: list[CheckT] = []
+    thresholds: dict[str, ThresholdT] = {}
+
+
+class Variant(BaseModel):
+    """A fully resolved variant: what one server start needs. Paths are absolute where the rule
+    in ``_resolve_path`` made them so; ``args``/``env`` are server's merged with the variant's
+    (variant wins, order of first appearance kept; false/null flags and null env values dropped).
+    ``sim_faults`` holds the variant's own faults; ``sim`` is ``server.sim`` (its faults apart)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    origin: str  # "variants[2]" or "matrix[0]"
+    description: str = ""
+    backend: Literal["sglang", "sim"]
+    python: str
+    command_prefix: list[str]
+    sglang_source: str | None
+    model_path: str
+    model_path_spec: str  # as written (after ${VAR} expansion), used by the config hash
+    tp_size: int
+    host: str
+    hicache: HiCache | None
+    args: dict[str, Any]
+    env: dict[str, str]
+    expect: Literal["ok", "startup_failed"]
+    expect_cause: str | None
+    sim_faults: list[str]
+    sim: SimOptions | None
+    startup_timeout_s: float
+    startup_retries: int
+    request_timeout_s: float
+    matrix_values: dict[str, Any] = {}
+
+    @property
+    def hicache_enabled(self) -> bool:
+        return self.hicache is not None
+
+    def all_sim_faults(self) -> list[str]:
+        return (list(self.sim.faults) if self.sim else []) + list(self.sim_faults)
+
+    def flag_argv(self) -> list[str]:
+        """HiCache flags then the merged args as argv (no --model-path/--host/--port/--tp-size)."""
+        out = self.hicache.flags() if self.hicache else []
+        for flag, value in self.args.items():
+            if value is True:
+                out.append(flag)
+            elif isinstance(value, list):
+                out += [flag, *(fmt_num(x) for x in value)]
+            else:
+                out += [flag, fmt_num(value)]
+        return out
+
+
+class Scenario(ScenarioModel):
+    """A whole scenario file. ``path``/``text`` are the file and its raw text."""
+
+    name: ScenarioName
+    description: str = ""
+    seed: NonNegInt = 0
+    repeats: PosInt = 1
+    server: Server
+    variants: list[VariantSpec] = []
+    matrix: list[MatrixEntry] = []
+    workloads: list[Workload] = []  # type: ignore[valid-type]
+    sampling: Sampling = Field(default_factory=Sampling)
+    preflight: Preflight = Field(default_factory=Preflight)
+    quality: Quality = Field(default_factory=Quality)
+    expectations: Expectations = Field(default_factory=Expectations)
+
+    # Set by harness.scenario.loading when the file is loaded (a Scenario is only made there).
+    _path: Path | None = PrivateAttr(default=None)
+    _text: str = PrivateAttr(default="")
+    _hash: str = PrivateAttr(default="")
+    _base_dir: Path | None = PrivateAttr(default=None)
+    _variants: list[Variant] = PrivateAttr(default_factory=list)
+
+    @property
+    def path(self) -> Path | None:
+        return self._path
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @property
+    def base_dir(self) -> Path | None:
+        """Directory relative paths resolve against (the scenario file's directory)."""
+        return self._base_dir
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the scenario file's text (``hashing.scenario_hash``)."""
+        return self._hash
+
+    def expand_variants(self) -> list[Variant]:
+        """Explicit variants then matrix expansions, in order (resolved when the file was loaded)."""
+        return list(self._variants)
+
+    def variant(self, name: str) -> Variant:
+        for v in self.expand_variants():
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def workload(self, name: str):
+        for w in self.workloads:
+            if w.name == name:
+                return w
+        raise KeyError(name)

@@ -1,0 +1,39 @@
+"""The fields every workload kind's config shares; each kind's module adds its own."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import model_validator
+
+from harness.scenario.values import Name, PosFloat, PosInt, ScenarioModel
+
+DEFAULT_NEW_TOKENS = 16
+
+
+class WorkloadConfig(ScenarioModel):
+    """One entry of the scenario's ``workloads`` list (subclassed per kind, with ``kind: Literal``)."""
+
+    name: Name | None = None  # default: the kind
+    flush_before: bool = False  # POST /flush_cache before the workload starts
+    timeout_s: PosFloat | None = None  # the whole workload, per repeat
+    api: Literal["generate", "completions"] = "generate"
+
+    @model_validator(mode="after")
+    def _default_name(self):
+        if self.name is None:
+            self.name = self.kind  # type: ignore[attr-defined]
+        return self
+
+    def new_tokens(self) -> int:
+        """Output tokens per request unless the workload passes its own."""
+        return DEFAULT_NEW_TOKENS
+
+
+class PrefillConfig(WorkloadConfig):
+    """A workload that measures prefill: one output token per request unless told otherwise."""
+
+    max_new_tokens: PosInt = 1
+
+    def new_tokens(self) -> int:
+        return self.max_new_tokens

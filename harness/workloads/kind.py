@@ -1,0 +1,88 @@
+"""What a workload kind declares about itself, so that no other module names a kind or a phase.
+
+A kind's module (``harness/workloads/<kind>.py``) exports ``KIND = WorkloadKind(...)``: its config
+model, its ``run`` coroutine, the phases that are filler, the figures it derives from its phase
+summaries (with unit and direction), the rows it adds to the report's HiCache table, whether its
+phases belong in the tier-hit chart, and which phase statistics the history tracks. The summary,
+compare, report and history read these declarations (``harness.workloads.kinds()``).
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PhaseSummaries = Mapping[str, Mapping[str, Any]]  # phase → its summary (harness.summary)
+
+
+@dataclass(frozen=True)
+class PhaseStat:
+    """One statistic of one metric of one phase, e.g. ``PhaseStat("cold", "ttft_ms")`` (its p50)."""
+
+    phase: str
+    metric: str
+    stat: str = "p50"
+
+    def of(self, phases: PhaseSummaries) -> float | None:
+        summary = phases.get(self.phase)
+        if not summary:
+            return None
+        s = (summary.get("metrics") or {}).get(self.metric)
+        return s.get(self.stat) if s else None
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator; None when either is missing or the denominator is not > 0."""
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A figure a kind derives from its phase summaries (e.g. host_speedup = cold / after-evict
+    TTFT). ``needs``: the phases it needs (not listed for a workload that lacks one);
+    ``compared``: judged by ``harness compare``; ``compute`` is pure."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    description: str
+    compute: Callable[[PhaseSummaries], float | None]
+    needs: tuple[str, ...] = ()
+    compared: bool = False
+
+    def applies(self, phases: PhaseSummaries) -> bool:
+        return all(p in phases for p in self.needs)
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """A row of the report's HiCache table. ``value``: a derived figure's name or a phase
+    statistic. ``label``/``note`` may use ``{workload}`` (the workload's name)."""
+
+    label: str
+    unit: str
+    value: str | PhaseStat
+    higher_is_better: bool
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """The declaration of one workload kind (see the module docstring)."""
+
+    config: type  # the pydantic config model; its ``kind: Literal[...]`` field names the kind
+    run: Callable[[Any, Any], Awaitable[None]]  # async (WorkloadContext, config) -> None
+    filler_phases: frozenset[str] = frozenset()
+    derived: tuple[Derived, ...] = ()
+    report_rows: tuple[ReportRow, ...] = ()
+    tier_hit_phases: bool = False  # its phases reuse prompts: show their tier hits
+    pass_walls: bool = False  # its phases are concurrent passes: show their wall times
+    history_stats: tuple[PhaseStat, ...] = field(default=())  # tracked beside the derived figures
+
+    @property
+    def name(self) -> str:
+        return typing.get_args(self.config.model_fields["kind"].annotation)[0]
