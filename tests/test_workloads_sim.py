@@ -184,3 +184,22 @@ def test_workload_timeout_marks_in_flight_and_moves_on(sim_factory):
     assert out.timed_out == ["decode"] and out.completed == ["cold_prefill"] and not out.server_died
     dec = [r for r in recs if r.workload == "decode"]
     assert len(dec) == 2 and all(r.error == "timeout" for r in dec) and any(r.output_ids for r in dec)
+
+
+def test_prefix_sharing_fanout_reuses_the_shared_prefix(sim_factory):
+    """Every fan-out request finds the shared prefix cached (page-aligned) and computes only its
+    suffix; the seed request is a cold prefill of the prefix."""
+    sim = sim_factory()
+    prefix = 1000
+    wl = workload(kind="prefix_sharing_fanout", prefix_tokens=prefix, suffix_tokens=100, fanout=4,
+                  flush_before=True)
+    outcome, records, _ = run(sim, [wl])
+    assert outcome.ok
+    (seed,) = by_phase(records, "seed")
+    fanout = by_phase(records, "fanout")
+    assert seed.prompt_len == prefix and (seed.cached_tokens or 0) == 0
+    assert len(fanout) == 4 and len({r.concurrency_group for r in fanout}) == 1
+    aligned = prefix // 64 * 64
+    assert all(r.prompt_len == prefix + 100 and (r.cached_tokens or 0) >= aligned for r in fanout)
+    derived = summarize(records, {wl.name: wl.kind})["workloads"][wl.name]["derived"]
+    assert derived["fanout_cached_fraction"] >= aligned / (prefix + 100)

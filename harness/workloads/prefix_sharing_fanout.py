@@ -1,0 +1,65 @@
+"""prefix_sharing_fanout: one shared prefix, N suffixes fanned out at once — how RAG and agent
+traffic meets the cache (one document or system prompt, many questions on it).
+
+Phases: "seed" (the shared prefix alone, one request: its cold prefill), "fanout" (N prompts =
+the prefix + a distinct suffix each, sent concurrently, one concurrency group). Every fan-out
+request should find the prefix cached and compute only its suffix (`flush_before` on the
+workload starts it from an empty cache).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from harness.scenario.values import PosInt, TokenSize, TokenSizeT
+from harness.workloads.config import PrefillConfig
+from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.kind import Derived, PhaseStat, PhaseSummaries, ReportRow, WorkloadKind, ratio
+
+
+class PrefixSharingFanout(PrefillConfig):
+    """One shared prefix, then ``fanout`` suffixes on it sent concurrently."""
+
+    kind: Literal["prefix_sharing_fanout"]
+    prefix_tokens: TokenSizeT
+    suffix_tokens: TokenSizeT = TokenSize(tokens=128)
+    fanout: PosInt = 8
+
+
+async def run(ctx: WorkloadContext, cfg: PrefixSharingFanout) -> None:
+    w = WorkloadScope(ctx, cfg)
+    prefix_tokens, suffix_tokens = ctx.tokens(cfg.prefix_tokens), ctx.tokens(cfg.suffix_tokens)
+    prompts = ctx.prompts.shared_prefix(cfg.fanout, prefix_tokens, suffix_tokens,
+                                        key=(ctx.variant, w.name, ctx.repeat))
+    w.phase("seed")
+    await w.send("seed", 0, prompts[0][:prefix_tokens])
+    w.phase("fanout")
+    group = w.group("fanout")
+    await w.gather(w.send("fanout", i, ids, group=group) for i, ids in enumerate(prompts))
+
+
+def fanout_cached_fraction(phases: PhaseSummaries) -> float | None:
+    """Mean share of each fan-out prompt served from cache (the prefix, at best)."""
+    s = (phases.get("fanout") or {}).get("metrics", {}).get("cached_fraction")
+    return float(s["mean"]) if s else None
+
+
+_SEED_TTFT = PhaseStat("seed", "ttft_ms")
+_FANOUT_TTFT = PhaseStat("fanout", "ttft_ms")
+
+KIND = WorkloadKind(
+    config=PrefixSharingFanout,
+    run=run,
+    derived=(
+        Derived("fanout_cached_fraction", "fraction", True, "mean cached share of the fan-out prompts",
+                fanout_cached_fraction, needs=("fanout",), compared=True),
+        Derived("fanout_ttft_ratio", "ratio", False, "fan-out TTFT / the prefix's cold TTFT, medians",
+                lambda p: ratio(_FANOUT_TTFT.of(p), _SEED_TTFT.of(p)), needs=("seed", "fanout")),
+    ),
+    report_rows=(
+        ReportRow("fan-out cached share ({workload})", "", "fanout_cached_fraction", True,
+                  note="prefix reuse across concurrent suffixes"),
+        ReportRow("fan-out TTFT ({workload})", "ms", _FANOUT_TTFT, False, note="p50"),
+    ),
+    tier_hit_phases=True,
+)
