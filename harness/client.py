@@ -341,14 +341,6 @@ class StreamAccumulator:
         )
 
 
-def parse_sse_line(line: str) -> str | None:
-    """The payload of an SSE `data:` line, or None for blank/comment/other fields."""
-    if not line.startswith("data:"):
-        return None
-    payload = line[5:]
-    return payload[1:] if payload.startswith(" ") else payload
-
-
 class StreamingClient:
     """Async streaming client bound to one server. One `httpx.AsyncClient` with a pool sized for
     many concurrent streams; `generate` returns a record for every outcome."""

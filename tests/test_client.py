@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from harness.client import (Abort, GenerateRequest, Labels, StreamAccumulator, StreamingClient,
-                            input_hash, parse_sse_line)
+                            input_hash)
 
 
 def sse(objs, done=True):
@@ -236,8 +236,3 @@ def test_completions_api():
     assert rec.error is None and rec.text == "Hello" and rec.chunk_new_tokens == [1, 1, 0]
     assert rec.finish_reason == "length" and rec.cached_tokens == 0 and rec.cached_host == 0
 
-
-def test_parse_sse_line():
-    assert parse_sse_line("data: {}") == "{}"
-    assert parse_sse_line("data:{}") == "{}"
-    assert parse_sse_line(": keepalive") is None and parse_sse_line("") is None
