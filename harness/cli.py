@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Subcommands whose own argument parser takes every argument after the name.
-_PASSTHROUGH = {"sim": ("harness.sim.cli", "main"), "probe": ("harness.probe", "main")}
+_PASSTHROUGH = {"sim": ("harness.sim.cli", "main"), "probe": ("harness.probe.cli", "main")}
 
 
 def main(argv: list[str] | None = None) -> int:

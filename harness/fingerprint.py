@@ -15,6 +15,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness import nvml, procfs
+
 REDACTED = "***"
 
 # Environment variables worth recording: sglang/HiCache knobs, CUDA/NCCL placement, threading.
@@ -73,65 +75,9 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def is_wsl(release: str | None = None) -> bool:
+def is_wsl(release: str | None) -> bool:
     """WSL kernels say "microsoft" in their release string (the check sglang's fork uses)."""
-    return "microsoft" in (release if release is not None else platform.uname().release).lower()
-
-
-def _meminfo_total_kib() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-def gpu_fingerprint() -> list[dict]:
-    """GPUs through NVML; an empty list where there is no NVIDIA GPU or driver."""
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no driver / no GPU
-        return []
-    try:
-        driver = _s(pynvml.nvmlSystemGetDriverVersion())
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            gpus.append({
-                "index": i,
-                "name": _s(pynvml.nvmlDeviceGetName(h)),
-                "memory_total_mib": int(mem.total // 2**20),
-                "driver": driver,
-            })
-        return gpus
-    except Exception:  # noqa: BLE001
-        return []
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
-
-
-def _s(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return "microsoft" in (release or "").lower()
 
 
 def host_fingerprint() -> dict:
@@ -142,11 +88,11 @@ def host_fingerprint() -> dict:
         "os": f"{u.system} {u.version}",
         "machine": u.machine,
         "wsl": is_wsl(u.release),
-        "cpu": _cpu_model(),
+        "cpu": procfs.read_cpu_model() or platform.processor() or None,
         "cpu_count": os.cpu_count(),
-        "mem_total_kib": _meminfo_total_kib(),
+        "mem_total_kib": procfs.read_meminfo_field("MemTotal"),
         "python": platform.python_version(),
-        "gpus": gpu_fingerprint(),
+        "gpus": nvml.gpu_inventory(),
     }
 
 

@@ -1,4 +1,5 @@
-"""Pure parsers for /proc/meminfo and /proc/vmstat, and vmstat-style rates from two readings.
+"""The one reader of /proc: pure parsers for /proc/meminfo, /proc/vmstat and /proc/cpuinfo,
+vmstat-style rates from two readings, and the read_* helpers every other module calls.
 
 Nothing here samples on a schedule; `harness.sampling` does that. The read_* helpers only open a
 file and hand its text to the parsers, so tests feed captured text straight in.
@@ -28,9 +29,6 @@ MEMINFO_FIELDS: tuple[str, ...] = (
     "Hugepagesize",
 )
 
-# /proc/vmstat counters the harness turns into rates.
-VMSTAT_FIELDS: tuple[str, ...] = ("pswpin", "pswpout", "pgmajfault", "pgfault")
-
 
 def parse_meminfo(text: str) -> dict[str, int]:
     """`/proc/meminfo` text → {field: value}; values in kiB ("kB" in the file is kiB), except
@@ -48,6 +46,14 @@ def parse_meminfo(text: str) -> dict[str, int]:
         except ValueError:
             continue
     return out
+
+
+def parse_cpu_model(text: str) -> str | None:
+    """`/proc/cpuinfo` text → the first "model name" (None when there is none, e.g. on arm64)."""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return None
 
 
 def parse_vmstat(text: str) -> dict[str, int]:
@@ -116,3 +122,28 @@ def read_meminfo(path: str = "/proc/meminfo") -> dict[str, int]:
 def read_vmstat(path: str = "/proc/vmstat") -> dict[str, int]:
     with open(path, encoding="ascii", errors="replace") as f:
         return parse_vmstat(f.read())
+
+
+def read_meminfo_field(name: str, path: str = "/proc/meminfo") -> int | None:
+    """One /proc/meminfo field (kiB, or a count for HugePages_*); None when the file cannot be
+    read or has no such field."""
+    try:
+        return read_meminfo(path).get(name)
+    except OSError:
+        return None
+
+
+def read_mem_available_kib(path: str = "/proc/meminfo") -> int:
+    """MemAvailable now, in kiB (0 when the kernel does not report it; OSError when the file
+    cannot be read). On hosts whose MemTotal grows as memory is used (some lent GPU hosts, WSL2
+    with dynamic memory) this reads low early on."""
+    return read_meminfo(path).get("MemAvailable", 0)
+
+
+def read_cpu_model(path: str = "/proc/cpuinfo") -> str | None:
+    """The CPU model name; None when the file cannot be read or names none."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return parse_cpu_model(f.read())
+    except OSError:
+        return None

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from harness import __version__, fingerprint, logscan, results
+from harness import __version__, cooldown, fingerprint, hostpool, logscan, results
+from harness.probe.run import run_probes
 from harness.progress import Progress
 from harness.server import LaunchSpec, ServerProcess, build_launch_spec, free_port
 
@@ -195,8 +196,6 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] | None =
     if shard_plan is not None:
         manifest["shard"] = shard_plan.to_json()
     if options.probe:
-        from harness.probe import run_probes
-
         manifest["probe"] = run_probes({"quick": True})
     results.write_json_atomic(run.manifest, manifest)
     return execute_run(scenario, options, run, variants, simulated)
@@ -300,8 +299,6 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
                 env_not_clean: bool) -> tuple[VariantOutcome, bool]:
     """One variant, start to stop. Returns its outcome and whether the environment was left unclean
     (GPU memory or MemAvailable not back after cooldown): the next variant is then marked."""
-    from harness import preflight as pf
-
     vpaths = run.variant(variant.name)
     vpaths.root.mkdir(parents=True, exist_ok=True)
     status: dict = {
@@ -328,12 +325,12 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
     results.write_json_atomic(vpaths.status, status)
 
     progress.phase("preflight")
-    prediction = pf.preflight_variant(scenario, variant)
+    prediction = hostpool.preflight_variant(scenario, variant)
     status["preflight"] = prediction
     mode = getattr(scenario.preflight, "mode", "warn")
     if prediction and prediction.get("fits") is False and mode == "strict":
         return _finish_status(variant, vpaths, status, "refused", "preflight", detail=prediction), env_not_clean
-    baseline = pf.take_baseline()
+    baseline = cooldown.take_baseline()
 
     ready = None
     server = None
@@ -388,8 +385,8 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
         pools["max_total_num_tokens"] = server_info.get("max_total_num_tokens")
     status["pools"] = pools
     if prediction is not None:
-        status["preflight"] = pf.preflight_variant(scenario, variant, device_pool_tokens=pools["max_total_num_tokens"],
-                                                   server_info=server_info)
+        status["preflight"] = hostpool.preflight_variant(scenario, variant, device_pool_tokens=pools["max_total_num_tokens"],
+                                                         server_info=server_info, before=prediction)
 
     body_state, body_cause, body_detail = run_variant_body(scenario, variant, spec, server, sampler, vpaths,
                                                            progress, pools, server_info)
@@ -485,13 +482,11 @@ def _add_sampling_summary(vpaths, sampler) -> None:
 
 
 def _cooldown(scenario, baseline, progress: Progress, status: dict, sampler=None) -> bool:
-    from harness import preflight as pf
-
     if sampler is not None:
         sampler.set_phase("cooldown")
     progress.phase("cooldown")
-    result = pf.cooldown(baseline, timeout_s=scenario.sampling.cooldown_timeout_s,
-                         mem_tolerance_gib=scenario.sampling.cooldown_mem_tolerance_gib)
+    result = cooldown.wait(baseline, timeout_s=scenario.sampling.cooldown_timeout_s,
+                           mem_tolerance_gib=scenario.sampling.cooldown_mem_tolerance_gib)
     status["cooldown"] = result
     return not bool(result.get("clean", True))  # True: the environment did not come back
 

@@ -20,7 +20,7 @@ import httpx
 import psutil
 
 from harness import procfs
-from harness.gpu import GpuReader
+from harness.nvml import GpuReader
 
 log = logging.getLogger(__name__)
 

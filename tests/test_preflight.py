@@ -7,19 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.model_config import load_model_shape
-from harness.preflight import (
+from harness import cooldown
+from harness.hostpool import (
     DEVICE_POOL_UNKNOWN,
-    Baseline,
     check_budget,
-    cooldown,
     kv_dtype_bytes_for,
     pool_args_from_server_args,
     predict_host_pool,
     preflight_variant,
-    read_mem_available_kib,
-    take_baseline,
 )
+from harness.model_config import load_model_shape
+from harness.procfs import read_mem_available_kib
 
 MODELS = Path(__file__).resolve().parents[1] / "scenarios" / "models"
 KIB_PER_GIB = 1024 * 1024
@@ -130,30 +128,30 @@ def test_pool_args_from_scenario_args():
 def test_cooldown_clean_when_memory_comes_back():
     readings = iter([10, 11, 15, 20])  # GiB, recovering
     gpu = iter([{0: 9000.0}, {0: 5000.0}, {0: 600.0}, {0: 500.0}])
-    base = Baseline(mem_available_kib=20 * KIB_PER_GIB, gpu_mem_used_mib={0: 500.0}, wall_time=0)
+    base = cooldown.Baseline(mem_available_kib=20 * KIB_PER_GIB, gpu_mem_used_mib={0: 500.0}, wall_time=0)
     slept = []
-    r = cooldown(base, timeout_s=60, mem_tolerance_gib=1.0, gpu_tolerance_mib=256,
-                 read_mem_available=lambda: next(readings) * KIB_PER_GIB,
-                 read_gpu=lambda: next(gpu), sleep=slept.append, poll_s=0.01)
+    r = cooldown.wait(base, timeout_s=60, mem_tolerance_gib=1.0, gpu_tolerance_mib=256,
+                      read_mem_available=lambda: next(readings) * KIB_PER_GIB,
+                      read_gpu=lambda: next(gpu), sleep=slept.append, poll_s=0.01)
     assert r.clean and r.polls == 4 and r.still_high_gpus == []
 
 
 def test_cooldown_not_clean_is_bounded_and_reports_gpu():
-    base = Baseline(mem_available_kib=20 * KIB_PER_GIB, gpu_mem_used_mib={0: 500.0}, wall_time=0)
-    r = cooldown(base, timeout_s=0.3, mem_tolerance_gib=1.0, poll_s=0.05,
-                 read_mem_available=lambda: 20 * KIB_PER_GIB,
-                 read_gpu=lambda: {0: 30000.0})
+    base = cooldown.Baseline(mem_available_kib=20 * KIB_PER_GIB, gpu_mem_used_mib={0: 500.0}, wall_time=0)
+    r = cooldown.wait(base, timeout_s=0.3, mem_tolerance_gib=1.0, poll_s=0.05,
+                      read_mem_available=lambda: 20 * KIB_PER_GIB,
+                      read_gpu=lambda: {0: 30000.0})
     assert not r.clean and r.still_high_gpus == [0]
     assert r.waited_s < 2 and "GPU 0" in r.reason
 
 
 def test_cooldown_skips_gpu_without_baseline_gpu():
-    base = Baseline(mem_available_kib=20 * KIB_PER_GIB, gpu_mem_used_mib=None, wall_time=0)
+    base = cooldown.Baseline(mem_available_kib=20 * KIB_PER_GIB, gpu_mem_used_mib=None, wall_time=0)
 
     def boom():
         raise AssertionError("GPU must not be read when the baseline had none")
 
-    r = cooldown(base, timeout_s=1, read_mem_available=lambda: 20 * KIB_PER_GIB, read_gpu=boom)
+    r = cooldown.wait(base, timeout_s=1, read_mem_available=lambda: 20 * KIB_PER_GIB, read_gpu=boom)
     assert r.clean and r.gpu_mem_used_mib_now is None
 
 
@@ -161,7 +159,7 @@ def test_cooldown_not_clean_while_a_real_buffer_is_held():
     """Real MemAvailable: a 1.5 GiB touched buffer taken after the baseline keeps it low."""
     import mmap
 
-    base = take_baseline()
+    base = cooldown.take_baseline()
     assert base.mem_available_kib == pytest.approx(read_mem_available_kib(), rel=0.2)
     size = 1536 * 1024 * 1024
     buf = mmap.mmap(-1, size)
@@ -169,12 +167,12 @@ def test_cooldown_not_clean_while_a_real_buffer_is_held():
         import numpy as np
 
         np.frombuffer(buf, dtype=np.uint8)[::4096] = 1  # fault every page in
-        r = cooldown(base, timeout_s=1.0, mem_tolerance_gib=0.5, poll_s=0.2)
+        r = cooldown.wait(base, timeout_s=1.0, mem_tolerance_gib=0.5, poll_s=0.2)
         assert not r.clean and r.mem_shortfall_kib > 0.5 * KIB_PER_GIB
         assert r.waited_s < 3
     finally:
         buf.close()
-    r2 = cooldown(base, timeout_s=5.0, mem_tolerance_gib=0.5, poll_s=0.2)
+    r2 = cooldown.wait(base, timeout_s=5.0, mem_tolerance_gib=0.5, poll_s=0.2)
     assert r2.clean, r2.reason
 
 
@@ -203,13 +201,16 @@ def test_preflight_variant_before_launch_and_after_ready():
     before = preflight_variant(sc, v)
     assert before["stage"] == "before_launch" and before["fits"] is None
     assert "max_total_num_tokens" in before["reason"]
-    after = preflight_variant(sc, v, device_pool_tokens=20480)
+    after = preflight_variant(sc, v, device_pool_tokens=20480, before=before)
     assert after["stage"] == "after_ready"
     assert after["prediction"]["kv_host_tokens"] == 40961
     # budget judged on the MemAvailable read before launch, and both records kept
     assert after["mem_available_kib"] == before["mem_available_kib"]
     assert after["mem_available_source"] == "host, read before launch"
     assert after["before_launch"]["stage"] == "before_launch"
+    # nothing is remembered between calls: without `before` the host is read afresh
+    fresh = preflight_variant(sc, v, device_pool_tokens=20480)
+    assert fresh["mem_available_source"] == "host" and "before_launch" not in fresh
     import json
 
     json.dumps(after)  # JSON-ready for status.json
@@ -231,6 +232,6 @@ def test_preflight_variant_uses_max_total_tokens_arg_and_sim_memory():
 
 
 def test_cooldown_result_is_record_like():
-    base = Baseline(mem_available_kib=1, gpu_mem_used_mib=None, wall_time=0)
-    r = cooldown(base, timeout_s=0, read_mem_available=lambda: 1)
+    base = cooldown.Baseline(mem_available_kib=1, gpu_mem_used_mib=None, wall_time=0)
+    r = cooldown.wait(base, timeout_s=0, read_mem_available=lambda: 1)
     assert r.get("clean") is True and r.to_json()["clean"] is True

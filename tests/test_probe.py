@@ -1,5 +1,6 @@
-"""Tests of harness.probe: pure helpers, the no-GPU path, subprocess isolation, result assembly
-(with a fake runner), the kernel-write check (with a fake cupy), and real-GPU tests (marked gpu)."""
+"""Tests of harness.probe (run, worker, cli): pure helpers, the no-GPU path, subprocess isolation,
+result assembly (with a fake runner), the kernel-write check (with a fake cupy), and real-GPU
+tests (marked gpu)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness import probe, probe_kernels
+from harness import bandwidth, fingerprint
+from harness.probe import cli as probe_cli
+from harness.probe import run as probe_run
+from harness.probe import worker as probe_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +43,7 @@ def _gpu_visible() -> bool:
     ],
 )
 def test_is_wsl(release, expected):
-    assert probe.is_wsl(release) is expected
+    assert fingerprint.is_wsl(release) is expected
 
 
 @pytest.mark.parametrize(
@@ -56,97 +60,91 @@ def test_is_wsl(release, expected):
     ],
 )
 def test_classify_pageable_access(pageable, host_tables, expected):
-    assert probe.classify_pageable_access(pageable, host_tables) == expected
+    assert probe_run.classify_pageable_access(pageable, host_tables) == expected
 
 
 def test_load_back_fraction():
     # 27.65 GB in 1 s against 55.3 GB/s pinned H2D is half the link.
-    assert probe.load_back_fraction(27.65e9, 1.0, 55.3) == pytest.approx(0.5)
-    assert probe.load_back_fraction(55.3e9, 2.0, 55.3) == pytest.approx(0.5)
-    assert probe.load_back_fraction(0, 1.0, 55.3) == 0.0
+    assert bandwidth.load_back_fraction(27.65e9, 1.0, 55.3) == pytest.approx(0.5)
+    assert bandwidth.load_back_fraction(55.3e9, 2.0, 55.3) == pytest.approx(0.5)
+    assert bandwidth.load_back_fraction(0, 1.0, 55.3) == 0.0
     for bad in [
         (None, 1.0, 55.3), (1e9, None, 55.3), (1e9, 1.0, None),
         (1e9, 0.0, 55.3), (1e9, -1.0, 55.3), (1e9, 1.0, 0.0), (-1, 1.0, 55.3),
         (float("nan"), 1.0, 55.3), (1e9, float("inf"), 55.3), ("x", 1.0, 55.3), (True, 1.0, 55.3),
     ]:
-        assert probe.load_back_fraction(*bad) is None, bad
+        assert bandwidth.load_back_fraction(*bad) is None, bad
 
 
 def test_register_size_caps_at_fraction_of_available():
-    gib = probe.GIB
-    assert probe.register_size(8, None) == (8 * gib, False)
-    assert probe.register_size(8, 100 * gib) == (8 * gib, False)
-    nbytes, capped = probe.register_size(8, 10 * gib)
+    gib = probe_run.GIB
+    assert probe_run.register_size(8, None) == (8 * gib, False)
+    assert probe_run.register_size(8, 100 * gib) == (8 * gib, False)
+    nbytes, capped = probe_run.register_size(8, 10 * gib)
     assert capped and nbytes == 5 * gib
-    assert probe.register_size(8, 0) == (0, True)
-
-
-def test_mem_available_bytes():
-    text = "MemTotal:       131072000 kB\nMemFree:  1 kB\nMemAvailable:   100000000 kB\n"
-    assert probe.mem_available_bytes(text) == 100000000 * 1024
-    assert probe.mem_available_bytes("MemTotal: 5 kB\n") is None
+    assert probe_run.register_size(8, 0) == (0, True)
 
 
 def test_size_parser():
-    assert probe._size("1GiB") == probe.GIB
-    assert probe._size("256MiB") == 256 * probe.MIB
-    assert probe._size("268435456") == 268435456
-    assert probe._size("0.5g") == probe.GIB // 2
+    assert probe_cli._size("1GiB") == probe_run.GIB
+    assert probe_cli._size("256MiB") == 256 * probe_run.MIB
+    assert probe_cli._size("268435456") == 268435456
+    assert probe_cli._size("0.5g") == probe_run.GIB // 2
     with pytest.raises(Exception):
-        probe._size("lots")
+        probe_cli._size("lots")
 
 
 def test_options_quick_defaults_and_overrides():
-    q = probe.ProbeOptions(quick=True).resolved()
-    assert (q.nbytes, q.register_gib, q.repeats) == (256 * probe.MIB, 1.0, 3)
-    d = probe.ProbeOptions().resolved()
-    assert (d.nbytes, d.register_gib, d.repeats) == (probe.GIB, 8.0, 5)
-    o = probe.ProbeOptions(quick=True, nbytes=4096, register_gib=2).resolved()
+    q = probe_run.ProbeOptions(quick=True).resolved()
+    assert (q.nbytes, q.register_gib, q.repeats) == (256 * probe_run.MIB, 1.0, 3)
+    d = probe_run.ProbeOptions().resolved()
+    assert (d.nbytes, d.register_gib, d.repeats) == (probe_run.GIB, 8.0, 5)
+    o = probe_run.ProbeOptions(quick=True, nbytes=4096, register_gib=2).resolved()
     assert (o.nbytes, o.register_gib) == (4096, 2.0)
     with pytest.raises(TypeError):
-        probe.run_probes({"no_such_option": 1})
+        probe_run.run_probes({"no_such_option": 1})
 
 
 def test_expected_pattern_matches_kernel_arithmetic():
-    p = probe_kernels.expected_pattern(4, seed=0)
+    p = probe_worker.expected_pattern(4, seed=0)
     assert p.dtype == np.uint32
     assert [int(x) for x in p] == [(i * 2654435761) % 2**32 for i in range(4)]
-    assert probe_kernels.format_cuda_version(13000) == "13.0"
-    assert probe_kernels.format_cuda_version(12040) == "12.4"
+    assert probe_worker.format_cuda_version(13000) == "13.0"
+    assert probe_worker.format_cuda_version(12040) == "12.4"
 
 
 # ---------------------------------------------------------------- no-GPU paths
 
 
 def _assert_no_gpu_result(res: dict, reasons: tuple[str, ...]):
-    assert res["schema_version"] == probe.SCHEMA_VERSION
+    assert res["schema_version"] == probe_run.SCHEMA_VERSION
     assert res["gpu_present"] is False
     assert res["ok"] is False
     assert res["reason"] in reasons
     assert isinstance(res["wsl"], bool)
     assert res["kernel_release"] == os.uname().release
-    assert res["wsl"] is probe.is_wsl(os.uname().release)
+    assert res["wsl"] is fingerprint.is_wsl(os.uname().release)
     json.dumps(res)  # serialisable
 
 
 def test_no_torch_path_in_process(monkeypatch):
-    monkeypatch.setattr(probe, "torch_installed", lambda: False)
-    res = probe.run_probes({"quick": True})
-    _assert_no_gpu_result(res, (probe.REASON_NO_TORCH,))
+    monkeypatch.setattr(probe_run, "torch_installed", lambda: False)
+    res = probe_run.run_probes({"quick": True})
+    _assert_no_gpu_result(res, (probe_run.REASON_NO_TORCH,))
     assert res["devices"] == [] and res["host_register_kernel_write"] is None
 
 
 def test_torch_hidden_from_find_spec(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # as if torch were not installed
-    assert probe.torch_installed() is False
+    assert probe_run.torch_installed() is False
 
 
 def test_cli_writes_json_without_torch(tmp_path):
     """`python -m harness.probe --json f` with torch hidden: exit 0, the no-GPU result."""
-    out = tmp_path / "sub" / "probe.json"
+    out = tmp_path / "sub" / "probe_run.json"
     code = (
         "import sys; sys.modules['torch'] = None; "
-        "from harness.probe import main; sys.exit(main(sys.argv[1:]))"
+        "from harness.probe.cli import main; sys.exit(main(sys.argv[1:]))"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, "--json", str(out), "--quick"],
@@ -155,25 +153,25 @@ def test_cli_writes_json_without_torch(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "no GPU: torch not installed" in proc.stdout
-    _assert_no_gpu_result(json.loads(out.read_text()), (probe.REASON_NO_TORCH,))
+    _assert_no_gpu_result(json.loads(out.read_text()), (probe_run.REASON_NO_TORCH,))
 
 
 @pytest.mark.skipif(_gpu_visible(), reason="a GPU is visible: the full probe would run")
 def test_module_cli_without_gpu(tmp_path):
     """The exact command: `python -m harness.probe --json f` on a host without a GPU."""
-    out = tmp_path / "probe.json"
+    out = tmp_path / "probe_run.json"
     proc = subprocess.run(
         [sys.executable, "-m", "harness.probe", "--json", str(out), "--quick"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
-    _assert_no_gpu_result(json.loads(out.read_text()), (probe.REASON_NO_TORCH, probe.REASON_NO_CUDA))
+    _assert_no_gpu_result(json.loads(out.read_text()), (probe_run.REASON_NO_TORCH, probe_run.REASON_NO_CUDA))
 
 
 def test_cli_bad_usage_exits_2():
     with pytest.raises(SystemExit) as e:
-        probe.main(["--bytes", "lots"])
+        probe_cli.main(["--bytes", "lots"])
     assert e.value.code == 2
 
 
@@ -181,24 +179,24 @@ def test_cli_bad_usage_exits_2():
 
 
 def test_worker_ok_and_in_a_fresh_process():
-    r1 = probe.run_worker("selftest", {"mode": "ok"}, 30)
-    r2 = probe.run_worker("selftest", {"mode": "ok"}, 30)
+    r1 = probe_run.run_worker("selftest", {"mode": "ok"}, 30)
+    r2 = probe_run.run_worker("selftest", {"mode": "ok"}, 30)
     assert r1["ok"] and r2["ok"] and r1["error"] is None
     assert r1["value"]["pid"] != r2["value"]["pid"] != os.getpid()
 
 
 def test_worker_raise_becomes_error():
-    r = probe.run_worker("selftest", {"mode": "raise"}, 30)
+    r = probe_run.run_worker("selftest", {"mode": "raise"}, 30)
     assert r["ok"] is False and "asked to fail" in r["error"] and r["stage"] == "selftest"
 
 
 def test_worker_crash_becomes_error():
-    r = probe.run_worker("selftest", {"mode": "abort"}, 30)
+    r = probe_run.run_worker("selftest", {"mode": "abort"}, 30)
     assert r["ok"] is False and "SIGABRT" in r["error"]
 
 
 def test_worker_timeout_is_hard():
-    r = probe.run_worker("selftest", {"mode": "sleep", "seconds": 60}, 1.5)
+    r = probe_run.run_worker("selftest", {"mode": "sleep", "seconds": 60}, 1.5)
     assert r["ok"] is False and r["error"].startswith("timeout")
     assert r["seconds"] < 20
 
@@ -245,7 +243,7 @@ def fake_runner(fail_flags=(), env=H200_ENV, calls=None):
 
 def test_assembly_all_ok():
     calls = []
-    res = probe.run_probes({"quick": True, "register_gib": 0.01}, runner=fake_runner(calls=calls))
+    res = probe_run.run_probes({"quick": True, "register_gib": 0.01}, runner=fake_runner(calls=calls))
     json.dumps(res)
     assert res["ok"] is True and res["gpu_present"] is True and res["reason"] is None
     assert res["errors"] == []
@@ -263,11 +261,11 @@ def test_assembly_all_ok():
     # each kernel-write flag is its own worker call (a fresh process with the real runner)
     assert [p["flags"] for n, p in calls if n == "kwrite_register"] == [0, 1, 2, 3]
     assert all(p["device"] == 0 for n, p in calls if n != "env")
-    assert "all probes ok" in probe.summary(res)
+    assert "all probes ok" in probe_cli.summary(res)
 
 
 def test_assembly_wsl_like_failures_do_not_stop_other_probes():
-    res = probe.run_probes({"quick": True, "register_gib": 0.01}, runner=fake_runner(fail_flags=(0, 1, 2, 3)))
+    res = probe_run.run_probes({"quick": True, "register_gib": 0.01}, runner=fake_runner(fail_flags=(0, 1, 2, 3)))
     assert res["gpu_present"] is True and res["ok"] is False
     kw = res["host_register_kernel_write"]
     assert [kw[str(f)]["ok"] for f in range(4)] == [False] * 4
@@ -276,18 +274,18 @@ def test_assembly_wsl_like_failures_do_not_stop_other_probes():
     assert res["bandwidth_gbs"]["pinned_h2d"] == 55.3  # and so did the rest
     assert res["register_seconds"]["ok"] is True
     assert len(res["errors"]) == 4
-    text = probe.summary(res)
+    text = probe_cli.summary(res)
     assert "flags 0 FAILED" in text and "cudaHostAlloc memory: ok" in text
 
 
 def test_assembly_hmm_device_and_no_cuda():
     env = json.loads(json.dumps(H200_ENV))
     env["devices"][0].update(pageable_memory_access=1, pageable_memory_access_uses_host_page_tables=0)
-    res = probe.run_probes({"quick": True, "register_gib": 0.01}, runner=fake_runner(env=env))
+    res = probe_run.run_probes({"quick": True, "register_gib": 0.01}, runner=fake_runner(env=env))
     assert res["devices"][0]["hmm_or_ats"] == "HMM"
     no_cuda = dict(H200_ENV, cuda_available=False, devices=[])
-    res = probe.run_probes({"quick": True}, runner=fake_runner(env=no_cuda))
-    assert res["gpu_present"] is False and res["reason"] == probe.REASON_NO_CUDA
+    res = probe_run.run_probes({"quick": True}, runner=fake_runner(env=no_cuda))
+    assert res["gpu_present"] is False and res["reason"] == probe_run.REASON_NO_CUDA
     assert res["torch_version"] == "2.11.0+cu130"
 
 
@@ -295,7 +293,7 @@ def test_assembly_env_failure_is_a_reason_not_a_traceback():
     def run(name, params, timeout_s):
         return {"ok": False, "value": None, "error": "timeout: no result after 1 s (worker killed)"}
 
-    res = probe.run_probes({"quick": True}, runner=run)
+    res = probe_run.run_probes({"quick": True}, runner=run)
     assert res["gpu_present"] is False and res["reason"].startswith("no GPU: environment probe failed")
 
 
@@ -338,7 +336,7 @@ def _fake_cupy(write=True, corrupt=False):
             assert grid[0] * block[0] >= n
             if not write:
                 return
-            want = probe_kernels.expected_pattern(n, seed)
+            want = probe_worker.expected_pattern(n, seed)
             if corrupt:
                 want[n // 2] ^= 1
             ctypes.memmove(ptr, want.ctypes.data, n * 4)
@@ -353,7 +351,7 @@ def _fake_cupy(write=True, corrupt=False):
 def test_kwrite_register_with_fake_cupy(monkeypatch, flags):
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
-    r = probe_kernels.run_one("kwrite_register", {"flags": flags, "nbytes": 64 * 1024})
+    r = probe_worker.run_one("kwrite_register", {"flags": flags, "nbytes": 64 * 1024})
     assert r["ok"], r
     assert r["value"]["register_api"] == "cupy" and r["value"]["words"] == 16 * 1024
     assert r["value"]["device_pointer_equals_host"] is True
@@ -362,21 +360,21 @@ def test_kwrite_register_with_fake_cupy(monkeypatch, flags):
 def test_kwrite_detects_a_kernel_that_did_not_write(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(write=False))
-    r = probe_kernels.run_one("kwrite_register", {"flags": 0, "nbytes": 4096})
+    r = probe_worker.run_one("kwrite_register", {"flags": 0, "nbytes": 4096})
     assert r["ok"] is False and r["stage"] == "verify" and "1024 untouched" in r["error"]
 
 
 def test_kwrite_detects_one_wrong_word(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(corrupt=True))
-    r = probe_kernels.run_one("kwrite_register", {"flags": 3, "nbytes": 4096})
+    r = probe_worker.run_one("kwrite_register", {"flags": 3, "nbytes": 4096})
     assert r["ok"] is False and r["stage"] == "verify" and r["error"].startswith("verify: 1 of 1024")
 
 
 def test_device_attribute_via_fake_cupy(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
-    assert probe_kernels.device_attribute(probe_kernels.ATTR_PAGEABLE_MEMORY_ACCESS, 0) == (1, "cupy", None)
-    assert probe_kernels.driver_version() == 13000
+    assert probe_worker.device_attribute(probe_worker.ATTR_PAGEABLE_MEMORY_ACCESS, 0) == (1, "cupy", None)
+    assert probe_worker.cuda_driver_version() == 13000
 
 
 # ---------------------------------------------------------------- real GPU (pytest -m gpu)
@@ -384,7 +382,7 @@ def test_device_attribute_via_fake_cupy(monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_probe_finds_device_and_bandwidth(tmp_path):
-    res = probe.run_probes({"quick": True, "register_gib": 1.0})
+    res = probe_run.run_probes({"quick": True, "register_gib": 1.0})
     assert res["gpu_present"] is True, res["reason"]
     assert res["devices"] and res["devices"][0]["name"]
     assert res["devices"][0]["hmm_or_ats"] in ("HMM", "ATS", "none")
@@ -394,13 +392,13 @@ def test_gpu_probe_finds_device_and_bandwidth(tmp_path):
     if not res["wsl"]:
         assert all(v["ok"] for v in res["host_register_kernel_write"].values()), res["errors"]
     assert res["register_seconds"]["seconds"] > 0
-    frac = probe.load_back_fraction(1e9, 1.0, res["bandwidth_gbs"]["pinned_h2d"])
+    frac = bandwidth.load_back_fraction(1e9, 1.0, res["bandwidth_gbs"]["pinned_h2d"])
     assert frac is not None and frac > 0
 
 
 @pytest.mark.gpu
 def test_gpu_cli(tmp_path):
-    out = tmp_path / "probe.json"
+    out = tmp_path / "probe_run.json"
     proc = subprocess.run(
         [sys.executable, "-m", "harness.probe", "--json", str(out), "--quick"],
         cwd=ROOT, capture_output=True, text=True, timeout=1800,

@@ -75,3 +75,23 @@ def test_vmstat_rates_absent_counters_are_none_and_never_negative():
     assert r.pgfault_s == 0
     with pytest.raises(ValueError):
         procfs.vmstat_rates({}, {}, 0)
+
+
+def test_read_meminfo_field_and_mem_available(tmp_path):
+    f = tmp_path / "meminfo"
+    f.write_text("MemTotal:       131072000 kB\nMemFree:  1 kB\nMemAvailable:   100000000 kB\n")
+    assert procfs.read_meminfo_field("MemAvailable", str(f)) == 100000000
+    assert procfs.read_meminfo_field("SwapTotal", str(f)) is None
+    assert procfs.read_meminfo_field("MemTotal", str(tmp_path / "missing")) is None
+    assert procfs.read_mem_available_kib(str(f)) == 100000000
+    f.write_text("MemTotal: 5 kB\n")
+    assert procfs.read_mem_available_kib(str(f)) == 0
+    with pytest.raises(OSError):
+        procfs.read_mem_available_kib(str(tmp_path / "missing"))
+
+
+def test_cpu_model(tmp_path):
+    text = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654 96-Core Processor\n"
+    assert procfs.parse_cpu_model(text) == "AMD EPYC 9654 96-Core Processor"
+    assert procfs.parse_cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\n") is None  # arm64 has none
+    assert procfs.read_cpu_model(str(tmp_path / "missing")) is None

@@ -71,9 +71,9 @@ def test_preflight_strict_refuses_before_launch_with_numbers(tmp_path):
 
 
 def test_unclean_cooldown_marks_the_next_variant(tmp_path, monkeypatch):
-    from harness import preflight
+    from harness import cooldown
 
-    real = preflight.cooldown
+    real = cooldown.wait
     calls = []
 
     def first_unclean(*args, **kwargs):
@@ -83,7 +83,7 @@ def test_unclean_cooldown_marks_the_next_variant(tmp_path, monkeypatch):
             return {"clean": False, "reason": "GPU 0 still holds 5000 MiB"}
         return result
 
-    monkeypatch.setattr(preflight, "cooldown", first_unclean)
+    monkeypatch.setattr(cooldown, "wait", first_unclean)
     path = write_scenario(tmp_path, "- name: a\n- name: b\n")
     outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False,
                                                            live_progress=False))

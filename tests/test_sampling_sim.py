@@ -15,14 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness import cooldown
+from harness.hostpool import check_budget, predict_host_pool
 from harness.model_config import load_model_shape
-from harness.preflight import (
-    check_budget,
-    cooldown,
-    predict_host_pool,
-    read_mem_available_kib,
-    take_baseline,
-)
+from harness.procfs import read_mem_available_kib
 from harness.sampling import Sampler, summarize_samples
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +76,7 @@ def test_sampler_on_live_sim_phases_rss_counters_and_host_pool(sims):
     deltas equal the requests and prompt tokens sent in each phase; cooldown is clean after."""
     size_gb, scale = 4.0, 0.25
     real_kib = size_gb * 1e9 * scale / 1024
-    baseline = take_baseline()
+    baseline = cooldown.take_baseline()
     sim = sims("--enable-metrics", "--enable-hierarchical-cache", "--hicache-size", str(size_gb),
                "--hicache-mem-layout", "page_first", "--max-total-tokens", "40000",
                "--sim-host-mem-scale", str(scale))
@@ -120,7 +116,7 @@ def test_sampler_on_live_sim_phases_rss_counters_and_host_pool(sims):
     assert _phase_delta(summ, "idle", "sglang:prompt_tokens_total") == 0
 
     # the process is gone: MemAvailable comes back
-    res = cooldown(baseline, timeout_s=20, mem_tolerance_gib=0.4, poll_s=0.2)
+    res = cooldown.wait(baseline, timeout_s=20, mem_tolerance_gib=0.4, poll_s=0.2)
     assert res.clean, res.reason
 
 
@@ -158,14 +154,14 @@ def test_preflight_matches_sim_refusal_and_success(sims):
 def test_cooldown_not_clean_while_server_holds_memory(sims):
     """Bounded: while the server (holding its scaled host pool) still runs, cooldown reports not
     clean within its timeout."""
-    baseline = take_baseline()
+    baseline = cooldown.take_baseline()
     sim = sims("--enable-hierarchical-cache", "--hicache-size", "4", "--max-total-tokens", "20000",
                "--sim-host-mem-scale", "0.25")
     sim.wait_until_ready(30)
     time.sleep(0.2)
     assert baseline.mem_available_kib - read_mem_available_kib() > 0.5 * 1024 * 1024
     t0 = time.monotonic()
-    res = cooldown(baseline, timeout_s=1.0, mem_tolerance_gib=0.4, poll_s=0.2)
+    res = cooldown.wait(baseline, timeout_s=1.0, mem_tolerance_gib=0.4, poll_s=0.2)
     assert not res.clean and time.monotonic() - t0 < 4
     assert "MemAvailable" in res.reason
 

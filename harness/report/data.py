@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from harness import results
-from harness.probe import load_back_fraction
+from harness.bandwidth import load_back_fraction
 
 KIB_PER_GIB = 1024 * 1024
 TIMESERIES_MAX_POINTS = 1500

@@ -1,7 +1,7 @@
-"""GPU-side bodies of the platform probes; each runs alone in a fresh subprocess.
+"""The worker of the platform probes: the GPU-side body of each probe, run alone in a fresh process.
 
-`python -m harness.probe_kernels NAME --out FILE [--params JSON]` runs one probe and writes
-`{"ok": bool, "value": ..., "error": str|None}` to FILE. `harness.probe` starts one process per
+`python -m harness.probe.worker NAME --out FILE [--params JSON]` runs one probe and writes
+`{"ok": bool, "value": ..., "error": str|None}` to FILE. `harness.probe.run` starts one process per
 probe because an illegal memory access poisons the CUDA context for the rest of the process
 (seed 000): each kernel-write probe, one per cudaHostRegister flag, must get its own context.
 
@@ -19,6 +19,8 @@ import sys
 import time
 import traceback
 from typing import Any, Callable
+
+from harness import nvml
 
 # cudaDeviceAttr / CUdevice_attribute numbers (identical in the runtime and the driver API).
 ATTR_PAGEABLE_MEMORY_ACCESS = 88
@@ -123,7 +125,8 @@ def device_attribute(attr: int, device: int) -> tuple[int | None, str | None, st
     return None, None, "; ".join(errors)
 
 
-def driver_version() -> int | None:
+def cuda_driver_version() -> int | None:
+    """cudaDriverGetVersion (13000 = CUDA 13.0): cupy, else the driver API by ctypes."""
     try:
         import cupy
 
@@ -282,15 +285,8 @@ def probe_env(params: dict) -> dict:
     if not out["cuda_available"]:
         return out
     out["device_count"] = int(torch.cuda.device_count())
-    out["driver_version"] = format_cuda_version(driver_version())
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        v = pynvml.nvmlSystemGetDriverVersion()
-        out["nvidia_driver"] = v.decode() if isinstance(v, bytes) else str(v)
-    except Exception:  # noqa: BLE001
-        pass
+    out["driver_version"] = format_cuda_version(cuda_driver_version())
+    out["nvidia_driver"] = nvml.driver_version()
     for i in range(out["device_count"]):
         props = torch.cuda.get_device_properties(i)
         dev: dict[str, Any] = {
@@ -512,7 +508,7 @@ def run_one(name: str, params: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.probe_kernels")
+    ap = argparse.ArgumentParser(prog="python -m harness.probe.worker")
     ap.add_argument("name", choices=sorted(PROBES))
     ap.add_argument("--out", required=True)
     ap.add_argument("--params", default="{}")

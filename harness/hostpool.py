@@ -1,6 +1,6 @@
-"""Preflight and cooldown: predict a variant's HiCache host pool the way sglang sizes it, check it
-against sglang's host-memory budget before launch, and after a server stops wait (bounded) for GPU
-memory and MemAvailable to come back to their pre-launch levels (reliability P9).
+"""Host-pool preflight: predict a variant's HiCache host pool the way sglang sizes it and check it
+against sglang's host-memory budget, before launch and again once the server reports its device
+pool (reliability P9). The wait after a server stops is `harness.cooldown`.
 
 Sizing, as read in sglang's source (`mem_cache/pool_host/base.py` HostKVCache, `pool_host/mamba.py`
 MambaPoolHost, `hybrid_cache/hybrid_pool_assembler.py`):
@@ -19,11 +19,11 @@ MambaPoolHost, `hybrid_cache/hybrid_pool_assembler.py`):
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Literal, Mapping, Protocol
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Mapping, Protocol
 
 from harness import procfs
+from harness.model_config import KV_CACHE_DTYPE_BYTES, load_model_shape
 
 GIB = 1024**3
 GB = 1e9
@@ -291,14 +291,7 @@ def kv_dtype_bytes_for(kv_cache_dtype: str | None) -> float | None:
     """Bytes per KV element for `--kv-cache-dtype` (None = the model's dtype)."""
     if kv_cache_dtype is None:
         return None
-    from harness.model_config import KV_CACHE_DTYPE_BYTES
-
     return KV_CACHE_DTYPE_BYTES.get(str(kv_cache_dtype).lower())
-
-
-# MemAvailable read for each variant's before-launch check, reused after ready: by then the
-# server's own pools have taken host memory, so a fresh reading would judge the pool against itself.
-_pre_launch_mem_kib: dict[str, int] = {}
 
 
 def preflight_variant(
@@ -316,12 +309,12 @@ def preflight_variant(
 
     Before launch (no `device_pool_tokens`): the device pool comes from `--max-total-tokens` when
     the variant's args give it, else the prediction is unknown and `fits` is None. After ready,
-    call again with the server's `max_total_num_tokens`; the budget then uses the MemAvailable
-    read before launch (or `mem_available_kib`), and the before-launch record is kept under
-    `before_launch`. Hybrid models also need the mamba device slots: `mamba_device_slots`, else
-    `server_info["max_mamba_cache_size"]`, else `--max-mamba-cache-size`. For `backend: sim` with
-    `sim.mem_available_gib`, that pretended value is the MemAvailable (the simulator applies
-    sglang's rule to it).
+    call again with the server's `max_total_num_tokens` and the before-launch record as `before`;
+    the budget then uses the MemAvailable that record read from the host (or `mem_available_kib`),
+    and the record is kept under `before_launch`. Hybrid models also need the mamba device
+    slots: `mamba_device_slots`, else `server_info["max_mamba_cache_size"]`, else
+    `--max-mamba-cache-size`. For `backend: sim` with `sim.mem_available_gib`, that pretended
+    value is the MemAvailable (the simulator applies sglang's rule to it).
     """
     cfg = getattr(scenario, "preflight", None)
     mode = getattr(cfg, "mode", "warn") if cfg is not None else "warn"
@@ -333,7 +326,6 @@ def preflight_variant(
     ranks = getattr(cfg, "ranks_on_host", None) if cfg is not None else None
     ranks_on_host = int(ranks) if ranks else tp_size
     stage = "after_ready" if device_pool_tokens is not None else "before_launch"
-    name = str(getattr(variant, "name", ""))
 
     source = "host"
     sim = getattr(server, "sim", None)
@@ -341,13 +333,14 @@ def preflight_variant(
             and getattr(sim, "mem_available_gib", None) is not None:
         mem_available_kib = int(sim.mem_available_gib * 1024 * 1024)
         source = "sim.mem_available_gib"
-    if mem_available_kib is None and stage == "after_ready" and name in _pre_launch_mem_kib:
-        mem_available_kib = _pre_launch_mem_kib[name]
+    # After ready, judge against the MemAvailable read before launch: by then the server's own
+    # pools have taken host memory, so a fresh reading would judge the pool against itself.
+    if mem_available_kib is None and stage == "after_ready" and before is not None \
+            and before.get("mem_available_source") == "host":
+        mem_available_kib = int(before["mem_available_kib"])
         source = "host, read before launch"
     if mem_available_kib is None:
-        mem_available_kib = read_mem_available_kib()
-        if stage == "before_launch":
-            _pre_launch_mem_kib[name] = mem_available_kib
+        mem_available_kib = procfs.read_mem_available_kib()
     elif source == "host":
         source = "given"
 
@@ -360,8 +353,6 @@ def preflight_variant(
         mamba_device_slots = slots if isinstance(slots, int) and slots > 0 else None
     record: dict[str, Any] = {"stage": stage, "mode": mode, "mem_available_source": source}
     try:
-        from harness.model_config import load_model_shape
-
         shape = load_model_shape(model_path)
     except Exception as e:  # ModelConfigError or unreadable path: say so, never block the run
         record.update(fits=None, requested_gb=None, budget_gb=None, failing_pool=None,
@@ -379,146 +370,4 @@ def preflight_variant(
         record.update(check_budget(prediction, mem_available_kib, reserve_gib, ranks_on_host).to_dict())
     if before is not None:
         record["before_launch"] = dict(before)
-    elif stage == "after_ready" and name in _pre_launch_records:
-        record["before_launch"] = _pre_launch_records[name]
-    if stage == "before_launch":
-        _pre_launch_records[name] = record
     return record
-
-
-_pre_launch_records: dict[str, dict[str, Any]] = {}
-
-
-def read_mem_available_kib(path: str = "/proc/meminfo") -> int:
-    """MemAvailable now, in kiB. On hosts whose MemTotal grows as memory is used (some lent GPU
-    hosts, WSL2 with dynamic memory) this reads low early on; the prediction is still recorded."""
-    return procfs.read_meminfo(path).get("MemAvailable", 0)
-
-
-# ----------------------------------------------------------------------------- cooldown
-
-
-def _read_gpu_used_mib() -> dict[int, float] | None:
-    from harness.gpu import GpuReader
-
-    reader = GpuReader()
-    try:
-        readings = reader.read()
-    finally:
-        reader.close()
-    if not readings:
-        return None
-    return {g.index: g.mem_used_mib for g in readings}
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """Host and GPU memory before a server launch."""
-
-    mem_available_kib: int
-    gpu_mem_used_mib: dict[int, float] | None  # None: no GPU (GPU checks skipped)
-    wall_time: float
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        if self.gpu_mem_used_mib is not None:
-            d["gpu_mem_used_mib"] = {str(k): v for k, v in self.gpu_mem_used_mib.items()}
-        return d
-
-
-def take_baseline(
-    read_mem_available: Callable[[], int] = read_mem_available_kib,
-    read_gpu: Callable[[], dict[int, float] | None] = _read_gpu_used_mib,
-) -> Baseline:
-    """Capture pre-launch MemAvailable and per-GPU memory used."""
-    return Baseline(mem_available_kib=int(read_mem_available()), gpu_mem_used_mib=read_gpu(),
-                    wall_time=time.time())
-
-
-@dataclass(frozen=True)
-class CooldownResult:
-    clean: bool
-    waited_s: float
-    mem_available_kib_baseline: int
-    mem_available_kib_now: int
-    mem_shortfall_kib: int  # baseline - now (negative: more available than before)
-    gpu_mem_used_mib_baseline: dict[int, float] | None
-    gpu_mem_used_mib_now: dict[int, float] | None
-    reason: str
-    polls: int = 0
-    tolerance_kib: int = 0
-    gpu_tolerance_mib: float = 0.0
-    still_high_gpus: list[int] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for key in ("gpu_mem_used_mib_baseline", "gpu_mem_used_mib_now"):
-            if d[key] is not None:
-                d[key] = {str(k): v for k, v in d[key].items()}
-        return d
-
-    def to_json(self) -> dict[str, Any]:  # what results.write_json_atomic stores
-        return self.to_dict()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """Record-style read (`result.get("clean")`) for callers that treat results as dicts."""
-        return getattr(self, key, default)
-
-
-def cooldown(
-    baseline: Baseline,
-    timeout_s: float = 120.0,
-    mem_tolerance_gib: float = 1.0,
-    *,
-    gpu_tolerance_mib: float | None = None,
-    poll_s: float = 0.5,
-    read_mem_available: Callable[[], int] = read_mem_available_kib,
-    read_gpu: Callable[[], dict[int, float] | None] = _read_gpu_used_mib,
-    sleep: Callable[[float], None] = time.sleep,
-) -> CooldownResult:
-    """After a server stopped: poll until MemAvailable is back within `mem_tolerance_gib` of the
-    baseline and every GPU's memory used is back within `gpu_tolerance_mib` (default: the same
-    tolerance in MiB) — or `timeout_s` passes. GPU checks are skipped when the baseline had no
-    GPU. Never raises on a slow release; returns clean=False with the numbers."""
-    tol_kib = int(mem_tolerance_gib * 1024 * 1024)
-    gpu_tol = float(mem_tolerance_gib * 1024 if gpu_tolerance_mib is None else gpu_tolerance_mib)
-    check_gpu = baseline.gpu_mem_used_mib is not None
-    t0 = time.monotonic()
-    polls = 0
-    while True:
-        polls += 1
-        mem_now = int(read_mem_available())
-        gpu_now = read_gpu() if check_gpu else None
-        shortfall = baseline.mem_available_kib - mem_now
-        mem_ok = shortfall <= tol_kib
-        high: list[int] = []
-        if check_gpu:
-            for idx, before in (baseline.gpu_mem_used_mib or {}).items():
-                now = (gpu_now or {}).get(idx)
-                if now is None or now - before > gpu_tol:
-                    high.append(idx)
-        waited = time.monotonic() - t0
-        if (mem_ok and not high) or waited >= timeout_s:
-            break
-        sleep(min(poll_s, max(timeout_s - waited, 0.0)))
-    clean = mem_ok and not high
-    if clean:
-        reason = f"clean after {waited:.1f} s"
-    else:
-        parts = []
-        if not mem_ok:
-            parts.append(f"MemAvailable {shortfall / 1024**2:.2f} GiB below the pre-launch value "
-                         f"(tolerance {mem_tolerance_gib:g} GiB)")
-        for idx in high:
-            before = (baseline.gpu_mem_used_mib or {}).get(idx)
-            now = (gpu_now or {}).get(idx)
-            parts.append(f"GPU {idx} memory used {now} MiB vs {before} MiB before launch "
-                         f"(tolerance {gpu_tol:g} MiB)")
-        reason = f"not clean after {waited:.1f} s: " + "; ".join(parts)
-    return CooldownResult(
-        clean=clean, waited_s=round(waited, 3), mem_available_kib_baseline=baseline.mem_available_kib,
-        mem_available_kib_now=mem_now, mem_shortfall_kib=shortfall,
-        gpu_mem_used_mib_baseline=baseline.gpu_mem_used_mib, gpu_mem_used_mib_now=gpu_now,
-        reason=reason, polls=polls, tolerance_kib=tol_kib, gpu_tolerance_mib=gpu_tol,
-        still_high_gpus=high,
-    )

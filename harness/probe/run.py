@@ -1,22 +1,21 @@
-"""Platform probes: what this host's GPU can do with host memory, as one JSON result.
+"""Run the platform probes and assemble one JSON result: what this host's GPU can do with host
+memory.
 
 `run_probes(options)` records WSL or not, the driver/CUDA versions, per-device HMM/ATS
 attributes (seed 003), whether a GPU kernel can store to cudaHostRegister-ed memory with each
 flag 0..3 and to cudaHostAlloc memory (seed 000), copy bandwidth for pinned, registered and
 pageable buffers, and how long registering a large buffer takes. Every GPU probe runs in its
-own subprocess (`harness.probe_kernels`) under a hard timeout, so one failure, hang or poisoned
-CUDA context cannot stop the others. `python -m harness.probe --json OUT` is the CLI
-(`harness probe`). Without torch or CUDA the result says so (`gpu_present: false`, `reason`).
+own subprocess (`harness.probe.worker`) under a hard timeout, so one failure, hang or poisoned
+CUDA context cannot stop the others. Without torch or CUDA the result says so
+(`gpu_present: false`, `reason`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as _dt
 import importlib.util
 import json
-import math
 import os
 import platform
 import signal
@@ -26,6 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping
+
+from harness import procfs
+from harness.fingerprint import is_wsl
 
 SCHEMA_VERSION = 1
 REGISTER_FLAGS = (0, 1, 2, 3)  # Default, Portable, Mapped, Portable|Mapped
@@ -65,11 +67,6 @@ class ProbeOptions:
 # ---------------------------------------------------------------- pure helpers
 
 
-def is_wsl(release: str | None) -> bool:
-    """WSL2 kernels say so in their release string (seed 000's check)."""
-    return "microsoft" in (release or "").lower()
-
-
 def classify_pageable_access(pageable: int | None, uses_host_page_tables: int | None) -> str | None:
     """cudaDevAttrPageableMemoryAccess (88) and ...UsesHostPageTables (100) → "HMM"|"ATS"|"none".
 
@@ -86,26 +83,6 @@ def classify_pageable_access(pageable: int | None, uses_host_page_tables: int | 
     return "ATS" if uses_host_page_tables else "HMM"
 
 
-def load_back_fraction(
-    load_back_bytes: float | None, load_back_seconds: float | None, pinned_h2d_gbs: float | None
-) -> float | None:
-    """HiCache load-back throughput as a fraction of the probed pinned H2D bandwidth.
-
-    (bytes / seconds / 1e9) / pinned_h2d_gbs. None when any input is missing, not finite,
-    negative, or when seconds or the bandwidth is zero.
-    """
-    vals = (load_back_bytes, load_back_seconds, pinned_h2d_gbs)
-    if any(v is None or isinstance(v, bool) for v in vals):
-        return None
-    try:
-        b, s, bw = (float(v) for v in vals)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    if not all(math.isfinite(v) for v in (b, s, bw)) or b < 0 or s <= 0 or bw <= 0:
-        return None
-    return (b / s / 1e9) / bw
-
-
 def register_size(requested_gib: float, mem_available_bytes: int | None, fraction: float = 0.5):
     """(bytes, capped): the register-time buffer, at most `fraction` of MemAvailable."""
     want = int(max(0.0, requested_gib) * GIB)
@@ -114,22 +91,6 @@ def register_size(requested_gib: float, mem_available_bytes: int | None, fractio
     cap = int(max(0, mem_available_bytes) * fraction)
     cap -= cap % (2 * MIB)
     return (cap, True) if want > cap else (want, False)
-
-
-def mem_available_bytes(meminfo: str | None = None) -> int | None:
-    """MemAvailable from /proc/meminfo (or the given text), in bytes."""
-    try:
-        text = meminfo if meminfo is not None else Path("/proc/meminfo").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("MemAvailable:"):
-            parts = line.split()
-            try:
-                return int(parts[1]) * 1024
-            except (IndexError, ValueError):
-                return None
-    return None
 
 
 def torch_installed() -> bool:
@@ -151,17 +112,17 @@ def _tail(path: Path, limit: int = 2000) -> str:
 
 
 def run_worker(name: str, params: Mapping[str, Any], timeout_s: float) -> dict:
-    """Run `harness.probe_kernels NAME` in a fresh process; always returns a result dict
+    """Run `harness.probe.worker NAME` in a fresh process; always returns a result dict
     {ok, value, error, seconds} (a crash, a timeout or a missing output becomes an error)."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="harness-probe-") as tmp:
         out = Path(tmp) / "result.json"
         log = Path(tmp) / "log.txt"
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        cmd = [sys.executable, "-m", "harness.probe_kernels", name, "--out", str(out)]
+        cmd = [sys.executable, "-m", "harness.probe.worker", name, "--out", str(out)]
         cmd += ["--params", json.dumps(dict(params))]
         timed_out = False
         with open(log, "wb") as logf:
@@ -341,7 +302,8 @@ def run_probes(options: ProbeOptions | Mapping[str, Any] | None = None, *, runne
         res["bandwidth_gbs"][f"{kind}_d2h"] = v.get("d2h_gbs")
     res["bandwidth"] = bw
 
-    avail = mem_available_bytes()
+    avail_kib = procfs.read_meminfo_field("MemAvailable")
+    avail = avail_kib * 1024 if avail_kib is not None else None
     nbytes, capped = register_size(opts.register_gib, avail, opts.register_mem_fraction)
     reg: dict[str, Any] = {
         "requested_gib": opts.register_gib,
@@ -362,134 +324,3 @@ def run_probes(options: ProbeOptions | Mapping[str, Any] | None = None, *, runne
 
     res["ok"] = all(o.get("ok") for o in outcomes) and not res["errors"]
     return done()
-
-
-# ---------------------------------------------------------------- summary and CLI
-
-
-def _fmt(v: float | None, spec: str = ".1f") -> str:
-    return "n/a" if v is None else format(v, spec)
-
-
-def _kw_text(r: Mapping[str, Any] | None) -> str:
-    if not r:
-        return "not run"
-    if r.get("ok"):
-        return "ok"
-    return f"FAILED ({r.get('error')})"
-
-
-def summary(res: Mapping[str, Any]) -> str:
-    """A short human summary of a run_probes result."""
-    lines = [
-        f"kernel {res.get('kernel_release')}  WSL2: {'yes' if res.get('wsl') else 'no'}",
-    ]
-    if not res.get("gpu_present"):
-        lines.append(f"GPU: none ({res.get('reason')})")
-        if res.get("torch_version"):
-            lines.append(f"torch {res.get('torch_version')}")
-        return "\n".join(lines)
-    lines.append(
-        f"torch {res.get('torch_version')}, CUDA runtime {res.get('cuda_runtime')}, "
-        f"driver API {res.get('driver_version')} (NVIDIA driver {res.get('nvidia_driver') or '?'}), "
-        f"cupy {res.get('cupy_version') or 'absent'}"
-    )
-    for d in res.get("devices") or []:
-        lines.append(
-            f"GPU {d.get('index')}: {d.get('name')}, {d.get('total_mem_gib')} GiB; "
-            f"pageable access {d.get('pageable_memory_access')}, uses host page tables "
-            f"{d.get('pageable_memory_access_uses_host_page_tables')} -> {d.get('hmm_or_ats')}; "
-            f"host pointer for registered mem {d.get('can_use_host_pointer_for_registered_mem')}"
-        )
-    kw = res.get("host_register_kernel_write") or {}
-    if kw:
-        lines.append("kernel write to cudaHostRegister memory: "
-                     + ", ".join(f"flags {k} {_kw_text(v)}" for k, v in kw.items()))
-    if res.get("host_alloc_kernel_write") is not None:
-        lines.append(f"kernel write to cudaHostAlloc memory: {_kw_text(res.get('host_alloc_kernel_write'))}")
-    bw = res.get("bandwidth_gbs") or {}
-    opts = res.get("options") or {}
-    if any(v is not None for v in bw.values()) or res.get("bandwidth"):
-        nb = opts.get("nbytes")
-        head = f"bandwidth GB/s ({nb / GIB:.2f} GiB, median of {opts.get('repeats')}):" if nb else "bandwidth GB/s:"
-        lines.append(head + " " + " | ".join(
-            f"{k} H2D {_fmt(bw.get(f'{k}_h2d'))} D2H {_fmt(bw.get(f'{k}_d2h'))}" for k in BANDWIDTH_KINDS
-        ))
-    reg = res.get("register_seconds")
-    if reg:
-        if reg.get("ok"):
-            lines.append(
-                f"cudaHostRegister of {reg.get('size_gib')} GiB: {_fmt(reg.get('seconds'), '.3f')} s"
-                + (" (capped by MemAvailable)" if reg.get("capped") else "")
-            )
-        else:
-            lines.append(f"cudaHostRegister time: FAILED ({reg.get('error')})")
-    lines.append("all probes ok" if res.get("ok") else f"{len(res.get('errors') or [])} probe(s) failed")
-    return "\n".join(lines)
-
-
-def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Atomic JSON write (the project's one writer: temp file, fsync, os.replace)."""
-    from harness.results import write_text_atomic
-
-    write_text_atomic(Path(path), json.dumps(obj, indent=2, default=str) + "\n")
-
-
-def _size(text: str) -> int:
-    """'1073741824', '1GiB', '256MiB', '512M', '2G' -> bytes."""
-    t = text.strip().lower().replace(" ", "")
-    units = {"gib": GIB, "g": GIB, "gb": 10**9, "mib": MIB, "m": MIB, "mb": 10**6,
-             "kib": 1024, "k": 1024, "kb": 1000, "b": 1}
-    for suffix in sorted(units, key=len, reverse=True):
-        if t.endswith(suffix):
-            num = t[: -len(suffix)]
-            break
-    else:
-        suffix, num = "b", t
-    try:
-        value = int(float(num) * units[suffix])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return value
-
-
-def build_parser(prog: str = "harness probe") -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description="Probe what this host's GPU can do with host memory.")
-    ap.add_argument("--json", metavar="PATH", help="write the result as JSON here")
-    ap.add_argument("--bytes", type=_size, default=None,
-                    help="bandwidth buffer size, e.g. 1GiB or 268435456 (default 1 GiB; --quick 256 MiB)")
-    ap.add_argument("--register-gib", type=float, default=None,
-                    help="buffer registered for the timing (default 8; --quick 1); capped at half of MemAvailable")
-    ap.add_argument("--repeats", type=int, default=None, help="timed copies per direction (default 5; --quick 3)")
-    ap.add_argument("--quick", action="store_true", help="smaller buffers and fewer repeats")
-    ap.add_argument("--timeout", type=float, default=180.0, help="hard limit per probe subprocess, seconds")
-    ap.add_argument("--device", type=int, default=0, help="CUDA device index to probe")
-    ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
-    return ap
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`harness probe`: run the probes, print a summary, optionally write JSON. Exit 0 when the
-    probe ran (even without a GPU or with failed checks: those are findings), 2 on bad usage,
-    1 when the JSON cannot be written."""
-    args = build_parser().parse_args(argv)
-    opts = ProbeOptions(
-        nbytes=args.bytes, register_gib=args.register_gib, repeats=args.repeats, quick=args.quick,
-        timeout_s=args.timeout, device=args.device, verbose=not args.quiet,
-    )
-    res = run_probes(opts)
-    print(summary(res))
-    if args.json:
-        try:
-            write_json(args.json, res)
-        except OSError as e:
-            print(f"error: cannot write {args.json}: {e}", file=sys.stderr)
-            return 1
-        print(f"wrote {args.json}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
