@@ -107,9 +107,11 @@ class WorkloadScope:
 
     async def send(self, phase: str, index: int, input_ids: list[int], *,
                    max_new_tokens: int | None = None, ignore_eos: bool = False,
-                   warmup: bool = False, group: str | None = None) -> RequestRecord:
+                   warmup: bool = False, group: str | None = None,
+                   relabel: Callable[[RequestRecord], tuple[str, str | None]] | None = None) -> RequestRecord:
         """Send one request, record it, return it. Raises `StopSending` if the abort signal
-        already fired (nothing is sent then)."""
+        already fired (nothing is sent then). ``relabel``: (phase, group) decided from the
+        finished request's timestamps, before it is recorded."""
         ctx = self.ctx
         if ctx.abort.fired:
             raise StopSending(ctx.abort.reason)
@@ -122,6 +124,8 @@ class WorkloadScope:
                                         timeout_s=ctx.request_timeout_s, api=self.api)
         if rec.error == "connection" and await ctx.confirm_death():
             rec.error = "server_died"
+        if relabel is not None:
+            rec.phase, rec.concurrency_group = relabel(rec)
         ctx.n_requests += 1
         ctx.n_errors += rec.error is not None
         ctx.record(rec)

@@ -2,9 +2,10 @@
 
 Phases: "alone" (N short prompts, one at a time), "long" (one long prompt), "during_long" (N
 short prompts sent one after another while the long one is in flight; the long request and
-these share a concurrency group). A short prompt that could only be sent after the long one
-had finished is labelled "after_long" instead, so "during_long" never holds non-overlapping rows.
-With `long_prompt_tokens: null` only "alone" runs.
+these share a concurrency group). A short request is "during_long" only if it was sent and
+answered inside the long request's window (sent after it, finished no later than it, by the
+recorded timestamps); any other is "after_long", so "during_long" never holds rows that did not
+overlap the long prefill. With `long_prompt_tokens: null` only "alone" runs.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
+from harness.records import RequestRecord
 from harness.scenario.values import PosInt, TokenSize, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
@@ -43,11 +45,22 @@ async def run(ctx: WorkloadContext, cfg: ShortTTFT) -> None:
     group = w.group("during_long")
     (long_ids,) = w.prompts(1, long_tokens, "long")
     long_task = asyncio.create_task(w.send("long", 0, long_ids, group=group))
+
+    def inside_long(rec: RequestRecord) -> tuple[str, str | None]:
+        """Decided when the short request has finished: the long one still in flight, or
+        finished no earlier than this one (same clock), means the short one ran inside it."""
+        if not long_task.done():
+            return "during_long", group
+        long_rec = None if long_task.cancelled() or long_task.exception() else long_task.result()
+        if (long_rec is not None and long_rec.done_ns is not None and rec.sent_ns >= long_rec.sent_ns
+                and rec.done_ns is not None and rec.done_ns <= long_rec.done_ns):
+            return "during_long", group
+        return "after_long", None
+
     await asyncio.sleep(START_DELAY_S)
     try:
         for i, ids in enumerate(w.prompts(n, short, "during")):
-            phase = "during_long" if not long_task.done() else "after_long"
-            await w.send(phase, i, ids, group=group if phase == "during_long" else None)
+            await w.send("during_long", i, ids, relabel=inside_long)
     finally:
         await asyncio.gather(long_task, return_exceptions=True)
     long_task.result()  # re-raises StopSending if the long one could not be sent
