@@ -1,24 +1,33 @@
 """``harness report RUN``: one self-contained HTML page per run.
 
-One job: put `harness.report.data`'s tables and `harness.report.plots`' figures into the
-Jinja2 template (autoescaped: model outputs, log lines, names and YAML strings render as text)
-and write ``<reports_dir>/<scenario>/<run_id>/index.html``. Figures are inline base64 PNGs
-(matplotlib Agg, no pyplot state); the page loads nothing from the network and opens from a file.
+One job: put the report modules' tables and series (`view`, `header`, `tables`, `series`,
+`quality_view`, `failures`) and `harness.report.plots`' figures into the Jinja2 template
+(autoescaped: model outputs, log lines, names and YAML strings render as text) and write
+``<reports_dir>/<scenario>/<run_id>/index.html``. Figures are inline base64 PNGs (matplotlib
+Agg, no pyplot state); the page loads nothing from the network and opens from a file.
 """
 
 from __future__ import annotations
 
 import base64
 import io
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from harness import results
-from harness.report import data as D
 from harness.report import plots as P
+from harness.report.failures import failures
+from harness.report.formatting import failure_text, fmt_num
+from harness.report.header import banner_verdict, header, probe_rows, variant_rows
+from harness.report.quality_view import parity_groups, worst_samples
+from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
+from harness.report.tables import hicache_table, load_back, memory_table
+from harness.report.view import load_view
 
 TEMPLATES = Path(__file__).parent / "templates"
 SECTIONS = ("header", "hicache", "memory", "timeseries", "latency", "quality", "failures", "comparison")
@@ -27,7 +36,7 @@ SECTIONS = ("header", "hicache", "memory", "timeseries", "latency", "quality", "
 def _env() -> Environment:
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=StrictUndefined,
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters["num"] = D.fmt_num
+    env.filters["num"] = fmt_num
     return env
 
 
@@ -72,48 +81,56 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     """Everything the template shows, from one run folder."""
     from harness.expectations import evaluate_run_expectations
 
-    view = D.load_view(run_dir)
+    view = load_view(run_dir)
     expectations = evaluate_run_expectations(run_dir)
-    verdict, reasons = D.verdict(view, expectations)
-    hicache_rows, base = D.hicache_table(view)
+    verdict, reasons = banner_verdict(view, expectations)
+    hicache_rows, base = hicache_table(view)
     report_dir = Path(reports_dir) / results.safe_name(view.manifest["scenario"]["name"]) / results.safe_name(view.root.name)
 
     figures_ts = []
     for n in view.names:
-        ts = D.timeseries(view, n)
-        figures_ts.append({"variant": n, "state": D.failure_text(view.status(n)),
+        ts = timeseries(view, n)
+        figures_ts.append({"variant": n, "state": failure_text(view.status(n)),
                            "png": _timeseries_fig(ts, small=not view.ok(n)) if ts else None,
                            "ok": view.ok(n),
                            "n_samples": ts["n_samples"] if ts else 0})
     ttft = []
     ok_names = [n for n in view.names if not view.requests[n].empty]
-    for wl, groups in D.ttft_groups(view).items():
+    for wl, groups in ttft_groups(view).items():
         ttft.append({"workload": wl, "png": figure_png(
             lambda ax, g=groups: P.plot_distributions(ax, g, ok_names, "TTFT ms", log=_wide(g)), size=(10, 2.8))})
-    labels, walls = D.pass_walls(view)
+    labels, walls = pass_walls(view)
     walls_png = figure_png(lambda ax: P.plot_grouped_bars(ax, labels, walls, "median pass wall, s"),
                            size=(8, 3)) if labels else None
     hits = []
     for n in view.names:
-        h = D.tier_hits(view, n)
+        h = tier_hits(view, n)
         if h["labels"]:
             hits.append({"variant": n, "png": figure_png(
                 lambda ax, h=h: P.plot_tier_hits(ax, h["labels"], h["device"], h["host"], h["miss"]), size=(8, 3.2))})
-    load_back = []
+    load_backs = []
     for n in view.names:
         if view.hicache(n) and view.ok(n):
-            load_back.append({"variant": n, **D.load_back(view, n)})
+            load_backs.append({"variant": n, **load_back(view, n)})
     csv = view.root / "summary.csv"
     return {
-        "h": D.header(view), "verdict": verdict, "verdict_reasons": reasons, "complete": view.complete,
-        "variants": D.variant_rows(view), "names": view.names, "probe": D.probe_rows(view.probe),
-        "hicache_rows": hicache_rows, "baseline": base, "memory_rows": D.memory_table(view),
+        "h": header(view), "verdict": verdict, "verdict_reasons": reasons, "complete": view.complete,
+        "variants": variant_rows(view), "names": view.names, "probe": probe_rows(view.probe),
+        "hicache_rows": hicache_rows, "baseline": base, "memory_rows": memory_table(view),
         "timeseries": figures_ts, "ttft": ttft, "walls_png": walls_png, "hits": hits,
-        "parity": D.parity_groups(view), "worst": D.worst_samples(view), "failures": D.failures(view),
-        "comparison": view.comparison, "expectations": expectations, "load_back": load_back,
-        "summary_csv": D.relpath(csv, report_dir) if csv.exists() else None,
+        "parity": parity_groups(view), "worst": worst_samples(view), "failures": failures(view),
+        "comparison": view.comparison, "expectations": expectations, "load_back": load_backs,
+        "summary_csv": relpath(csv, report_dir) if csv.exists() else None,
         "run_path": str(view.root), "sections": SECTIONS,
     }
+
+
+def relpath(target: Path, start: Path) -> str:
+    """``target`` relative to ``start`` (a link inside the page); absolute across drives (Windows)."""
+    try:
+        return os.path.relpath(target, start)
+    except ValueError:
+        return str(target)
 
 
 def render(context: dict[str, Any]) -> str:

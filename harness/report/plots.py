@@ -7,7 +7,7 @@ failed variant never produces a misleading empty axis or a zero.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

@@ -1,0 +1,29 @@
+"""Numbers and variant states as the report writes them (one rule for every table and figure)."""
+
+from __future__ import annotations
+
+import math
+
+KIB_PER_GIB = 1024 * 1024
+
+
+def fmt_num(v: float | None, digits: int = 3) -> str:
+    """A number in at most ``digits`` significant figures below 10, fewer decimals above; "—"
+    for missing or non-finite."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    a = abs(v)
+    if a >= 10000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    return f"{v:.{digits}g}"
+
+
+def failure_text(status: dict) -> str:
+    """A variant's state and cause, e.g. ``startup_failed: host_memory``."""
+    state = status.get("state") or "missing"
+    cause = status.get("cause")
+    return f"{state}: {cause}" if cause else state
