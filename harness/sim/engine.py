@@ -44,7 +44,19 @@ from harness.sim.tokens import CORRUPT_SALT, Candidates, TokenModel, advance, pr
 
 log = logging.getLogger("sglang.sim.scheduler")
 
-NEAR_TIE_FLIP_EPS = 0.02
+# near_tie_flips: standard deviation of the logprob noise a cached prefix gets without
+# --enable-deterministic-inference. A near-tie (gap < 0.01) flips about half the time, a 0.15 gap
+# about 4% of the time, a 0.3 gap almost never: a real server's flips, mostly near-ties, a few not.
+NEAR_TIE_NOISE_SD = 0.06
+
+def kernel_noise(cand: Candidates, rng: random.Random, sd: float = NEAR_TIE_NOISE_SD) -> Candidates:
+    """near_tie_flips: the candidates as a numerically different kernel sees them -- every
+    logprob moved by N(0, sd), best first again. Greedy takes the new best; the reported
+    logprobs move too (|Δ logprob| against a cold prefill)."""
+    lps = [lp + rng.gauss(0.0, sd) for lp in cand.logprobs]
+    order = sorted(range(len(lps)), key=lambda i: -lps[i])
+    return Candidates(tuple(cand.tokens[i] for i in order), tuple(round(lps[i], 6) for i in order))
+
 
 ILLEGAL_ACCESS_TRACEBACK = """Scheduler hit an exception: Traceback (most recent call last):
   File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2946, in run_scheduler_process
@@ -146,7 +158,7 @@ class SimRequest:
     ckpts: set[int] = field(default_factory=set)
     state: int = 0
     ref_state: int | None = None  # uncorrupted state, for corrupt_host_load
-    flips_allowed: bool = False
+    noise: random.Random | None = None  # near_tie_flips: this request's kernel noise (cache hits only)
     rng: random.Random | None = None
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
@@ -286,8 +298,9 @@ class Engine:
         req.state = prompt_state(req.input_ids)
         if Fault.corrupt_host_load in self.cfg.faults and m.host_tokens > 0:
             req.ref_state, req.state = req.state, req.state ^ CORRUPT_SALT
-        req.flips_allowed = (Fault.near_tie_flips in self.cfg.faults and not self.cfg.deterministic
-                             and m.tokens > 0)
+        if (Fault.near_tie_flips in self.cfg.faults and not self.cfg.deterministic and m.tokens > 0
+                and not req.internal):
+            req.noise = random.Random(self._seed_rng.getrandbits(64))  # reproducible per --random-seed
         if req.sampling.temperature > 0:
             seed = req.sampling.sampling_seed
             req.rng = random.Random(seed if seed is not None else self._seed_rng.getrandbits(64))
@@ -388,9 +401,9 @@ class Engine:
         if req.rng is not None:
             tok = self.model.sample(cand, req.sampling.temperature, req.rng)
         else:
+            if req.noise is not None:
+                cand = kernel_noise(cand, req.noise)  # numerically different kernels: near-ties flip
             tok = cand.tokens[0]
-            if req.flips_allowed and cand.margin < NEAR_TIE_FLIP_EPS:
-                tok = cand.tokens[1]  # numerically different kernels pick the other near-tie
         if pos == 0 and req.ref_state is not None:
             # corrupt KV from host: the first token is not even in the true top-k
             tok = self.model.outside(self.model.candidates(req.ref_state), tok)
