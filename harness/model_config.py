@@ -164,6 +164,9 @@ def shape_from_dict(cfg: dict[str, Any]) -> ModelShape:
         n_heads = int(cfg["num_attention_heads"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelConfigError(f"config.json lacks a usable {exc}") from exc
+    for key, value in (("num_hidden_layers", n), ("hidden_size", hidden), ("num_attention_heads", n_heads)):
+        if value < 1:
+            raise ModelConfigError(f"config.json has {key} = {value}: must be >= 1")
     n_kv = int(cfg.get("num_key_value_heads") or n_heads)
     head_dim = int(cfg.get("head_dim") or hidden // n_heads)
     full, mamba = _layer_split(cfg, n)

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 import re
 
+# What a run folder holds beside its variants' folders (harness.results): a variant whose
+# folder name would be one of these (on a case-insensitive file system too) is refused.
+RUN_FOLDER_ENTRIES = frozenset({
+    "manifest.json", "summary.csv", "expectations.json", "comparison.json", "verdict.json",
+    "complete", "interrupted", ".lock", ".attempts", "report",
+})
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")
 
 
@@ -20,3 +27,8 @@ def safe_name(name: str) -> str:
     cleaned = _UNSAFE.sub("_", name)
     cleaned = re.sub(r"^\.+", lambda m: "_" * len(m.group(0)), cleaned)
     return cleaned[:120] or "_"
+
+
+def clashes_with_run_files(name: str) -> bool:
+    """True when a variant named ``name`` would get a folder named like a run folder's own file."""
+    return safe_name(name).lower() in RUN_FOLDER_ENTRIES

@@ -33,6 +33,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 MAX_BYTES = 1 << 20  # 1 MiB: a scenario is a few KiB
 MAX_NODES = 100_000  # expanded node count (after aliases); a scenario has a few hundred
+MAX_DEPTH = 64  # nesting levels; a scenario has fewer than 10
 
 PathT = tuple  # tuple[str | int, ...]
 
@@ -173,7 +174,9 @@ def _check_size(root: Node, file: str) -> None:
     memo: dict[int, int] = {}
     active: set[int] = set()
 
-    def size(n: Node) -> int:
+    def size(n: Node, depth: int = 0) -> int:
+        if depth > MAX_DEPTH:
+            raise YamlLoadError(file, n.start_mark.line + 1, f"nesting too deep (limit {MAX_DEPTH} levels)")
         k = id(n)
         if k in memo:
             return memo[k]
@@ -183,12 +186,12 @@ def _check_size(root: Node, file: str) -> None:
         total = 1
         if isinstance(n, SequenceNode):
             for c in n.value:
-                total += size(c)
+                total += size(c, depth + 1)
                 if total > MAX_NODES:
                     break
         elif isinstance(n, MappingNode):
             for kn, vn in n.value:
-                total += size(kn) + size(vn)
+                total += size(kn, depth + 1) + size(vn, depth + 1)
                 if total > MAX_NODES:
                     break
         active.discard(k)
@@ -318,6 +321,8 @@ def load_yaml_text(text: str | bytes, file: str = "<string>") -> LoadedYaml:
                             "(control characters are not allowed)") from None
     except yaml.YAMLError as e:  # pragma: no cover - any other loader error
         raise YamlLoadError(file, None, f"YAML error: {e}") from None
+    except RecursionError:  # the composer recurses once per nesting level
+        raise YamlLoadError(file, None, f"nesting too deep (limit {MAX_DEPTH} levels)") from None
     finally:
         if loader is not None:
             loader.dispose()

@@ -16,6 +16,7 @@ from harness.scenario.values import show_value
 from harness.workloads import kinds
 from harness.yaml_lines import format_path, line_for
 
+
 def _unwrap(ann: Any) -> Any:
     while True:
         origin = typing.get_origin(ann)

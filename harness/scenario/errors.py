@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from pydantic_core import PydanticCustomError
 
+
 @dataclass(frozen=True)
 class ErrorItem:
     """One problem: ``file``, 1-based ``line`` (None if unknown), dotted key ``path``, ``message``."""

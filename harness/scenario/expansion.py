@@ -47,15 +47,23 @@ def expand_env(s: str, env: Mapping[str, str]) -> str:
 
 
 def expand_tree(data: Any, path: tuple, env: Mapping[str, str], errors: list[tuple[tuple, str]]) -> Any:
+    """Expand every string value (errors collected as (key path, message)); a NUL byte in a key
+    or value, written or expanded, is an error: no argv or environment entry can hold one."""
     if isinstance(data, str):
-        if "$" not in data:
-            return data
-        try:
-            return expand_env(data, env)
-        except ValueError as e:
-            errors.append((path, str(e)))
-            return data
+        value = data
+        if "$" in data:
+            try:
+                value = expand_env(data, env)
+            except ValueError as e:
+                errors.append((path, str(e)))
+                return data
+        if "\x00" in value:
+            errors.append((path, "contains a NUL byte (\\0), which no argument or environment value can hold"))
+        return value
     if isinstance(data, dict):
+        for k in data:
+            if isinstance(k, str) and "\x00" in k:
+                errors.append((path + (k,), "the key contains a NUL byte (\\0)"))
         return {k: expand_tree(v, path + (k,), env, errors) for k, v in data.items()}
     if isinstance(data, list):
         return [expand_tree(v, path + (i,), env, errors) for i, v in enumerate(data)]

@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.scenario.models import Scenario, Variant
 
+
 def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 

@@ -13,9 +13,18 @@ from harness.scenario.error_mapping import convert_errors
 from harness.scenario.errors import ErrorItem, ScenarioError
 from harness.scenario.expansion import expand_tree
 from harness.scenario.hashing import scenario_hash
+from harness.scenario.limits import size_checks
 from harness.scenario.models import Scenario, SimOptions
 from harness.scenario.variants import expand_variants
-from harness.yaml_lines import LoadedYaml, YamlLoadError, format_path, line_for, load_yaml, load_yaml_text
+from harness.yaml_lines import (
+    LoadedYaml,
+    YamlLoadError,
+    format_path,
+    line_for,
+    load_yaml,
+    load_yaml_text,
+)
+
 
 def _sort_items(items: list[ErrorItem]) -> list[ErrorItem]:
     seen = set()
@@ -52,6 +61,9 @@ def _from_loaded(y: LoadedYaml, env: Mapping[str, str] | None, path: Path | None
         raise ScenarioError(_sort_items(errors))
     variants, errors = expand_variants(scn, y.lines, file)
     errors += late_checks(scn, variants, y.lines, file)
+    if errors:
+        raise ScenarioError(_sort_items(errors))
+    errors = size_checks(scn, variants, y.lines, file)
     if errors:
         raise ScenarioError(_sort_items(errors))
     if scn.server.backend == "sim" and scn.server.sim is None:

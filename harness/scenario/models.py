@@ -21,8 +21,10 @@ from pydantic import (
 )
 
 from harness.scenario.values import (
+    MAX_REPEATS,
     ArgsDict,
     CheckT,
+    Count,
     EnvDict,
     Fault,
     GpuMode,
@@ -38,6 +40,7 @@ from harness.scenario.values import (
     TokenSizeT,
     field_error,
     flag_problem,
+    host_problem,
     fmt_num,
     no_bool,
     parse_extra_args,
@@ -105,6 +108,14 @@ class Server(ScenarioModel):
     def _empty_source(cls, v: Any) -> Any:
         """``sglang_source: ${SGLANG_SOURCE:-}`` (empty) means none."""
         return None if v == "" else v
+
+    @field_validator("host")
+    @classmethod
+    def _host_name(cls, v: str) -> str:
+        problem = host_problem(v)
+        if problem:
+            raise field_error(problem)
+        return v
 
     @field_validator("model_path", "python")
     @classmethod
@@ -221,10 +232,10 @@ class Quality(ScenarioModel):
     control: bool = True
     tasks: Annotated[list[Literal[QUALITY_TASKS]], Field(min_length=1)] = list(QUALITY_TASKS)  # type: ignore[valid-type]
     lengths: Annotated[list[TokenSizeT], Field(min_length=1)] = [TokenSize(tokens=8000)]
-    samples_per_task: PosInt = 2
+    samples_per_task: Count = 2
     max_new_tokens: PosInt = 32
     churn_tokens: TokenSizeT = TokenSize(pool_fraction=1.5)
-    reasks: PosInt = 2
+    reasks: Count = 2
     top_logprobs: PosInt = 5
     tie_epsilon: NonNegFloat = 0.05
     mode: Literal["auto", "text", "token_ids"] = "auto"
@@ -292,7 +303,7 @@ class Scenario(ScenarioModel):
     name: ScenarioName
     description: str = ""
     seed: NonNegInt = 0
-    repeats: PosInt = 1
+    repeats: Annotated[int, BeforeValidator(no_bool), Field(ge=1, le=MAX_REPEATS)] = 1
     server: Server
     variants: list[VariantSpec] = []
     matrix: list[MatrixEntry] = []

@@ -6,6 +6,7 @@ and the scenario models both build on it.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import shlex
@@ -26,6 +27,7 @@ from pydantic import (
 from harness.scenario.errors import field_error
 from harness.sim.faults import fault_problem
 
+
 def no_bool(v: Any) -> Any:
     if isinstance(v, bool):
         raise field_error(f"expected a number, got {str(v).lower()}")
@@ -34,6 +36,13 @@ def no_bool(v: Any) -> Any:
 
 Int = Annotated[int, BeforeValidator(no_bool)]
 PosInt = Annotated[int, BeforeValidator(no_bool), Field(ge=1)]
+# Counts of requests, prompts, passes, ...: a scenario that asks for more could only mean
+# "run forever" or "allocate TiB" (hostile or mistyped input), so it is refused up front.
+MAX_COUNT = 100_000
+MAX_REPEATS = 1_000
+MAX_TOKENS = 1_000_000_000  # longer than any model's context
+MAX_POOL_FRACTION = 100.0
+Count = Annotated[int, BeforeValidator(no_bool), Field(ge=1, le=MAX_COUNT)]
 NonNegInt = Annotated[int, BeforeValidator(no_bool), Field(ge=0)]
 PosFloat = Annotated[float, BeforeValidator(no_bool), Field(gt=0)]
 NonNegFloat = Annotated[float, BeforeValidator(no_bool), Field(ge=0)]
@@ -93,24 +102,27 @@ class TokenSize:
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, int):
-            if v < 1:
-                raise ValueError(f"must be >= 1 token, got {v}")
-            return cls(tokens=v)
+            return cls(tokens=cls._checked_tokens(v, v))
         if isinstance(v, str):
             m = cls._ABS.match(v)
             if m:
-                n = int(m.group(1)) * (1000 if m.group(2) else 1)
-                if n < 1:
-                    raise ValueError(f"must be >= 1 token, got {v!r}")
-                return cls(tokens=n)
+                return cls(tokens=cls._checked_tokens(int(m.group(1)) * (1000 if m.group(2) else 1), v))
             m = cls._POOL.match(v)
             if m:
                 f = float(m.group(1))
-                if not f > 0:
-                    raise ValueError(f"the pool fraction must be > 0, got {v!r}")
+                if not 0 < f <= MAX_POOL_FRACTION:
+                    raise ValueError(f"the pool fraction must be > 0 and <= {MAX_POOL_FRACTION:g}, got {v!r}")
                 return cls(pool_fraction=f)
         raise ValueError(f"expected a whole token count (e.g. 8000 or \"8k\") or \"<fraction>x pool\" "
                          f"(e.g. \"0.4x pool\"), got {v!r}")
+
+    @staticmethod
+    def _checked_tokens(n: int, written: Any) -> int:
+        if n < 1:
+            raise ValueError(f"must be >= 1 token, got {written!r}")
+        if n > MAX_TOKENS:
+            raise ValueError(f"{written!r} tokens is more than any model's context (limit {MAX_TOKENS:,})")
+        return n
 
     @property
     def relative(self) -> bool:
@@ -375,6 +387,22 @@ def env_problem(name: str) -> str | None:
     if not _ENV_NAME_RE.match(name):
         return f"{name!r} is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
     return None
+
+
+_HOST_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` cannot be a server address (an IP address or a DNS name), or None."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return None
+    except ValueError:
+        pass
+    labels = host.rstrip(".").split(".")
+    if len(host) <= 253 and labels and all(_HOST_LABEL.match(label) for label in labels):
+        return None
+    return f"{host!r} is not a host name or IP address (e.g. 127.0.0.1, localhost, gpu-node-3)"
 
 
 def parse_extra_args(text: str) -> dict[str, Any]:

@@ -14,11 +14,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.names import safe_name
+from harness.names import clashes_with_run_files, safe_name
 from harness.scenario.checks import axis_problem
 from harness.scenario.error_mapping import message_for
 from harness.scenario.errors import ErrorItem
-from harness.scenario.models import MatrixEntry, Scenario, SimOptions, Variant, VariantFields, VariantSpec
+from harness.scenario.models import (
+    MatrixEntry,
+    Scenario,
+    SimOptions,
+    Variant,
+    VariantFields,
+    VariantSpec,
+)
 from harness.scenario.values import fmt_num, parse_extra_args
 from harness.yaml_lines import format_path, line_for
 
@@ -174,6 +181,11 @@ def expand_variants(scn: Scenario, lines: dict | None, file: str) -> tuple[list[
     def folder_clash(name: str, p: tuple) -> bool:
         """Two names that differ only in characters the results folder cannot hold (``@``, non-ASCII
         letters) would share one folder and overwrite each other's files."""
+        if clashes_with_run_files(name):
+            errs.append(ErrorItem(file, line_for(lines, p), format_path(p),
+                                  f"variant name {name!r} would name its results folder like the run's own "
+                                  f"file {safe_name(name)!r}; rename it"))
+            return True
         other = folders.setdefault(safe_name(name), name)
         if other == name:
             return False

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.scenario.values import NonNegInt, PosInt, TokenSizeT
+from harness.scenario.values import Count, NonNegInt, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind
@@ -17,9 +17,12 @@ class ColdPrefill(PrefillConfig):
     """N never-seen prompts, one at a time."""
 
     kind: Literal["cold_prefill"]
-    n: PosInt = 1
+    n: Count = 1
     prompt_tokens: TokenSizeT
     warmup: NonNegInt = 1
+
+    def longest_request_tokens(self, pool_tokens: int) -> int:
+        return self.prompt_tokens.resolve(pool_tokens) + self.new_tokens()
 
 
 async def run(ctx: WorkloadContext, cfg: ColdPrefill) -> None:

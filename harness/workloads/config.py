@@ -29,6 +29,11 @@ class WorkloadConfig(ScenarioModel):
         """Output tokens per request unless the workload passes its own."""
         return DEFAULT_NEW_TOKENS
 
+    def longest_request_tokens(self, pool_tokens: int) -> int:
+        """Prompt + output tokens of the longest single request this workload sends on a server
+        whose GPU pool holds ``pool_tokens`` (checked against the context before anything runs)."""
+        raise NotImplementedError(f"{type(self).__name__} must say how long its longest request is")
+
 
 class PrefillConfig(WorkloadConfig):
     """A workload that measures prefill: one output token per request unless told otherwise."""

@@ -24,7 +24,6 @@ from harness.scenario.values import resolve_tokens
 from harness.workloads.config import WorkloadConfig
 
 
-
 class StopSending(Exception):
     """Raised by `send` once the abort signal fired: the workload must stop sending."""
 
@@ -107,11 +106,10 @@ class WorkloadScope:
 
     async def send(self, phase: str, index: int, input_ids: list[int], *,
                    max_new_tokens: int | None = None, ignore_eos: bool = False,
-                   warmup: bool = False, group: str | None = None,
-                   relabel: Callable[[RequestRecord], tuple[str, str | None]] | None = None) -> RequestRecord:
+                   warmup: bool = False, group: str | None = None, defer: bool = False) -> RequestRecord:
         """Send one request, record it, return it. Raises `StopSending` if the abort signal
-        already fired (nothing is sent then). ``relabel``: (phase, group) decided from the
-        finished request's timestamps, before it is recorded."""
+        already fired (nothing is sent then). ``defer``: return it unrecorded — the workload
+        labels it from timestamps it learns later and then calls `record`."""
         ctx = self.ctx
         if ctx.abort.fired:
             raise StopSending(ctx.abort.reason)
@@ -124,12 +122,15 @@ class WorkloadScope:
                                         timeout_s=ctx.request_timeout_s, api=self.api)
         if rec.error == "connection" and await ctx.confirm_death():
             rec.error = "server_died"
-        if relabel is not None:
-            rec.phase, rec.concurrency_group = relabel(rec)
-        ctx.n_requests += 1
-        ctx.n_errors += rec.error is not None
-        ctx.record(rec)
+        if not defer:
+            self.record(rec)
         return rec
+
+    def record(self, rec: RequestRecord) -> None:
+        """Count and record a finished request (`send` does this unless told to defer)."""
+        self.ctx.n_requests += 1
+        self.ctx.n_errors += rec.error is not None
+        self.ctx.record(rec)
 
     async def gather(self, coros: Iterable[Awaitable[Any]]) -> list[Any]:
         """Run concurrently; every one finishes (and records) before a StopSending is re-raised."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.scenario.values import PosInt, TokenSize, TokenSizeT
+from harness.scenario.values import Count, PosInt, TokenSize, TokenSizeT
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind
@@ -17,10 +17,13 @@ class Decode(WorkloadConfig):
     """``n`` batches of ``batch`` requests generating ``output_tokens`` each (ignore_eos)."""
 
     kind: Literal["decode"]
-    batch: PosInt = 1
-    n: PosInt = 1
+    batch: Count = 1
+    n: Count = 1
     prompt_tokens: TokenSizeT = TokenSize(tokens=128)
     output_tokens: PosInt = 256
+
+    def longest_request_tokens(self, pool_tokens: int) -> int:
+        return self.prompt_tokens.resolve(pool_tokens) + self.output_tokens
 
 
 async def run(ctx: WorkloadContext, cfg: Decode) -> None:

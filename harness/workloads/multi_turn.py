@@ -13,7 +13,7 @@ from typing import Literal
 
 import numpy as np
 
-from harness.scenario.values import PosInt, TokenSize, TokenSizeT
+from harness.scenario.values import Count, PosInt, TokenSize, TokenSizeT
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.kind import Derived, PhaseSummaries, WorkloadKind
@@ -23,11 +23,15 @@ class MultiTurn(WorkloadConfig):
     """Sessions that grow turn by turn."""
 
     kind: Literal["multi_turn"]
-    sessions: PosInt = 4
-    turns: PosInt = 4
+    sessions: Count = 4
+    turns: Count = 4
     first_turn_tokens: TokenSizeT = TokenSize(tokens=2000)
     turn_tokens: TokenSizeT = TokenSize(tokens=200)
     output_tokens: PosInt = 32
+
+    def longest_request_tokens(self, pool_tokens: int) -> int:
+        turn = self.turn_tokens.resolve(pool_tokens) + self.output_tokens
+        return self.first_turn_tokens.resolve(pool_tokens) + (self.turns - 1) * turn + self.output_tokens
 
 
 async def run(ctx: WorkloadContext, cfg: MultiTurn) -> None:

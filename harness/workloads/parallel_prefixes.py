@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.scenario.values import PosInt, TokenSizeT
+from harness.scenario.values import Count, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind, ratio
@@ -20,9 +20,12 @@ class ParallelPrefixes(PrefillConfig):
     """K distinct prefixes sent concurrently, ``passes`` times."""
 
     kind: Literal["parallel_prefixes"]
-    k: PosInt = 8
+    k: Count = 8
     prompt_tokens: TokenSizeT
-    passes: PosInt = 2
+    passes: Count = 2
+
+    def longest_request_tokens(self, pool_tokens: int) -> int:
+        return self.prompt_tokens.resolve(pool_tokens) + self.new_tokens()
 
 
 async def run(ctx: WorkloadContext, cfg: ParallelPrefixes) -> None:

@@ -11,10 +11,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.scenario.values import PosInt, TokenSize, TokenSizeT
+from harness.scenario.values import Count, TokenSize, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
-from harness.workloads.kind import Derived, PhaseStat, PhaseSummaries, ReportRow, WorkloadKind, ratio
+from harness.workloads.kind import (
+    Derived,
+    PhaseStat,
+    PhaseSummaries,
+    ReportRow,
+    WorkloadKind,
+    ratio,
+)
 
 
 class PrefixSharingFanout(PrefillConfig):
@@ -23,7 +30,11 @@ class PrefixSharingFanout(PrefillConfig):
     kind: Literal["prefix_sharing_fanout"]
     prefix_tokens: TokenSizeT
     suffix_tokens: TokenSizeT = TokenSize(tokens=128)
-    fanout: PosInt = 8
+    fanout: Count = 8
+
+    def longest_request_tokens(self, pool_tokens: int) -> int:
+        return (self.prefix_tokens.resolve(pool_tokens) + self.suffix_tokens.resolve(pool_tokens)
+                + self.new_tokens())
 
 
 async def run(ctx: WorkloadContext, cfg: PrefixSharingFanout) -> None:

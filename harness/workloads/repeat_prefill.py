@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.scenario.values import PosInt, TokenSize, TokenSizeT
+from harness.scenario.values import Count, TokenSize, TokenSizeT
 from harness.workloads.cold_prefill import COLD_PREFILL_FIGURES
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
@@ -25,11 +25,14 @@ class RepeatPrefill(PrefillConfig):
     """The same prompts again: at once (device hits), then after eviction traffic (host hits)."""
 
     kind: Literal["repeat_prefill"]
-    n: PosInt = 1
+    n: Count = 1
     prompt_tokens: TokenSizeT
     # Over the GPU pool (pushes the prompts out of it), within a ratio-2 host pool minus the
     # prompts (more would push them out of the host tier too, and the phase would test recompute).
     eviction_tokens: TokenSizeT = TokenSize(pool_fraction=1.2)
+
+    def longest_request_tokens(self, pool_tokens: int) -> int:
+        return self.prompt_tokens.resolve(pool_tokens) + self.new_tokens()
 
 
 def eviction_sizes(total_tokens: int, prompt_tokens: int, pool_tokens: int) -> list[int]:

@@ -2,10 +2,11 @@
 
 Phases: "alone" (N short prompts, one at a time), "long" (one long prompt), "during_long" (N
 short prompts sent one after another while the long one is in flight; the long request and
-these share a concurrency group). A short request is "during_long" only if it was sent and
-answered inside the long request's window (sent after it, finished no later than it, by the
-recorded timestamps); any other is "after_long", so "during_long" never holds rows that did not
-overlap the long prefill. With `long_prompt_tokens: null` only "alone" runs.
+these share a concurrency group). A short request is "during_long" only if it was sent inside
+the long prefill's window — after the long request was sent and before its first token arrived
+— by the recorded timestamps, once the long request has finished; any other is "after_long".
+A short request that arrived during the prefill but waited for it to end is "during_long": that
+wait is the interference being measured. With `long_prompt_tokens: null` only "alone" runs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 from typing import Literal
 
 from harness.records import RequestRecord
-from harness.scenario.values import PosInt, TokenSize, TokenSizeT
+from harness.scenario.values import Count, TokenSize, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind, ratio
@@ -26,9 +27,13 @@ class ShortTTFT(PrefillConfig):
     """Short prompts alone, then while a long prefill runs (null ``long_prompt_tokens``: alone only)."""
 
     kind: Literal["short_ttft"]
-    n: PosInt = 5
+    n: Count = 5
     prompt_tokens: TokenSizeT = TokenSize(tokens=32)
     long_prompt_tokens: TokenSizeT | None = TokenSize(pool_fraction=0.8)
+
+    def longest_request_tokens(self, pool_tokens: int) -> int:
+        longest = self.long_prompt_tokens or self.prompt_tokens
+        return max(self.prompt_tokens.resolve(pool_tokens), longest.resolve(pool_tokens)) + self.new_tokens()
 
 
 async def run(ctx: WorkloadContext, cfg: ShortTTFT) -> None:
@@ -45,25 +50,27 @@ async def run(ctx: WorkloadContext, cfg: ShortTTFT) -> None:
     group = w.group("during_long")
     (long_ids,) = w.prompts(1, long_tokens, "long")
     long_task = asyncio.create_task(w.send("long", 0, long_ids, group=group))
-
-    def inside_long(rec: RequestRecord) -> tuple[str, str | None]:
-        """Decided when the short request has finished: the long one still in flight, or
-        finished no earlier than this one (same clock), means the short one ran inside it."""
-        if not long_task.done():
-            return "during_long", group
-        long_rec = None if long_task.cancelled() or long_task.exception() else long_task.result()
-        if (long_rec is not None and long_rec.done_ns is not None and rec.sent_ns >= long_rec.sent_ns
-                and rec.done_ns is not None and rec.done_ns <= long_rec.done_ns):
-            return "during_long", group
-        return "after_long", None
-
     await asyncio.sleep(START_DELAY_S)
+    shorts: list[RequestRecord] = []
     try:
         for i, ids in enumerate(w.prompts(n, short, "during")):
-            await w.send("during_long", i, ids, relabel=inside_long)
+            shorts.append(await w.send("during_long", i, ids, group=group, defer=True))
     finally:
         await asyncio.gather(long_task, return_exceptions=True)
+        long_rec = None if long_task.cancelled() or long_task.exception() else long_task.result()
+        for rec in shorts:
+            rec.phase, rec.concurrency_group = ("during_long", group) if inside_prefill(rec, long_rec) \
+                else ("after_long", None)
+            w.record(rec)
     long_task.result()  # re-raises StopSending if the long one could not be sent
+
+
+def inside_prefill(short: RequestRecord, long: RequestRecord | None) -> bool:
+    """Sent after the long request and before its prefill ended (its first token, else its end)."""
+    if long is None:
+        return False
+    end = long.first_token_ns if long.first_token_ns is not None else long.done_ns
+    return end is not None and long.sent_ns <= short.sent_ns < end
 
 
 _ALONE = PhaseStat("alone", "ttft_ms")
