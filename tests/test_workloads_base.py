@@ -43,28 +43,32 @@ def test_server_death_during_flush_before_is_reported():
 
 
 class _TimedClient:
-    """Answers after a fixed delay per prompt length, stamping real perf_counter_ns times."""
+    """Answers with a first token after `ttft_s` and the end of the stream after `done_s` (per
+    prompt length), stamping real perf_counter_ns times."""
 
-    def __init__(self, delay_s_by_len: dict[int, float]) -> None:
-        self.delay_s_by_len = delay_s_by_len
+    def __init__(self, timing_by_len: dict[int, tuple[float, float]]) -> None:
+        self.timing_by_len = timing_by_len
 
     async def generate(self, req, labels, **_):
         import time
 
         from tests.factories import make_record
 
+        ttft_s, done_s = self.timing_by_len[len(req.input_ids)]
         sent = time.perf_counter_ns()
-        await asyncio.sleep(self.delay_s_by_len[len(req.input_ids)])
-        ttft_ms = (time.perf_counter_ns() - sent) / 1e6
+        await asyncio.sleep(done_s)
         return make_record(workload=labels.workload, phase=labels.phase, index=labels.index,
-                           concurrency_group=labels.concurrency_group, sent_ns=sent, ttft_ms=ttft_ms)
+                           concurrency_group=labels.concurrency_group, sent_ns=sent,
+                           ttft_ms=ttft_s * 1e3, done_gap_ms=(done_s - ttft_s) * 1e3)
 
 
 def test_short_ttft_labels_during_long_from_timestamps():
-    """A short request sent while the long one is in flight but answered after it finished is
-    "after_long", not "during_long" (labelling at send time got this wrong)."""
+    """A short request sent after the long prefill ended (the long one's first token), while the
+    client had not yet seen the long request finish, is "after_long", not "during_long"; one
+    sent during the prefill is "during_long" even if it was answered after it."""
     records = []
-    client = _TimedClient({1000: 0.25, 32: 0.15})  # long 250 ms; shorts 150 ms, one after another
+    # long: first token at 250 ms, stream ends at 400 ms; shorts: 150 ms each, one after another
+    client = _TimedClient({1000: (0.25, 0.40), 32: (0.15, 0.15)})
 
     async def go():
         ctx = WorkloadContext(base_url="http://x", client=client, variant="v", repeat=0,
@@ -76,10 +80,10 @@ def test_short_ttft_labels_during_long_from_timestamps():
     assert outcome.ok
     (long,) = [r for r in records if r.phase == "long"]
     shorts = sorted((r for r in records if r.phase in ("during_long", "after_long")), key=lambda r: r.sent_ns)
-    # short 1 runs 10..160 ms inside the long one (0..250 ms); short 2 is sent at ~160 ms, while
-    # the long one is still in flight, but answered at ~310 ms, after it
-    assert [r.phase for r in shorts] == ["during_long", "after_long", "after_long"]
+    # sent at ~10, ~160 and ~310 ms: the third after the prefill ended (250 ms) but before the
+    # long request's stream ended (400 ms)
+    assert [r.phase for r in shorts] == ["during_long", "during_long", "after_long"]
     for r in shorts:
-        inside = r.sent_ns >= long.sent_ns and r.done_ns <= long.done_ns
+        inside = long.sent_ns <= r.sent_ns < long.first_token_ns
         assert (r.phase == "during_long") == inside
         assert (r.concurrency_group == long.concurrency_group) == inside
