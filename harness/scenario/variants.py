@@ -27,6 +27,7 @@ from harness.scenario.models import (
     VariantSpec,
 )
 from harness.scenario.values import fmt_num, parse_extra_args
+from harness.secrets import is_secret_name
 from harness.yaml_lines import format_path, line_for
 
 MAX_MATRIX_VARIANTS = 1000
@@ -84,8 +85,12 @@ def _make_variant(scn: Scenario, spec: VariantFields, name: str, origin: str,
     )
 
 
-def _axis_part(axis: str, value: Any, labels: Mapping[str, str]) -> str:
-    if axis == "model_path" and isinstance(value, str):
+def _axis_part(axis: str, value: Any, labels: Mapping[str, str], position: int) -> str:
+    """The name part of one axis value. A secret's value never becomes part of a name (names
+    become folders, report headings and JUnit test names): its position stands in for it."""
+    if is_secret_name(axis.partition(".")[2]):
+        shown = f"secret{position + 1}"
+    elif axis == "model_path" and isinstance(value, str):
         shown = os.path.basename(value.rstrip("/")) or value
     elif isinstance(value, bool):
         shown = "on" if value else "off"
@@ -145,7 +150,7 @@ def _matrix_variants(scn: Scenario, i: int, m: MatrixEntry, lines: dict, file: s
         for (axis, _), val in zip(axes, combo):
             d = _apply_axis(d, axis, val)
             values[axis] = val
-            parts.append(_axis_part(axis, val, m.labels))
+            parts.append(_axis_part(axis, val, m.labels, m.axes[axis].index(val)))
         name = "-".join(parts)
         try:
             spec = VariantSpec.model_validate({**d, "name": name})
