@@ -1,11 +1,15 @@
-"""``harness history SCENARIO``: each headline metric over a scenario's runs, change points marked.
+"""Each headline metric over a scenario's runs, with change points.
 
-One job: runs of one scenario → per metric × variant series → `detect_change` → history.html.
+One job: runs of one scenario → per metric × variant series → `detect_change` → a `History`.
+(The page is `harness.report.history_page`; the ``harness history`` command is
+`harness.commands.history`.)
 
-Headline metrics use the expectation names (`harness.expectations`): every
-``<workload>.<derived>`` of the summaries (prefill_total_tok_s, decode_tok_s,
-second_pass_speedup, device_speedup, host_speedup, interference, ...) and
-``<short_ttft workload>.alone.ttft_ms_p50`` / ``.during_long.ttft_ms_p50``. A run where the
+Headline metrics are what each workload's kind declares (`harness.workloads`), named as
+expectations name them (`harness.expectations`): its derived figures, ``<workload>.<derived>``
+(prefill_total_tok_s, decode_tok_s, second_pass_speedup, host_speedup, interference, ...), and
+its ``history_stats``, ``<workload>.<phase>.<metric>_<stat>`` (e.g. a short_ttft workload's
+``alone.ttft_ms_p50`` and ``during_long.ttft_ms_p50``). A workload's kind comes from the
+scenario stored in the run (a workload without one is named after its kind). A run where the
 variant failed has no value (a cross on the plot, never 0).
 
 Change-point rule (`detect_change`, pure). For each night i (oldest first) with at least
@@ -14,7 +18,7 @@ before i, ``after`` = the up to ``window`` finite values from i on. A step at i 
 
   - at least ``persist`` (2) consecutive nights from i on (up to ``window``) differ from
     median(before) in the same direction by at least the threshold (relative; the scenario's
-    threshold for the metric, `compare.threshold_for`, default 5 %) AND by more than ``k`` (3) ×
+    threshold for the metric, `harness.compare.statistics.threshold_for`, default 5 %) AND by more than ``k`` (3) ×
     the noise of ``before`` (1.4826 × MAD). So a one-night spike that reverts is never a step,
     noise is not either, and a change seen on the last night only waits for a second night;
     a step that lasted two nights or more is flagged even if it was fixed later.
@@ -26,15 +30,18 @@ After a flagged step the search continues ``window`` nights later. Fewer than
 from __future__ import annotations
 
 import math
-import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
 
 import numpy as np
 
-from harness import metrics as M
 from harness import results
+from harness.compare.runs import run_workload_kinds
+from harness.compare.statistics import threshold_for
+from harness.expectations import scenario_expectations
+from harness.metrics import METRICS
+from harness.workloads import derived_figures, kind_of
 
 MIN_BEFORE = 3
 PERSIST = 2
@@ -102,35 +109,48 @@ def detect_change(values: Sequence[float | None], threshold: float, higher_is_be
 # ------------------------------------------------------------------------------------ collecting
 
 
-def headline_values(summary: dict | None) -> dict[str, float | None]:
-    """{metric name: value} of one variant's summary (names as in harness.expectations)."""
+def headline_values(summary: dict | None, names_to_kinds: Mapping[str, str]) -> dict[str, float | None]:
+    """{metric name: value} of one variant's summary: what each workload's kind declares
+    (derived figures the summary holds, history stats of the phases it has); nothing for a
+    workload of a kind this harness does not know. ``names_to_kinds``: {workload: kind}."""
     out: dict[str, float | None] = {}
     for wl, w in ((summary or {}).get("workloads") or {}).items():
-        for k, v in (w.get("derived") or {}).items():
-            out[f"{wl}.{k}"] = v
+        kind = kind_of(wl, names_to_kinds)
+        if kind is None:
+            continue
+        recorded = w.get("derived") or {}
+        for d in kind.derived:
+            if d.name in recorded:
+                out[f"{wl}.{d.name}"] = recorded[d.name]
         phases = w.get("phases") or {}
-        if "alone" in phases and "during_long" in phases:
-            for ph in ("alone", "during_long"):
-                s = (phases[ph].get("metrics") or {}).get("ttft_ms")
-                out[f"{wl}.{ph}.ttft_ms_p50"] = s.get("p50") if s else None
+        for s in kind.history_stats:
+            if s.phase in phases:
+                out[f"{wl}.{s.phase}.{s.metric}_{s.stat}"] = s.of(phases)
     return out
 
 
+def _parse_name(name: str) -> tuple[str, str, str]:
+    """(workload, phase or "*", metric) of a headline name: ``<workload>.<derived>`` or
+    ``<workload>.<phase>.<metric>_<stat>``."""
+    wl, _, rest = name.partition(".")
+    phase, _, last = rest.rpartition(".")
+    if not phase:
+        return wl, "*", last
+    return wl, phase, last.rpartition("_")[0]
+
+
 def metric_direction(name: str) -> tuple[bool, str]:
-    """(higher_is_better, unit) of a headline metric name."""
-    last = name.split(".")[-1]
-    base = last[:-4] if last.endswith("_p50") else last
-    try:
-        info = M.metric_info(base)
-        return info.higher_is_better, info.unit
-    except KeyError:
-        return True, ""
+    """(higher_is_better, unit) of a headline metric name, from the metric's or the derived
+    figure's declaration; (True, "") for a name nothing declares."""
+    _, phase, metric = _parse_name(name)
+    info = METRICS.get(metric) if phase != "*" else derived_figures().get(metric)
+    return (True, "") if info is None else (info.higher_is_better, info.unit)
 
 
 @dataclass
 class History:
     scenario: str
-    runs: list[dict]  # run_id, created_at, complete, good
+    runs: list[dict]  # run_id, created_at, path
     series: dict[str, dict[str, list[float | None]]]  # metric -> variant -> values per run
     failed: dict[str, list[int]]  # variant -> run indices where it failed
     decisions: dict[str, dict[str, ChangeDecision]]
@@ -138,10 +158,7 @@ class History:
 
 
 def collect(results_dir: Path, scenario: str) -> History:
-    """Load every run of a scenario (oldest first) and decide change points."""
-    from harness.compare import threshold_for
-    from harness.expectations import scenario_expectations
-
+    """Load every complete run of a scenario (oldest first) and decide change points."""
     runs = []
     per_run: list[dict[str, dict[str, float | None]]] = []
     failed: dict[str, list[int]] = {}
@@ -158,13 +175,14 @@ def collect(results_dir: Path, scenario: str) -> History:
         i = len(runs)
         runs.append({"run_id": run.run_id, "created_at": run.manifest.get("created_at"), "path": str(p)})
         thresholds = {k: t.fraction for k, t in scenario_expectations(run.manifest).thresholds.items()}
+        names_to_kinds = run_workload_kinds(run.manifest)
         vals: dict[str, dict[str, float | None]] = {}
         for v in run.variants:
             if v.status.get("state") != "ok":
                 if v.status.get("expect") != "startup_failed":
                     failed.setdefault(v.name, []).append(i)
                 continue
-            vals[v.name] = headline_values(v.summary)
+            vals[v.name] = headline_values(v.summary, names_to_kinds)
         per_run.append(vals)
     metrics = sorted({m for r in per_run for vs in r.values() for m in vs})
     variants = list(dict.fromkeys(v for r in per_run for v in r))
@@ -172,9 +190,7 @@ def collect(results_dir: Path, scenario: str) -> History:
     decisions: dict[str, dict[str, ChangeDecision]] = {}
     for m in metrics:
         hib, _ = metric_direction(m)
-        wl, _, rest = m.partition(".")
-        phase, _, name = rest.rpartition(".")  # "<derived>" or "<phase>.<metric>_p50"
-        thr, _ = threshold_for(thresholds, wl, phase or "*", name.removesuffix("_p50"))
+        thr, _ = threshold_for(thresholds, *_parse_name(m))
         for v in variants:
             ys = [r.get(v, {}).get(m) for r in per_run]
             if all(y is None for y in ys):
@@ -182,55 +198,3 @@ def collect(results_dir: Path, scenario: str) -> History:
             series.setdefault(m, {})[v] = ys
             decisions.setdefault(m, {})[v] = detect_change(ys, thr, hib)
     return History(scenario, runs, series, failed, decisions, thresholds)
-
-
-def render(h: History) -> str:
-    from jinja2 import Environment, FileSystemLoader
-
-    from harness.report import plots as P
-    from harness.report.html import TEMPLATES, figure_png
-
-    labels = [r["run_id"][:15] for r in h.runs]
-    figs = []
-    for m, by_v in h.series.items():
-        _, unit = metric_direction(m)
-        cps = {v: [p.index for p in d.change_points] for v, d in h.decisions[m].items()}
-        png = figure_png(lambda ax, by_v=by_v, cps=cps, m=m, unit=unit: P.plot_history(
-            ax, labels, by_v, cps, {v: h.failed.get(v, []) for v in by_v}, unit, m), size=(10, 2.8))
-        figs.append({"metric": m, "png": png, "decisions": [
-            {"variant": v, "state": d.state, "reason": d.reason,
-             "regression": any(p.direction == "regression" for p in d.change_points)}
-            for v, d in h.decisions[m].items()]})
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True)
-    return env.get_template("history.html.j2").render(h=h, figs=figs, n_runs=len(h.runs))
-
-
-def write_history(results_dir: Path, reports_dir: Path, scenario: str) -> Path:
-    h = collect(Path(results_dir), scenario)
-    out = Path(reports_dir) / results.safe_name(scenario) / "history.html"
-    results.write_text_atomic(out, render(h))
-    return out
-
-
-def _scenario_name(arg: str) -> str:
-    p = Path(arg)
-    if p.suffix in (".yaml", ".yml") and p.is_file():
-        from harness.yaml_lines import load_yaml
-
-        data = load_yaml(p).data
-        return str(data.get("name") or p.stem)
-    return arg
-
-
-def cli_main(args) -> int:
-    try:
-        name = _scenario_name(args.scenario)
-    except Exception as exc:  # noqa: BLE001 - a YAML that does not load
-        print(f"harness history: {args.scenario}: {exc}", file=sys.stderr)
-        return 2
-    if not results.list_runs(Path(args.results_dir), name):
-        print(f"harness history: no runs of {name} under {args.results_dir}", file=sys.stderr)
-        return 2
-    out = write_history(Path(args.results_dir), Path(args.reports_dir), name)
-    print(f"history: {out}")
-    return 0

@@ -1,189 +1,284 @@
-"""Metric declarations (name, unit, direction) and pure derivations from `RequestRecord`s.
+"""Metric declarations: one `Metric` per metric — name, unit, direction, what it means, whether it
+is per request or per concurrency group, its formula, and whether (and where) `harness compare`
+judges it.
 
-Nothing here measures: every number is recomputed from the raw integer-ns fields, so a changed
-definition applies to old runs too. Definitions:
+Nothing here measures: every number is recomputed from the raw integer-ns fields of the records,
+so a changed definition applies to old runs too. Each formula is written once, on columns of
+inputs (numpy arrays; NaN = missing), and the same function serves both paths:
+
+  one record    `Metric.of_record(r)` and `group_walls(records)` (the summary), on that record's
+                (that group's) inputs;
+  a whole run   `request_metrics(columns)` and `group_metrics(columns)` (`harness.frames`, which
+                compare reads), on one array per input.
+
+The inputs are the raw fields of `REQUEST_FIELDS`, a record's chunk reductions (`chunk_stats`:
+`CHUNK_INPUTS`) and, per concurrency group, `GROUP_INPUTS`. Definitions:
 
   ttft_ms              first chunk with new output ids − sent
   e2e_ms               [DONE] − sent
   itl_ms               per chunk after the first: gap to the previous token-bearing chunk ÷ its
-                       new tokens (per-request value: mean; summaries pool all chunks, like
-                       sglang bench_serving's ITL)
+                       new tokens (per-request value: mean; summaries pool all chunks,
+                       `itl_values_ms`, like sglang bench_serving's ITL)
   tpot_ms              (last token chunk − first token chunk) ÷ tokens after the first chunk
   prefill_tok_s        (prompt tokens − cached tokens) ÷ TTFT: the tokens actually computed
   prefill_total_tok_s  prompt tokens ÷ TTFT (seed 000's "75K tok / TTFT")
   decode_tok_s         tokens after the first chunk ÷ (last token chunk − first token chunk)
   cached_fraction, device_hit_fraction, host_hit_fraction   server-reported cached ÷ prompt tokens
   pass_wall_s          per concurrency group: last done − first sent (parallel_prefixes passes)
-Prompt tokens are the server's `prompt_tokens` where reported, else the `prompt_len` we sent.
+Prompt tokens are the server's `prompt_tokens` where reported, else the `prompt_len` we sent
+(0: undefined). A workload's derived figures (second_pass_speedup, host_speedup, ...) are declared
+by its kind (`harness.workloads`), not here.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
 from harness.records import RequestRecord
 
+Columns = Mapping[str, Any]  # input name → np.ndarray (one row per request or group) or a number
 
-@dataclass(frozen=True)
-class Metric:
-    name: str
-    unit: str
-    higher_is_better: bool
-    description: str
-    per: Literal["request", "group", "workload"] = "request"
+REQUEST_FIELDS = ("sent_ns", "first_token_ns", "done_ns", "prompt_len", "prompt_tokens",
+                  "cached_tokens", "cached_device", "cached_host")
+CHUNK_INPUTS = ("first_chunk_ns", "last_chunk_ns", "tokens_after_first", "itl_mean_ms")
+GROUP_INPUTS = ("first_sent_ns", "last_done_ns")
 
-
-METRICS: dict[str, Metric] = {m.name: m for m in [
-    Metric("ttft_ms", "ms", False, "time to first token"),
-    Metric("itl_ms", "ms", False, "inter-token latency (per token, pooled over chunks)"),
-    Metric("tpot_ms", "ms", False, "time per output token after the first"),
-    Metric("e2e_ms", "ms", False, "end-to-end request latency"),
-    Metric("prefill_tok_s", "tok/s", True, "uncached prompt tokens / TTFT"),
-    Metric("prefill_total_tok_s", "tok/s", True, "all prompt tokens / TTFT"),
-    Metric("decode_tok_s", "tok/s", True, "output tokens after the first / decode time"),
-    Metric("host_hit_fraction", "fraction", True, "prompt tokens served from the host tier"),
-    Metric("device_hit_fraction", "fraction", True, "prompt tokens served from the GPU tier"),
-    Metric("cached_fraction", "fraction", True, "prompt tokens served from any cache tier"),
-    Metric("pass_wall_s", "s", False, "wall time of one concurrent group (a pass)", per="group"),
-]}
-REQUEST_METRICS = [m.name for m in METRICS.values() if m.per == "request"]
-
-# Ratios `harness.summary.derived` computes per workload (one number per variant).
-DERIVED_METRICS: dict[str, Metric] = {m.name: m for m in [
-    Metric("second_pass_speedup", "ratio", True, "parallel_prefixes: pass1 wall / pass2 wall", "workload"),
-    Metric("device_speedup", "ratio", True, "repeat_prefill: cold TTFT / repeat TTFT", "workload"),
-    Metric("host_speedup", "ratio", True, "repeat_prefill: cold TTFT / after-eviction TTFT", "workload"),
-    Metric("interference", "ratio", False, "short_ttft: TTFT during a long prefill / alone", "workload"),
-    Metric("later_turns_cached_fraction", "fraction", True, "multi_turn: cached share, turns >= 2", "workload"),
-]}
-
-
-def metric_info(name: str) -> Metric:
-    """Declaration of a per-request, per-group or derived metric by name (KeyError if unknown)."""
-    return METRICS[name] if name in METRICS else DERIVED_METRICS[name]
+PREFILL_MIN_PROMPT = 1024  # tokens: a shorter prompt's TTFT is scheduling, not prefill throughput
 
 _NS_PER_MS = 1e6
 _NS_PER_S = 1e9
 
 
-def prompt_token_count(r: RequestRecord) -> int | None:
-    n = r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len
-    return n if n else None
+# ---------------------------------------------------------------------------- chunk reductions
 
 
-def ttft_ms(r: RequestRecord) -> float | None:
-    if r.first_token_ns is None:
-        return None
-    return (r.first_token_ns - r.sent_ns) / _NS_PER_MS
+def _scan_chunks(chunk_ns: Sequence[int], chunk_new: Sequence[int],
+                 gaps: list[float] | None = None) -> tuple[float, float, float, float]:
+    """`chunk_stats`, appending each ITL value to ``gaps`` when given (one pass: this runs once
+    per request of a million-row run)."""
+    first = prev = None
+    after = n_gaps = 0
+    total = 0.0
+    for t, n in zip(chunk_ns, chunk_new):
+        if n <= 0:
+            continue
+        if prev is None:
+            first = t
+        else:
+            gap = (t - prev) / n / _NS_PER_MS
+            after += n
+            total += gap
+            n_gaps += 1
+            if gaps is not None:
+                gaps.append(gap)
+        prev = t
+    if prev is None:
+        return math.nan, math.nan, math.nan, math.nan
+    if not n_gaps:
+        return first, prev, math.nan, math.nan
+    return first, prev, after, total / n_gaps
 
 
-def e2e_ms(r: RequestRecord) -> float | None:
-    if r.done_ns is None:
-        return None
-    return (r.done_ns - r.sent_ns) / _NS_PER_MS
-
-
-def _token_chunks(r: RequestRecord) -> list[tuple[int, int]]:
-    return [(t, n) for t, n in zip(r.chunk_ns, r.chunk_new_tokens) if n > 0]
+def chunk_stats(chunk_ns: Sequence[int], chunk_new: Sequence[int]) -> tuple[float, float, float, float]:
+    """`CHUNK_INPUTS` of one request: (first token chunk ns, last token chunk ns, tokens after the
+    first chunk, mean ITL ms) over its token-bearing chunks (new tokens > 0); NaN where undefined
+    (no token chunk; the last two need a second one)."""
+    return _scan_chunks(chunk_ns, chunk_new)
 
 
 def itl_values_ms(r: RequestRecord) -> list[float]:
-    """One value per token-bearing chunk after the first: gap ÷ new tokens of that chunk."""
-    ch = _token_chunks(r)
-    return [(t1 - t0) / n1 / _NS_PER_MS for (t0, _), (t1, n1) in zip(ch, ch[1:])]
+    """One value per token-bearing chunk after the first: gap to the previous one ÷ its new tokens."""
+    gaps: list[float] = []
+    _scan_chunks(r.chunk_ns, r.chunk_new_tokens, gaps)
+    return gaps
 
 
-def _after_first(r: RequestRecord) -> tuple[int, float] | None:
-    ch = _token_chunks(r)
-    if len(ch) < 2:
-        return None
-    tokens = sum(n for _, n in ch[1:])
-    return tokens, float(ch[-1][0] - ch[0][0])
+# ----------------------------------------------------------------------------------- formulas
+# A formula's inputs are numpy arrays (a whole run) or floats (one record): these helpers do the
+# same element-wise thing for both, so that each formula is written once.
 
 
-def tpot_ms(r: RequestRecord) -> float | None:
-    a = _after_first(r)
-    if a is None or a[0] == 0:
-        return None
-    return a[1] / a[0] / _NS_PER_MS
+def _ratio(num: Any, den: Any) -> Any:
+    """num / den where den > 0, else NaN."""
+    if isinstance(den, np.ndarray):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(den > 0, num / den, np.nan)
+    return num / den if den > 0 else math.nan
 
 
-def decode_tok_s(r: RequestRecord) -> float | None:
-    a = _after_first(r)
-    if a is None or a[1] <= 0:
-        return None
-    return a[0] / (a[1] / _NS_PER_S)
+def _positive(x: Any) -> Any:
+    """x where x > 0, else NaN."""
+    if isinstance(x, np.ndarray):
+        return np.where(x > 0, x, np.nan)
+    return x if x > 0 else math.nan
 
 
-def prefill_tok_s(r: RequestRecord) -> float | None:
-    t, n = ttft_ms(r), prompt_token_count(r)
-    if t is None or t <= 0 or n is None:
-        return None
-    return (n - (r.cached_tokens or 0)) / (t / 1e3)
+def _or(x: Any, fallback: Any) -> Any:
+    """x where it is not NaN, else fallback."""
+    if isinstance(x, np.ndarray):
+        return np.where(np.isnan(x), fallback, x)
+    return fallback if math.isnan(x) else x
 
 
-def prefill_total_tok_s(r: RequestRecord) -> float | None:
-    t, n = ttft_ms(r), prompt_token_count(r)
-    if t is None or t <= 0 or n is None:
-        return None
-    return n / (t / 1e3)
+def _prompt(c: Columns) -> Any:
+    return _positive(_or(c["prompt_tokens"], c["prompt_len"]))  # 0 prompt tokens: undefined
 
 
-def _fraction(part: int | None, r: RequestRecord) -> float | None:
-    n = prompt_token_count(r)
-    if part is None or n is None:
-        return None
-    return part / n
+def _ttft_ms(c: Columns) -> Any:
+    return (c["first_token_ns"] - c["sent_ns"]) / _NS_PER_MS
 
 
-def cached_fraction(r: RequestRecord) -> float | None:
-    return _fraction(r.cached_tokens, r)
+def _decode_span_ns(c: Columns) -> Any:
+    return c["last_chunk_ns"] - c["first_chunk_ns"]
 
 
-def device_hit_fraction(r: RequestRecord) -> float | None:
-    return _fraction(r.cached_device, r)
+def _prefill_tok_s(c: Columns) -> Any:
+    return _ratio(_prompt(c) - _or(c["cached_tokens"], 0.0), _ttft_ms(c) / 1e3)
 
 
-def host_hit_fraction(r: RequestRecord) -> float | None:
-    return _fraction(r.cached_host, r)
+def _prefill_total_tok_s(c: Columns) -> Any:
+    return _ratio(_prompt(c), _ttft_ms(c) / 1e3)
 
 
-def itl_ms(r: RequestRecord) -> float | None:
-    v = itl_values_ms(r)
-    return float(np.mean(v)) if v else None
+def _tpot_ms(c: Columns) -> Any:
+    return _ratio(_decode_span_ns(c), c["tokens_after_first"]) / _NS_PER_MS
 
 
-DERIVATIONS = {
-    "ttft_ms": ttft_ms, "itl_ms": itl_ms, "tpot_ms": tpot_ms, "e2e_ms": e2e_ms,
-    "prefill_tok_s": prefill_tok_s, "prefill_total_tok_s": prefill_total_tok_s,
-    "decode_tok_s": decode_tok_s, "host_hit_fraction": host_hit_fraction,
-    "device_hit_fraction": device_hit_fraction, "cached_fraction": cached_fraction,
-}
-
-_RAW_COLUMNS = ["variant", "workload", "phase", "repeat", "index", "rid", "warmup",
-                "concurrency_group", "prompt_len", "prompt_tokens", "completion_tokens",
-                "cached_tokens", "cached_device", "cached_host", "cached_storage",
-                "finish_reason", "error", "sent_ns", "first_token_ns", "done_ns"]
+def _decode_tok_s(c: Columns) -> Any:
+    return _ratio(c["tokens_after_first"], _decode_span_ns(c) / _NS_PER_S)
 
 
-def records_frame(records: Iterable[RequestRecord]) -> pd.DataFrame:
-    """One row per request: the raw label/count columns plus one column per request metric
-    (NaN where it cannot be derived), `output_len` and `n_chunks`."""
-    rows = []
-    for r in records:
-        row = {c: getattr(r, c) for c in _RAW_COLUMNS}
-        for name, fn in DERIVATIONS.items():
-            v = fn(r)
-            row[name] = np.nan if v is None else float(v)
-        row["output_len"] = len(r.output_ids)
-        row["n_chunks"] = len(r.chunk_ns)
-        rows.append(row)
-    cols = _RAW_COLUMNS + list(DERIVATIONS) + ["output_len", "n_chunks"]
-    return pd.DataFrame(rows, columns=cols)
+def _fraction_of_prompt(field: str) -> Callable[[Columns], Any]:
+    return lambda c: c[field] / _prompt(c)
+
+
+def _measures_prefill(phase: pd.DataFrame) -> bool:
+    """Where prefill_tok_s measures prefill: the phase's median prompt is ≥ `PREFILL_MIN_PROMPT`
+    tokens and mostly not cached (a cached share the server did not report counts as computed)."""
+    prompt = phase["prompt_tokens"].fillna(phase["prompt_len"])
+    mostly_computed = not (phase["cached_fraction"].median() >= 0.5)
+    return bool(prompt.median() >= PREFILL_MIN_PROMPT and mostly_computed)
+
+
+# ------------------------------------------------------------------------------- declarations
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric. ``formula`` maps columns of inputs to the metric (NaN where undefined);
+    ``compared``: judged by `harness compare`, in every phase or, with ``compared_when``, in the
+    phases whose measured requests (a requests frame) it holds for."""
+
+    name: str
+    unit: str
+    higher_is_better: bool
+    description: str
+    formula: Callable[[Columns], Any]
+    per: Literal["request", "group"] = "request"
+    compared: bool = False
+    compared_when: Callable[[pd.DataFrame], bool] | None = None
+
+    def compute(self, columns: Columns) -> np.ndarray:
+        """The metric over columns of inputs (arrays, one row per request or group)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.asarray(self.formula(columns), dtype=float)
+
+    def value(self, inputs: Columns) -> float | None:
+        """The metric of one request or group from its inputs as floats; None where undefined."""
+        v = float(self.formula(inputs))
+        return None if math.isnan(v) else v
+
+    def of_record(self, r: RequestRecord) -> float | None:
+        return self.value(_RecordInputs(r))
+
+    def compared_in(self, phase: pd.DataFrame) -> bool:
+        """Whether compare judges this metric in a phase, given its measured ok requests."""
+        return self.compared and (self.compared_when is None or self.compared_when(phase))
+
+
+METRICS: dict[str, Metric] = {m.name: m for m in [
+    Metric("ttft_ms", "ms", False, "time to first token", _ttft_ms, compared=True),
+    Metric("itl_ms", "ms", False, "inter-token latency (per token, pooled over chunks)",
+           lambda c: c["itl_mean_ms"]),
+    Metric("tpot_ms", "ms", False, "time per output token after the first", _tpot_ms, compared=True),
+    Metric("e2e_ms", "ms", False, "end-to-end request latency",
+           lambda c: (c["done_ns"] - c["sent_ns"]) / _NS_PER_MS),
+    Metric("prefill_tok_s", "tok/s", True, "uncached prompt tokens / TTFT", _prefill_tok_s,
+           compared=True, compared_when=_measures_prefill),
+    Metric("prefill_total_tok_s", "tok/s", True, "all prompt tokens / TTFT", _prefill_total_tok_s),
+    Metric("decode_tok_s", "tok/s", True, "output tokens after the first / decode time", _decode_tok_s,
+           compared=True),
+    Metric("host_hit_fraction", "fraction", True, "prompt tokens served from the host tier",
+           _fraction_of_prompt("cached_host")),
+    Metric("device_hit_fraction", "fraction", True, "prompt tokens served from the GPU tier",
+           _fraction_of_prompt("cached_device")),
+    Metric("cached_fraction", "fraction", True, "prompt tokens served from any cache tier",
+           _fraction_of_prompt("cached_tokens")),
+    Metric("pass_wall_s", "s", False, "wall time of one concurrent group (a pass)",
+           lambda c: (c["last_done_ns"] - c["first_sent_ns"]) / _NS_PER_S, per="group", compared=True),
+]}
+REQUEST_METRICS = [m.name for m in METRICS.values() if m.per == "request"]
+# The per-record derivation of each request metric (what the summary applies to each record).
+DERIVATIONS: dict[str, Callable[[RequestRecord], float | None]] = {
+    name: METRICS[name].of_record for name in REQUEST_METRICS}
+
+
+def request_metrics(columns: Columns) -> dict[str, np.ndarray]:
+    """Every request metric over columns of `REQUEST_FIELDS` + `CHUNK_INPUTS` (vectorised)."""
+    return {name: METRICS[name].compute(columns) for name in REQUEST_METRICS}
+
+
+def group_metrics(columns: Columns) -> dict[str, np.ndarray]:
+    """Every group metric over columns of `GROUP_INPUTS` (vectorised)."""
+    return {m.name: m.compute(columns) for m in METRICS.values() if m.per == "group"}
+
+
+# --------------------------------------------------------------------------- one record, one group
+
+
+def _scalar(v: float | None) -> float:
+    return math.nan if v is None else v  # ints stay ints: ns differences exact past 2**53 ns
+
+
+class _RecordInputs(Mapping[str, float]):
+    """The formulas' inputs of one record (`REQUEST_FIELDS` + `CHUNK_INPUTS`, NaN where missing),
+    read when a formula asks: most read two or three, and only three need the chunk reduction."""
+
+    def __init__(self, r: RequestRecord):
+        self._r = r
+        self._chunks: tuple[float, ...] | None = None
+
+    def __getitem__(self, key: str) -> float:
+        i = _CHUNK_INDEX.get(key)
+        if i is None:
+            if key not in _FIELD_SET:
+                raise KeyError(key)
+            return _scalar(getattr(self._r, key))
+        if self._chunks is None:
+            self._chunks = chunk_stats(self._r.chunk_ns, self._r.chunk_new_tokens)
+        return self._chunks[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(REQUEST_FIELDS + CHUNK_INPUTS)
+
+    def __len__(self) -> int:
+        return len(REQUEST_FIELDS) + len(CHUNK_INPUTS)
+
+
+_CHUNK_INDEX = {name: i for i, name in enumerate(CHUNK_INPUTS)}
+_FIELD_SET = frozenset(REQUEST_FIELDS)
+
+
+def prompt_token_count(r: RequestRecord) -> int | None:
+    """Prompt tokens of one record: the server's count where reported, else what we sent."""
+    n = _prompt(_RecordInputs(r))
+    return None if math.isnan(n) else int(n)
 
 
 @dataclass(frozen=True)
@@ -199,16 +294,19 @@ class GroupWall:
     wall_s: float | None
 
 
-def group_walls(records: Sequence[RequestRecord]) -> list[GroupWall]:
-    """Per non-warm-up concurrency group: last done − first sent. None if no request finished."""
+def group_walls(records: Iterable[RequestRecord]) -> list[GroupWall]:
+    """Per non-warm-up concurrency group (all its phases; labelled with its first request's
+    phase): last done − first sent. None if no request finished. (Compare takes a group's
+    requests of each phase apart: `harness.frames.groups_frame`.)"""
     groups: dict[str, list[RequestRecord]] = {}
     for r in records:
         if r.concurrency_group is not None and not r.warmup:
             groups.setdefault(r.concurrency_group, []).append(r)
+    wall = METRICS["pass_wall_s"]
     out = []
     for g, rs in groups.items():
         done = [r.done_ns for r in rs if r.done_ns is not None]
-        wall = (max(done) - min(r.sent_ns for r in rs)) / _NS_PER_S if done else None
+        inputs = {"first_sent_ns": min(r.sent_ns for r in rs), "last_done_ns": max(done) if done else math.nan}
         out.append(GroupWall(rs[0].workload, rs[0].phase, rs[0].repeat, g, len(rs),
-                             sum(1 for r in rs if r.error is not None), wall))
+                             sum(1 for r in rs if r.error is not None), wall.value(inputs)))
     return out

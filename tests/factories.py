@@ -1,4 +1,5 @@
-"""Record factories: real `RequestRecord`s built from the few numbers a test cares about.
+"""Record factories: real `RequestRecord`s built from the few numbers a test cares about, and
+real run folders built from them (`write_run`).
 
 `make_record(ttft_ms=100, output_tokens=5, itl_ms=10)` gives a record whose chunks arrive at
 sent + 100 ms, then every 10 ms one token each. Times are integer ns like the client's.
@@ -6,7 +7,13 @@ sent + 100 ms, then every 10 ms one token each. Times are integer ns like the cl
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+
+from harness import results
 from harness.records import RequestRecord
+from harness.summary import summarize
 
 MS = 1_000_000
 
@@ -56,3 +63,74 @@ def make_record(*, workload: str = "w", phase: str = "p", variant: str = "v", re
 def make_failed(error: str = "server_died", **kw) -> RequestRecord:
     """A request that never got a token."""
     return make_record(ttft_ms=None, error=error, cached_tokens=None, **kw)
+
+
+# ----------------------------------------------------------------------------- run folders
+
+SCENARIO_TEXT = """name: synth
+server: {backend: sim, model_path: models/llama-tiny}
+variants:
+  - name: off
+  - name: on
+    hicache: {ratio: 2}
+workloads:
+  - kind: cold_prefill
+    prompt_tokens: 8000
+expectations:
+  checks:
+    - "on: cold_prefill.cold.ttft_ms_p50 <= 1000"
+  thresholds:
+    ttft_p50: 5%
+"""
+
+
+def noisy(center: float, n: int, sd: float = 0.01, seed: int = 0) -> list[float]:
+    """``n`` values around ``center`` with relative noise ``sd`` (seeded)."""
+    rng = np.random.default_rng(seed)
+    return list(center * (1 + rng.normal(0, sd, n)))
+
+
+def cold_records(ttft_ms: list[float], variant: str = "on", workload: str = "cold_prefill",
+                 phase: str = "cold") -> list[RequestRecord]:
+    """One 8000-token request per repeat with the given TTFTs (a cold_prefill phase)."""
+    return [make_record(variant=variant, workload=workload, phase=phase, repeat=i, index=0,
+                        sent_ns=(1000 + i * 10_000) * MS, ttft_ms=t, prompt_tokens=8000)
+            for i, t in enumerate(ttft_ms)]
+
+
+def write_run(results_dir: Path, run_id: str, variants: dict, *, scenario: str = "synth",
+              text: str = SCENARIO_TEXT, complete: bool = True, expect: dict[str, str] | None = None,
+              summaries: dict[str, dict] | None = None) -> Path:
+    """A real run folder (manifest, status.json, summary.json from `harness.summary.summarize`,
+    requests.jsonl, COMPLETE) under ``results_dir/<scenario>/<run_id>``. ``variants``: name →
+    request records (state ok) or a failure cause string (state startup_failed). ``summaries``
+    overrides a variant's summary.json. Returns the run folder."""
+    root = Path(results_dir) / scenario / run_id
+    root.mkdir(parents=True)
+    expect = expect or {}
+    manifest = {"schema_version": 1, "kind": "run",
+                "scenario": {"name": scenario, "path": "scenarios/synth.yaml", "text": text, "hash": "h"},
+                "harness_version": "0", "backend": "sim", "simulated": True, "created_at": run_id,
+                "variants": [{"name": n, "config_hash": "c", "argv": [], "env": {},
+                              "hicache": None if n == "off" else {"ratio": 2}, "expect": expect.get(n, "ok")}
+                             for n in variants]}
+    results.write_json_atomic(root / "manifest.json", manifest)
+    for name, recs in variants.items():
+        vdir = root / results.safe_name(name)
+        exp = expect.get(name, "ok")
+        if isinstance(recs, str):
+            status = {"schema_version": 1, "variant": name, "state": "startup_failed", "cause": recs,
+                      "expect": exp, "expect_met": exp == "startup_failed"}
+            summary = {"schema_version": 1, "workloads": None}
+        else:
+            status = {"schema_version": 1, "variant": name, "state": "ok", "cause": None, "expect": exp,
+                      "expect_met": exp == "ok"}
+            summary = summarize(recs)
+            with results.JsonlWriter(vdir / "requests.jsonl", fsync=False) as w:
+                for r in recs:
+                    w.append(r.to_dict())
+        results.write_json_atomic(vdir / "status.json", status)
+        results.write_json_atomic(vdir / "summary.json", (summaries or {}).get(name, summary))
+    if complete:
+        results.write_json_atomic(root / "COMPLETE", {"at": run_id})
+    return root

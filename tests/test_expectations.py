@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from harness.expectations import evaluate_checks, evaluate_run_expectations, lookup_metric
 from harness.scenario import Check
 from harness.summary import summarize
-from tests.factories import make_record
+from tests.factories import cold_records, make_record, noisy, write_run
 
 OK = {"state": "ok", "expect": "ok", "expect_met": True, "pools": {"host_pool_gb": 2.5}}
 
@@ -59,8 +61,12 @@ def test_check_without_variant_skips_the_quality_baseline():
 
 
 def test_run_folder(tmp_path):
-    from tests.test_compare import noisy, records, write_run
-
-    run = write_run(tmp_path, "20260101T000000Z-aaaaaa", {"on": records(noisy(100, 3))})
+    run = write_run(tmp_path, "20260101T000000Z-aaaaaa", {"on": cold_records(noisy(100, 3))})
     (row,) = evaluate_run_expectations(run)
     assert row["outcome"] == "pass" and row["metric"] == "cold_prefill.cold.ttft_ms_p50"
+
+
+def test_golden_run_evaluates_as_it_did_when_it_ran(golden_run):
+    """The stored scenario re-read from the manifest gives the checks the run wrote at its end."""
+    run = golden_run("healthy")
+    assert evaluate_run_expectations(run) == json.loads((run / "expectations.json").read_text())["checks"]

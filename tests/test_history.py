@@ -1,14 +1,20 @@
-"""harness history: the change-point rule (pure) and the page over synthetic nightly runs."""
+"""harness history: the change-point rule (pure), the headline metrics the workload kinds
+declare, the golden runs' history and page, and a change point over synthetic nightly runs."""
 
 from __future__ import annotations
 
 import argparse
+import shutil
 
 import numpy as np
 import pytest
 
 from harness import history as H
-from tests.test_compare import noisy, records, write_run
+from harness.commands.history import cli_main
+from harness.metrics import METRICS
+from harness.workloads import derived_figures, kinds
+from tests.conftest import GOLDEN_RUNS
+from tests.factories import SCENARIO_TEXT, cold_records, noisy, write_run
 
 
 def series(values, seed=0, sd=0.015):
@@ -58,7 +64,7 @@ def test_history_page_over_runs(tmp_path):
     results_dir, reports_dir = tmp_path / "results", tmp_path / "reports"
     for night in range(8):
         ttft = 100 if night < 5 else 115  # a sustained TTFT step from night 6 on
-        variants = {"on": records(noisy(ttft, 6, seed=night))}
+        variants = {"on": cold_records(noisy(ttft, 6, seed=night))}
         if night == 3:
             variants = {"on": "cuda_fault"}
         write_run(results_dir, f"202601{night + 1:02d}T000000Z-aaaaaa", variants)
@@ -67,7 +73,7 @@ def test_history_page_over_runs(tmp_path):
     d = h.decisions["cold_prefill.prefill_total_tok_s"]["on"]
     assert d.state == "change" and d.change_points[0].index == 5
     out_args = argparse.Namespace(scenario="synth", results_dir=str(results_dir), reports_dir=str(reports_dir))
-    assert H.cli_main(out_args) == 0
+    assert cli_main(out_args) == 0
     html = (reports_dir / "synth" / "history.html").read_text()
     assert "cold_prefill.prefill_total_tok_s" in html and "data:image/png;base64," in html
     assert "change" in html
@@ -75,14 +81,12 @@ def test_history_page_over_runs(tmp_path):
 
 def test_history_of_unknown_scenario_is_bad_input(tmp_path):
     a = argparse.Namespace(scenario="nothing", results_dir=str(tmp_path), reports_dir=str(tmp_path))
-    assert H.cli_main(a) == 2
+    assert cli_main(a) == 2
 
 
 def test_history_uses_the_scenarios_ttft_threshold(tmp_path):
     """short_ttft.<phase>.ttft_ms_p50 takes the scenario's ``ttft_p50`` threshold (as compare
     does for ttft_ms), not the 5 % default: a sustained +20 % step under a 30 % threshold is stable."""
-    from tests.test_compare import SCENARIO_TEXT
-
     text = SCENARIO_TEXT.replace("ttft_p50: 5%", "ttft_p50: 30%")
     results_dir = tmp_path / "results"
     for night in range(8):
@@ -90,8 +94,46 @@ def test_history_uses_the_scenarios_ttft_threshold(tmp_path):
         summary = {"schema_version": 1, "workloads": {"short_ttft": {"derived": {}, "phases": {
             "alone": {"metrics": {"ttft_ms": {"p50": 10.0}}},
             "during_long": {"metrics": {"ttft_ms": {"p50": ttft}}}}}}}
-        write_run(results_dir, f"202601{night + 1:02d}T000000Z-aaaaaa", {"on": records([10.0] * 3)},
+        write_run(results_dir, f"202601{night + 1:02d}T000000Z-aaaaaa", {"on": cold_records([10.0] * 3)},
                   text=text, summaries={"on": summary})
     h = H.collect(results_dir, "synth")
     assert h.thresholds["ttft_p50"] == pytest.approx(0.3)
     assert h.decisions["short_ttft.during_long.ttft_ms_p50"]["on"].state == "stable"
+
+
+def test_headline_values_are_what_the_kinds_declare():
+    """Every kind's derived figures (those its summary holds) and history stats, named as the
+    expectations name them; a workload of a kind nobody declares has none."""
+    for name, kind in kinds().items():
+        phases = {s.phase: {"metrics": {s.metric: {s.stat: 1.0}}} for s in kind.history_stats}
+        summary = {"workloads": {"w": {"derived": {d.name: 2.0 for d in kind.derived}, "phases": phases},
+                                 "x": {"derived": {"made_up": 3.0}, "phases": {}}}}
+        got = H.headline_values(summary, {"w": name, "x": "no_such_kind"})
+        assert got == {**{f"w.{d.name}": 2.0 for d in kind.derived},
+                       **{f"w.{s.phase}.{s.metric}_{s.stat}": 1.0 for s in kind.history_stats}}, name
+
+
+def test_metric_direction_reads_the_declarations():
+    for name, d in derived_figures().items():
+        assert H.metric_direction(f"w.{name}") == (d.higher_is_better, d.unit)
+    for name, m in METRICS.items():
+        assert H.metric_direction(f"w.phase.{name}_p50") == (m.higher_is_better, m.unit)
+    assert H.metric_direction("w.unknown") == (True, "")
+
+
+def test_history_of_the_golden_runs(tmp_path):
+    """Complete runs only (the interrupted one is left out); the kinds' headline metrics; and
+    the page (harness.report.history_page) through the command."""
+    results_dir = tmp_path / "results"
+    for name in ("healthy", "regressed", "merged", "interrupted"):
+        shutil.copytree(GOLDEN_RUNS / name, results_dir / "golden" / name)
+    h = H.collect(results_dir, "golden")
+    assert [r["run_id"] for r in h.runs] == ["healthy", "merged", "regressed"]
+    assert "short_ttft.during_long.ttft_ms_p50" in h.series and "repeat_prefill.host_speedup" in h.series
+    assert set(h.series["repeat_prefill.host_speedup"]) == {"off", "on-r2"}
+    assert h.failed == {}  # on-200gb failed to start, as it declared
+    reports_dir = tmp_path / "reports"
+    a = argparse.Namespace(scenario="golden", results_dir=str(results_dir), reports_dir=str(reports_dir))
+    assert cli_main(a) == 0
+    html = (reports_dir / "golden" / "history.html").read_text()
+    assert "short_ttft.during_long.ttft_ms_p50" in html and html.count("data:image/png;base64,") == len(h.series)

@@ -1,29 +1,40 @@
-"""harness.load: the fast frames agree with harness.metrics' definitions on factory records."""
+"""harness.frames and ``harness load``: the request, group and sample tables of a run (the golden
+runs), NaN for what is missing, a torn last line skipped."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
+from argparse import Namespace
 
 import numpy as np
 import pandas as pd
 
 from harness import metrics as M
-from harness.load import load_frames, requests_frame, samples_frame
-from tests.factories import make_failed, make_record
+from harness.commands.load import cli_main
+from harness.frames import groups_frame, load_frames, samples_frame
 
 
-def test_request_metrics_match_records_frame(tmp_path):
-    recs = [make_record(ttft_ms=50, output_tokens=6, itl_ms=4, tokens_per_chunk=2, cached_tokens=300),
-            make_record(ttft_ms=80, output_tokens=1, cached_tokens=None),
-            make_record(ttft_ms=20, output_tokens=5, itl_ms=7, cached_tokens=0, cached_host=10, cached_device=5),
-            make_failed(), make_record(prompt_tokens=0, ttft_ms=5)]
-    path = tmp_path / "requests.jsonl"
-    path.write_text("".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in recs))
-    fast = requests_frame(path)
-    ref = M.records_frame(recs)
-    for col in list(M.DERIVATIONS) + ["output_len", "n_chunks"]:
-        np.testing.assert_allclose(fast[col].to_numpy(float), ref[col].to_numpy(float), rtol=1e-12, err_msg=col)
+def test_load_frames_of_a_golden_run(golden_run):
+    req, smp = load_frames(golden_run("healthy"))
+    assert isinstance(req, pd.DataFrame) and set(req["variant"]) == {"off", "on-r2"}  # on-200gb never served
+    assert set(M.REQUEST_METRICS) <= set(req.columns) and {"output_len", "n_chunks"} <= set(req.columns)
+    assert set(smp["variant"]) == {"off", "on-r2", "on-200gb"} and smp["t_s"].min() == 0
+    failed = req[req["error"].notna()]
+    assert failed["ttft_ms"].isna().all() if len(failed) else True
+
+
+def test_groups_frame(golden_run):
+    req, _ = load_frames(golden_run("healthy"))
+    g = groups_frame(req)
+    measured = req[(req["warmup"] != True) & req["concurrency_group"].notna()]
+    keys = ["variant", "workload", "phase", "concurrency_group"]
+    sizes = measured.groupby(keys).size()
+    pd.testing.assert_series_equal(g.set_index(keys)["n"].sort_index(), sizes.sort_index(),
+                                   check_names=False, check_dtype=False)
+    assert (g["pass_wall_s"] > 0).all()
+    spanning = measured.groupby(["variant", "concurrency_group"])["phase"].nunique()
+    assert (spanning > 1).any()  # a group over two phases (short_ttft: the long prefill and the shorts): a row each
+    assert groups_frame(req.iloc[:0]).empty
 
 
 def test_torn_last_line_is_skipped(tmp_path):
@@ -38,17 +49,11 @@ def test_torn_last_line_is_skipped(tmp_path):
     assert np.isnan(df["cached_kib"][0])  # missing is NaN, never 0
 
 
-def test_load_frames_and_cli(tmp_path, capsys):
-    from argparse import Namespace
-
-    from harness.load import cli_main
-    from tests.test_compare import noisy, records, write_run
-
-    run = write_run(tmp_path, "20260101T000000Z-aaaaaa", {"off": records(noisy(100, 3), "off"),
-                                                          "on": records(noisy(100, 4))})
-    req, smp = load_frames(run)
-    assert isinstance(req, pd.DataFrame) and len(req) == 7 and set(req["variant"]) == {"off", "on"}
-    assert len(smp) == 0
+def test_load_command(golden_run, tmp_path, capsys):
+    run = golden_run("merged")
+    req, _ = load_frames(run)
     assert cli_main(Namespace(run=str(run))) == 0
-    assert "requests: 7 rows" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"requests: {len(req)} rows" in out and "from harness.frames import load_frames" in out
     assert cli_main(Namespace(run=str(tmp_path / "missing"))) == 2
+    assert "missing" in capsys.readouterr().err
