@@ -134,17 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
     s.add_argument("--markdown", metavar="FILE", help="write a Markdown summary here "
                    "(also appended to $GITHUB_STEP_SUMMARY when set)")
-    s.set_defaults(func=_delegate("harness.compare"))
+    s.set_defaults(func=_delegate("harness.commands.compare"))
 
     s = sub.add_parser("history", help="trend page of a scenario's runs, with change points")
     s.add_argument("scenario", help="scenario name (or its YAML file)")
     s.add_argument("--results-dir", default="results")
     s.add_argument("--reports-dir", default="reports")
-    s.set_defaults(func=_delegate("harness.history"))
+    s.set_defaults(func=_delegate("harness.commands.history"))
 
     s = sub.add_parser("load", help="print a run's requests and samples as pandas tables")
     s.add_argument("run", help="run folder")
-    s.set_defaults(func=_delegate("harness.load"))
+    s.set_defaults(func=_delegate("harness.commands.load"))
 
     s = sub.add_parser("merge", help="combine shard runs of one scenario into one run folder")
     s.add_argument("runs", nargs="+", metavar="RUN_DIR")
