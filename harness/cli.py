@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from harness import __version__
+from harness.exit_codes import ExitCode
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_BROKEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# Each command imports its modules when it runs, so that `--help` and `validate` stay fast.
 
 
 def _load_scenario_or_exit(path: str):
@@ -25,7 +26,7 @@ def _load_scenario_or_exit(path: str):
     except ScenarioError as exc:
         for line in exc.lines:
             print(line, file=sys.stderr)
-        raise SystemExit(EXIT_BAD_INPUT) from None
+        raise SystemExit(ExitCode.BAD_INPUT) from None
 
 
 def cmd_validate(args) -> int:
@@ -34,14 +35,14 @@ def cmd_validate(args) -> int:
     print(f"{args.scenario}: ok — scenario {scenario.name!r}, backend {scenario.server.backend}, "
           f"{len(variants)} variants ({', '.join(v.name for v in variants)}), "
           f"{len(scenario.workloads)} workloads")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_schema(args) -> int:
     from harness.scenario import json_schema
 
     print(json.dumps(json_schema(), indent=2))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _parse_shard(text: str | None):
@@ -58,34 +59,73 @@ def _parse_shard(text: str | None):
 
 def _bad(message: str) -> int:
     print(f"harness: {message}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return ExitCode.BAD_INPUT
 
 
 def cmd_run(args) -> int:
-    from harness import runner
+    """A fresh run, or with --resume the rest of an interrupted one; --dry-run prints what would start."""
+    from harness import resume, runner
+    from harness.shard import select_run_variants
 
     scenario = _load_scenario_or_exit(args.scenario)
     options = runner.RunOptions(
         results_dir=Path(args.results_dir),
         only=args.only,
-        dry_run=args.dry_run,
         preflight_mode=args.preflight,
         write_report=not args.no_report,
         reports_dir=Path(args.reports_dir),
         shard=_parse_shard(args.shard),
         live_progress=None,
         probe=args.probe,
-        resume=Path(args.resume) if args.resume else None,
     )
     try:
-        outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)
-    except ValueError as exc:  # e.g. --only naming no variant
+        if args.resume:
+            plan = resume.check_resume(scenario, Path(args.resume), options.only, options.shard)
+            if args.dry_run:
+                print(plan.describe())
+                return ExitCode.OK
+            reopened = resume.reopen_run(plan, scenario, sys.argv)
+            print(plan.describe(), file=sys.stderr)
+            outcome = runner.execute_run(scenario, options, reopened.run, reopened.variants, prior=reopened.prior)
+        elif args.dry_run:
+            variants, _ = select_run_variants(scenario, options.only, options.shard)
+            sys.stdout.write(runner.dry_run_text(scenario, variants))
+            return ExitCode.OK
+        else:
+            outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)
+    except ValueError as exc:  # e.g. --only naming no variant, a resume refused, a run locked
         return _bad(str(exc))
-    if outcome.run_dir is not None:
-        print(f"results: {outcome.run_dir}")
+    print(f"results: {outcome.run_dir}")
     if outcome.report_path is not None:
         print(f"report:  {outcome.report_path}")
     return outcome.exit_code
+
+
+def cmd_merge(args) -> int:
+    """Merge shard runs; 1 when the merge is incomplete or a variant missed its expectation."""
+    from harness.merge import MergeRefused, merge_runs
+
+    try:
+        merged = merge_runs([Path(r) for r in args.runs], Path(args.results_dir), sys.argv)
+    except MergeRefused as exc:
+        print(f"harness merge: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    plan = merged.plan
+    print(f"merged: {merged.root} ({len(plan.order)} variants from {len(plan.sources)} runs"
+          f"{'' if plan.complete else ', INCOMPLETE'})")
+    for d in plan.dropped:
+        if d["role"] == "support":
+            continue  # a shard's own parity baseline: expected, not news
+        print(f"  kept {d['variant']} from {d['kept_from']}, dropped the copy in {d['run_id']} ({d['role']}, "
+              f"{d['state']})")
+    for p in plan.problems:
+        print(f"  incomplete: {p}", file=sys.stderr)
+    if not plan.complete:
+        return ExitCode.FAILED
+    if merged.unmet:
+        print(f"  variants that missed their expectation: {', '.join(merged.unmet)}", file=sys.stderr)
+        return ExitCode.FAILED
+    return ExitCode.OK
 
 
 def _delegate(module: str):
@@ -149,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("merge", help="combine shard runs of one scenario into one run folder")
     s.add_argument("runs", nargs="+", metavar="RUN_DIR")
     s.add_argument("--results-dir", default="results", help="where the merged run goes (default: results)")
-    s.set_defaults(func=_delegate("harness.merge"))
+    s.set_defaults(func=cmd_merge)
 
     s = sub.add_parser("validate", help="check a scenario without starting anything")
     s.add_argument("scenario")
@@ -182,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+        return exc.code if isinstance(exc.code, int) else ExitCode.BAD_INPUT
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return ExitCode.INTERRUPTED
     except Exception:  # noqa: BLE001 - a harness bug or a broken environment, not a regression (exit 1)
         logging.getLogger("harness").exception("harness %s failed", args.command)
-        return EXIT_BROKEN
+        return ExitCode.BROKEN

@@ -59,9 +59,6 @@ class StartupCause:
     line_number: int | None = None  # 1-based line of the matched text
     line: str | None = None
 
-    def to_json(self) -> dict:
-        return {"cause": self.cause, "detail": self.detail, "line_number": self.line_number, "line": self.line}
-
 
 def _first(pattern: re.Pattern, lines: list[str]) -> tuple[int, re.Match] | None:
     for i, line in enumerate(lines):

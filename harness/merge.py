@@ -28,14 +28,13 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import fingerprint, results
-from harness.resume import FINAL_STATES, variant_state
+from harness.run_products import write_summary_csv
+from harness.variant_status import FINAL_STATES, variant_state
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 PARITY_SCOPE = "per-shard: each arm's parity verdict was computed against the baseline run on its own host"
 
 
@@ -228,7 +227,7 @@ def _shard_entry(s: Source, plan: MergePlan) -> dict:
     }
 
 
-def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] | None = None) -> Path:
+def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] = ()) -> Path:
     first = plan.sources[0]
     scenario_name = first.manifest["scenario"]["name"]
     run = results.create_run_dir(results_dir, scenario_name)
@@ -240,7 +239,7 @@ def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] | None = No
     manifest = {k: v for k, v in first.manifest.items() if k not in ("shard", "resumes")}
     manifest.update(
         created_at=results.utc_now_iso(),
-        harness_argv=fingerprint.redact_argv(list(argv if argv is not None else sys.argv)),
+        harness_argv=fingerprint.redact_argv(list(argv)),
         variants=[{**plan.chosen[n].entry, "from_run": plan.chosen[n].source.run_id} for n in plan.order],
         merged_from=[s.run_id for s in plan.sources],
         shards=[_shard_entry(s, plan) for s in plan.sources],
@@ -248,54 +247,26 @@ def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] | None = No
                "parity": PARITY_SCOPE},
     )
     results.write_json_atomic(run.manifest, manifest)
-    _write_summary_csv(run, plan.order)
+    write_summary_csv(run, plan.order)  # parity stays as each shard judged it on its own host
     if plan.complete:
         results.write_json_atomic(run.complete, {"at": results.utc_now_iso(), "merged": True})
     return run.root
 
 
-def _write_summary_csv(run: results.RunPaths, names: list[str]) -> None:
-    """summary.csv from the kept summaries; parity stays as each shard judged it on its host."""
-    from harness.run_summary import rows_to_csv
-    from harness.summary import summary_rows
-
-    rows: list[dict] = []
-    for name in names:
-        vpaths = run.variant(name)
-        if vpaths.summary.exists():
-            rows.extend(summary_rows(name, results.read_json(vpaths.summary)))
-    results.write_text_atomic(run.summary_csv, rows_to_csv(rows))
+@dataclass
+class MergeResult:
+    root: Path  # the merged run folder
+    plan: MergePlan
+    unmet: list[str] = field(default_factory=list)  # variants that missed their expectation (complete merges)
 
 
-def merge_runs(run_dirs: list[Path], results_dir: Path, argv: list[str] | None = None) -> Path:
+def merge_runs(run_dirs: list[Path], results_dir: Path, argv: list[str] = ()) -> MergeResult:
     """Merge ``run_dirs`` into a new run folder under ``results_dir``; MergeRefused if they do not
-    belong together. Whether the result is complete is in its manifest (``merge.complete``)."""
+    belong together. Whether the result is complete is ``result.plan.complete`` (and its manifest's
+    ``merge.complete``). ``argv``: the harness command line, kept in the manifest."""
     plan = plan_merge(load_sources([Path(d) for d in run_dirs]))
-    return write_merged(plan, Path(results_dir), argv)
-
-
-def cli_main(args) -> int:
-    try:
-        root = merge_runs([Path(r) for r in args.runs], Path(args.results_dir))
-    except MergeRefused as exc:
-        print(f"harness merge: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    manifest = results.read_json(root / results.MANIFEST)
-    info = manifest["merge"]
-    print(f"merged: {root} ({len(manifest['variants'])} variants from {len(manifest['shards'])} runs"
-          f"{'' if info['complete'] else ', INCOMPLETE'})")
-    for d in info["dropped"]:
-        if d["role"] == "support":
-            continue  # a shard's own parity baseline: expected, not news
-        print(f"  kept {d['variant']} from {d['kept_from']}, dropped the copy in {d['run_id']} ({d['role']}, "
-              f"{d['state']})")
-    for p in info["problems"]:
-        print(f"  incomplete: {p}", file=sys.stderr)
-    if not info["complete"]:
-        return EXIT_FAILED
-    run = results.load_run(root)
-    unmet = [v.name for v in run.variants if v.status.get("expect_met") is False]
-    if unmet:
-        print(f"  variants that missed their expectation: {', '.join(unmet)}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    root = write_merged(plan, Path(results_dir), argv)
+    unmet = []
+    if plan.complete:
+        unmet = [v.name for v in results.load_run(root).variants if v.status.get("expect_met") is False]
+    return MergeResult(root, plan, unmet)

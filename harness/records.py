@@ -13,8 +13,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-REQUEST_RECORD_VERSION = 1
-
 
 @dataclass
 class RequestRecord:
@@ -76,33 +74,3 @@ class RequestRecord:
     @classmethod
     def from_json(cls, line: str) -> "RequestRecord":
         return cls.from_dict(json.loads(line))
-
-
-@dataclass
-class Sample:
-    """One sampler tick (samples.jsonl), fields as in docs/architecture.md."""
-
-    t_ns: int
-    wall_time: float
-    phase: str
-    mem_available_kib: int | None = None
-    mem_free_kib: int | None = None
-    cached_kib: int | None = None
-    mlocked_kib: int | None = None
-    shmem_kib: int | None = None
-    swap_total_kib: int | None = None
-    swap_free_kib: int | None = None
-    pswpin_kib_s: float | None = None
-    pswpout_kib_s: float | None = None
-    pgmajfault_s: float | None = None
-    server_rss_kib: int | None = None
-    gpus: list[dict[str, Any]] | None = None
-    counters: dict[str, float] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Sample":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})

@@ -1,26 +1,31 @@
-"""Run folders: layout, atomic JSON writes, append-only JSONL, schema versions, loading.
+"""Run folders: layout, atomic JSON writes, append-only JSONL, schema versions, the run lock, loading.
 
 One run is one folder, never rewritten in place: ``results/<scenario>/<run_id>/`` with
 ``manifest.json``, one sub-folder per variant and a ``COMPLETE`` (or ``INTERRUPTED``) marker
 written last. Every JSON file is written through :func:`write_json_atomic` (temp file in the same
 folder, fsync, ``os.replace``) so a kill at any moment leaves either the old or the new file.
 JSONL files are append-only; a torn last line (the harness was killed mid-write) is skipped with a
-warning when read.
+warning when read. While a harness process writes a run it holds the run's lock
+(:func:`hold_run_lock`), so a second process (``--resume`` of a live run) is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import fcntl
 import json
 import logging
 import os
-import re
 import secrets
+import socket
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.names import safe_name  # re-exported: the run store's folder names
 
 SCHEMA_VERSION = 1
 COMPLETE_MARKER = "COMPLETE"
@@ -33,26 +38,15 @@ SAMPLES = "samples.jsonl"
 QUALITY = "quality.jsonl"
 SERVER_LOG = "server.log"
 SERVER_INFO = "server_info.json"
+LOCK_FILE = ".lock"  # flock held while a harness process writes the run
+ATTEMPTS_DIR = ".attempts"  # earlier attempts of variants that --resume reran (never loaded)
 
 log = logging.getLogger(__name__)
 
 
+
 class ResultsError(Exception):
     """A run folder or file that cannot be read as a run (the message names the file)."""
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")
-
-
-def safe_name(name: str) -> str:
-    """A variant or scenario name turned into one path component that cannot escape its folder.
-
-    Characters outside ``[A-Za-z0-9_.=+-]`` become ``_``; leading dots are replaced so that
-    ``..`` and hidden names are impossible; an empty result becomes ``_``.
-    """
-    cleaned = _UNSAFE.sub("_", name)
-    cleaned = re.sub(r"^\.+", lambda m: "_" * len(m.group(0)), cleaned)
-    return cleaned[:120] or "_"
 
 
 def new_run_id(now: _dt.datetime | None = None) -> str:
@@ -106,9 +100,7 @@ def _json_default(obj: Any) -> Any:
         return obj.model_dump(mode="json")
     if hasattr(obj, "to_json"):
         return obj.to_json()
-    if hasattr(obj, "__dataclass_fields__"):
-        import dataclasses
-
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
     if isinstance(obj, Path):
         return str(obj)
@@ -223,6 +215,14 @@ class RunPaths:
     def summary_csv(self) -> Path:
         return self.root / "summary.csv"
 
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK_FILE
+
+    @property
+    def attempts(self) -> Path:
+        return self.root / ATTEMPTS_DIR
+
     def variant(self, name: str) -> VariantPaths:
         return VariantPaths(self.root / safe_name(name))
 
@@ -257,6 +257,42 @@ class VariantPaths:
 
     def server_log(self, attempt: int = 1) -> Path:
         return self.root / (SERVER_LOG if attempt <= 1 else f"server.attempt{attempt}.log")
+
+
+class RunLocked(ValueError):
+    """Another harness process is writing the run folder (the message says which)."""
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``<run>/.lock`` held while a harness process writes the run."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # releases the flock
+            self._fd = -1
+
+
+def hold_run_lock(root: Path) -> RunLock:
+    """Lock the run folder or raise :class:`RunLocked` when another process holds it."""
+    path = RunPaths(Path(root)).lock
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = ""
+        try:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        except OSError:
+            pass
+        os.close(fd)
+        raise RunLocked(f"{root}: another harness process is writing this run ({holder or 'lock held'}); "
+                        f"wait for it or stop it first") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    return RunLock(fd)
 
 
 def create_run_dir(results_dir: Path, scenario_name: str, run_id: str | None = None) -> RunPaths:
@@ -307,12 +343,6 @@ class LoadedRun:
 
     def requests(self, variant: str) -> list[dict]:
         return list(read_jsonl(self.variant(variant).paths.requests))
-
-    def samples(self, variant: str) -> list[dict]:
-        return list(read_jsonl(self.variant(variant).paths.samples))
-
-    def quality(self, variant: str) -> list[dict]:
-        return list(read_jsonl(self.variant(variant).paths.quality))
 
 
 def load_run(path: Path) -> LoadedRun:

@@ -1,4 +1,5 @@
-"""Split a scenario's variants into N shards: deterministic, balanced, stable under YAML reordering.
+"""Which variants a run runs (``--only``, ``--shard I/N``), and the split of a scenario's variants
+into N shards: deterministic, balanced, stable under YAML reordering.
 
 The rule (docs/sharding.md):
 
@@ -126,3 +127,26 @@ def plan_shard(scenario: Any, variants: list[Any], index: int, count: int) -> Sh
 def select(variants: list[Any], plan: ShardPlan) -> list[Any]:
     """The variants a shard runs, in YAML order (the support baseline where it stands)."""
     return [v for v in variants if v.name in plan.names]
+
+
+def select_variants(variants: list[Any], only: list[str] | None) -> list[Any]:
+    """The variants ``--only`` names (all of them without it), in YAML order; ValueError names
+    an unknown one."""
+    if not only:
+        return variants
+    names = {v.name for v in variants}
+    unknown = [o for o in only if o not in names]
+    if unknown:
+        raise ValueError(f"--only: no variant named {', '.join(unknown)} (have: {', '.join(sorted(names))})")
+    return [v for v in variants if v.name in only]
+
+
+def select_run_variants(scenario: Any, only: list[str] | None = None,
+                        shard: tuple[int, int] | None = None) -> tuple[list[Any], ShardPlan | None]:
+    """The variants one ``harness run`` runs: ``--only``, then shard I/N of those (its own plus
+    the parity baseline it needs). The plan is None without ``--shard``."""
+    variants = select_variants(scenario.expand_variants(), only)
+    if shard is None:
+        return variants, None
+    plan = plan_shard(scenario, variants, *shard)
+    return select(variants, plan), plan

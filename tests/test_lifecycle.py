@@ -19,7 +19,8 @@ import psutil
 import pytest
 
 from harness import logscan, results
-from harness.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, RunOptions, run_scenario
+from harness.exit_codes import ExitCode
+from harness.runner import RunOptions, run_scenario
 from harness.scenario import load_scenario
 from harness.server import ServerProcess, build_launch_spec, free_port, port_is_bindable
 
@@ -87,7 +88,7 @@ def test_p1_host_memory_is_classified_with_gb_and_retried_with_each_log_kept(tmp
     vdir = loaded.variant("huge").paths
     assert vdir.server_log(1).exists() and vdir.server_log(2).exists()
     assert "Not enough host memory" in vdir.server_log(2).read_text()
-    assert status["expect_met"] is True and outcome.exit_code == EXIT_OK  # declared outcome
+    assert status["expect_met"] is True and outcome.exit_code == ExitCode.OK  # declared outcome
 
 
 def test_p1_cuda_fault_is_not_retried(tmp_path):
@@ -99,7 +100,7 @@ def test_p1_cuda_fault_is_not_retried(tmp_path):
     status = loaded.variant("cuda").status
     assert status["cause"] == logscan.CUDA_FAULT and status["attempts"] == 1
     assert "illegal memory access" in "\n".join(status["log_excerpt"]["lines"])
-    assert outcome.exit_code == EXIT_FAILED  # an unexpected failure fails the run
+    assert outcome.exit_code == ExitCode.FAILED  # an unexpected failure fails the run
 
 
 # -- P2, P3, P4 on the server process directly ----------------------------------------------------
@@ -190,7 +191,7 @@ def test_p5_death_mid_workload_is_partial_rows_kept_next_variant_runs(tmp_path):
     assert len(ok_rows) == 2 and len(died) >= 1  # the first 2 answered; the 3rd was in flight
     assert not any(r["workload"] == "decode" for r in rows)  # nothing more was sent
     assert loaded.variant("healthy").status["state"] == "ok"  # the run went on
-    assert outcome.exit_code == EXIT_FAILED
+    assert outcome.exit_code == ExitCode.FAILED
 
 
 def test_p6_death_after_the_last_response_fails_the_variant(tmp_path):
@@ -204,7 +205,7 @@ def test_p6_death_after_the_last_response_fails_the_variant(tmp_path):
     assert all(r["error"] is None for r in loaded.requests("dies_later"))  # every answer was fine
     summary = loaded.variant("dies_later").summary
     assert summary["state"] == "failed"
-    assert outcome.exit_code == EXIT_FAILED
+    assert outcome.exit_code == ExitCode.FAILED
 
 
 # -- P15 -----------------------------------------------------------------------------------------
@@ -218,7 +219,7 @@ def test_p15_signal_stops_servers_marks_interrupted_exits_130(tmp_path, sig):
         - kind: decode
           batch: 1
           prompt_tokens: 64
-          output_tokens: 100000
+          output_tokens: 4000  # fits the 4096-token pool; still decoding (~4 s) when the signal lands
           timeout_s: 120
         """)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -242,7 +243,7 @@ def test_p15_signal_stops_servers_marks_interrupted_exits_130(tmp_path, sig):
     assert server_pids
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == EXIT_INTERRUPTED, out
+    assert proc.returncode == ExitCode.INTERRUPTED, out
     run_dir = status_file.parent.parent
     assert (run_dir / results.INTERRUPTED_MARKER).exists() and not (run_dir / results.COMPLETE_MARKER).exists()
     assert json.loads(status_file.read_text())["state"] == "interrupted"
@@ -261,7 +262,7 @@ def test_unexecutable_server_command_is_a_startup_failure_not_a_crash(tmp_path):
     text = path.read_text().replace("  backend: sim\n", "  backend: sim\n  command_prefix: [/nonexistent/wrapper]\n")
     path.write_text(text)
     outcome, loaded = run(path, tmp_path)
-    assert outcome.exit_code == EXIT_FAILED
+    assert outcome.exit_code == ExitCode.FAILED
     for name in ("a", "b"):
         status = loaded.variant(name).status
         assert status["state"] == "startup_failed" and status["cause"] == logscan.EXITED_BEFORE_READY
@@ -272,15 +273,15 @@ def test_unexecutable_server_command_is_a_startup_failure_not_a_crash(tmp_path):
 def test_a_harness_bug_mid_variant_stops_the_server_and_exits_3(tmp_path, monkeypatch):
     """An unexpected exception inside the run is exit 3 (the harness broke), not 1 (a regression),
     and the server it was driving is stopped rather than left holding its memory."""
-    from harness import cli, runner
+    from harness import cli, serving_window
 
     def broken_body(*args, **kwargs):
         raise RuntimeError("bug in a workload runner")
 
-    monkeypatch.setattr(runner, "run_variant_body", broken_body)
+    monkeypatch.setattr(serving_window, "run_window", broken_body)
     path = write_scenario(tmp_path, "- name: a\n")
     rc = cli.main(["run", str(path), "--results-dir", str(tmp_path / "results"), "--no-report"])
-    assert rc == cli.EXIT_BROKEN
+    assert rc == ExitCode.BROKEN
     (status_path,) = (tmp_path / "results").glob("*/*/a/status.json")
     sid = json.loads(status_path.read_text())["server"]["sid"]
     assert session_alive(sid) == []
@@ -300,4 +301,4 @@ def test_a_quality_arm_error_fails_that_variant_and_the_run_goes_on(tmp_path, mo
         status = loaded.variant(name).status
         assert status["state"] == "failed" and status["cause"] == "quality_error"
         assert "bug in a task generator" in status["cause_detail"]["error"]
-    assert outcome.exit_code == EXIT_FAILED and (outcome.run_dir / results.COMPLETE_MARKER).exists()
+    assert outcome.exit_code == ExitCode.FAILED and (outcome.run_dir / results.COMPLETE_MARKER).exists()

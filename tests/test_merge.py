@@ -99,7 +99,7 @@ def test_refuses_non_runs_and_merged_runs(tmp_path, capsys):
     assert merge_cli(tmp_path, "--results-dir", tmp_path / "out") == 2
     assert "not a run folder" in capsys.readouterr().err
     a = make_run(tmp_path / "in", "r1", {"off": "ok"})
-    merged = merge_runs([a], tmp_path / "out")
+    merged = merge_runs([a], tmp_path / "out").root
     with pytest.raises(MergeRefused, match="already a merged run"):
         merge_runs([merged], tmp_path / "out2")
 
@@ -111,7 +111,7 @@ def test_duplicate_variant_keeps_the_complete_then_latest_copy(tmp_path):
                   rows=1)
     b2 = make_run(tmp_path / "in", "r3", {"on-b": "ok"}, shard=(2, 2), all_variants=ALL)
     b3 = make_run(tmp_path / "in", "r0", {"on-b": "ok"}, shard=(2, 2), all_variants=ALL)  # older, complete
-    root = merge_runs([a, b1, b2, b3], tmp_path / "out")
+    root = merge_runs([a, b1, b2, b3], tmp_path / "out").root
     run = results.load_run(root)
     assert run.variant("on-b").summary["from"] == "r3"
     kept = {d["run_id"]: d["state"] for d in run.manifest["merge"]["dropped"]}

@@ -88,3 +88,11 @@ def test_sigkill_during_writes_leaves_parseable_files(tmp_path):
         rows = list(results.read_jsonl(d / "rows.jsonl"))
         assert all(len(r["pad"]) == 5000 for r in rows)
         assert [r["i"] for r in rows] == list(range(1, len(rows) + 1))
+
+
+def test_run_lock_refuses_a_second_writer(tmp_path):
+    lock = results.hold_run_lock(tmp_path)
+    with pytest.raises(results.RunLocked, match="another harness process is writing this run"):
+        results.hold_run_lock(tmp_path)
+    lock.close()
+    results.hold_run_lock(tmp_path).close()  # released: the next writer gets it

@@ -14,9 +14,10 @@ import psutil
 import pytest
 
 from harness import results
-from harness.resume import FINAL_STATES, plan_resume
+from harness.resume import plan_resume
 from harness.runner import build_manifest
 from harness.scenario import load_scenario, variant_config_hash
+from harness.variant_status import FINAL_STATES
 from tests.test_shard_kit import (no_leaked_servers,  # noqa: F401 - autouse fixture
     kill_hard, only_run, run_dirs, run_harness, shape, start_harness,
                                   status_state, wait_for, wait_state, write_scenario)
@@ -211,13 +212,13 @@ def test_killed_shard_resumed_then_merged(scenario, reference, tmp_path):
 # ---------------------------------------------------------------------- plan_resume on hand-made states
 
 def test_plan_resume_states(tmp_path):
-    path = write_scenario(tmp_path, n_on=9)
+    path = write_scenario(tmp_path, n_on=8)
     scn = load_scenario(path)
     variants = scn.expand_variants()
     run = results.create_run_dir(tmp_path / "out", scn.name)
     results.write_json_atomic(run.manifest, build_manifest(scn, variants, ["harness"], True))
-    states = ["ok", "startup_failed", "refused", "skipped", "failed", "partial", "interrupted", "running",
-              "no_summary", "unreadable"]  # the 11th variant: missing
+    states = ["ok", "startup_failed", "refused", "failed", "partial", "interrupted", "running",
+              "no_summary", "unreadable"]  # the 10th variant: missing
     for v, state in zip(variants, states):
         vp = run.variant(v.name)
         vp.root.mkdir()

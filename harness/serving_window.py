@@ -1,9 +1,10 @@
-"""What happens on a variant's server between "ready" and "stop".
+"""The serving window: what happens on a variant's server between "ready" and "stop".
 
 Idle window (seed 000 saw swap-in while idle) → the workloads, once per repeat → the quality
 arm → a final idle liveness check plus ``/health_generate`` (P6: a server that died after its last
-answer is a failed variant, not a pass) → ``summary.json``. Rows are appended to the variant's
-JSONL files as they come, so a crash keeps everything measured before it.
+answer is a failed variant, not a pass). Rows are appended to the variant's JSONL files as they
+come, so a crash keeps everything measured before it; the verdict and the rows are returned for
+the variant's summary (written by ``harness.run_products`` once the server has stopped).
 """
 
 from __future__ import annotations
@@ -11,16 +12,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from harness import logscan, results
-from harness.model_config import model_vocab_size
 from harness.client import GenerateRequest, Labels, StreamingClient
+from harness.model_config import model_vocab_size
+from harness.quality import run as quality_run
 from harness.records import RequestRecord
-from harness.summary import summarize
-from harness.workloads.base import WorkloadContext, run_workloads
+from harness.variant_status import FAILED, OK, PARTIAL
+from harness.workloads.context import WorkloadContext
+from harness.workloads.sequence import run_workloads
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +55,17 @@ def final_liveness(server, base_url: str, idle_s: float) -> tuple[bool, str]:
     return True, "ok"
 
 
+@dataclass
+class WindowResult:
+    """How the serving window ended (``ok``, ``partial`` or ``failed``) and what it measured."""
+
+    state: str
+    cause: str | None = None
+    detail: dict = field(default_factory=dict)
+    requests: list[RequestRecord] = field(default_factory=list)
+    quality_rows: list = field(default_factory=list)
+
+
 class _Recorder:
     """Appends records to JSONL as they finish and keeps them for the summary."""
 
@@ -74,8 +89,8 @@ async def _smoke_request(client: StreamingClient, variant: str, vocab: int, reco
     return rec
 
 
-def run_body(scenario, variant, spec, server, sampler, vpaths, progress, pools, server_info):
-    """Returns ``(state, cause, detail)`` with state ``ok``, ``partial`` or ``failed``."""
+def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools) -> WindowResult:
+    """Idle window, workloads, quality arm, final liveness on a ready server; never stops it."""
 
     def phase(name: str) -> None:
         if sampler is not None:
@@ -84,16 +99,14 @@ def run_body(scenario, variant, spec, server, sampler, vpaths, progress, pools, 
 
     phase("idle")
     if not _wait_alive(server, scenario.sampling.idle_window_s if scenario.sampling.enabled else 0.0):
-        return _write_summary(vpaths, variant, [], [], sampler, "partial", logscan.SERVER_DIED,
-                              {"when": "idle window"})
+        return WindowResult(PARTIAL, logscan.SERVER_DIED, {"when": "idle window"})
 
     pool_tokens = int(pools.get("max_total_num_tokens") or DEFAULT_POOL_TOKENS)
     vocab = model_vocab_size(variant.model_path)
     requests = _Recorder(vpaths.requests)
     quality_rows = _Recorder(vpaths.quality)
-    verdict: dict = {"state": "ok", "cause": None, "detail": {}}
 
-    async def body() -> None:
+    async def body() -> tuple[str, str | None, dict]:
         async with StreamingClient(spec.base_url, timeout_s=variant.request_timeout_s) as client:
             def make_ctx(repeat: int) -> WorkloadContext:
                 ctx = WorkloadContext(
@@ -108,8 +121,7 @@ def run_body(scenario, variant, spec, server, sampler, vpaths, progress, pools, 
             if not scenario.workloads:
                 rec = await _smoke_request(client, variant.name, vocab, requests)
                 if rec.error is not None:
-                    verdict.update(state="failed", cause="request_error", detail={"error": rec.error})
-                    return
+                    return FAILED, "request_error", {"error": rec.error}
             for repeat in range(scenario.repeats):
                 ctx = make_ctx(repeat)
                 outcome = await run_workloads(ctx, scenario.workloads)
@@ -117,51 +129,32 @@ def run_body(scenario, variant, spec, server, sampler, vpaths, progress, pools, 
                           "timed_out": outcome.timed_out, "skipped": outcome.skipped,
                           "n_requests": outcome.n_requests, "n_errors": outcome.n_errors}
                 if outcome.server_died:
-                    verdict.update(state="partial", cause=logscan.SERVER_DIED, detail=detail)
-                    return
+                    return PARTIAL, logscan.SERVER_DIED, detail
                 if outcome.timed_out:
-                    verdict.update(state="failed", cause=logscan.TIMEOUT, detail=detail)
-                    return
+                    return FAILED, logscan.TIMEOUT, detail
                 if outcome.failed:
-                    verdict.update(state="failed", cause="workload_error", detail=detail)
-                    return
+                    return FAILED, "workload_error", detail
             if scenario.quality.enabled:
-                from harness.quality.run import run_quality
-
                 role = "off" if variant.name == scenario.quality.baseline_variant else "on"
                 ctx = make_ctx(0)
                 try:
-                    await run_quality(ctx, scenario.quality, role)
+                    await quality_run.run_quality(ctx, scenario.quality, role)
                 except Exception as exc:  # noqa: BLE001 - a harness-side error fails this variant, not the run
                     log.exception("quality arm of %s failed", variant.name)
-                    verdict.update(state="failed", cause="quality_error",
-                                   detail={"error": f"{type(exc).__name__}: {exc}"})
-                    return
+                    return FAILED, "quality_error", {"error": f"{type(exc).__name__}: {exc}"}
                 if ctx.server_dead:
-                    verdict.update(state="partial", cause=logscan.SERVER_DIED, detail={"when": "quality"})
+                    return PARTIAL, logscan.SERVER_DIED, {"when": "quality"}
+        return OK, None, {}
 
     try:
-        asyncio.run(body())
+        state, cause, detail = asyncio.run(body())
     finally:
         requests.close()
         quality_rows.close()
 
-    if verdict["state"] == "ok":
+    if state == OK:
         phase("final_check")
         alive, why = final_liveness(server, spec.base_url, scenario.server.liveness_idle_s)
         if not alive:
-            verdict.update(state="failed", cause=logscan.SERVER_DIED, detail={"when": "after last response",
-                                                                              "check": why})
-    return _write_summary(vpaths, variant, requests.rows, quality_rows.rows, sampler, verdict["state"],
-                          verdict["cause"], verdict["detail"])
-
-
-def _write_summary(vpaths, variant, request_rows, quality_rows, sampler, state, cause, detail):
-    summary = summarize(request_rows)
-    summary.update(schema_version=results.SCHEMA_VERSION, variant=variant.name, state=state, cause=cause)
-    if state != "ok" and not any(not r.warmup and r.error is None for r in request_rows):
-        summary["workloads"] = None  # nothing measured: null, never zero (P10)
-    summary["quality"] = {"n_records": len(quality_rows)} if quality_rows else None
-    summary["sampling"] = None  # filled by the runner once the sampler has stopped
-    results.write_json_atomic(vpaths.summary, summary)
-    return state, cause, detail
+            state, cause, detail = FAILED, logscan.SERVER_DIED, {"when": "after last response", "check": why}
+    return WindowResult(state, cause, detail, requests.rows, quality_rows.rows)

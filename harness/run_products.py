@@ -1,0 +1,140 @@
+"""A run's derived products, and the one writer of every variant's ``summary.json``.
+
+* Per variant, once its server has stopped: ``summary.json`` assembled in memory from the request
+  statistics (:func:`harness.summary.summarize`), the sampling summary and the quality-row count
+  (:func:`measured_summary`), or the null summary of a variant that never served
+  (:func:`null_summary`: refused or startup_failed), and written once by
+  :func:`write_variant_summary`.
+* Once every variant has run (:func:`write_run_products`): quality parity of each HiCache arm
+  against the baseline arm, and ``summary.csv`` (one row per variant × workload × phase × metric).
+
+Parity needs two servers' answers, so it cannot be judged inside one variant: the baseline
+(HiCache OFF) variant's ``quality.jsonl`` is compared with each other variant's here. The full
+per-sample comparison goes to ``<variant>/parity.json``; the variant's summary gains the verdict
+and its counts under ``quality.parity`` (the one later write of a summary.json).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from harness import results
+from harness.quality.parity import evaluate_parity
+from harness.records import RequestRecord
+from harness.sampling import summarize_samples
+from harness.summary import summarize, summary_rows
+
+PARITY_FILE = "parity.json"
+CSV_COLUMNS = ["variant", "workload", "phase", "metric", "unit", "higher_is_better", "n", "mean", "p50",
+               "p90", "p99", "min", "max", "n_errors"]
+
+
+# -- one variant -------------------------------------------------------------------------------
+
+def measured_summary(name: str, state: str, cause: str | None, requests: Sequence[RequestRecord],
+                     n_quality_records: int, sampling: dict | None,
+                     workload_kinds: Mapping[str, str] | None = None) -> dict:
+    """The summary of a variant whose server served: per workload/phase statistics, its state and
+    cause, the quality-row count and the sampling summary. A failed variant that measured nothing
+    has ``workloads: null``, never zeros (P10)."""
+    summary = summarize(requests, workload_kinds)
+    summary.update(schema_version=results.SCHEMA_VERSION, variant=name, state=state, cause=cause)
+    if state != "ok" and not any(not r.warmup and r.error is None for r in requests):
+        summary["workloads"] = None
+    summary["quality"] = {"n_records": n_quality_records} if n_quality_records else None
+    summary["sampling"] = sampling
+    return summary
+
+
+def null_summary(name: str, state: str, cause: str | None) -> dict:
+    """The summary of a variant that never served: null metrics and its cause, never zeros (P10)."""
+    return {"schema_version": results.SCHEMA_VERSION, "variant": name, "state": state, "cause": cause,
+            "workloads": None, "sampling": None, "quality": None}
+
+
+def sampling_summary(samples_path: Path, sampler_cpu_fraction: float, samples_written: int) -> dict:
+    """Per-phase system figures of the variant's samples, and the sampler's own CPU use."""
+    return {
+        "phases": summarize_samples(results.read_jsonl(samples_path)),
+        "sampler_cpu_fraction": round(sampler_cpu_fraction, 5),
+        "samples_written": samples_written,
+    }
+
+
+def write_variant_summary(vpaths: results.VariantPaths, summary: dict) -> None:
+    results.write_json_atomic(vpaths.summary, summary)
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+def parity_headline(report: dict) -> dict:
+    keep = ("verdict", "baseline_noise", "reason", "host_hit_requests", "on_requests", "reasks",
+            "reasks_with_host_hit", "pairs", "unmatched_on", "errors", "tie_epsilon", "top_k")
+    out = {k: report.get(k) for k in keep}
+    out["groups"] = [{k: g.get(k) for k in ("task", "length_target", "verdict", "pairs", "token_equal",
+                                              "tie_flips", "divergences", "outside_topk",
+                                              "first_divergence_min", "max_abs_dlogprob",
+                                              "host_hit_requests", "accuracy_on", "accuracy_off",
+                                              "on_lost", "on_gained", "mcnemar_p")}
+                     for g in report.get("groups", [])]
+    return out
+
+
+def evaluate_run_parity(scenario, run: results.RunPaths, variant_names: list[str]) -> dict[str, dict]:
+    """Parity of every variant that has quality rows against the baseline variant (each full
+    report written to its ``parity.json``); {variant: headline}."""
+    if not scenario.quality.enabled:
+        return {}
+    baseline = scenario.quality.baseline_variant
+    if baseline not in variant_names:
+        return {}
+    off_rows = list(results.read_jsonl(run.variant(baseline).quality))
+    verdicts = {}
+    for name in variant_names:
+        if name == baseline:
+            continue
+        vpaths = run.variant(name)
+        on_rows = list(results.read_jsonl(vpaths.quality))
+        if not on_rows:
+            continue
+        if not off_rows:
+            verdicts[name] = {"verdict": "NOT_COMPARABLE", "reason": f"baseline {baseline} has no quality rows"}
+            continue
+        report = evaluate_parity(on_rows, off_rows, None, scenario.quality).to_dict()
+        results.write_json_atomic(vpaths.root / PARITY_FILE, report)
+        verdicts[name] = parity_headline(report)
+    return verdicts
+
+
+def write_run_products(scenario, run: results.RunPaths) -> None:
+    """Once every variant ran: parity into the summaries of the arms that have it, then summary.csv."""
+    names = [v["name"] for v in results.read_json(run.manifest)["variants"]]
+    for name, headline in evaluate_run_parity(scenario, run, names).items():
+        vpaths = run.variant(name)
+        if vpaths.summary.exists():
+            summary = results.read_json(vpaths.summary)
+            summary["quality"] = {**(summary.get("quality") or {}), "parity": headline}
+            write_variant_summary(vpaths, summary)
+    write_summary_csv(run, names)
+
+
+def write_summary_csv(run: results.RunPaths, names: list[str]) -> None:
+    """summary.csv from the variants' summary.json files (a variant without one has no rows)."""
+    rows: list[dict] = []
+    for name in names:
+        vpaths = run.variant(name)
+        if vpaths.summary.exists():
+            rows.extend(summary_rows(name, results.read_json(vpaths.summary)))
+    results.write_text_atomic(run.summary_csv, rows_to_csv(rows))
+
+
+def rows_to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for row in rows:
+        w.writerow(row)
+    return buf.getvalue()
