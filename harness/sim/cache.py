@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 MAMBA_TRACK_INTERVAL = 64
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Page:
     """One cached page; identity is the object (dict key lives in the cache)."""
 
@@ -133,9 +133,14 @@ class TwoTierCache:
         return self.host_capacity * self.page_size
 
     # ------------------------------------------------------------------ lookup
-    def _key(self, parent: Page | None, tokens: list[int], i: int) -> tuple:
+    # Hot loops (a prompt is thousands of pages at page size 1) inline these helpers: the
+    # simulator's own CPU time is time the cost model does not account for.
+    def _chunks(self, tokens: list[int], n_pages: int) -> list:
+        """The token content of each of the first ``n_pages`` pages (a page's key part)."""
         ps = self.page_size
-        return (id(parent) if parent is not None else 0, tuple(tokens[i * ps:(i + 1) * ps]))
+        if ps == 1:
+            return tokens[:n_pages]
+        return [tuple(tokens[i * ps:(i + 1) * ps]) for i in range(n_pages)]
 
     def match(self, tokens: list[int]) -> Match:
         """Longest usable cached prefix of ``tokens`` (no state change)."""
@@ -143,14 +148,16 @@ class TwoTierCache:
         if not self.enabled or len(tokens) < 2:
             return m
         max_pages = (len(tokens) - 1) // self.page_size
+        get = self._pages.get
         parent: Page | None = None
+        pid = 0
         path: list[Page] = []
-        for i in range(max_pages):
-            node = self._pages.get(self._key(parent, tokens, i))
+        for chunk in self._chunks(tokens, max_pages):
+            node = get((pid, chunk))
             if node is None or not (node.on_device or node.on_host):
                 break
             path.append(node)
-            parent = node
+            parent, pid = node, id(node)
         if self.hybrid:
             last = -1
             for i, node in enumerate(path):
@@ -163,10 +170,18 @@ class TwoTierCache:
 
     # ------------------------------------------------------------------ locking / LRU
     def _touch(self, pages: list[Page]) -> None:
+        clock, seq, push = self._clock, self._seq, heapq.heappush
+        dev_heap, host_heap = self._dev_heap, self._host_heap
         for node in pages:  # root-to-leaf order: deeper pages end up more recent
-            self._clock += 1
-            node.access = self._clock
-            self._push(node)
+            clock += 1
+            node.access = clock
+            if node.lock == 0:  # _push, inlined
+                if node.on_device:
+                    if node.dev_children == 0:
+                        push(dev_heap, (clock, next(seq), node))
+                elif node.on_host and not node.kids:
+                    push(host_heap, (clock, next(seq), node))
+        self._clock = clock
 
     def _push(self, node: Page) -> None:
         if node.on_device and node.dev_children == 0 and node.lock == 0:
@@ -181,7 +196,8 @@ class TwoTierCache:
 
     def unlock(self, pages: list[Page]) -> None:
         for node in pages:
-            node.lock = max(0, node.lock - 1)
+            if node.lock > 0:
+                node.lock -= 1
         self._touch(pages)
 
     # ------------------------------------------------------------------ eviction
@@ -255,11 +271,14 @@ class TwoTierCache:
     def make_room(self, tokens: int) -> tuple[bool, int]:
         """Evict until ``tokens`` device tokens are free; returns (ok, pages backed up)."""
         written = 0
-        while self.device_free_tokens < tokens:
-            ok, w = self._evict_one_device()
+        missing = tokens - self.device_free_tokens  # each eviction frees one page
+        evict = self._evict_one_device
+        while missing > 0:
+            ok, w = evict()
             written += w
             if not ok:
                 return False, written
+            missing -= self.page_size
         return True, written
 
     # ------------------------------------------------------------------ load / insert
@@ -283,38 +302,49 @@ class TwoTierCache:
         """
         if not self.enabled:
             return [], 0
-        n_pages = upto // self.page_size
+        ps = self.page_size
+        n_pages = upto // ps
+        pages = self._pages
+        write_through = self.hicache and self.write_policy != "write_back"
         parent: Page | None = None
+        pid = 0
         path: list[Page] = []
         written = 0
-        for i in range(n_pages):
-            key = self._key(parent, tokens, i)
-            node = self._pages.get(key)
+        free = self.device_free_tokens
+        for i, chunk in enumerate(self._chunks(tokens, n_pages)):
+            key = (pid, chunk)
+            node = pages.get(key)
             if node is None:
-                if self.device_free_tokens < self.page_size and not self.make_room(self.page_size)[0]:
-                    break
+                if free < ps:
+                    if not self.make_room(ps)[0]:
+                        break
+                    free = self.device_free_tokens
+                free -= ps
                 node = Page(key=key, parent=parent, depth=i)
-                self._pages[key] = node
+                pages[key] = node
                 self.device_pages += 1
                 if parent is not None:
                     parent.kids.add(node)
                     parent.dev_children += 1
-                if self.hicache and self.write_policy != "write_back" and self._host_slot():
+                if write_through and self._host_slot():
                     node.on_host = True
                     self.host_pages += 1
                     written += 1
             elif not node.on_device:
                 # host-only page recomputed by this request: it is on the device again
-                if self.device_free_tokens < self.page_size and not self.make_room(self.page_size)[0]:
-                    break
+                if free < ps:
+                    if not self.make_room(ps)[0]:
+                        break
+                    free = self.device_free_tokens
+                free -= ps
                 node.on_device = True
                 self.device_pages += 1
                 if parent is not None:
                     parent.dev_children += 1
-            if ckpts and (i + 1) * self.page_size in ckpts:
+            if ckpts and (i + 1) * ps in ckpts:
                 node.ckpt = True
             path.append(node)
-            parent = node
+            parent, pid = node, id(node)
         self.stats.backup_tokens += written * self.page_size
         self._touch(path)
         return path, written

@@ -14,6 +14,15 @@ until the uncached tokens, the host pages to load back and ``max_new_tokens`` fi
 host pages back.  A finished request inserts prompt+output (hybrid: up to its last 64-token
 mamba checkpoint) into the cache; write-through backups are costed in the next batch.
 
+Clock (``batch_deadline``): each batch's modelled duration runs on a virtual timeline in loop time
+(``loop.time()``).  A batch starts where the previous one ended (or, after idling, when its
+newest request arrived) and the scheduler sleeps until that absolute deadline, so the server's own
+work (matching, eviction, HTTP) happens *inside* the modelled time instead of adding to it, and a
+late wake-up under CPU contention is made up by the next batches instead of accumulating (the
+timeline never runs more than ``MAX_LAG_S`` behind real time).  A finished request's response
+goes out before its pages are inserted into the cache (the insert runs before the next batch is
+formed, so the next admission sees it, as in sglang).
+
 Cost model (seconds, all multiplied by ``--sim-time-scale``):
 - prefill batch  = 4 ms + new_tokens / prefill_tok_s, prefill_tok_s = min(80K, 4e14 / (2 P))
   (P = approx. parameters; llama-tiny ~75K tok/s as on the H200, a 27B ~7.4K tok/s);
@@ -48,6 +57,9 @@ log = logging.getLogger("sglang.sim.scheduler")
 # --enable-deterministic-inference. A near-tie (gap < 0.01) flips about half the time, a 0.15 gap
 # about 4% of the time, a 0.3 gap almost never: a real server's flips, mostly near-ties, a few not.
 NEAR_TIE_NOISE_SD = 0.06
+# How far (real seconds) the virtual timeline may fall behind before it is rebased on "now": a
+# late batch is made up by the next ones, but a long overloaded stretch is not banked as credit.
+MAX_LAG_S = 0.5
 
 def kernel_noise(cand: Candidates, rng: random.Random, sd: float = NEAR_TIE_NOISE_SD) -> Candidates:
     """near_tie_flips: the candidates as a numerically different kernel sees them -- every
@@ -80,6 +92,22 @@ def crash_with_illegal_access(where: str) -> None:
     sys.stderr.write(f"[{stamp}] Received sigquit from a child process. It usually means the child failed. ({where}, simulated)\n")
     sys.stderr.flush()
     os._exit(1)
+
+
+def batch_deadline(now: float, duration_s: float, timeline: float | None, arrived: float | None,
+                   max_lag_s: float = MAX_LAG_S) -> float:
+    """When a batch of modelled ``duration_s`` (time-scaled) ends, in loop time.
+
+    It starts where the previous batch ended (``timeline``; None when the scheduler was idle),
+    not before its newest request ``arrived`` (after idling: exactly then, so the time spent
+    receiving and admitting the request is inside the batch), and never more than ``max_lag_s``
+    before ``now``: a scheduler that woke late makes the lateness up in the next batches, but a
+    long overloaded stretch is not banked as credit."""
+    if timeline is None:
+        start = now if arrived is None else arrived
+    else:
+        start = timeline if arrived is None else max(timeline, arrived)
+    return max(start, now - max_lag_s) + max(0.0, duration_s)
 
 
 @dataclass(frozen=True)
@@ -146,6 +174,7 @@ class SimRequest:
     # filled by the scheduler
     updates: asyncio.Queue = field(default_factory=asyncio.Queue)
     created: float = field(default_factory=time.perf_counter)
+    arrived: float = 0.0  # loop time of submit(): the earliest its prefill may start
     first_token_at: float | None = None
     finished_at: float | None = None
     locked: list[Page] = field(default_factory=list)
@@ -211,6 +240,8 @@ class Engine:
         self.last_response_at: float | None = None
         self.last_gen_throughput = 0.0
         self._seed_rng = random.Random(cfg.random_seed)
+        self._timeline: float | None = None  # loop time the last batch ended (modelled); None idle
+        self._retiring: list[SimRequest] = []  # finished, answered, pages not inserted yet
 
     # ------------------------------------------------------------------ API
     @property
@@ -238,6 +269,7 @@ class Engine:
             crash_at = self.cfg.faults.get(Fault.crash_at_request)
             if crash_at is not None and self._request_count == crash_at:
                 req.crash = True  # dies when the scheduler picks it up: mid-request
+        req.arrived = asyncio.get_running_loop().time()
         self.waiting.append(req)
         self._wake.set()
 
@@ -247,6 +279,7 @@ class Engine:
             log.warning("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d",
                         len(self.waiting), len(self.running) + (1 if self.chunked else 0))
             return False
+        self._retire()
         self.cache.reset()
         log.info("Cache flushed successfully!")
         self.update_gauges()
@@ -255,7 +288,11 @@ class Engine:
     # ------------------------------------------------------------------ loop
     async def run(self) -> None:
         while True:
+            if self._retiring:
+                await asyncio.sleep(0)  # the finished requests' responses go out first
+                self._retire()
             if not self.busy:
+                self._timeline = None
                 self._wake.clear()
                 await self._wake.wait()
                 continue
@@ -270,8 +307,11 @@ class Engine:
                 req = self.waiting.popleft()
                 self._fail(req, "not enough KV cache for this request")
 
-    async def _sleep(self, seconds: float) -> None:
-        await asyncio.sleep(max(0.0, seconds * self.cost.time_scale))
+    async def _pace(self, seconds: float, arrived: float | None = None) -> None:
+        """Sleep until the end of a batch whose cost model says ``seconds`` (see `batch_deadline`)."""
+        now = asyncio.get_running_loop().time()
+        self._timeline = batch_deadline(now, seconds * self.cost.time_scale, self._timeline, arrived)
+        await asyncio.sleep(max(0.0, self._timeline - now))  # late: 0, which still lets responses out
 
     # ------------------------------------------------------------------ prefill
     def _admit(self, req: SimRequest) -> bool:
@@ -349,7 +389,8 @@ class Engine:
             "#running-req: %d, #queue-req: %d, ",
             len(fresh), new_tokens, cached, self.cache.device_used_tokens / self.cfg.max_total_tokens,
             len(self.running), len(self.waiting))
-        await self._sleep(self.cost.prefill_s(new_tokens, load_bytes, backup))
+        await self._pace(self.cost.prefill_s(new_tokens, load_bytes, backup),
+                         max((r.arrived for r in fresh), default=None))
         now = time.perf_counter()
         for req, n in batch:
             req.prefilled += n
@@ -382,7 +423,7 @@ class Engine:
                      "gen throughput (token/s): %.2f, #queue-req: %d, ",
                      bs, self.cache.device_used_tokens, self.cache.device_used_tokens / self.cfg.max_total_tokens,
                      self.last_gen_throughput, len(self.waiting))
-        await self._sleep(step)
+        await self._pace(step)
         now = time.perf_counter()
         still: list[SimRequest] = []
         for req in self.running:
@@ -423,8 +464,25 @@ class Engine:
         req.updates.put_nowait(None)
 
     def _finish(self, req: SimRequest) -> None:
+        """Answer the request now; its pages go into the cache in `_retire`, before the next batch."""
         req.finish_reason = {"type": "length", "length": req.sampling.max_new_tokens}
         req.finished_at = time.perf_counter()
+        if not req.internal:
+            self.metrics.inc("num_requests", 1)
+            self.metrics["e2e"].observe(req.finished_at - req.created)
+            self.last_response_at = time.monotonic()
+        self._retiring.append(req)
+        req.updates.put_nowait(None)
+
+    def _retire(self) -> None:
+        """Insert the finished requests' prompt+output into the cache and release their locks."""
+        retiring, self._retiring = self._retiring, []
+        for req in retiring:
+            self._insert_finished(req)
+        if retiring:
+            self.update_gauges()
+
+    def _insert_finished(self, req: SimRequest) -> None:
         self.cache.reserved_tokens -= req.reserved
         req.reserved = 0
         if not req.internal:
@@ -438,12 +496,8 @@ class Engine:
             self._pending_backup_bytes += nbytes
             self.metrics.inc("backup_tokens", written * self.cache.page_size)
             self.metrics.inc("backup_bytes", nbytes)
-            self.metrics.inc("num_requests", 1)
-            self.metrics["e2e"].observe(req.finished_at - req.created)
-            self.last_response_at = time.monotonic()
         self.cache.unlock(req.locked)
         req.locked = []
-        req.updates.put_nowait(None)
 
     def _fail(self, req: SimRequest, message: str) -> None:
         req.error = message
