@@ -25,6 +25,19 @@ Streaming facts this relies on (docs/sglang-facts.md, sglang tokenizer_manager):
   guessed as device hits.
 - With `return_logprob`, `meta_info.output_token_logprobs` is a list of `[logprob, token_id, text]`
   and `output_top_logprobs` a list (per position) of such lists; cumulative or per-chunk like ids.
+
+What the server says is checked where it enters; a bad answer makes that request's record an
+error (`protocol: <what was wrong>`, timestamps kept, the bad figures set to None), never an
+exception and never a silent figure:
+- an SSE line longer than `MAX_LINE_BYTES` ends the request and drops the connection (memory
+  stays bounded whatever the server sends); so do more chunks, output ids or text than the request
+  can produce (`StreamAccumulator`'s caps, from `max_new_tokens`);
+- JSON is strict (`harness.server_info.loads_strict`: no NaN/Infinity);
+- output ids are ints in [0, MAX_TOKEN_ID], checked per chunk (cheap: the new ids only);
+- meta_info counts (prompt, completion, cached, cached_tokens_details.device/host/storage) and
+  logprobs are checked once, when the record is made (`StreamAccumulator.check_answer`):
+  non-negative ints, cached <= prompt, tiers sum <= cached, completion within the cap, logprobs
+  finite numbers.
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -40,9 +54,20 @@ from typing import Any, Literal
 import httpx
 
 from harness.records import RequestRecord
+from harness.server_info import IDENTITY, MAX_PROBE_BYTES, ServerAnswerError, aread_limited, loads_strict, show
 
 StreamMode = Literal["auto", "cumulative", "incremental"]
 Api = Literal["generate", "completions"]
+
+MAX_LINE_BYTES = 1 << 20  # one SSE line; sglang's largest (cumulative ids + top logprobs) are ~100s of KB
+MAX_TOKEN_ID = (1 << 31) - 1  # token ids are int32 in sglang
+MAX_TOKEN_COUNT = 1 << 31  # prompt/cached/completion counts beyond this are garbage
+MAX_MESSAGE_CHARS = 300  # server-supplied strings kept in `error` / `finish_reason`
+# Per request, from its max_new_tokens (None: unknown): more than this is not an answer to it.
+OUTPUT_SLACK = 1024  # output ids (and completion_tokens) beyond max_new_tokens
+CHUNKS_PER_TOKEN = 4  # chunks per asked token (+ OUTPUT_SLACK): empty keep-alive chunks happen
+TEXT_CHARS_PER_TOKEN = 256  # accumulated text per asked token (+ MAX_LINE_BYTES)
+UNKNOWN_MAX_NEW = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -105,6 +130,10 @@ def input_hash(input_ids: list[int] | None, text: str | None) -> str:
     return hashlib.sha256(payload).hexdigest()
 
 
+def _clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _finish_reason(raw: Any) -> tuple[str | None, str | None]:
     """sglang sends `{"type": "length", "length": 16}`, `{"type": "stop", "matched": 2}`,
     `{"type": "abort", "message": ...}`; OpenAI-style sends a plain string. → (type, abort msg)."""
@@ -112,28 +141,51 @@ def _finish_reason(raw: Any) -> tuple[str | None, str | None]:
         return None, None
     if isinstance(raw, dict):
         kind = raw.get("type")
-        kind = str(kind) if kind is not None else "unknown"
+        kind = _clip(str(kind), 60) if kind is not None else "unknown"
         if kind == "abort":
-            return kind, str(raw.get("message") or "")
+            return kind, _clip(str(raw.get("message") or ""))
         return kind, None
-    return str(raw), None
+    return _clip(str(raw), 60), None
 
 
-def _int_or_none(v: Any) -> int | None:
-    if v is None or isinstance(v, bool):
+def _server_error(err: Any) -> str:
+    msg = err.get("message") if isinstance(err, dict) else err
+    return f"server_error: {_clip(str(msg))}"
+
+
+class _Bad(Exception):
+    """An answer that fails a check (internal to `check_answer`)."""
+
+
+def _count(value: Any, what: str) -> int | None:
+    """A token count the server reported: None (not reported) or an int in [0, MAX_TOKEN_COUNT]."""
+    if value is None:
         return None
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
+    if type(value) is not int or not 0 <= value <= MAX_TOKEN_COUNT:
+        raise _Bad(f"{what} is {show(value)}, not a token count")
+    return value
+
+
+def _logprob(value: Any, what: str) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise _Bad(f"{what} holds {show(value)}, not a finite logprob")
+    return float(value)
 
 
 class StreamAccumulator:
     """Pure state machine over parsed stream chunks (no I/O): feed each JSON object with its
-    arrival time; read the fields for a `RequestRecord`. Tested directly with hand-built chunks."""
+    arrival time; read the fields for a `RequestRecord`. Tested directly with hand-built chunks.
 
-    def __init__(self, mode: StreamMode = "auto") -> None:
+    Per chunk only what is cheap is checked (new ids, caps); meta_info counts and logprobs are kept
+    as sent and checked once by `check_answer` (called by `to_record`). `closed` turns true when
+    the stream is over for this request: [DONE], or a cap passed (then the reader drops it)."""
+
+    def __init__(self, mode: StreamMode = "auto", max_new_tokens: int | None = None) -> None:
         self.mode: StreamMode = mode
+        asked = max_new_tokens if type(max_new_tokens) is int and max_new_tokens >= 0 else UNKNOWN_MAX_NEW
+        self.max_output_tokens = asked + OUTPUT_SLACK
+        self.max_chunks = CHUNKS_PER_TOKEN * asked + OUTPUT_SLACK
+        self.max_text_chars = TEXT_CHARS_PER_TOKEN * asked + MAX_LINE_BYTES
         self.output_ids: list[int] = []
         self.saw_output_ids = False
         self.text: str | None = None
@@ -143,45 +195,65 @@ class StreamAccumulator:
         self.first_token_ns: int | None = None
         self.done_ns: int | None = None
         self.done = False
-        self.prompt_tokens: int | None = None
-        self.completion_tokens: int | None = None
-        self.cached_tokens: int | None = None
-        self.details: dict[str, Any] | None = None
+        self.closed = False
+        # As sent until check_answer() has run; then int | None.
+        self.prompt_tokens: Any = None
+        self.completion_tokens: Any = None
+        self.cached_tokens: Any = None
+        self.details: Any = None
+        self.cached_device: int | None = None
+        self.cached_host: int | None = None
+        self.cached_storage: int | None = None
         self.finish_reason: str | None = None
-        self.output_logprobs: list[float] | None = None
-        self.top_logprobs: list[list[list[float]]] | None = None
+        self.output_logprobs: list | None = None
+        self.top_logprobs: list | None = None
         self.error: str | None = None
-        self._prev_completion: int | None = None
+        self._prev_completion: Any = None
+        self._checked = False
+
+    def abandon(self, reason: str) -> None:
+        """Stop reading this stream: it broke a bound (the reader drops the connection)."""
+        self.error = self.error or f"protocol: {reason}"
+        self.closed = True
+
+    def _count_chunk(self, t_ns: int, new_n: int) -> None:
+        self.chunk_ns.append(t_ns)
+        self.chunk_new_tokens.append(new_n)
+        if new_n > 0 and self.first_token_ns is None:
+            self.first_token_ns = t_ns
+        if len(self.chunk_ns) > self.max_chunks:
+            self.abandon(f"more than {self.max_chunks} chunks")
 
     # -- sglang native /generate -------------------------------------------------------------
     def feed(self, obj: dict[str, Any], t_ns: int) -> None:
-        if not isinstance(obj, dict):
-            self.error = self.error or f"protocol: chunk is {type(obj).__name__}, not an object"
+        if type(obj) is not dict:
+            self.error = self.error or f"protocol: chunk is a {type(obj).__name__}, not an object"
             return
         if "error" in obj and "meta_info" not in obj:
-            err = obj["error"]
-            msg = err.get("message") if isinstance(err, dict) else err
-            self.error = self.error or f"server_error: {msg}"
+            self.error = self.error or _server_error(obj["error"])
             return
-        meta = obj.get("meta_info") or {}
+        meta = obj.get("meta_info")
+        if meta is None:
+            meta = {}
+        elif type(meta) is not dict:
+            self.error = self.error or f"protocol: meta_info is {show(meta)}, not an object"
+            meta = {}
         self._read_meta(meta)
         new_n = self._take_ids(obj.get("output_ids"))
         new_text = self._take_text(obj.get("text"))
         if new_n is None:  # a server that sends no ids: count from completion_tokens / text
             new_n = self._count_without_ids(new_text)
         self._take_logprobs(meta)
-        self.chunk_ns.append(t_ns)
-        self.chunk_new_tokens.append(new_n)
-        if new_n > 0 and self.first_token_ns is None:
-            self.first_token_ns = t_ns
+        self._count_chunk(t_ns, new_n)
 
     def _read_meta(self, meta: dict[str, Any]) -> None:
         if "prompt_tokens" in meta:
-            self.prompt_tokens = _int_or_none(meta["prompt_tokens"])
+            self.prompt_tokens = meta["prompt_tokens"]
         if "cached_tokens" in meta:
-            self.cached_tokens = _int_or_none(meta["cached_tokens"])
-        if isinstance(meta.get("cached_tokens_details"), dict):
-            self.details = meta["cached_tokens_details"]
+            self.cached_tokens = meta["cached_tokens"]
+        details = meta.get("cached_tokens_details")
+        if details is not None:
+            self.details = details
         if "finish_reason" in meta:
             kind, abort_msg = _finish_reason(meta["finish_reason"])
             if kind is not None:
@@ -190,12 +262,12 @@ class StreamAccumulator:
                 self.error = f"aborted: {abort_msg}"
         self._prev_completion = self.completion_tokens
         if "completion_tokens" in meta:
-            self.completion_tokens = _int_or_none(meta["completion_tokens"])
+            self.completion_tokens = meta["completion_tokens"]
 
     def _take_ids(self, ids: Any) -> int | None:
         if ids is None:
             return None
-        if not isinstance(ids, list):
+        if type(ids) is not list:
             self.error = self.error or "protocol: output_ids is not a list"
             return 0
         self.saw_output_ids = True
@@ -208,7 +280,14 @@ class StreamAccumulator:
             new = ids[n_prev:]
         else:
             new = ids
-        self.output_ids = prev + [int(x) for x in new]
+        for x in new:
+            if type(x) is not int or not 0 <= x <= MAX_TOKEN_ID:
+                self.error = self.error or f"protocol: output id {show(x)} is not a token id"
+                return 0
+        if n_prev + len(new) > self.max_output_tokens:
+            self.abandon(f"more than {self.max_output_tokens} output ids")
+            return 0
+        prev.extend(new)
         return len(new)
 
     def _is_cumulative(self, ids: list, n_prev: int) -> bool:
@@ -217,7 +296,7 @@ class StreamAccumulator:
         if n_prev == 0:
             return True  # both readings agree on the first chunk
         total = self.completion_tokens
-        if total is not None:
+        if type(total) is int:
             if len(ids) == total and n_prev + len(ids) != total:
                 self.mode = "cumulative"
             elif n_prev + len(ids) == total:
@@ -227,7 +306,7 @@ class StreamAccumulator:
         return self.mode == "cumulative"
 
     def _take_text(self, t: Any) -> str:
-        if not isinstance(t, str):
+        if type(t) is not str:
             return ""
         if self.text is None:
             self.text = t
@@ -238,27 +317,26 @@ class StreamAccumulator:
             return new
         self._text_incremental = True
         self.text += t
+        if len(self.text) > self.max_text_chars:
+            self.abandon(f"more than {self.max_text_chars} characters of text")
         return t
 
     def _count_without_ids(self, new_text: str) -> int:
-        prev = self._prev_completion or 0
-        if self.completion_tokens is not None and self.completion_tokens >= prev:
-            return self.completion_tokens - prev
+        cur, prev = self.completion_tokens, self._prev_completion
+        if type(cur) is int and cur >= 0:
+            prev = prev if type(prev) is int and prev >= 0 else 0
+            if cur >= prev:
+                return cur - prev
         return 1 if new_text else 0
 
     def _take_logprobs(self, meta: dict[str, Any]) -> None:
+        """Kept as sent (entries `[logprob, id, text]`); shaped and checked by check_answer."""
         lps = meta.get("output_token_logprobs")
-        if isinstance(lps, list):
-            vals = [float(e[0]) if isinstance(e, (list, tuple)) else float(e) for e in lps]
-            self.output_logprobs = self._align(self.output_logprobs, vals)
+        if type(lps) is list:
+            self.output_logprobs = self._align(self.output_logprobs, lps)
         tops = meta.get("output_top_logprobs")
-        if isinstance(tops, list):
-            rows = [
-                [[int(e[1]), float(e[0])] for e in pos if isinstance(e, (list, tuple))]
-                if isinstance(pos, list) else []
-                for pos in tops
-            ]
-            self.top_logprobs = self._align(self.top_logprobs, rows)
+        if type(tops) is list:
+            self.top_logprobs = self._align(self.top_logprobs, tops)
 
     def _align(self, have: list | None, got: list) -> list:
         """Logprob lists follow the ids: cumulative (replace) or per-chunk (extend)."""
@@ -273,59 +351,152 @@ class StreamAccumulator:
     # -- OpenAI-style /v1/completions --------------------------------------------------------
     def feed_completion(self, obj: dict[str, Any], t_ns: int) -> None:
         """A `/v1/completions` chunk: text deltas, usage on the last chunk (include_usage)."""
-        if not isinstance(obj, dict):
-            self.error = self.error or "protocol: chunk is not an object"
+        if type(obj) is not dict:
+            self.error = self.error or f"protocol: chunk is a {type(obj).__name__}, not an object"
             return
         if "error" in obj:
-            err = obj["error"]
-            msg = err.get("message") if isinstance(err, dict) else err
-            self.error = self.error or f"server_error: {msg}"
+            self.error = self.error or _server_error(obj["error"])
             return
         new_n = 0
-        for choice in obj.get("choices") or []:
+        choices = obj.get("choices") or []
+        if type(choices) is not list:
+            self.error = self.error or f"protocol: choices is {show(choices)}, not a list"
+            choices = []
+        for choice in choices:
+            if type(choice) is not dict:
+                self.error = self.error or f"protocol: a choice is {show(choice)}, not an object"
+                continue
             delta = choice.get("text") or ""
+            if type(delta) is not str:
+                self.error = self.error or f"protocol: choice text is {show(delta)}, not a string"
+                delta = ""
             self.text = (self.text or "") + delta
             lp = choice.get("logprobs") or {}
-            toks = lp.get("tokens") if isinstance(lp, dict) else None
-            new_n += len(toks) if isinstance(toks, list) else (1 if delta else 0)
-            if isinstance(lp, dict) and isinstance(lp.get("token_logprobs"), list):
+            toks = lp.get("tokens") if type(lp) is dict else None
+            new_n += len(toks) if type(toks) is list else (1 if delta else 0)
+            if type(lp) is dict and type(lp.get("token_logprobs")) is list:
                 self.output_logprobs = (self.output_logprobs or []) + [
-                    float(x) for x in lp["token_logprobs"] if x is not None]
+                    x for x in lp["token_logprobs"] if x is not None]
             if choice.get("finish_reason") is not None:
-                self.finish_reason = str(choice["finish_reason"])
+                self.finish_reason = _clip(str(choice["finish_reason"]), 60)
+        if len(self.text or "") > self.max_text_chars:
+            self.abandon(f"more than {self.max_text_chars} characters of text")
         usage = obj.get("usage")
-        if isinstance(usage, dict):
-            self.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
-            self.completion_tokens = _int_or_none(usage.get("completion_tokens"))
+        if type(usage) is dict:
+            self.prompt_tokens = usage.get("prompt_tokens")
+            self.completion_tokens = usage.get("completion_tokens")
             ptd = usage.get("prompt_tokens_details") or {}
-            if isinstance(ptd, dict) and "cached_tokens" in ptd:
-                self.cached_tokens = _int_or_none(ptd.get("cached_tokens"))
+            if type(ptd) is dict and "cached_tokens" in ptd:
+                self.cached_tokens = ptd.get("cached_tokens")
         ext = obj.get("sglext")
-        if isinstance(ext, dict) and isinstance(ext.get("cached_tokens_details"), dict):
+        if type(ext) is dict and ext.get("cached_tokens_details") is not None:
             self.details = ext["cached_tokens_details"]
-        self.chunk_ns.append(t_ns)
-        self.chunk_new_tokens.append(new_n)
-        if new_n > 0 and self.first_token_ns is None:
-            self.first_token_ns = t_ns
+        self._count_chunk(t_ns, new_n)
 
     # -- end --------------------------------------------------------------------------------
     def finish(self, t_ns: int) -> None:
         self.done = True
+        self.closed = True
         self.done_ns = t_ns
 
-    def tiers(self) -> tuple[int | None, int | None, int | None]:
-        """(device, host, storage) per the module's null-details decision."""
+    def check_answer(self) -> None:
+        """Check, once, what the server reported (see the module's docs) and turn the fields into
+        their record types. A bad value sets `error` (unless one is already set: the first
+        failure is the cause) and leaves that figure, and those derived from it, None."""
+        if self._checked:
+            return
+        self._checked = True
+        problems: list[str] = []
+
+        def checked(fn, *args):
+            try:
+                return fn(*args)
+            except _Bad as exc:
+                problems.append(str(exc))
+                return None
+
+        prompt = checked(_count, self.prompt_tokens, "prompt_tokens")
+        completion = checked(_count, self.completion_tokens, "completion_tokens")
+        if completion is not None and completion > self.max_output_tokens:
+            problems.append(f"completion_tokens {completion} is more than the {self.max_output_tokens} possible")
+            completion = None
+        if sum(self.chunk_new_tokens) > self.max_output_tokens:
+            problems.append(f"more than {self.max_output_tokens} output tokens")
+        cached = checked(_count, self.cached_tokens, "cached_tokens")
+        if cached is not None and prompt is not None and cached > prompt:
+            problems.append(f"cached_tokens {cached} exceeds prompt_tokens {prompt}")
+            cached = None
+        # a bad cached_tokens leaves its tiers unknown too; an absent one is bounded by the prompt
+        tiers = checked(self._tiers, cached, prompt) if cached is not None or self.cached_tokens is None else None
+        if tiers is None:
+            tiers = (None, None, None)
+        self.prompt_tokens, self.completion_tokens, self.cached_tokens = prompt, completion, cached
+        self.cached_device, self.cached_host, self.cached_storage = tiers
+        self.output_logprobs = checked(self._shape_logprobs, self.output_logprobs)
+        self.top_logprobs = checked(self._shape_top_logprobs, self.top_logprobs)
+        if problems and self.error is None:
+            self.error = "protocol: " + _clip("; ".join(problems))
+
+    def _tiers(self, cached: int | None, prompt: int | None) -> tuple[int | None, int | None, int | None]:
+        """(device, host, storage) per the module's null-details decision, checked: their sum is
+        at most cached_tokens (or prompt_tokens when cached_tokens was not reported)."""
         d = self.details
-        if isinstance(d, dict):
-            return (_int_or_none(d.get("device")) or 0, _int_or_none(d.get("host")) or 0,
-                    _int_or_none(d.get("storage")) or 0)
-        if self.cached_tokens == 0:
-            return 0, 0, 0
-        return None, None, None
+        if d is None:
+            return (0, 0, 0) if cached == 0 else (None, None, None)
+        if type(d) is not dict:
+            raise _Bad(f"cached_tokens_details is {show(d)}, not an object")
+        tiers = tuple(_count(d.get(k), f"cached_tokens_details.{k}") or 0 for k in ("device", "host", "storage"))
+        bound, name = (cached, "cached_tokens") if cached is not None else (prompt, "prompt_tokens")
+        if bound is not None and sum(tiers) > bound:
+            raise _Bad(f"cached_tokens_details sum to {sum(tiers)}, more than {name} {bound}")
+        return tiers
+
+    @staticmethod
+    def _shape_logprobs(entries: list | None) -> list[float] | None:
+        if entries is None:
+            return None
+        out = []
+        for e in entries:
+            if type(e) in (list, tuple):
+                if not e:
+                    raise _Bad("output_token_logprobs holds an empty entry")
+                e = e[0]
+            out.append(_logprob(e, "output_token_logprobs"))
+        return out
+
+    @staticmethod
+    def _shape_top_logprobs(rows: list | None) -> list[list[list[float]]] | None:
+        """Per position `[[logprob, id, text], ...]` → `[[id, logprob], ...]`."""
+        if rows is None:
+            return None
+        out = []
+        for pos in rows:
+            if pos is None:
+                out.append([])
+                continue
+            if type(pos) is not list:
+                raise _Bad(f"output_top_logprobs holds {show(pos)}, not a list")
+            shaped = []
+            for e in pos:
+                if e is None:
+                    continue
+                if type(e) not in (list, tuple) or len(e) < 2:
+                    raise _Bad(f"output_top_logprobs holds {show(e)}, not [logprob, id, ...]")
+                tid = e[1]
+                if type(tid) is not int or not 0 <= tid <= MAX_TOKEN_ID:
+                    raise _Bad(f"output_top_logprobs holds token id {show(tid)}")
+                shaped.append([tid, _logprob(e[0], "output_top_logprobs")])
+            out.append(shaped)
+        return out
+
+    def tiers(self) -> tuple[int | None, int | None, int | None]:
+        """(device, host, storage), checked (see check_answer)."""
+        self.check_answer()
+        return self.cached_device, self.cached_host, self.cached_storage
 
     def to_record(self, labels: Labels, *, rid: str, prompt_len: int, input_hash_: str,
                   wall_start: float, sent_ns: int) -> RequestRecord:
-        device, host, storage = self.tiers()
+        self.check_answer()
         return RequestRecord(
             variant=labels.variant, workload=labels.workload, phase=labels.phase,
             repeat=labels.repeat, index=labels.index, rid=rid, warmup=labels.warmup,
@@ -334,11 +505,18 @@ class StreamAccumulator:
             first_token_ns=self.first_token_ns, chunk_ns=list(self.chunk_ns),
             chunk_new_tokens=list(self.chunk_new_tokens), done_ns=self.done_ns,
             prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-            cached_tokens=self.cached_tokens, cached_device=device, cached_host=host,
-            cached_storage=storage, output_ids=list(self.output_ids), text=self.text,
+            cached_tokens=self.cached_tokens, cached_device=self.cached_device,
+            cached_host=self.cached_host, cached_storage=self.cached_storage,
+            output_ids=list(self.output_ids), text=self.text,
             output_logprobs=self.output_logprobs, top_logprobs=self.top_logprobs,
             finish_reason=self.finish_reason, error=self.error,
         )
+
+
+def _max_new(body: dict[str, Any], api: Api) -> int | None:
+    """The output limit the server was given (after extra_sampling_params): caps the answer."""
+    n = body.get("sampling_params", {}).get("max_new_tokens") if api == "generate" else body.get("max_tokens")
+    return n if type(n) is int else None
 
 
 class StreamingClient:
@@ -347,18 +525,21 @@ class StreamingClient:
 
     def __init__(self, base_url: str, *, timeout_s: float = 300.0, api: Api = "generate",
                  stream_mode: StreamMode = "auto", max_connections: int = 4096,
-                 model: str = "default", transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 model: str = "default", transport: httpx.AsyncBaseTransport | None = None,
+                 max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.api: Api = api
         self.stream_mode: StreamMode = stream_mode
         self.model = model
+        self.max_line_bytes = max_line_bytes
         limits = httpx.Limits(max_connections=max_connections,
                               max_keepalive_connections=max_connections, keepalive_expiry=60.0)
         # Per-read limit = the request limit; the whole-request limit is enforced in generate().
         timeout = httpx.Timeout(timeout_s, connect=min(30.0, timeout_s), pool=None)
+        # identity: a compressed stream could expand past the line bound in a single read
         self._http = httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=timeout,
-                                       transport=transport, trust_env=False)
+                                       transport=transport, trust_env=False, headers=IDENTITY)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -409,13 +590,13 @@ class StreamingClient:
         (cancelling the caller still propagates). `api` overrides the client's default."""
         api = api or self.api
         rid = rid or f"{labels.workload or 'req'}-{labels.phase}-r{labels.repeat}-{labels.index}-{uuid.uuid4().hex[:12]}"
-        acc = StreamAccumulator(self.stream_mode)
         prompt_len = labels.prompt_len if labels.prompt_len is not None else req.prompt_len
         ihash = input_hash(req.input_ids, req.text)
         if api == "generate":
             path, body = "/generate", self._generate_body(req, rid)
         else:
             path, body = "/v1/completions", self._completions_body(req)
+        acc = StreamAccumulator(self.stream_mode, max_new_tokens=_max_new(body, api))
         payload = json.dumps(body, separators=(",", ":")).encode()
         limit = self.timeout_s if timeout_s is None else timeout_s
         stamp: dict[str, Any] = {}
@@ -446,7 +627,7 @@ class StreamingClient:
                 acc.error = (abort.reason if abort is not None and abort.fired else None) or "timeout"
         elif task.exception() is not None:  # _stream maps known failures itself
             exc = task.exception()
-            acc.error = acc.error or f"protocol: {type(exc).__name__}: {exc}"
+            acc.error = acc.error or f"protocol: {type(exc).__name__}: {_clip(str(exc))}"
         if acc.error is None and not acc.done:
             acc.error = "protocol: stream ended without [DONE]"
         return acc.to_record(labels, rid=rid, prompt_len=prompt_len, input_hash_=ihash,
@@ -464,24 +645,47 @@ class StreamingClient:
     async def _stream(self, path: str, payload: bytes, acc: StreamAccumulator,
                       stamp: dict[str, Any], api: Api) -> None:
         feed = acc.feed if api == "generate" else acc.feed_completion
+        decode = loads_strict
         clock = time.perf_counter_ns
+        max_line = self.max_line_bytes
         stamp["wall"] = time.time()
         stamp["sent_ns"] = clock()
         try:
             async with self._http.stream("POST", path, content=payload,
                                          headers={"content-type": "application/json"}) as resp:
                 if resp.status_code != 200:
-                    await resp.aread()
                     acc.error = f"http_{resp.status_code}"
+                    try:  # read a short error body to keep the connection; a long one drops it
+                        await aread_limited(resp, MAX_PROBE_BYTES, deadline_s=5.0)
+                    except ServerAnswerError:
+                        pass
+                    return
+                enc = resp.headers.get("content-encoding", "identity").strip().lower()
+                if enc not in ("", "identity"):
+                    acc.error = f"protocol: compressed stream (content-encoding: {show(enc, 30)})"
                     return
                 # Raw bytes, split here: one arrival stamp per network read (every line in it
-                # arrived then), and no text/line decoding layers per chunk.
-                buf = b""
-                async for raw in resp.aiter_bytes():
+                # arrived then), and no text/line decoding layers per chunk. `pending` holds a
+                # line still arriving; it may not grow past max_line (a bytearray: appending
+                # many small reads stays linear).
+                pending = bytearray()
+                async for raw in resp.aiter_bytes():  # identity only (checked above): bytes as sent
                     t = clock()
-                    buf += raw
-                    *lines, buf = buf.split(b"\n")
+                    if b"\n" not in raw:
+                        pending += raw
+                        if len(pending) > max_line:
+                            acc.abandon(f"line longer than {max_line} bytes")
+                            break
+                        continue
+                    if pending:
+                        pending += raw
+                        raw = bytes(pending)
+                        pending.clear()
+                    *lines, tail = raw.split(b"\n")
                     for line in lines:
+                        if len(line) > max_line:
+                            acc.abandon(f"line longer than {max_line} bytes")
+                            break
                         if not line.startswith(b"data:"):
                             continue
                         data = line[5:].strip()
@@ -489,13 +693,20 @@ class StreamingClient:
                             acc.finish(t)
                             break
                         try:
-                            obj = json.loads(data)
-                        except ValueError:
-                            acc.error = acc.error or "protocol: invalid JSON in stream"
+                            obj = decode(data)
+                        except ValueError as exc:
+                            acc.error = acc.error or f"protocol: invalid JSON in stream ({_clip(str(exc), 120)})"
                             continue
                         feed(obj, t)
-                    if acc.done:
+                        if acc.closed:
+                            break
+                    if acc.closed:
                         break
+                    if tail:
+                        pending += tail
+                        if len(pending) > max_line:
+                            acc.abandon(f"line longer than {max_line} bytes")
+                            break
             if not acc.done and acc.error is None and acc.finish_reason is not None and acc.chunk_ns:
                 acc.finish(acc.chunk_ns[-1])  # tolerate a missing [DONE] after a finished chunk
         except httpx.TimeoutException:
@@ -503,17 +714,23 @@ class StreamingClient:
         except (httpx.NetworkError, httpx.RemoteProtocolError):
             acc.error = acc.error or "connection"
         except httpx.HTTPError as exc:
-            acc.error = acc.error or f"protocol: {type(exc).__name__}: {exc}"
+            acc.error = acc.error or f"protocol: {type(exc).__name__}: {_clip(str(exc))}"
 
     # -- control endpoints -----------------------------------------------------------------
     async def flush_cache(self, *, attempts: int = 20, wait_s: float = 0.25) -> bool:
-        """POST /flush_cache. sglang refuses (400) while requests run: retry a few times."""
+        """POST /flush_cache. sglang refuses (400) while requests run: retry a few times. Only
+        the status counts: the body is read up to a bound, never kept."""
         for _ in range(max(1, attempts)):
             try:
-                r = await self._http.post("/flush_cache", timeout=30.0)
+                async with self._http.stream("POST", "/flush_cache", timeout=30.0) as r:
+                    try:
+                        await aread_limited(r, MAX_PROBE_BYTES, deadline_s=30.0)
+                    except ServerAnswerError:
+                        pass
+                    status = r.status_code
             except httpx.HTTPError:
                 return False
-            if r.status_code == 200:
+            if status == 200:
                 return True
             await asyncio.sleep(wait_s)
         return False

@@ -21,6 +21,7 @@ import psutil
 
 from harness import procfs
 from harness.nvml import GpuReader
+from harness.server_info import IDENTITY, ServerAnswerError, read_limited
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,25 @@ def parse_metrics_text(text: str, prefix: str = "sglang:") -> dict[str, float]:
 def is_counter_key(key: str) -> bool:
     name = key.split("{", 1)[0]
     return name.endswith(_COUNTER_SUFFIXES)
+
+
+MAX_METRICS_BYTES = 8 << 20  # sglang's /metrics is ~100s of KB, histogram buckets included
+
+
+def checked_metric_values(values: dict[str, float]) -> dict[str, float]:
+    """A parsed /metrics answer, checked before it becomes a sample: no `sglang:` series at all
+    (an error page served as 200, garbage) or a counter that is not a finite number >= 0 (every
+    delta over it would be garbage) raises ValueError with the reason; a non-finite gauge (legal
+    in Prometheus text, e.g. a quantile of nothing) is dropped."""
+    if not values:
+        raise ValueError("no sglang: series in the answer")
+    out: dict[str, float] = {}
+    for key, v in values.items():
+        if math.isfinite(v) and (v >= 0 or not is_counter_key(key)):
+            out[key] = v
+        elif is_counter_key(key):
+            raise ValueError(f"counter {key[:120]} is {v}")
+    return out
 
 
 # ----------------------------------------------------------------------------- process tree
@@ -195,6 +215,7 @@ class Sampler:
         self.samples_written = 0
         self.write_errors = 0
         self.metrics_errors = 0
+        self._metrics_error_kinds: set[str] = set()
         self._cpu_s = 0.0
         self.setup_cpu_seconds = 0.0  # one-off: HTTP client, NVML, parser import (in start())
         self.last_error: str | None = None
@@ -379,15 +400,25 @@ class Sampler:
         return None  # no reading old enough yet (the very first sample)
 
     def _scrape(self, client: httpx.Client | None) -> dict[str, float] | None:
+        """One /metrics reading, or None: not ready, refused, gone, or a bad answer (longer than
+        MAX_METRICS_BYTES, slower than twice the scrape timeout in all, not UTF-8, not Prometheus
+        text, see `checked_metric_values`). The reason goes to `last_error` and `metrics_errors`
+        (each new kind of bad answer logged once); never raises out of the sampler thread."""
         if client is None:
             return None
         try:
-            r = client.get(f"{self.base_url}/metrics")
-            r.raise_for_status()
-            return parse_metrics_text(r.text)
-        except Exception as e:  # not ready yet, busy, or gone: this sample has no counters
+            with client.stream("GET", f"{self.base_url}/metrics", headers=IDENTITY) as r:
+                r.raise_for_status()
+                body = read_limited(r, MAX_METRICS_BYTES, deadline_s=2 * self.metrics_timeout_s)
+            return checked_metric_values(parse_metrics_text(body.decode("utf-8")))
+        except Exception as e:  # noqa: BLE001 - this sample has no counters; sampling goes on
             self.metrics_errors += 1
-            self.last_error = f"metrics: {type(e).__name__}: {e}"
+            kind = "ServerAnswerError" if isinstance(e, ServerAnswerError) else type(e).__name__
+            self.last_error = f"metrics: {kind}: {str(e)[:300]}"
+            bad_answer = not isinstance(e, httpx.HTTPError)  # not "not up yet" / "metrics off"
+            if bad_answer and kind not in self._metrics_error_kinds and len(self._metrics_error_kinds) < 16:
+                self._metrics_error_kinds.add(kind)
+                log.warning("/metrics sample skipped: %s", self.last_error)
             return None
 
     def _take(self, phase: str, gpu: GpuReader | None, client: httpx.Client | None) -> dict:

@@ -128,7 +128,7 @@ def test_text_incremental_mode():
     ],
 )
 def test_cached_tokens_details(cached, details, want):
-    last = {"output_ids": [5], "meta_info": meta(1, cached=cached, details=details,
+    last = {"output_ids": [5], "meta_info": meta(1, prompt=1024, cached=cached, details=details,
                                                   finish={"type": "length", "length": 1})}
     rec = run(one(make_client(sse([last]))))
     assert rec.cached_tokens == cached
@@ -236,3 +236,93 @@ def test_completions_api():
     assert rec.error is None and rec.text == "Hello" and rec.chunk_new_tokens == [1, 1, 0]
     assert rec.finish_reason == "length" and rec.cached_tokens == 0 and rec.cached_host == 0
 
+
+
+# ---------------------------------------------------------------- answers checked where they enter
+
+def test_a_line_split_over_many_reads_is_joined():
+    line = f"data: {json.dumps(CUMULATIVE[2])}\n\n"
+    pieces = sse(CUMULATIVE[:2], done=False) + [line[i:i + 7] for i in range(0, len(line), 7)] + ["data: [DONE]\n\n"]
+    rec = run(one(make_client(pieces)))
+    assert rec.error is None and rec.output_ids == [5, 5, 9] and len(rec.chunk_ns) == 3
+
+
+@pytest.mark.parametrize("pieces", [
+    ["data: {\"text\": \"" + "a" * 5000],  # no newline, one read
+    ["data: {\"text\": \"" + "a" * 5000 + "\"}\n\n", "data: [DONE]\n\n"],  # a whole line, too long
+    ["data: {\"text\": \""] + ["a" * 100] * 60,  # no newline, many reads
+])
+def test_a_line_over_the_bound_ends_the_request(pieces):
+    rec = run(one(make_client(pieces, max_line_bytes=4096)))
+    assert rec.error == "protocol: line longer than 4096 bytes"
+    assert rec.sent_ns > 0 and rec.done_ns is None
+
+
+@pytest.mark.parametrize("line, reason", [
+    ('{"output_ids": [5], "meta_info": {"cached_tokens": NaN}}', "NaN is not valid JSON"),
+    ('{"output_ids": [5], "meta_info": {"prompt_tokens": -Infinity}}', "-Infinity is not valid JSON"),
+    ('[1, 2]', "chunk is a list, not an object"),
+    ('{"output_ids": [5.0]}', "output id 5.0 is not a token id"),
+    ('{"output_ids": [2147483648]}', "output id 2147483648 is not a token id"),
+    ('{"output_ids": [true]}', "output id True is not a token id"),
+    ('{"output_ids": [5], "meta_info": {"prompt_tokens": 4, "cached_tokens": true}}', "cached_tokens is True"),
+    ('{"output_ids": [5], "meta_info": {"completion_tokens": 9999}}', "completion_tokens 9999 is more than the 1027 possible"),
+    ('{"output_ids": [5], "meta_info": {"cached_tokens": 4, "cached_tokens_details": [4]}}',
+     "cached_tokens_details is [4], not an object"),
+    ('{"output_ids": [5], "meta_info": {"cached_tokens": 4, "cached_tokens_details": {"host": "4"}}}',
+     "cached_tokens_details.host is '4'"),
+    ('{"output_ids": [5], "meta_info": {"output_token_logprobs": [["nan", 5, null]]}}',
+     "output_token_logprobs holds 'nan', not a finite logprob"),
+    ('{"output_ids": [5], "meta_info": {"output_token_logprobs": [[1e999, 5, null]]}}',
+     "output_token_logprobs holds inf"),
+    ('{"output_ids": [5], "meta_info": {"output_top_logprobs": [[[-0.1, -7, null]]]}}',
+     "output_top_logprobs holds token id -7"),
+    ('{"output_ids": [5], "meta_info": {"output_top_logprobs": [[[-0.1]]]}}',
+     "output_top_logprobs holds [-0.1], not [logprob, id, ...]"),
+])
+def test_a_bad_chunk_is_a_protocol_error_with_its_reason(line, reason):
+    rec = run(one(make_client([f"data: {line}\n\n", "data: [DONE]\n\n"])))
+    assert rec.error.startswith("protocol: ") and reason in rec.error, rec.error
+    assert rec.done_ns is not None and rec.sent_ns > 0  # timestamps stay
+    rec.to_json()
+
+
+def test_cached_tier_sum_bounded_by_prompt_when_cached_is_not_reported():
+    chunk = {"output_ids": [5], "meta_info": meta(1, prompt=10, cached=None, details={"host": 11})}
+    rec = run(one(make_client(sse([chunk]))))
+    assert "cached_tokens_details sum to 11, more than prompt_tokens 10" in rec.error
+    assert rec.cached_host is None and rec.prompt_tokens == 10
+
+
+def test_server_messages_are_clipped():
+    rec = run(one(make_client(sse([{"error": {"message": "x" * 100_000}}]))))
+    assert rec.error.startswith("server_error: xxx") and len(rec.error) < 400
+    chunk = {"output_ids": [], "meta_info": meta(0, finish={"type": "abort", "message": "y" * 100_000})}
+    rec = run(one(make_client(sse([chunk]))))
+    assert rec.error.startswith("aborted: yyy") and len(rec.error) < 400
+
+
+def test_a_compressed_stream_is_refused():
+    async def handler(request):
+        assert request.headers["accept-encoding"] == "identity"
+        return httpx.Response(200, content=b"".join(x.encode() for x in sse(CUMULATIVE)),
+                              headers={"content-encoding": "br"})
+    rec = run(one(make_client(handler)))
+    assert rec.error == "protocol: compressed stream (content-encoding: 'br')"
+
+
+def test_more_output_ids_than_asked_ends_the_request():
+    chunks = [{"output_ids": list(range(3, 3 + n)), "meta_info": {}} for n in (1, 600, 1200)]
+    rec = run(one(make_client(sse(chunks)), GenerateRequest(input_ids=[3], max_new_tokens=16)))
+    assert rec.error == "protocol: more than 1040 output ids"
+    assert rec.output_ids == list(range(3, 603))  # what came before the cap stays
+
+
+def test_an_error_status_body_is_not_read_past_a_bound():
+    async def handler(request):
+        async def endless():
+            while True:
+                yield b"e" * 65536
+        return httpx.Response(500, content=endless())
+    rec = run(one(make_client(handler)))
+    assert rec.error == "http_500"

@@ -1,0 +1,291 @@
+"""The server's control-plane answers, checked where they enter the harness.
+
+One typed reader for ``/get_server_info`` (newer sglang: ``/server_info``): :meth:`ServerInfo.parse`
+takes the decoded answer and returns the fields the harness uses, each type- and range-checked, or
+raises :class:`ServerAnswerError` with a reason. Also here: strict JSON (``loads_strict``: NaN and
+Infinity are not JSON and are refused) and body reads bounded in bytes and time, shared with the
+streaming client and the ``/health_generate`` and ``/metrics`` readers.
+
+``ServerAnswerError`` deliberately is not a ``ValueError``: the CLI maps ValueError to "bad
+input" (exit 2), and a broken server is neither bad input nor a harness bug. The runner turns it
+into a variant failure with cause ``bad_server_answer`` (:data:`BAD_SERVER_ANSWER`) and the
+reason, and goes on to the next variant.
+
+What sglang returns (0.5.x ``http_server.get_server_info``): ``dataclasses.asdict(server_args)``
+(``context_length`` may be null, ``page_size``, ``enable_hierarchical_cache``, ``hicache_*``,
+``max_mamba_cache_size``) merged with the scheduler's info (``max_total_num_tokens``,
+``max_req_input_len``, ``context_len``), plus ``internal_states`` and ``version``. The simulator adds
+``simulated`` and ``host_pool_tokens``. Unknown keys are ignored; a known key that is absent or
+null reads as None (unknown).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import httpx
+
+BAD_SERVER_ANSWER = "bad_server_answer"
+
+INFO_PATHS = ("/get_server_info", "/server_info")
+MAX_INFO_BYTES = 4 << 20  # a real answer is ~20 KB
+MAX_PROBE_BYTES = 64 << 10  # bodies read only to keep the connection (health, flush, errors)
+MAX_TOKENS = 1 << 32  # no pool or context holds 4 billion tokens: beyond is garbage
+MAX_STRING = 256
+# Ask for an uncompressed body: a compressed one could expand far past any byte bound in one read.
+IDENTITY = {"accept-encoding": "identity"}
+
+
+class ServerAnswerError(Exception):
+    """A server answered, but not with something the harness can use. `reason` says what was
+    wrong (one line, clipped)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------- strict JSON
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def loads_strict(data: bytes | bytearray | str) -> Any:
+    """JSON (RFC 8259) → Python. NaN, Infinity and -Infinity (which Python's json accepts by
+    default) and invalid UTF-8 raise ValueError, like any other malformed JSON. Faster than
+    ``json.loads(bytes)`` (no encoding detection)."""
+    if not isinstance(data, str):
+        data = data.decode("utf-8")
+    return _STRICT.decode(data)
+
+
+def show(value: Any, limit: int = 60) -> str:
+    """A value for an error message: repr, clipped."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a decoded value's type (for "is a list, not an object")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+# --------------------------------------------------------------------------- bounded reads
+
+
+def _check_encoding(resp: httpx.Response) -> None:
+    enc = resp.headers.get("content-encoding", "identity").strip().lower()
+    if enc not in ("", "identity"):
+        raise ServerAnswerError(f"compressed answer (content-encoding: {show(enc, 30)}) though identity was asked")
+
+
+def read_limited(resp: httpx.Response, limit: int, deadline_s: float | None = None) -> bytes:
+    """The body of a streamed (``client.stream(...)``) response: at most ``limit`` bytes, within
+    ``deadline_s`` seconds in all (httpx's timeout is per read: a trickling server would pass
+    it). Over either bound: ServerAnswerError; the caller's ``with`` then drops the connection."""
+    _check_encoding(resp)
+    end = None if deadline_s is None else time.monotonic() + deadline_s
+    buf = bytearray()
+    for chunk in resp.iter_bytes():  # identity only (checked above)
+        buf += chunk
+        if len(buf) > limit:
+            raise ServerAnswerError(f"answer longer than {limit} bytes")
+        if end is not None and time.monotonic() > end:
+            raise ServerAnswerError(f"answer took longer than {deadline_s:g} s")
+    return bytes(buf)
+
+
+async def aread_limited(resp: httpx.Response, limit: int, deadline_s: float | None = None) -> bytes:
+    """:func:`read_limited` for an async streamed response."""
+    _check_encoding(resp)
+    end = None if deadline_s is None else time.monotonic() + deadline_s
+    buf = bytearray()
+    async for chunk in resp.aiter_bytes():  # identity only (checked above)
+        buf += chunk
+        if len(buf) > limit:
+            raise ServerAnswerError(f"answer longer than {limit} bytes")
+        if end is not None and time.monotonic() > end:
+            raise ServerAnswerError(f"answer took longer than {deadline_s:g} s")
+    return bytes(buf)
+
+
+def get_status(client: httpx.Client, url: str, *, timeout_s: float | None = None) -> int:
+    """GET ``url`` for its status code only (``/health_generate``): the body is read up to
+    :data:`MAX_PROBE_BYTES` (to keep the connection) and never kept; a longer body just drops the
+    connection. httpx errors propagate as from ``client.get``."""
+    kw = {} if timeout_s is None else {"timeout": timeout_s}
+    with client.stream("GET", url, headers=IDENTITY, **kw) as r:
+        try:
+            read_limited(r, MAX_PROBE_BYTES, deadline_s=timeout_s)
+        except ServerAnswerError:
+            pass  # the status is the answer; an oversized body is not read
+        return r.status_code
+
+
+# --------------------------------------------------------------------------- /get_server_info
+
+
+def _int_field(obj: Mapping[str, Any], key: str, lo: int, hi: int = MAX_TOKENS) -> int | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if type(v) is not int or not lo <= v <= hi:
+        raise ServerAnswerError(f"{key} is {show(v)}; expected an integer in [{lo}, {hi}]")
+    return v
+
+
+def _number_field(obj: Mapping[str, Any], key: str, lo: float, hi: float, *, lo_open: bool = False) -> float | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    ok = type(v) in (int, float) and math.isfinite(v) and (lo < v if lo_open else lo <= v) and v <= hi
+    if not ok:
+        bound = f"({lo:g}" if lo_open else f"[{lo:g}"
+        raise ServerAnswerError(f"{key} is {show(v)}; expected a number in {bound}, {hi:g}]")
+    return float(v)
+
+
+def _bool_field(obj: Mapping[str, Any], key: str) -> bool | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if type(v) is not bool:
+        raise ServerAnswerError(f"{key} is {show(v)}; expected true or false")
+    return v
+
+
+def _str_field(obj: Mapping[str, Any], key: str) -> str | None:
+    v = obj.get(key)
+    if v is None:
+        return None
+    if type(v) is not str or len(v) > MAX_STRING:
+        raise ServerAnswerError(f"{key} is {show(v)}; expected a string of at most {MAX_STRING} characters")
+    return v
+
+
+@dataclass(frozen=True)
+class HiCacheSettings:
+    """The server's resolved HiCache arguments (None: not reported)."""
+
+    enabled: bool | None = None
+    ratio: float | None = None
+    size_gb: float | None = None
+    write_policy: str | None = None
+    mem_layout: str | None = None
+    io_backend: str | None = None
+    storage_backend: str | None = None
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the harness uses from ``/get_server_info``, checked; ``raw`` is the answer as returned
+    (strict JSON, so safe to store as ``server_info.json``)."""
+
+    raw: Mapping[str, Any] = field(repr=False, compare=False)
+    version: str | None = None
+    max_total_num_tokens: int | None = None  # the GPU KV pool, tokens
+    max_req_input_len: int | None = None
+    context_length: int | None = None  # resolved ``context_len``, else the ``context_length`` arg
+    page_size: int | None = None
+    max_mamba_cache_size: int | None = None
+    host_pool_tokens: int | None = None  # the simulator reports it; sglang does not
+    simulated: bool = False
+    hicache: HiCacheSettings = HiCacheSettings()
+
+    @classmethod
+    def parse(cls, obj: Any) -> "ServerInfo":
+        """A decoded answer → ServerInfo, or ServerAnswerError(reason) when it is not an object
+        or a field the harness uses has the wrong type or an impossible value."""
+        if not isinstance(obj, dict):
+            raise ServerAnswerError(f"server info is a JSON {json_type(obj)}, not an object")
+        context = _int_field(obj, "context_len", 1)
+        if context is None:
+            context = _int_field(obj, "context_length", 1)
+        max_req = _int_field(obj, "max_req_input_len", 1)
+        if max_req is not None and context is not None and max_req > context:
+            raise ServerAnswerError(f"max_req_input_len {max_req} exceeds the context length {context}")
+        hicache = HiCacheSettings(
+            enabled=_bool_field(obj, "enable_hierarchical_cache"),
+            ratio=_number_field(obj, "hicache_ratio", 0.0, 1e4, lo_open=True),
+            size_gb=_number_field(obj, "hicache_size", 0.0, 1e7),
+            write_policy=_str_field(obj, "hicache_write_policy"),
+            mem_layout=_str_field(obj, "hicache_mem_layout"),
+            io_backend=_str_field(obj, "hicache_io_backend"),
+            storage_backend=_str_field(obj, "hicache_storage_backend"),
+        )
+        return cls(
+            raw=obj,
+            version=_str_field(obj, "version"),
+            max_total_num_tokens=_int_field(obj, "max_total_num_tokens", 1),
+            max_req_input_len=max_req,
+            context_length=context,
+            page_size=_int_field(obj, "page_size", 1, 1 << 20),
+            max_mamba_cache_size=_int_field(obj, "max_mamba_cache_size", 0),
+            host_pool_tokens=_int_field(obj, "host_pool_tokens", 0),
+            simulated=bool(_bool_field(obj, "simulated")),
+            hicache=hicache,
+        )
+
+    @classmethod
+    def parse_body(cls, body: bytes) -> "ServerInfo":
+        """The HTTP body of a 200 answer → ServerInfo (strict JSON first)."""
+        try:
+            obj = loads_strict(body)
+        except ValueError as exc:
+            raise ServerAnswerError(f"server info is not valid JSON ({str(exc)[:120]})") from None
+        return cls.parse(obj)
+
+
+def fetch_server_info(base_url: str, timeout_s: float = 10.0) -> ServerInfo | None:
+    """``GET /get_server_info``, else ``/server_info``. None when neither answers 200 (unknown:
+    callers fall back to the server log); the first 200 decides, and a bad one raises
+    ServerAnswerError (bodies bounded to :data:`MAX_INFO_BYTES` and ``timeout_s`` in all)."""
+    base = base_url.rstrip("/")
+    with httpx.Client(timeout=timeout_s, trust_env=False, headers=IDENTITY) as client:
+        for path in INFO_PATHS:
+            try:
+                with client.stream("GET", base + path) as r:
+                    if r.status_code != 200:
+                        continue
+                    body = read_limited(r, MAX_INFO_BYTES, deadline_s=timeout_s)
+            except httpx.HTTPError:
+                continue
+            return ServerInfo.parse_body(body)
+    return None
+
+
+async def afetch_server_info(base_url: str, timeout_s: float = 10.0) -> ServerInfo | None:
+    """:func:`fetch_server_info` for asyncio code."""
+    base = base_url.rstrip("/")
+    async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=IDENTITY) as client:
+        for path in INFO_PATHS:
+            try:
+                async with client.stream("GET", base + path) as r:
+                    if r.status_code != 200:
+                        continue
+                    body = await aread_limited(r, MAX_INFO_BYTES, deadline_s=timeout_s)
+            except httpx.HTTPError:
+                continue
+            return ServerInfo.parse_body(body)
+    return None
