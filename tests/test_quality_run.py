@@ -8,17 +8,26 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from harness.quality.churn import plan_churn
 from harness.quality.parity import evaluate_parity
-from harness.quality.run import plan_quality, resolve_tokens, run_quality
+from harness.quality.run import (
+    ServerLimits,
+    plan_quality,
+    resolve_tokens,
+    run_quality,
+    server_limits,
+)
 from harness.records import RequestRecord
 
 
 class TinyServer:
     """Greedy outputs are a hash of the prompt; a prompt seen before is a device hit, or a host
-    hit once at least ``pool`` tokens of other prompts were sent since (its KV left the GPU)."""
+    hit once at least ``pool`` tokens of other prompts were sent since (its KV left the GPU) --
+    while the host pool (``host`` tokens, None: unbounded) still holds it and what came after.
+    Prompts longer than ``max_input`` tokens are refused with HTTP 400."""
 
-    def __init__(self, pool: int, hicache: bool):
-        self.pool, self.hicache = pool, hicache
+    def __init__(self, pool: int, hicache: bool, host: int | None = None, max_input: int | None = None):
+        self.pool, self.hicache, self.host, self.max_input = pool, hicache, host, max_input
         self.sent: list[tuple[list[int], object]] = []
         self.last_seen: dict[tuple, int] = {}
         self.tokens = 0
@@ -26,11 +35,15 @@ class TinyServer:
     async def generate(self, req, labels, *, abort=None):
         ids = tuple(req.input_ids)
         self.sent.append((list(ids), labels))
+        if self.max_input is not None and len(ids) > self.max_input:
+            return RequestRecord(variant=labels.variant, workload=labels.workload, phase=labels.phase,
+                                 repeat=labels.repeat, index=labels.index, rid=f"r{len(self.sent)}", error="http_400")
         dev = host = 0
         if ids in self.last_seen:
-            if self.tokens - self.last_seen[ids] < self.pool:
+            since = self.tokens - self.last_seen[ids]
+            if since < self.pool:
                 dev = len(ids)
-            elif self.hicache:
+            elif self.hicache and (self.host is None or since + len(ids) <= self.host):
                 host = len(ids)
         self.tokens += len(ids)
         self.last_seen[ids] = self.tokens
@@ -65,8 +78,8 @@ CFG = dict(tasks=["needle", "aggregation"], lengths=["0.25x pool"], samples_per_
            churn_tokens="1.5x pool", reasks=2, top_logprobs=5, mode="auto", control=True)
 
 
-def run(ctx, cfg, role):
-    return asyncio.run(run_quality(ctx, cfg, role))
+def run(ctx, cfg, role, **kw):
+    return asyncio.run(run_quality(ctx, cfg, role, **kw))
 
 
 def test_resolve_tokens():
@@ -103,9 +116,15 @@ def test_sequence_records_and_parity():
     firsts = [c[0] for c in churn] + list({s[0] for s in map(tuple, samples)})
     assert len(firsts) == len(set(firsts))
 
+    assert all(r.churn["accepted"] == 6000 and r.churn["failed"] == 0 for r in on if r.ask > 0)
+    assert all(r.churn is None for r in on if r.ask == 0)
+
     off_ctx = Ctx(TinyServer(4000, hicache=False), 4000)
     off = run(off_ctx, CFG, "off")
     assert {r.arm_role for r in off} == {"off", "control"} and len(off) == 2 * len(on)
+    control = [r for r in off if r.arm_role == "control"]
+    assert all(not r.cached_tokens for r in control if r.ask == 0)  # cold: one churn opened the pass
+    assert all(r.cached_device == 1000 and r.churn is None for r in control if r.ask > 0)  # GPU hits, no churn
     assert [r.input_hash for r in off if r.arm_role == "off"] == [r.input_hash for r in on]
     rep = evaluate_parity(on, off, cfg=CFG)
     assert rep.verdict == "PASS" and rep.reasks == rep.reasks_with_host_hit == 8
@@ -164,3 +183,75 @@ def test_stops_when_the_server_is_gone():
     ctx = DCtx(Dead(4000, True), 4000)
     recs = run(ctx, CFG, "off")
     assert len(recs) == 1 and recs[0].error == "connection" and len(ctx.client.sent) == 1
+
+
+# --- churn sizing --------------------------------------------------------------------------------
+
+def test_churn_window_from_the_pools():
+    p = plan_churn(6144, device_pool=4096, host_pool=8193, max_input=None, prompt_tokens=1008)
+    assert (p.low, p.high, p.tokens, p.chunk) == (4160, 7121, 6144, 2048) and "as configured" in p.note
+    big = plan_churn(20000, device_pool=4096, host_pool=8193, max_input=None, prompt_tokens=1008)
+    assert big.tokens == 7121 and "clamped" in big.note
+    small = plan_churn(1000, device_pool=4096, host_pool=8193, max_input=None, prompt_tokens=1008)
+    assert small.tokens == 4160
+    # write-back copies to the host only on eviction: the whole host pool is free for evicted prompts
+    wb = plan_churn(20000, device_pool=4096, host_pool=4097, max_input=None, prompt_tokens=1008,
+                    write_policy="write_back")
+    assert wb.can_reach_host and wb.tokens == 4097 + 4096 - 1008 - 64
+    # the baseline only needs the GPU pool emptied; no upper bound
+    assert plan_churn(20000, device_pool=4096, host_pool=0, max_input=None, prompt_tokens=1008,
+                      needs_host=False).tokens == 20000
+    assert plan_churn(0, device_pool=4096, host_pool=8193, max_input=None, prompt_tokens=1008).tokens == 0
+
+
+def test_churn_chunks_follow_the_context_length():
+    p = plan_churn(12288, device_pool=8192, host_pool=16385, max_input=2046, prompt_tokens=1008)
+    assert p.chunk == 2046 and p.tokens == 12288
+
+
+def test_ratio_one_host_pool_says_why_no_churn_works():
+    p = plan_churn(6144, device_pool=4096, host_pool=4097, max_input=None, prompt_tokens=1008)
+    assert not p.can_reach_host and p.tokens == p.low == 4160
+    assert "no churn can push a 1008-token prompt out of the GPU pool (4096 tokens) and keep it in the host pool" in p.note
+    assert "only 1 host tokens are left" in p.note and "--hicache-ratio >= 1.28" in p.note
+
+
+def test_server_limits_from_server_info():
+    sim = {"max_total_num_tokens": 8192, "max_req_input_len": 2047, "host_pool_tokens": 16385,
+           "hicache_write_policy": "write_through"}
+    assert server_limits(sim, None, None) == ServerLimits(8192, 16385, 2046, "write_through")
+    real = {"max_total_num_tokens": 8192, "context_length": None, "max_req_input_len": 8191,
+            "enable_hierarchical_cache": True, "hicache_ratio": 1.5, "hicache_size": 0}
+    assert server_limits(real, 8192, None).host_pool == 12288
+    assert server_limits(real, 8192, 12353).host_pool == 12353  # the log's figure wins
+    assert server_limits({**real, "enable_hierarchical_cache": False}, 8192, None).host_pool == 0
+    assert server_limits({"context_len": 4096}, 8192, None).max_input == 4094
+    assert server_limits(None, 8192, None) == ServerLimits(8192, None, None, None)
+
+
+def test_pool_over_twice_the_context_still_reaches_the_host():
+    """GPU pool 8000, context 1500: half-pool churn requests (4000) would all be refused; churn
+    sized from the server's input limit reaches the host tier on every re-ask."""
+    info = {"max_total_num_tokens": 8000, "max_req_input_len": 1500}
+    cfg = {**CFG, "lengths": [1000], "control": False}
+    ctx = Ctx(TinyServer(8000, True, host=24000, max_input=1500), 8000)
+    on = run(ctx, cfg, "on", server_info=info, host_pool_tokens=24000)
+    churn = [ids for ids, lab in ctx.client.sent if lab.phase == "quality_churn"]
+    assert churn and max(map(len, churn)) == 1499
+    assert all(r.cached_host == 1000 and r.churn["failed"] == 0 for r in on if r.ask > 0)
+    # the limit unknown: the first refused churn request halves the chunk, then it gets through
+    ctx2 = Ctx(TinyServer(8000, True, host=24000, max_input=1500), 8000)
+    on2 = run(ctx2, cfg, "on", host_pool_tokens=24000)
+    assert all(r.cached_host == 1000 for r in on2 if r.ask > 0)
+    assert on2[1].churn["failed"] == 2 and on2[1].churn["error"] == "http_400 (churn request of 4000 tokens)"
+    assert on2[1].churn["chunk"] == 1000
+
+
+def test_ratio_one_host_pool_is_not_exercised_with_the_reason():
+    cfg = {**CFG, "lengths": [1000], "control": False}
+    on = run(Ctx(TinyServer(4000, True, host=4001), 4000), cfg, "on", host_pool_tokens=4001)
+    off = run(Ctx(TinyServer(4000, False), 4000), cfg, "off")
+    rep = evaluate_parity(on, off, cfg=cfg)
+    assert rep.verdict == "NOT_EXERCISED"
+    assert "0 of 8 re-asks hit the host tier: no churn can push a 1004-token prompt out of the GPU pool" in rep.reason
+    assert "--hicache-ratio >= " in rep.reason

@@ -1,6 +1,6 @@
-"""ON-vs-OFF output parity: per-sample comparison, per task × length aggregation, verdicts.
+"""ON-vs-OFF output parity: per-sample comparison, the test against the control, verdicts.
 
-One job, pure: two arms' QualityRecords (and optionally the OFF-vs-OFF control) → ParityReport.
+One job, pure: two arms' QualityRecords (and the OFF-vs-OFF control) → ParityReport.
 
 Per compared pair (same sample, same ask; OFF is the reference arm):
 - ``token_equal``; ``first_divergence`` (index of the first differing output token, or of the
@@ -8,45 +8,57 @@ Per compared pair (same sample, same ask; OFF is the reference arm):
 - ``cand_in_ref_topk`` / ``ref_in_cand_topk``: whether each side's token at the divergence is in
   the other side's top-k (k = ``top_k``, 5) logprobs there;
 - ``tie_flip``: at the divergence OFF's top-1 and top-2 logprobs are within ``tie_epsilon`` and
-  ON's token is one of OFF's tokens within ``tie_epsilon`` of OFF's top-1 — a near-tie that a
-  numerically different (but correct) kernel may resolve the other way;
+  ON's token is one of OFF's tokens within ``tie_epsilon`` of OFF's top-1;
 - ``max_abs_dlogprob``: max |Δ logprob| of the chosen tokens before the divergence (the whole
-  output when token-equal) — non-zero on equal tokens shows numerical drift;
-- ``kind``: ``equal`` | ``tie_flip`` | ``divergence`` (anything else: a token outside the
-  other's top-k, or a flip between tokens that were not near-tied);
+  output when token-equal);
+- ``kind``: ``equal`` | ``tie_flip`` | ``divergence`` (anything else);
 - correctness: ``ref_correct`` / ``cand_correct`` (None in token-id mode);
-- ``noise``: the control (OFF asked again) also differs from OFF for this sample and ask, at or
-  before this divergence — the difference is within the baseline's own nondeterminism (P13).
+- ``noise``: the control also differs from OFF for this sample and ask, at or before this
+  divergence (descriptive; the verdict does not read single pairs).
 
-Per task × length group, verdicts, first rule that applies:
-1. ``FAIL``: a ``divergence`` not labelled noise (unless the group's differences are within
-   the control's floor, rule 4), or a significant accuracy loss: McNemar's exact test on the
-   discordant pairs (OFF right/ON wrong vs OFF wrong/ON right) with p < ``alpha`` and more
-   losses than gains.
-2. ``NOT_EXERCISED``: no ON request of the group had host-tier hits (parity was not tested;
-   never PASS, P12).
-3. ``PASS``: every pair token-equal.
-4. ``PASS`` with ``baseline_noise``: all differences are labelled noise, or the group has no
-   more differing pairs than the control and none of a worse kind than the control's worst.
-5. ``WARN``: the remaining differences are tie flips only (no significant accuracy loss).
-
-Overall: ``FAIL`` if any group fails; else ``NOT_EXERCISED`` if the ON arm got zero host-tier
-hits at all; else ``WARN`` if any exercised group warns; else ``PASS`` (``baseline_noise`` set
-when any group passed only as noise). Groups that were not exercised are listed either way.
+The decision reads distributions, never a single pair (`harness.quality.floor`): every ON pair
+is set against the control pair of the same (sample, ask) -- which of the two strays further
+from OFF -- and a one-sided exact sign test asks whether ON strays further more often than
+chance. Overall verdict, first rule that applies (alpha = ``ALPHA``, 0.01):
+1. ``FAIL``: the sign test is significant (p < alpha) and at least one key where ON strayed
+   further is a real divergence (not a near-tie flip); or a significant accuracy loss (McNemar
+   exact p < alpha over all pairs, more losses than gains). Reported even without host hits.
+2. ``NOT_EXERCISED``: no ON request had host-tier hits (the reason names the cause), or no
+   comparable pairs, or no group with both.
+3. ``PASS``: every pair token-equal with |Δ logprob| <= 1e-3 (a deterministic server: exact,
+   with or without a control).
+4. ``INCONCLUSIVE``: ON differs and there is no control, or fewer than ``min_keys(alpha)`` (7)
+   paired keys had host hits -- too few for any outcome to be significant.
+5. ``WARN``: significant, but every key where ON strayed further is a near-tie flip or
+   logprob drift.
+6. ``PASS`` with ``baseline_noise``: ON differs, not significantly more than the control.
+Groups (task × length) carry the same counts and their own p-value for reading; a group is
+FAIL / WARN where the overall test's ON-worse keys fall, NOT_EXERCISED without host hits.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from statistics import median
+from typing import Any, Literal
 
+from harness.quality.floor import (
+    DLOGPROB_TOL,
+    FloorTest,
+    differs,
+    floor_test,
+    outside_topk,
+    pair_key,
+)
 from harness.quality.record import QualityRecord
 
-Verdict = Literal["PASS", "WARN", "FAIL", "NOT_EXERCISED"]
+Verdict = Literal["PASS", "WARN", "FAIL", "NOT_EXERCISED", "INCONCLUSIVE"]
 Kind = Literal["equal", "tie_flip", "divergence"]
-VERDICTS: tuple[str, ...] = ("PASS", "WARN", "FAIL", "NOT_EXERCISED")
+VERDICTS: tuple[str, ...] = ("PASS", "WARN", "FAIL", "NOT_EXERCISED", "INCONCLUSIVE")
+ALPHA = 0.01  # significance a FAIL needs: ~1% false FAILs on a healthy nondeterministic server
 _SEVERITY = {"equal": 0, "tie_flip": 1, "divergence": 2}
 
 
@@ -103,6 +115,9 @@ class GroupReport:
     control_pairs: int
     control_differing: int
     control_worst: Kind | None
+    on_worse: int  # keys where ON strayed further from OFF than the control
+    control_worse: int
+    p_value: float | None  # the group's own sign test (for reading; the verdict uses the pooled one)
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -127,6 +142,12 @@ class ParityReport:
     tie_epsilon: float = 0.05
     top_k: int = 5
     reason: str = ""
+    alpha: float = ALPHA
+    host_keys: int = 0  # paired (sample, ask) keys whose ON ask had host hits
+    on_lost: int = 0
+    on_gained: int = 0
+    mcnemar_p: float | None = None
+    floor: FloorTest | None = None  # the test's numbers: name, p, n per arm, both spreads
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -240,44 +261,96 @@ def _pairs(
     return out, unmatched, errors
 
 
-def _group_verdict(
-    comps: list[PairComparison], controls: list[PairComparison], host_hits: int, alpha: float
-) -> tuple[Verdict, bool, str, int, int, float | None]:
-    lost = sum(1 for c in comps if c.ref_correct is True and c.cand_correct is False)
-    gained = sum(1 for c in comps if c.ref_correct is False and c.cand_correct is True)
-    scored = any(c.ref_correct is not None and c.cand_correct is not None for c in comps)
-    p = mcnemar_exact_p(lost, gained) if scored else None
-    diffs = [c for c in comps if c.kind != "equal"]
-    ctrl_diffs = [c for c in controls if c.kind != "equal"]
-    worst = max((_SEVERITY[c.kind] for c in diffs), default=0)
-    ctrl_worst = max((_SEVERITY[c.kind] for c in ctrl_diffs), default=0)
-    within_floor = bool(ctrl_diffs) and len(diffs) <= len(ctrl_diffs) and worst <= ctrl_worst
-    real = [c for c in diffs if c.kind == "divergence" and not c.noise]
-    if p is not None and p < alpha and lost > gained:
-        return "FAIL", False, f"accuracy loss: {lost} lost vs {gained} gained, McNemar p={p:.3g}", lost, gained, p
-    if real and not within_floor:
-        c = min(real, key=lambda x: x.first_divergence or 0)
-        where = "outside the other's top-k" if c.cand_in_ref_topk is False or c.ref_in_cand_topk is False else "not a near-tie"
-        return (
-            "FAIL",
-            False,
-            f"{len(real)} real divergence(s); first at token {c.first_divergence} "
-            f"(sample {c.index}, ask {c.ask}): {where}",
-            lost,
-            gained,
-            p,
-        )
-    if host_hits == 0:
-        return "NOT_EXERCISED", False, "no ON request had host-tier hits", lost, gained, p
-    if not diffs:
-        return "PASS", False, "token-equal", lost, gained, p
-    if all(c.noise for c in diffs) or within_floor:
-        return "PASS", True, f"{len(diffs)} difference(s) within the OFF-vs-OFF control (baseline noise)", lost, gained, p
-    return "WARN", False, f"{sum(1 for c in diffs if c.kind == 'tie_flip' and not c.noise)} tie flip(s)", lost, gained, p
+def _mode_error(recs: list[QualityRecord]) -> tuple[str, int]:
+    errs = Counter(r.error for r in recs if r.error is not None)
+    return errs.most_common(1)[0] if errs else ("", 0)
+
+
+def host_miss_cause(on: list[QualityRecord]) -> str:
+    """Why none of these ON records had host-tier hits, from their churn and cache fields:
+    e.g. "0 of 8 re-asks hit the host tier: churn 6144 tokens < GPU pool 8192: ..."."""
+    reasks = [r for r in on if r.ask >= 1]
+    hits = sum(1 for r in reasks if r.error is None and r.host_hit)
+    head = f"{hits} of {len(reasks)} re-asks hit the host tier"
+    if not reasks:
+        return "no re-asks were made" if on else "no ON records"
+    ok = [r for r in reasks if r.error is None]
+    plan = next((r.churn_plan for r in on if r.churn_plan), None) or {}
+    limit = plan.get("max_input")
+    longest = max((r.prompt_tokens for r in on), default=0)
+    if not ok:
+        err, n = _mode_error(reasks)
+        why = f" (prompts of {longest} tokens; the server takes at most {limit + 1})" if limit and longest > limit + 1 else ""
+        return f"{head}: every re-ask failed ({err} x{n}){why}"
+    if all(r.cached_host is None for r in ok) and any(r.cached_tokens for r in ok):
+        return (f"{head}: the server does not report cache tiers (meta_info.cached_tokens_details missing), "
+                "so host hits cannot be seen")
+    if plan and not plan.get("tokens"):
+        return f"{head}: {plan.get('note') or 'no churn'}"
+    churns = [r.churn for r in reasks if r.churn]
+    failed = sum(int(c.get("failed") or 0) for c in churns)
+    requests = sum(int(c.get("requests") or 0) for c in churns)
+    accepted = [int(c.get("accepted") or 0) for c in churns]
+    first_err = next((c.get("error") for c in churns if c.get("error")), None)
+    limit_txt = f"; the server takes at most {limit + 1} tokens per prompt" if limit else ""
+    if churns and failed and not any(accepted):
+        return f"{head}: churn requests rejected: {first_err} ({failed} of {requests} failed{limit_txt})"
+    low, high = plan.get("low"), plan.get("high")
+    if low is not None and high is not None and high < low:
+        return f"{head}: {plan.get('note')}"
+    if plan.get("host_pool") == 0:
+        return f"{head}: the server has no host tier (HiCache off)"
+    pool, host = plan.get("device_pool"), plan.get("host_pool")
+    churn = int(median(accepted)) if accepted else 0
+    gpu = [r for r in ok if (r.cached_device or 0) * 2 >= max(1, r.prompt_tokens)]
+    cold = [r for r in ok if not (r.cached_tokens or 0)]
+    failed_txt = f"; {failed} of {requests} churn requests failed: {first_err}" if failed else ""
+    if len(gpu) * 2 >= len(ok):
+        if pool and churn < pool:
+            return f"{head}: churn {churn} tokens < GPU pool {pool}: the re-asks were GPU-cache hits{failed_txt}"
+        return f"{head}: the re-asks were GPU-cache hits after churn {churn} tokens (GPU pool {pool}){failed_txt}"
+    if len(cold) * 2 >= len(ok):
+        occupied = longest + churn
+        if host and occupied > host:
+            return (f"{head}: churn {churn} + prompt {longest} tokens > host pool {host}: the host tier evicted "
+                    f"the prompts too (the re-asks were cold prefills){failed_txt}")
+        if host:
+            return (f"{head}: the re-asks were cold prefills although churn {churn} + prompt {longest} tokens fit "
+                    f"the host pool {host}: host copies were not matched{failed_txt}")
+        return f"{head}: the re-asks were cold prefills (host pool size unknown){failed_txt}"
+    return (f"{head}: re-asks after churn {churn} tokens: {len(gpu)} GPU-cache hits, {len(cold)} cold, "
+            f"{len(ok) - len(gpu) - len(cold)} partial{failed_txt}")
+
+
+def _fmt(x: float | None, nd: int = 3) -> str:
+    return "-" if x is None else f"{x:.{nd}g}"
+
+
+def floor_line(t: FloorTest) -> str:
+    """The floor test's numbers in one sentence, ON next to the control."""
+    p = "n/a (no control)" if t.p_value is None else f"{t.p_value:.3g}"
+    return (f"paired sign test over {t.keys} (sample, ask) keys: ON further from OFF in {t.on_worse}, control "
+            f"further in {t.control_worse}, tied {t.ties}; p={p} (alpha {t.alpha:g}); differing pairs ON "
+            f"{t.on.differing}/{t.on.pairs} vs control {t.control.differing}/{t.control.pairs}; first divergence "
+            f"median ON {_fmt(t.on.first_divergence_median)} vs control {_fmt(t.control.first_divergence_median)}; "
+            f"max |dlogprob| ON {_fmt(t.on.dlogprob_max)} vs control {_fmt(t.control.dlogprob_max)}")
+
+
+def _first_real(comps: list[PairComparison]) -> str:
+    c = min(comps, key=lambda x: (x.first_divergence or 0, x.ask, x.index))
+    where = "outside the other's top-k" if outside_topk(c) else "not a near-tie"
+    return f"first at token {c.first_divergence} ({c.task}@{c.length_target} sample {c.index}, ask {c.ask}): {where}"
 
 
 def _mean(xs: list[bool]) -> float | None:
     return sum(xs) / len(xs) if xs else None
+
+
+def _lost_gained(comps: list[PairComparison]) -> tuple[int, int, float | None]:
+    lost = sum(1 for c in comps if c.ref_correct is True and c.cand_correct is False)
+    gained = sum(1 for c in comps if c.ref_correct is False and c.cand_correct is True)
+    scored = any(c.ref_correct is not None and c.cand_correct is not None for c in comps)
+    return lost, gained, (mcnemar_exact_p(lost, gained) if scored else None)
 
 
 def evaluate_parity(
@@ -286,14 +359,15 @@ def evaluate_parity(
     control_records: Iterable[Any] | None = None,
     cfg: Any = None,
     *,
-    alpha: float = 0.05,
+    alpha: float = ALPHA,
 ) -> ParityReport:
-    """Compare an ON variant's quality records with the OFF baseline's (same sample, same ask).
+    """Compare an ON variant's quality records with the OFF baseline's (same sample, same ask),
+    and decide against the OFF-vs-OFF control (the rules: module docstring, docs/quality.md).
 
     Records may be QualityRecords or their dicts (quality.jsonl rows). If ``control_records``
     is None, baseline records with ``arm_role == "control"`` among ``off_records`` are used.
     ``cfg`` (the scenario's quality block, or a dict) gives ``tie_epsilon`` and
-    ``top_logprobs`` (top-k, capped at 5)."""
+    ``top_logprobs`` (top-k, capped at 5). ``alpha``: the significance a FAIL needs."""
     eps = float(_cfg(cfg, "tie_epsilon", 0.05))
     k = min(5, int(_cfg(cfg, "top_logprobs", 5)) or 5)
     on = [_as_record(r) for r in on_records]
@@ -307,16 +381,24 @@ def evaluate_parity(
 
     comps, unmatched, errors = _pairs(off, on, eps, k)
     ctrl_comps, _, _ = _pairs(off, ctrl, eps, k)
-    ctrl_by = {(c.task, c.length_target, c.index, c.seed, c.ask): c for c in ctrl_comps}
+    ctrl_by = {pair_key(c): c for c in ctrl_comps}
 
     def label(c: PairComparison) -> PairComparison:
-        cc = ctrl_by.get((c.task, c.length_target, c.index, c.seed, c.ask))
+        cc = ctrl_by.get(pair_key(c))
         if c.kind == "equal" or cc is None or cc.kind == "equal":
             return c
-        noisy = (cc.first_divergence or 0) <= (c.first_divergence or 0)
-        return dataclasses.replace(c, noise=noisy)
+        return dataclasses.replace(c, noise=(cc.first_divergence or 0) <= (c.first_divergence or 0))
 
     comps = [label(c) for c in comps]
+    test = floor_test(comps, ctrl_comps, alpha)
+    worse = set(test.worse_keys)
+    real = [c for c in comps if pair_key(c) in worse and c.kind == "divergence"]
+    lost, gained, mcn_p = _lost_gained(comps)
+    accuracy_loss = mcn_p is not None and mcn_p < alpha and lost > gained
+    host_hits = sum(1 for r in on if r.error is None and r.host_hit)
+    host_keys = sum(1 for c in comps if c.cand_cached_host and pair_key(c) in ctrl_by)
+    exact = not any(differs(c) for c in comps)
+
     by_group: dict[tuple[str, int], list[PairComparison]] = defaultdict(list)
     for c in comps:
         by_group[(c.task, c.length_target)].append(c)
@@ -331,11 +413,30 @@ def evaluate_parity(
     for key in sorted(set(by_group) | set(on_group)):
         cs, ctl, ors = by_group.get(key, []), ctrl_group.get(key, []), on_group.get(key, [])
         hh = sum(1 for r in ors if r.error is None and r.host_hit)
-        verdict, noise, reason, lost, gained, p = _group_verdict(cs, ctl, hh, alpha)
+        gt = floor_test(cs, ctl, alpha)
+        g_real = [c for c in real if (c.task, c.length_target) == key]
+        g_lost, g_gained, g_p = _lost_gained(cs)
+        g_diff = [c for c in cs if differs(c)]
+        noise = False
         if not cs:
-            verdict, noise, reason = "NOT_EXERCISED", False, "no comparable pairs (missing OFF records or errors)"
-        fds = [c.first_divergence for c in cs if c.first_divergence is not None]
-        dl = [c.max_abs_dlogprob for c in cs if c.max_abs_dlogprob is not None]
+            verdict, reason = "NOT_EXERCISED", "no comparable pairs (missing OFF records or errors)"
+        elif test.significant and g_real:
+            verdict, reason = "FAIL", f"{len(g_real)} real divergence(s) beyond the control; {_first_real(g_real)}"
+        elif accuracy_loss and g_lost > g_gained:
+            verdict, reason = "FAIL", f"accuracy loss: {g_lost} lost vs {g_gained} gained (pooled McNemar p={mcn_p:.3g})"
+        elif hh == 0:
+            verdict, reason = "NOT_EXERCISED", f"no ON request had host-tier hits: {host_miss_cause(ors)}"
+        elif not g_diff:
+            verdict, reason = "PASS", "token-equal"
+        elif not ctl:
+            verdict, reason = "INCONCLUSIVE", f"{len(g_diff)} difference(s) and no OFF-vs-OFF control"
+        elif test.significant and gt.on_worse:
+            verdict, reason = "WARN", (f"ON further from OFF than the control in {gt.on_worse} of {gt.keys} keys, "
+                                       "near-tie flips / logprob drift only")
+        else:
+            verdict, noise = "PASS", True
+            reason = (f"{len(g_diff)} difference(s) within the OFF-vs-OFF control (ON further in {gt.on_worse}, "
+                      f"control further in {gt.control_worse} of {gt.keys} keys)")
         ctrl_diff = [c for c in ctl if c.kind != "equal"]
         groups.append(
             GroupReport(
@@ -347,50 +448,66 @@ def evaluate_parity(
                 token_equal=sum(c.token_equal for c in cs),
                 tie_flips=sum(c.kind == "tie_flip" for c in cs),
                 divergences=sum(c.kind == "divergence" for c in cs),
-                outside_topk=sum(c.cand_in_ref_topk is False or c.ref_in_cand_topk is False for c in cs),
+                outside_topk=sum(outside_topk(c) for c in cs),
                 noise_pairs=sum(c.noise for c in cs),
-                first_divergence_min=min(fds) if fds else None,
-                max_abs_dlogprob=max(dl) if dl else None,
+                first_divergence_min=gt.on.first_divergence_min,
+                max_abs_dlogprob=gt.on.dlogprob_max,
                 host_hit_requests=hh,
                 on_requests=len(ors),
                 accuracy_on=_mean([c.cand_correct for c in cs if c.cand_correct is not None]),
                 accuracy_off=_mean([c.ref_correct for c in cs if c.ref_correct is not None]),
-                on_lost=lost,
-                on_gained=gained,
-                mcnemar_p=p,
+                on_lost=g_lost,
+                on_gained=g_gained,
+                mcnemar_p=g_p,
                 control_pairs=len(ctl),
-                control_differing=len(ctrl_diff),
+                control_differing=gt.control.differing,
                 control_worst=max((c.kind for c in ctrl_diff), key=_SEVERITY.__getitem__, default=None),
+                on_worse=gt.on_worse,
+                control_worse=gt.control_worse,
+                p_value=gt.p_value,
                 reason=reason,
             )
         )
 
-    host_hits = sum(1 for r in on if r.error is None and r.host_hit)
     reasks = [r for r in on if r.ask >= 1 and r.error is None]
     not_ex = tuple((g.task, g.length_target) for g in groups if g.verdict == "NOT_EXERCISED")
     exercised = [g for g in groups if g.verdict != "NOT_EXERCISED"]
-    if any(g.verdict == "FAIL" for g in groups):
+    line = floor_line(test)
+    noise = False
+    if test.significant and real:
         overall: Verdict = "FAIL"
-        reason = "; ".join(f"{g.task}@{g.length_target}: {g.reason}" for g in groups if g.verdict == "FAIL")
-    elif host_hits == 0 or not comps or not exercised:
-        overall = "NOT_EXERCISED"
-        if host_hits == 0:
-            reason = "the ON arm got no host-tier hits"
-        elif not comps:
-            reason = "no comparable pairs"
-        else:
-            reason = "no group had both host-tier hits and comparable pairs"
-    elif any(g.verdict == "WARN" for g in exercised):
-        overall = "WARN"
-        reason = "; ".join(f"{g.task}@{g.length_target}: {g.reason}" for g in exercised if g.verdict == "WARN")
+        reason = f"ON strays further from OFF than OFF-vs-OFF does: {line}; {len(real)} real divergence(s), {_first_real(real)}"
+        if test.control.differing == 0 and test.on.outside_topk == 0:
+            reason += ("; the control is exact: if only the ON server runs without "
+                       "--enable-deterministic-inference, the arms are not comparable")
+    elif accuracy_loss:
+        overall = "FAIL"
+        reason = f"accuracy loss: {lost} lost vs {gained} gained over {len(comps)} pairs, McNemar p={mcn_p:.3g} (alpha {alpha:g})"
+    elif host_hits == 0:
+        overall, reason = "NOT_EXERCISED", f"the ON arm got no host-tier hits: {host_miss_cause(on)}"
+    elif not comps:
+        overall, reason = "NOT_EXERCISED", "no comparable pairs"
+    elif not exercised:
+        overall, reason = "NOT_EXERCISED", "no group had both host-tier hits and comparable pairs"
+    elif exact:
+        overall, reason = "PASS", f"token-equal (and |dlogprob| <= {DLOGPROB_TOL:g}) on every pair"
+    elif not ctrl_comps:
+        n_diff = sum(differs(c) for c in comps)
+        overall, reason = "INCONCLUSIVE", (f"ON differs from OFF in {n_diff} of {len(comps)} pairs and there is no "
+                                           "OFF-vs-OFF control to tell nondeterminism from a defect (quality.control)")
+    elif host_keys < test.min_keys:
+        overall, reason = "INCONCLUSIVE", (f"only {host_keys} (sample, ask) keys with host hits and a control partner: "
+                                           f"the test needs >= {test.min_keys} to reach alpha {alpha:g}; {line}")
+    elif test.significant:
+        overall, reason = "WARN", f"ON strays further from OFF than the control, by near-tie flips / logprob drift only: {line}"
     else:
-        overall = "PASS"
-        reason = "all exercised groups pass"
-        if not_ex:
-            reason += f"; not exercised: {', '.join(f'{t}@{n}' for t, n in not_ex)}"
+        overall, reason = "PASS", f"differences within the OFF-vs-OFF floor: {line}"
+        noise = True
+    if overall in ("PASS", "WARN", "INCONCLUSIVE") and not_ex:
+        reason += f"; not exercised: {', '.join(f'{t}@{n}' for t, n in not_ex)}"
     return ParityReport(
         verdict=overall,
-        baseline_noise=overall == "PASS" and any(g.baseline_noise for g in exercised),
+        baseline_noise=noise,
         host_hit_requests=host_hits,
         on_requests=len(on),
         reasks=len(reasks),
@@ -405,4 +522,10 @@ def evaluate_parity(
         tie_epsilon=eps,
         top_k=k,
         reason=reason,
+        alpha=alpha,
+        host_keys=host_keys,
+        on_lost=lost,
+        on_gained=gained,
+        mcnemar_p=mcn_p,
+        floor=test,
     )

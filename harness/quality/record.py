@@ -21,7 +21,12 @@ class QualityRecord:
     """One ask of one sample. ``ask`` 0 is the cold ask; 1.. are re-asks after churn.
     ``arm_role`` is ``on`` (a HiCache variant), ``off`` (the baseline) or ``control`` (the
     baseline's second pass, the OFF-vs-OFF nondeterminism floor). ``correct``/``score`` are None
-    in token-id mode or when nothing could be decoded."""
+    in token-id mode or when nothing could be decoded.
+
+    ``churn`` is what was sent before this ask to push the sample out of the GPU pool (None for
+    ask 0 and the control's re-asks): ``{"tokens", "accepted", "requests", "failed", "error",
+    "chunk"}``. ``churn_plan`` is the arm's `harness.quality.churn.ChurnPlan` as a dict (pool
+    sizes, the window, the note); parity quotes both when the re-asks missed the host tier."""
 
     variant: str
     arm_role: str
@@ -49,6 +54,8 @@ class QualityRecord:
     sent_ns: int = 0
     first_token_ns: int | None = None
     done_ns: int | None = None
+    churn: dict[str, Any] | None = None
+    churn_plan: dict[str, Any] | None = None
 
     @property
     def sample_key(self) -> SampleKey:
@@ -66,7 +73,7 @@ class QualityRecord:
         return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "QualityRecord":
+    def from_dict(cls, d: dict[str, Any]) -> QualityRecord:
         """From a stored row; unknown keys ignored, missing optional keys defaulted."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})

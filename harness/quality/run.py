@@ -1,10 +1,11 @@
 """Drive the quality tasks against one running server and record every answer.
 
 One job: for each sample (task × length × index), ask it cold, push it out of the GPU pool with
-churn traffic, ask it again (``reasks`` times, churn before each), and turn every answer into a
-QualityRecord. Greedy (temperature 0), fixed ``max_new_tokens`` with ``ignore_eos``, logprobs
-with top-k. The baseline (``arm_role="off"``) runs a second identical pass recorded as
-``control`` when ``cfg.control`` is set: the OFF-vs-OFF nondeterminism floor.
+churn traffic (sized by `harness.quality.churn` from the server's pools and input limit), ask it
+again (``reasks`` times, churn before each), and turn every answer into a QualityRecord. Greedy
+(temperature 0), fixed ``max_new_tokens`` with ``ignore_eos``, logprobs with top-k. The baseline
+(``arm_role="off"``) runs a second pass recorded as ``control`` when ``cfg.control`` is set: the
+OFF-vs-OFF floor (cold ask 0s, then re-asks that hit the GPU cache, without churn).
 
 Parity itself is pure and lives in `harness.quality.parity`; ``evaluate_parity`` is re-exported
 here for the runner.
@@ -12,21 +13,36 @@ here for the runner.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from harness.client import GenerateRequest, Labels
 from harness.prompts import PromptFactory, derive_seed
-from harness.quality.fit import FittedPrompt, fit_sample, load_tokenizer, model_vocab_size, token_id_prompt
+from harness.quality.churn import ChurnPlan, plan_churn
+from harness.quality.fit import (
+    FittedPrompt,
+    fit_sample,
+    load_tokenizer,
+    model_vocab_size,
+    token_id_prompt,
+)
 from harness.quality.parity import ParityReport, evaluate_parity
 from harness.quality.record import QualityRecord
 from harness.quality.scoring import score_answer
 from harness.quality.tasks import TASKS, generate
 from harness.scenario.values import resolve_tokens
 
-__all__ = ["QualityPlan", "evaluate_parity", "ParityReport", "plan_quality", "run_quality", "resolve_tokens"]
+__all__ = [
+    "ParityReport",
+    "QualityPlan",
+    "evaluate_parity",
+    "plan_quality",
+    "resolve_tokens",
+    "run_quality",
+    "server_limits",
+]
 
+MIN_CHURN_CHUNK = 16  # halving a refused churn request stops here
 
 
 def _get(cfg: Any, name: str, default: Any) -> Any:
@@ -91,21 +107,108 @@ def _set_phase(ctx: Any, phase: str) -> None:
         f(phase)
 
 
-async def _churn(ctx: Any, factory: PromptFactory, plan: QualityPlan, pool_tokens: int | None, key: object,
-                 variant: str, abort: Any) -> int:
-    """Send ``plan.churn_tokens`` of distinct never-seen prompts, one at a time; returns how many."""
-    if plan.churn_tokens <= 0:
-        return 0
-    chunk = max(1, min(plan.churn_tokens, (pool_tokens or plan.churn_tokens) // 2 or 1))
-    n = math.ceil(plan.churn_tokens / chunk)
+async def fetch_server_info(base_url: str, timeout_s: float = 10.0) -> dict | None:
+    """``/get_server_info`` (older sglang) or ``/server_info`` (newer), None if neither answers."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, trust_env=False) as http:
+        for path in ("/get_server_info", "/server_info"):
+            try:
+                r = await http.get(path)
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200:
+                try:
+                    info = r.json()
+                except ValueError:
+                    continue
+                if isinstance(info, dict):
+                    return info
+    return None
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v) if v is not None and not isinstance(v, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What churn sizing needs to know about the server (None: unknown)."""
+
+    device_pool: int | None
+    host_pool: int | None  # 0: no host tier
+    max_input: int | None  # longest prompt a request with one output token may send
+    write_policy: str | None
+
+
+def server_limits(server_info: dict | None, pool_tokens: int | None, host_pool_tokens: int | None) -> ServerLimits:
+    """Pool sizes and the input limit from what the caller knows and /get_server_info.
+
+    Host pool: the caller's value (the server log's host-pool line) first; else the simulator's
+    ``host_pool_tokens``; else ``hicache_ratio`` x GPU pool when HiCache is on and
+    ``hicache_size`` is 0 (sglang's rule, one page apart); 0 when HiCache is off. Input limit:
+    ``max_req_input_len`` (sglang's scheduler info), else ``context_len`` / ``context_length`` - 1;
+    minus one for the churn request's output token."""
+    info = server_info or {}
+    device = _int(pool_tokens) or _int(info.get("max_total_num_tokens"))
+    host = _int(host_pool_tokens)
+    if host is None:
+        host = _int(info.get("host_pool_tokens"))
+    if host is None and info:
+        hicache = info.get("enable_hierarchical_cache")
+        if hicache is False:
+            host = 0
+        elif hicache and device and not (info.get("hicache_size") or 0):
+            try:
+                host = int(device * float(info.get("hicache_ratio") or 2.0))
+            except (TypeError, ValueError):
+                host = None
+    max_req = _int(info.get("max_req_input_len"))
+    if max_req is None:
+        ctx_len = _int(info.get("context_len")) or _int(info.get("context_length"))
+        max_req = ctx_len - 1 if ctx_len else None
+    max_input = max(1, max_req - 1) if max_req else None
+    policy = info.get("hicache_write_policy")
+    return ServerLimits(device, host, max_input, str(policy) if policy else None)
+
+
+async def _churn(ctx: Any, factory: PromptFactory, churn: ChurnPlan, state: dict, key: object, variant: str,
+                 abort: Any) -> dict:
+    """Send ``churn.tokens`` of distinct never-seen prompts, one at a time, in requests of
+    ``state["chunk"]`` tokens. A request refused with HTTP 400 (longer than the server takes,
+    when its limit was unknown) halves the chunk for the rest of the pass and is sent again.
+    Returns what happened: tokens, accepted, requests, failed, error, chunk."""
+    out = {"tokens": churn.tokens, "accepted": 0, "requests": 0, "failed": 0, "error": None, "chunk": state["chunk"]}
+    if churn.tokens <= 0:
+        return out
     _set_phase(ctx, "quality_churn")
-    for j, ids in enumerate(factory.distinct(n, chunk, key=("quality_churn", key))):
+    left, j = churn.tokens, 0
+    while left > 0:
+        n = min(left, state["chunk"])
+        ids = factory.one(n, key=("quality_churn", key, j))
         req = GenerateRequest(input_ids=ids, max_new_tokens=1, temperature=0.0)
         rr = await ctx.client.generate(req, Labels(variant=variant, workload="quality", phase="quality_churn", index=j),
                                        abort=abort)
-        if rr.error is not None and await _server_gone(ctx, abort):
+        out["requests"] += 1
+        j += 1
+        if rr.error is None:
+            out["accepted"] += n
+            left -= n
+            continue
+        out["failed"] += 1
+        if out["error"] is None:
+            out["error"] = f"{rr.error} (churn request of {n} tokens)"
+        if await _server_gone(ctx, abort):
             break
-    return n
+        if rr.error == "http_400" and n > MIN_CHURN_CHUNK:
+            state["chunk"] = max(MIN_CHURN_CHUNK, n // 2)  # retry the same tokens in smaller requests
+            continue
+        left -= n  # give up on these tokens; the re-ask says what it got
+    out["chunk"] = state["chunk"]
+    return out
 
 
 async def _server_gone(ctx: Any, abort: Any) -> bool:
@@ -116,7 +219,8 @@ async def _server_gone(ctx: Any, abort: Any) -> bool:
     return bool(await confirm()) if callable(confirm) else False
 
 
-async def run_quality(ctx: Any, cfg: Any, arm_role: str) -> list[QualityRecord]:
+async def run_quality(ctx: Any, cfg: Any, arm_role: str, *, host_pool_tokens: int | None = None,
+                      server_info: dict | None = None) -> list[QualityRecord]:
     """Ask every quality sample of ``cfg`` on ctx's server; record and return the answers.
 
     ``ctx`` (e.g. a `harness.workloads.context.WorkloadContext` with extras) needs: ``client`` (a
@@ -124,10 +228,15 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str) -> list[QualityRecord]:
     churn sizing), ``seed``, and ``record_quality`` or ``record`` (callable taking a
     QualityRecord; writes quality.jsonl — ``record_quality`` wins when both exist). Optional:
     ``set_phase``, ``variant``, ``model_path`` (tokenizer files for text mode; vocab size),
-    ``tokenizer`` (an override), ``vocab_size``, ``abort`` (`harness.client.Abort`) and
-    ``confirm_death`` (async; stops the pass when the server is gone after a failed request).
+    ``tokenizer`` (an override), ``vocab_size``, ``abort`` (`harness.client.Abort`),
+    ``confirm_death`` (async; stops the pass when the server is gone after a failed request) and
+    ``base_url`` (to read /get_server_info when ``server_info`` is not given).
     ``arm_role``: ``"on"`` or ``"off"`` (the baseline; also runs the control pass if
-    ``cfg.control``)."""
+    ``cfg.control``).
+    ``host_pool_tokens``: the server's KV host pool in tokens (status.json's
+    ``pools.host_pool_tokens``, parsed from the server log); ``server_info``: its
+    /get_server_info answer (context length, HiCache ratio and write policy). Both size the
+    churn (`harness.quality.churn`); unknown values are read from /get_server_info or derived."""
     if arm_role not in ("on", "off", "control"):
         raise ValueError(f"arm_role must be on, off or control, not {arm_role!r}")
     model_path = getattr(ctx, "model_path", None)
@@ -143,22 +252,42 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str) -> list[QualityRecord]:
     record = getattr(ctx, "record_quality", None) or getattr(ctx, "record", None)
     prompts = build_prompts(plan, seed, tokenizer, vocab)
 
+    base_url = getattr(ctx, "base_url", None)
+    if server_info is None and isinstance(base_url, str) and plan.churn_tokens > 0:
+        server_info = await fetch_server_info(base_url)
+    if host_pool_tokens is None:
+        host_pool_tokens = getattr(ctx, "host_pool_tokens", None)
+    limits = server_limits(server_info, pool, host_pool_tokens)
+    longest = max((p.n_tokens for p in prompts), default=0) + plan.max_new_tokens
+
     roles = [arm_role] + (["control"] if arm_role == "off" and plan.control else [])
     out: list[QualityRecord] = []
     for role in roles:
+        churn = plan_churn(plan.churn_tokens, device_pool=limits.device_pool, host_pool=limits.host_pool,
+                           max_input=limits.max_input, prompt_tokens=longest, write_policy=limits.write_policy,
+                           needs_host=role == "on")
+        churn_plan = churn.to_dict()
+        state = {"chunk": churn.chunk}
         # one factory per pass: churn prompts never share a first token with samples or each other
         factory = PromptFactory(seed=derive_seed(seed, "quality", role), vocab_size=vocab)
         factory.used_first.update(p.input_ids[0] for p in prompts if p.input_ids)
+        if role == "control":
+            # The OFF pass left its last samples on the GPU: one churn first, so the control's
+            # ask 0s are cold prefills like every other arm's.
+            await _churn(ctx, factory, churn, state, ("control", "start"), variant, abort)
         for p in prompts:
             s = p.sample
             for ask in range(plan.reasks + 1):
                 # The control pass re-asks WITHOUT churn: its re-asks are device-cache hits on the
-                # OFF server, so the floor it measures includes "cached prefix vs cold prefill"
-                # numerics -- the same kernel difference an ON host hit goes through. (Seen on a
-                # real H200 without --enable-deterministic-inference: an OFF-vs-OFF control with
-                # churn was identical while ON re-asks differed, because OFF never hit a cache.)
+                # OFF server, the same prefix-extend kernel an ON host hit runs after its load-back
+                # copy. So the floor it measures includes "cached prefix vs cold prefill" numerics.
+                # (Seen on a real H200 without --enable-deterministic-inference: an OFF-vs-OFF control
+                # with churn was identical while ON re-asks differed, because OFF never hit a cache.)
+                sent = None
                 if ask > 0 and role != "control":
-                    await _churn(ctx, factory, plan, pool, (role, s.key, ask), variant, abort)
+                    sent = await _churn(ctx, factory, churn, state, (role, s.key, ask), variant, abort)
+                    if abort is not None and getattr(abort, "fired", False):
+                        return out
                 phase = "quality_cold" if ask == 0 else "quality_reask"
                 _set_phase(ctx, phase)
                 req = GenerateRequest(
@@ -188,6 +317,7 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str) -> list[QualityRecord]:
                     cached_host=rr.cached_host, text=text, answer=s.answer.to_json() if p.mode == "text" else None,
                     correct=correct, score=score, finish_reason=rr.finish_reason, error=rr.error,
                     sent_ns=rr.sent_ns, first_token_ns=rr.first_token_ns, done_ns=rr.done_ns,
+                    churn=sent, churn_plan=churn_plan,
                 )
                 out.append(qr)
                 if callable(record):

@@ -1,0 +1,163 @@
+"""Is ON-vs-OFF worse than OFF-vs-OFF? The paired test against the control's floor.
+
+One job, pure: two lists of pair comparisons against the same OFF answers -- ON vs OFF and
+control (OFF asked again) vs OFF -- → a `FloorTest`: how far each arm strays from OFF, and a
+paired sign test of "ON strays further than the control does".
+
+- Severity of one pair (worse first): fewer tokens agreed with OFF before the first divergence
+  (all of them when token-equal); then a divergence outside the other's top-k; then a larger
+  max |Δ logprob| over the agreed tokens (differences below ``DLOGPROB_TOL`` are equal).
+- Pairing: the ON pair and the control pair of the same (sample, ask) answered the same prompt
+  along the same kernel path by design (ask 0: cold prefill on both; re-asks: a cached-prefix
+  extend, from a host load-back on ON, from the GPU cache on the control), so the prompt's own
+  fragility (near-ties, flat distributions) cancels.
+- Test: per key, ON worse, control worse or tied; p = P(Binomial(on_worse + control_worse, ½)
+  >= on_worse), exact and one-sided. Exact because the counts are small and ties are the norm
+  (a deterministic server ties every key); one-sided because only ON being worse is a defect.
+  With fewer than ``min_keys(alpha)`` untied keys no outcome can reach ``alpha``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from statistics import median
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.quality.parity import PairComparison
+
+TEST_NAME = "paired sign test (exact binomial, one-sided): ON-vs-OFF vs OFF-vs-OFF per (sample, ask)"
+DLOGPROB_TOL = 1e-3
+
+PairKey = tuple[str, int, int, int, int]  # task, length_target, index, seed, ask
+
+
+def pair_key(c: Any) -> PairKey:
+    return (c.task, c.length_target, c.index, c.seed, c.ask)
+
+
+def agreed_tokens(c: Any) -> int:
+    """Output tokens equal to OFF's before the first divergence (all compared ones if none)."""
+    return c.compared_tokens if c.first_divergence is None else int(c.first_divergence)
+
+
+def outside_topk(c: Any) -> bool:
+    return c.cand_in_ref_topk is False or c.ref_in_cand_topk is False
+
+
+def differs(c: Any, tol: float = DLOGPROB_TOL) -> bool:
+    """Not token-equal, or token-equal with logprobs apart by more than ``tol``."""
+    return not c.token_equal or (c.max_abs_dlogprob or 0.0) > tol
+
+
+def worse(a: Any, b: Any, tol: float = DLOGPROB_TOL) -> int:
+    """1 if pair ``a`` strays further from OFF than pair ``b``, -1 if less, 0 if as far."""
+    ka, kb = agreed_tokens(a), agreed_tokens(b)
+    if ka != kb:
+        return 1 if ka < kb else -1
+    oa, ob = outside_topk(a), outside_topk(b)
+    if oa != ob:
+        return 1 if oa else -1
+    da, db = a.max_abs_dlogprob or 0.0, b.max_abs_dlogprob or 0.0
+    if abs(da - db) <= tol:
+        return 0
+    return 1 if da > db else -1
+
+
+def sign_test_p(on_worse: int, control_worse: int) -> float:
+    """One-sided exact sign test: P(X >= on_worse), X ~ Binomial(on_worse + control_worse, ½)."""
+    m = on_worse + control_worse
+    if m == 0:
+        return 1.0
+    return math.fsum(math.comb(m, i) for i in range(on_worse, m + 1)) / 2.0**m
+
+
+def min_keys(alpha: float) -> int:
+    """The fewest untied keys whose best case (all ON worse, p = ½^m) is below ``alpha``."""
+    return max(1, math.floor(math.log2(1.0 / alpha)) + 1) if 0 < alpha < 1 else 1
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How far one arm's answers stray from OFF's (differing pairs only for the medians)."""
+
+    pairs: int
+    differing: int
+    token_equal: int
+    tie_flips: int
+    divergences: int
+    outside_topk: int
+    first_divergence_median: float | None
+    first_divergence_min: int | None
+    dlogprob_median: float | None
+    dlogprob_max: float | None
+
+
+def spread(comps: Iterable[Any], tol: float = DLOGPROB_TOL) -> Spread:
+    cs = list(comps)
+    fds = [c.first_divergence for c in cs if c.first_divergence is not None]
+    dls = [c.max_abs_dlogprob for c in cs if c.max_abs_dlogprob is not None]
+    return Spread(
+        pairs=len(cs),
+        differing=sum(differs(c, tol) for c in cs),
+        token_equal=sum(bool(c.token_equal) for c in cs),
+        tie_flips=sum(c.kind == "tie_flip" for c in cs),
+        divergences=sum(c.kind == "divergence" for c in cs),
+        outside_topk=sum(outside_topk(c) for c in cs),
+        first_divergence_median=float(median(fds)) if fds else None,
+        first_divergence_min=min(fds) if fds else None,
+        dlogprob_median=round(float(median(dls)), 6) if dls else None,
+        dlogprob_max=round(max(dls), 6) if dls else None,
+    )
+
+
+@dataclass(frozen=True)
+class FloorTest:
+    """The verdict's numbers: the test, its p-value, n per arm and both arms' spread."""
+
+    test: str
+    alpha: float
+    min_keys: int  # untied keys needed before p can reach alpha
+    keys: int  # (sample, ask) keys with both an ON and a control pair
+    on_worse: int
+    control_worse: int
+    ties: int
+    p_value: float | None  # None: no control pairs
+    significant: bool
+    on: Spread  # ON vs OFF, all ON pairs
+    control: Spread  # control vs OFF, all control pairs: the floor
+    worse_keys: tuple[PairKey, ...] = ()  # keys where ON strayed further than the control
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def floor_test(on: Iterable[PairComparison], control: Iterable[PairComparison], alpha: float,
+               tol: float = DLOGPROB_TOL) -> FloorTest:
+    """Pair ON and control comparisons by (sample, ask) and test whether ON strays further."""
+    on_l, ctrl_l = list(on), list(control)
+    ctrl_by = {pair_key(c): c for c in ctrl_l}
+    on_worse = control_worse = ties = 0
+    worse_keys: list[PairKey] = []
+    for c in on_l:
+        partner = ctrl_by.get(pair_key(c))
+        if partner is None:
+            continue
+        w = worse(c, partner, tol)
+        if w > 0:
+            on_worse += 1
+            worse_keys.append(pair_key(c))
+        elif w < 0:
+            control_worse += 1
+        else:
+            ties += 1
+    keys = on_worse + control_worse + ties
+    p = sign_test_p(on_worse, control_worse) if ctrl_l else None
+    return FloorTest(
+        test=TEST_NAME, alpha=alpha, min_keys=min_keys(alpha), keys=keys, on_worse=on_worse,
+        control_worse=control_worse, ties=ties, p_value=p, significant=p is not None and p < alpha,
+        on=spread(on_l, tol), control=spread(ctrl_l, tol), worse_keys=tuple(worse_keys),
+    )
