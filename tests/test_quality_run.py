@@ -227,6 +227,9 @@ def test_server_limits_from_server_info():
     assert server_limits({**real, "enable_hierarchical_cache": False}, 8192, None).host_pool == 0
     assert server_limits({"context_len": 4096}, 8192, None).max_input == 4094
     assert server_limits(None, 8192, None) == ServerLimits(8192, None, None, None)
+    # an answer the harness cannot use (harness.server_info refuses it) reads as unknown
+    assert server_limits({"max_req_input_len": "lots", "hicache_ratio": -1}, 8192, None) == \
+        ServerLimits(8192, None, None, None)
 
 
 def test_pool_over_twice_the_context_still_reaches_the_host():

@@ -13,6 +13,7 @@ here for the runner.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from harness.quality.record import QualityRecord
 from harness.quality.scoring import score_answer
 from harness.quality.tasks import TASKS, generate
 from harness.scenario.values import resolve_tokens
+from harness.server_info import ServerAnswerError, ServerInfo, afetch_server_info
 
 __all__ = [
     "ParityReport",
@@ -107,33 +109,6 @@ def _set_phase(ctx: Any, phase: str) -> None:
         f(phase)
 
 
-async def fetch_server_info(base_url: str, timeout_s: float = 10.0) -> dict | None:
-    """``/get_server_info`` (older sglang) or ``/server_info`` (newer), None if neither answers."""
-    import httpx
-
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout_s, trust_env=False) as http:
-        for path in ("/get_server_info", "/server_info"):
-            try:
-                r = await http.get(path)
-            except httpx.HTTPError:
-                continue
-            if r.status_code == 200:
-                try:
-                    info = r.json()
-                except ValueError:
-                    continue
-                if isinstance(info, dict):
-                    return info
-    return None
-
-
-def _int(v: Any) -> int | None:
-    try:
-        return int(v) if v is not None and not isinstance(v, bool) else None
-    except (TypeError, ValueError):
-        return None
-
-
 @dataclass(frozen=True)
 class ServerLimits:
     """What churn sizing needs to know about the server (None: unknown)."""
@@ -144,35 +119,44 @@ class ServerLimits:
     write_policy: str | None
 
 
-def server_limits(server_info: dict | None, pool_tokens: int | None, host_pool_tokens: int | None) -> ServerLimits:
-    """Pool sizes and the input limit from what the caller knows and /get_server_info.
+def as_server_info(info: ServerInfo | Mapping[str, Any] | None) -> ServerInfo | None:
+    """A `ServerInfo` from what the caller has (the raw /get_server_info answer or the parsed
+    one); an answer the harness cannot use reads as unknown (None): churn then falls back to
+    the GPU pool and halving refused requests."""
+    if info is None or isinstance(info, ServerInfo):
+        return info
+    try:
+        return ServerInfo.parse(dict(info))
+    except (ServerAnswerError, TypeError, ValueError):
+        return None
+
+
+def server_limits(info: ServerInfo | Mapping[str, Any] | None, pool_tokens: int | None,
+                  host_pool_tokens: int | None) -> ServerLimits:
+    """Pool sizes, the input limit and the write policy from what the caller knows and
+    /get_server_info.
 
     Host pool: the caller's value (the server log's host-pool line) first; else the simulator's
     ``host_pool_tokens``; else ``hicache_ratio`` x GPU pool when HiCache is on and
     ``hicache_size`` is 0 (sglang's rule, one page apart); 0 when HiCache is off. Input limit:
-    ``max_req_input_len`` (sglang's scheduler info), else ``context_len`` / ``context_length`` - 1;
-    minus one for the churn request's output token."""
-    info = server_info or {}
-    device = _int(pool_tokens) or _int(info.get("max_total_num_tokens"))
-    host = _int(host_pool_tokens)
-    if host is None:
-        host = _int(info.get("host_pool_tokens"))
-    if host is None and info:
-        hicache = info.get("enable_hierarchical_cache")
-        if hicache is False:
+    ``max_req_input_len`` (sglang's scheduler info), else the context length - 1; minus one for
+    the churn request's output token."""
+    si = as_server_info(info)
+    device = pool_tokens or (si.max_total_num_tokens if si else None)
+    host = host_pool_tokens
+    if host is None and si is not None:
+        hc = si.hicache
+        if si.host_pool_tokens is not None:
+            host = si.host_pool_tokens
+        elif hc.enabled is False:
             host = 0
-        elif hicache and device and not (info.get("hicache_size") or 0):
-            try:
-                host = int(device * float(info.get("hicache_ratio") or 2.0))
-            except (TypeError, ValueError):
-                host = None
-    max_req = _int(info.get("max_req_input_len"))
-    if max_req is None:
-        ctx_len = _int(info.get("context_len")) or _int(info.get("context_length"))
-        max_req = ctx_len - 1 if ctx_len else None
+        elif hc.enabled and device and not hc.size_gb:
+            host = int(device * (hc.ratio or 2.0))
+    max_req = None
+    if si is not None:
+        max_req = si.max_req_input_len or (si.context_length - 1 if si.context_length else None)
     max_input = max(1, max_req - 1) if max_req else None
-    policy = info.get("hicache_write_policy")
-    return ServerLimits(device, host, max_input, str(policy) if policy else None)
+    return ServerLimits(device, host, max_input, si.hicache.write_policy if si else None)
 
 
 async def _churn(ctx: Any, factory: PromptFactory, churn: ChurnPlan, state: dict, key: object, variant: str,
@@ -220,7 +204,7 @@ async def _server_gone(ctx: Any, abort: Any) -> bool:
 
 
 async def run_quality(ctx: Any, cfg: Any, arm_role: str, *, host_pool_tokens: int | None = None,
-                      server_info: dict | None = None) -> list[QualityRecord]:
+                      server_info: ServerInfo | Mapping[str, Any] | None = None) -> list[QualityRecord]:
     """Ask every quality sample of ``cfg`` on ctx's server; record and return the answers.
 
     ``ctx`` (e.g. a `harness.workloads.context.WorkloadContext` with extras) needs: ``client`` (a
@@ -235,8 +219,9 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str, *, host_pool_tokens: in
     ``cfg.control``).
     ``host_pool_tokens``: the server's KV host pool in tokens (status.json's
     ``pools.host_pool_tokens``, parsed from the server log); ``server_info``: its
-    /get_server_info answer (context length, HiCache ratio and write policy). Both size the
-    churn (`harness.quality.churn`); unknown values are read from /get_server_info or derived."""
+    /get_server_info answer, raw or a `harness.server_info.ServerInfo` (context length, HiCache
+    ratio and write policy). Both size the churn (`harness.quality.churn`); without them the arm
+    reads /get_server_info from ``ctx.base_url`` and derives the host pool."""
     if arm_role not in ("on", "off", "control"):
         raise ValueError(f"arm_role must be on, off or control, not {arm_role!r}")
     model_path = getattr(ctx, "model_path", None)
@@ -254,7 +239,10 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str, *, host_pool_tokens: in
 
     base_url = getattr(ctx, "base_url", None)
     if server_info is None and isinstance(base_url, str) and plan.churn_tokens > 0:
-        server_info = await fetch_server_info(base_url)
+        try:
+            server_info = await afetch_server_info(base_url)
+        except ServerAnswerError:
+            server_info = None  # unusable answer: size the churn without it
     if host_pool_tokens is None:
         host_pool_tokens = getattr(ctx, "host_pool_tokens", None)
     limits = server_limits(server_info, pool, host_pool_tokens)
