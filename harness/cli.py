@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 from pathlib import Path
 
 from harness import __version__
 from harness.exit_codes import ExitCode
+from harness.verdict import Outcome
 
 # Each command imports its modules when it runs, so that `--help` and `validate` stay fast.
 
@@ -95,9 +97,19 @@ def cmd_run(args) -> int:
             outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)
     except ValueError as exc:  # e.g. --only naming no variant, a resume refused, a run locked
         return _bad(str(exc))
+    return _report_run(outcome, args)
+
+
+def _report_run(outcome, args) -> int:
+    """The run's verdict on the console (one line per variant, then the reasons), where its files
+    are, and how to resume an interrupted run; the exit code is the verdict's."""
+    for line in outcome.verdict.lines():
+        print(line)
     print(f"results: {outcome.run_dir}")
     if outcome.report_path is not None:
         print(f"report:  {outcome.report_path}")
+    if outcome.verdict.outcome is Outcome.INTERRUPTED:
+        print(f"resume:  harness run {shlex.quote(args.scenario)} --resume {shlex.quote(str(outcome.run_dir))}")
     return outcome.exit_code
 
 

@@ -7,6 +7,8 @@
   :func:`write_variant_summary`.
 * Once every variant has run (:func:`write_run_products`): quality parity of each HiCache arm
   against the baseline arm, and ``summary.csv`` (one row per variant × workload × phase × metric).
+* The run's verdict (:func:`judge_run`, ``verdict.json``): ``harness.verdict``'s rules over the
+  stored files, so the exit code, the console, the report and JUnit state the same verdict.
 
 Parity needs two servers' answers, so it cannot be judged inside one variant: the baseline
 (HiCache OFF) variant's ``quality.jsonl`` is compared with each other variant's here. The full
@@ -22,12 +24,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from harness import results
+from harness.verdict import RunVerdict, VerdictPolicy, run_verdict, variant_verdict
+from harness.yaml_lines import YamlLoadError, load_yaml_text
 from harness.quality.parity import evaluate_parity
 from harness.records import RequestRecord
 from harness.sampling import summarize_samples
 from harness.summary import summarize, summary_rows
 
 PARITY_FILE = "parity.json"
+VERDICT_FILE = "verdict.json"
+EXPECTATIONS_FILE = "expectations.json"
 CSV_COLUMNS = ["variant", "workload", "phase", "metric", "unit", "higher_is_better", "n", "mean", "p50",
                "p90", "p99", "min", "max", "n_errors"]
 
@@ -71,14 +77,19 @@ def write_variant_summary(vpaths: results.VariantPaths, summary: dict) -> None:
 # -- the run -----------------------------------------------------------------------------------
 
 def parity_headline(report: dict) -> dict:
+    """What the summary keeps of a parity report: the verdict, the ON-vs-OFF and OFF-vs-OFF
+    (control) figures side by side, and the statistical test behind the verdict (``floor``)."""
     keep = ("verdict", "baseline_noise", "reason", "host_hit_requests", "on_requests", "reasks",
-            "reasks_with_host_hit", "pairs", "unmatched_on", "errors", "tie_epsilon", "top_k")
+            "reasks_with_host_hit", "pairs", "unmatched_on", "errors", "tie_epsilon", "top_k", "alpha",
+            "host_keys", "on_lost", "on_gained", "mcnemar_p", "floor")
     out = {k: report.get(k) for k in keep}
     out["groups"] = [{k: g.get(k) for k in ("task", "length_target", "verdict", "pairs", "token_equal",
                                               "tie_flips", "divergences", "outside_topk",
                                               "first_divergence_min", "max_abs_dlogprob",
                                               "host_hit_requests", "accuracy_on", "accuracy_off",
-                                              "on_lost", "on_gained", "mcnemar_p")}
+                                              "on_lost", "on_gained", "mcnemar_p", "control_pairs",
+                                              "control_differing", "control_worst", "on_worse",
+                                              "control_worse", "p_value")}
                      for g in report.get("groups", [])]
     return out
 
@@ -138,3 +149,41 @@ def rows_to_csv(rows: list[dict]) -> str:
     for row in rows:
         w.writerow(row)
     return buf.getvalue()
+
+
+# -- the verdict -------------------------------------------------------------------------------
+
+def stored_scenario(manifest: dict) -> dict:
+    """The run's scenario as parsed YAML (the stored text), or {} when it cannot be read."""
+    text = (manifest.get("scenario") or {}).get("text") or ""
+    try:
+        return load_yaml_text(text, "<stored scenario>").data
+    except YamlLoadError:
+        return {}
+
+
+def judge_run(run_dir: Path, expectation_rows: Sequence[dict] | None = None,
+              policy: VerdictPolicy | None = None) -> RunVerdict:
+    """The verdict of a run folder from its stored files: every variant the manifest lists (one
+    without a status.json did not run), its rows of ``expectations.json`` and the scenario's
+    ``verdict:`` rules (both read from the folder when not given)."""
+    run = results.RunPaths(Path(run_dir))
+    manifest = results.read_json(run.manifest)
+    if expectation_rows is None:
+        path = run.root / EXPECTATIONS_FILE
+        expectation_rows = results.read_json(path).get("checks", []) if path.exists() else []
+    if policy is None:
+        policy = VerdictPolicy.from_block(stored_scenario(manifest).get("verdict"))
+    verdicts = []
+    for entry in manifest.get("variants", []):
+        vpaths = run.variant(entry["name"])
+        status = results.read_json(vpaths.status) if vpaths.status.exists() else None
+        summary = results.read_json(vpaths.summary) if vpaths.summary.exists() else None
+        rows = [r for r in expectation_rows if r.get("variant") == entry["name"]]
+        verdicts.append(variant_verdict(entry["name"], status, summary, rows, policy))
+    return run_verdict(verdicts, interrupted=run.interrupted.exists())
+
+
+def write_verdict(run: results.RunPaths, verdict: RunVerdict) -> None:
+    results.write_json_atomic(run.root / VERDICT_FILE, {"schema_version": results.SCHEMA_VERSION,
+                                                         **verdict.to_json()})

@@ -14,7 +14,6 @@ folder (a fresh one, or one that ``harness.resume`` reopened).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import shlex
@@ -22,18 +21,19 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 
 from harness import __version__, cooldown, fingerprint, hostpool, logscan, results, run_products, serving_window
 from harness.exit_codes import ExitCode
-from harness.expectations import any_failed, evaluate_run_expectations
+from harness.expectations import evaluate_run_expectations
 from harness.probe.run import run_probes
 from harness.progress import Progress
 from harness.sampling import Sampler
 from harness.scenario import scenario_hash, variant_config_hash
-from harness.server import LaunchSpec, ServerProcess, build_launch_spec, free_port
+from harness.server import ServerProcess, build_launch_spec, free_port
 from harness.shard import select_run_variants
-from harness.variant_status import OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
+from harness.server_info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_server_info
+from harness.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
+from harness.verdict import RunVerdict, VerdictPolicy
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,12 @@ class RunOutcome:
     run_dir: Path
     variants: list[VariantOutcome] = field(default_factory=list)
     interrupted: bool = False
-    exit_code: ExitCode = ExitCode.OK
+    verdict: RunVerdict | None = None
     report_path: Path | None = None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.verdict.exit_code if self.verdict is not None else ExitCode.BROKEN
 
 
 @dataclass
@@ -212,12 +216,10 @@ def _execute_locked(scenario, options, run, variants, prior) -> RunOutcome:
         progress.close()
     if outcome.interrupted:
         results.write_json_atomic(run.interrupted, {"at": results.utc_now_iso()})
-        outcome.exit_code = ExitCode.INTERRUPTED
+        outcome.verdict = finish_run(scenario, run, interrupted=True)
         return outcome
-    expectations_failed = finish_run(scenario, run)
+    outcome.verdict = finish_run(scenario, run)
     results.write_json_atomic(run.complete, {"at": results.utc_now_iso()})
-    ok = all(v.expect_met for v in outcome.variants) and not expectations_failed
-    outcome.exit_code = ExitCode.OK if ok else ExitCode.FAILED
     if options.write_report:
         outcome.report_path = _write_report(run.root, options.reports_dir)
     return outcome
@@ -305,19 +307,29 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
 
     status.ready_s = round(ready.seconds, 3)
     status.write(vpaths.status)
-    server_info = _server_info(spec)
-    if server_info is not None:
-        results.write_json_atomic(vpaths.server_info, server_info)
+    try:
+        info = fetch_server_info(spec.base_url)
+    except ServerAnswerError as exc:  # a server whose answers cannot be trusted measures nothing
+        progress.phase("stopping")
+        status.stop = dataclasses.asdict(server.stop())
+        state.server = None
+        unclean = _cooldown(scenario, baseline, progress, status, sampler)
+        _stop_sampler(sampler)
+        state.sampler = None
+        return _finish(vpaths, status, FAILED, BAD_SERVER_ANSWER,
+                       detail={"endpoint": "/get_server_info", "reason": exc.reason}), unclean
+    if info is not None:
+        results.write_json_atomic(vpaths.server_info, info.raw)
     pools = logscan.parse_pools(server.read_log()).to_json()
-    if pools["max_total_num_tokens"] is None and server_info:
-        pools["max_total_num_tokens"] = server_info.get("max_total_num_tokens")
+    if pools["max_total_num_tokens"] is None and info is not None:
+        pools["max_total_num_tokens"] = info.max_total_num_tokens
     status.pools = pools
     if prediction is not None:
         status.preflight = hostpool.preflight_variant(
-            scenario, variant, device_pool_tokens=pools["max_total_num_tokens"], server_info=server_info,
-            before=prediction)
+            scenario, variant, device_pool_tokens=pools["max_total_num_tokens"],
+            server_info=info.raw if info is not None else None, before=prediction)
 
-    window = serving_window.run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools)
+    window = serving_window.run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools, info)
     progress.phase("stopping")
     stop = server.stop()
     status.stop = dataclasses.asdict(stop)
@@ -355,21 +367,6 @@ def _finish(vpaths: results.VariantPaths, status: VariantStatus, state: str, cau
     return status.outcome()
 
 
-def _server_info(spec: LaunchSpec) -> dict | None:
-    with httpx.Client(timeout=10.0, trust_env=False) as c:
-        for path in ("/get_server_info", "/server_info"):
-            try:
-                r = c.get(spec.base_url + path)
-            except httpx.HTTPError:
-                continue
-            if r.status_code == 200:
-                try:
-                    return r.json()
-                except json.JSONDecodeError:
-                    return None
-    return None
-
-
 def _start_sampler(scenario, server: ServerProcess, vpaths):
     cfg = scenario.sampling
     if not cfg.enabled:
@@ -401,14 +398,19 @@ def _cooldown(scenario, baseline, progress: Progress, status: VariantStatus, sam
     return not bool(result.get("clean", True))  # True: the environment did not come back
 
 
-def finish_run(scenario, run: results.RunPaths) -> bool:
-    """Run-level products once every variant ran: quality parity across arms, summary.csv, and the
-    scenario's within-run expectations (expectations.json). Returns whether an expectation failed."""
-    run_products.write_run_products(scenario, run)
-    rows = evaluate_run_expectations(run.root)
-    results.write_json_atomic(run.root / "expectations.json",
-                              {"schema_version": results.SCHEMA_VERSION, "checks": rows})
-    return any_failed(rows)
+def finish_run(scenario, run: results.RunPaths, interrupted: bool = False) -> RunVerdict:
+    """Run-level products once every variant ran (quality parity across arms, summary.csv, the
+    scenario's within-run expectations in expectations.json), then the run's verdict
+    (verdict.json). An interrupted run gets its verdict only: its arms are not all there."""
+    rows: list[dict] = []
+    if not interrupted:
+        run_products.write_run_products(scenario, run)
+        rows = evaluate_run_expectations(run.root)
+        results.write_json_atomic(run.root / run_products.EXPECTATIONS_FILE,
+                                  {"schema_version": results.SCHEMA_VERSION, "checks": rows})
+    verdict = run_products.judge_run(run.root, rows, VerdictPolicy.from_block(scenario.verdict.model_dump()))
+    run_products.write_verdict(run, verdict)
+    return verdict
 
 
 def _write_report(run_root: Path, reports_dir: Path) -> Path | None:

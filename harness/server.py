@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from harness.server_info import get_status
 from harness import logscan
 
 SGLANG_MODULE = "sglang.launch_server"
@@ -217,8 +218,7 @@ class ServerProcess:
                 probe_timeout = max(0.5, min(10.0, deadline - time.monotonic()))
                 ok = False
                 try:
-                    r = client.get(self.spec.base_url + "/health_generate", timeout=probe_timeout)
-                    ok = r.status_code == 200
+                    ok = get_status(client, self.spec.base_url + "/health_generate", timeout_s=probe_timeout) == 200
                 except httpx.HTTPError:
                     ok = False
                 if ok and self.alive():  # liveness after the probe

@@ -22,6 +22,7 @@ from harness.client import GenerateRequest, Labels, StreamingClient
 from harness.model_config import model_vocab_size
 from harness.quality import run as quality_run
 from harness.records import RequestRecord
+from harness.server_info import ServerInfo, get_status
 from harness.variant_status import FAILED, OK, PARTIAL
 from harness.workloads.context import WorkloadContext
 from harness.workloads.sequence import run_workloads
@@ -45,11 +46,12 @@ def final_liveness(server, base_url: str, idle_s: float) -> tuple[bool, str]:
     if not _wait_alive(server, idle_s):
         return False, f"server exited (code {server.exit_code()}) during the {idle_s:g}s idle check"
     try:
-        r = httpx.get(base_url + "/health_generate", timeout=30.0, trust_env=False)
+        with httpx.Client(trust_env=False) as client:
+            status = get_status(client, base_url + "/health_generate", timeout_s=30.0)
     except httpx.HTTPError as exc:
         return False, f"/health_generate failed: {type(exc).__name__}"
-    if r.status_code != 200:
-        return False, f"/health_generate answered {r.status_code}"
+    if status != 200:
+        return False, f"/health_generate answered {status}"
     if not server.alive():
         return False, "server exited right after /health_generate"
     return True, "ok"
@@ -89,8 +91,10 @@ async def _smoke_request(client: StreamingClient, variant: str, vocab: int, reco
     return rec
 
 
-def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools) -> WindowResult:
-    """Idle window, workloads, quality arm, final liveness on a ready server; never stops it."""
+def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools,
+               info: ServerInfo | None = None) -> WindowResult:
+    """Idle window, workloads, quality arm, final liveness on a ready server; never stops it.
+    ``info``: the server's validated /get_server_info (the quality arm sizes its churn from it)."""
 
     def phase(name: str) -> None:
         if sampler is not None:
@@ -138,7 +142,9 @@ def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools
                 role = "off" if variant.name == scenario.quality.baseline_variant else "on"
                 ctx = make_ctx(0)
                 try:
-                    await quality_run.run_quality(ctx, scenario.quality, role)
+                    await quality_run.run_quality(ctx, scenario.quality, role,
+                                                  host_pool_tokens=pools.get("host_pool_tokens"),
+                                                  server_info=info.raw if info is not None else None)
                 except Exception as exc:  # noqa: BLE001 - a harness-side error fails this variant, not the run
                     log.exception("quality arm of %s failed", variant.name)
                     return FAILED, "quality_error", {"error": f"{type(exc).__name__}: {exc}"}

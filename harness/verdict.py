@@ -60,6 +60,18 @@ class VerdictPolicy:
     # variants whose parity may be NOT_EXERCISED without making them INCONCLUSIVE (True: all)
     allow_not_exercised: bool | frozenset[str] = False
 
+    @classmethod
+    def from_block(cls, block: Mapping[str, Any] | None) -> VerdictPolicy:
+        """From a scenario's ``verdict:`` block as parsed YAML or as its model's dump; a missing or
+        unreadable block means the defaults (an old run's stored scenario has none)."""
+        block = block or {}
+        rate = block.get("max_error_rate", DEFAULT_MAX_ERROR_RATE)
+        if isinstance(rate, str) and rate.strip().endswith("%"):
+            rate = float(rate.strip()[:-1]) / 100.0
+        allowed = block.get("allow_not_exercised", False)
+        return cls(max_error_rate=float(rate),
+                   allow_not_exercised=allowed if isinstance(allowed, bool) else frozenset(map(str, allowed)))
+
     def not_exercised_allowed(self, variant: str) -> bool:
         if isinstance(self.allow_not_exercised, bool):
             return self.allow_not_exercised
@@ -95,6 +107,14 @@ class RunVerdict:
             return self.outcome.value
         more = f" (+{len(self.reasons) - 3} more)" if len(self.reasons) > 3 else ""
         return f"{self.outcome.value}: " + "; ".join(r.line() for r in self.reasons[:3]) + more
+
+    def lines(self) -> list[str]:
+        """For the console: one line per variant, then the run's verdict and its reasons."""
+        out = [f"  {v.outcome.value:<16} {v.variant}" + (f"  ({v.reasons[0].text})" if v.reasons else "")
+               for v in self.variants]
+        out.append(f"verdict: {self.outcome.value} (exit {int(self.exit_code)})")
+        out.extend(f"  - {r.line()}" for r in self.reasons)
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {"outcome": self.outcome.value, "exit_code": int(self.exit_code),
@@ -161,6 +181,8 @@ def variant_verdict(name: str, status: Mapping[str, Any] | None, summary: Mappin
     pv = parity.get("verdict")
     if pv == "FAIL":
         failures.append(Reason("parity_fail", f"quality parity FAIL: {parity.get('reason') or 'answers differ'}", name))
+    elif pv == "INCONCLUSIVE":
+        unknowns.append(Reason("parity_inconclusive", f"quality parity INCONCLUSIVE: {parity.get('reason') or ''}".rstrip(": "), name))
     elif pv in ("NOT_EXERCISED", "NOT_COMPARABLE") and not policy.not_exercised_allowed(name):
         unknowns.append(Reason("parity_" + pv.lower(), f"quality parity {pv}: {parity.get('reason') or ''}".rstrip(": "), name))
     for r in expectation_rows:

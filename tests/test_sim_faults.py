@@ -95,3 +95,10 @@ def test_die_after_idle():
         t0 = time.monotonic()
         code = sim.wait_exit(10)
         assert code != 0 and 0.9 <= time.monotonic() - t0 <= 3.0
+
+
+def test_reject_requests_answers_every_generation_with_the_status():
+    with SimProcess(["--sim-fault", "reject_requests=400"]) as sim:
+        r = httpx.post(sim.url + "/generate", json={"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}})
+        assert r.status_code == 400 and "reject_requests" in r.json()["error"]["message"]
+        assert httpx.get(sim.url + "/health_generate").status_code == 200  # the server itself is fine

@@ -241,6 +241,25 @@ class Quality(ScenarioModel):
     mode: Literal["auto", "text", "token_ids"] = "auto"
 
 
+def _fraction(v: Any) -> Any:
+    """``"1%"`` → 0.01; numbers pass through (validated as 0..1 by the field)."""
+    if isinstance(v, str) and v.strip().endswith("%"):
+        try:
+            return float(v.strip()[:-1]) / 100.0
+        except ValueError:
+            raise field_error(f"expected a percentage like \"1%\" or a fraction like 0.01, got {v!r}") from None
+    return no_bool(v)
+
+
+class VerdictRules(ScenarioModel):
+    """``verdict``: what a variant's verdict tolerates (harness/verdict.py)."""
+
+    # requests (not warm-ups) that may fail before the variant is FAIL ("1%" or 0.01)
+    max_error_rate: Annotated[float, BeforeValidator(_fraction), Field(ge=0, le=1)] = 0.01
+    # parity NOT_EXERCISED is INCONCLUSIVE unless allowed here: true (every variant) or names
+    allow_not_exercised: bool | list[Name] = False
+
+
 class Expectations(ScenarioModel):
     checks: list[CheckT] = []
     thresholds: dict[str, ThresholdT] = {}
@@ -312,6 +331,7 @@ class Scenario(ScenarioModel):
     preflight: Preflight = Field(default_factory=Preflight)
     quality: Quality = Field(default_factory=Quality)
     expectations: Expectations = Field(default_factory=Expectations)
+    verdict: VerdictRules = Field(default_factory=VerdictRules)
 
     # Set by harness.scenario.loading when the file is loaded (a Scenario is only made there).
     _path: Path | None = PrivateAttr(default=None)

@@ -45,6 +45,7 @@ class AppState:
     enable_cache_report: bool
     served_model_name: str
     ready: bool = False
+    reject_status: int | None = None  # fault reject_requests: every generation request gets it
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -122,7 +123,12 @@ def build_app(st: AppState) -> Starlette:
     engine = st.engine
 
     def not_ready() -> Response | None:
-        return None if st.ready else _error("The server is not ready yet (simulated startup).", 503)
+        """The answer to a generation request before it reaches the engine, if any."""
+        if not st.ready:
+            return _error("The server is not ready yet (simulated startup).", 503)
+        if st.reject_status is not None:
+            return _error("simulated rejection (fault reject_requests)", st.reject_status)
+        return None
 
     async def read_body(request: Request) -> dict[str, Any]:
         try:
@@ -137,8 +143,8 @@ def build_app(st: AppState) -> Starlette:
         return Response(status_code=200)
 
     async def health_generate(request: Request) -> Response:
-        if (r := not_ready()) is not None:
-            return r
+        if not st.ready:
+            return _error("The server is not ready yet (simulated startup).", 503)
         req = SimRequest(rid=f"HEALTH_CHECK_{uuid.uuid4().hex[:8]}", input_ids=[3, 4, 5, 6],
                          sampling=SamplingParams(max_new_tokens=1, temperature=0.0), internal=True)
         engine.submit(req)

@@ -49,10 +49,15 @@ class Fault(Enum):
         ArgType.NONE,
         ("requests with host-tier hits get a first token outside the true top-k, "
          "so their outputs diverge from token 0"))
+    reject_requests = (
+        ArgType.INT_FROM_1,
+        ("every /generate and /v1/completions request is answered with HTTP status N and an error "
+         "body, as sglang does for a prompt longer than its context (400)"))
     near_tie_flips = (
         ArgType.NONE,
-        ("without `--enable-deterministic-inference`, greedy requests with a cache hit take "
-         "the second candidate at near-ties, like a real server's nondeterminism"))
+        ("without `--enable-deterministic-inference`, requests with a cache hit get seeded "
+         "N(0, 0.06) logprob noise, so near-ties flip about half the time, like a real server's "
+         "nondeterminism"))
 
     def __init__(self, arg: ArgType, does: str) -> None:
         self.arg = arg

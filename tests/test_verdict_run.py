@@ -1,0 +1,59 @@
+"""The verdict of whole runs on the simulator: the exit code, the console and verdict.json agree."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from harness.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = """\
+name: verdicts
+server:
+  backend: sim
+  model_path: models/llama-tiny
+  args: {--max-total-tokens: 4096}
+  startup_timeout_s: 30
+  request_timeout_s: 10
+  liveness_idle_s: 0.2
+  sim: {time_scale: 0.05, startup_s: 0.1}
+variants:
+  - name: off
+{extra}
+workloads:
+  - kind: cold_prefill
+    n: 3
+    prompt_tokens: 200
+    warmup: 0
+sampling: {enabled: false}
+"""
+
+
+def _run(tmp_path: Path, extra: str, capsys) -> tuple[int, str, dict]:
+    shutil.copytree(ROOT / "scenarios" / "models" / "llama-tiny", tmp_path / "models" / "llama-tiny")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO.replace("{extra}", extra))
+    rc = main(["run", str(scenario), "--results-dir", str(tmp_path / "r"), "--no-report"])
+    out = capsys.readouterr().out
+    (run,) = (tmp_path / "r" / "verdicts").iterdir()
+    return rc, out, json.loads((run / "verdict.json").read_text())
+
+
+def test_every_request_rejected_fails_the_run_naming_the_error(tmp_path, capsys):
+    """A run in which every request got HTTP 400 used to exit 0 with every variant ok."""
+    rc, out, verdict = _run(tmp_path, "  - name: rejecting\n    sim_faults: [reject_requests=400]", capsys)
+    assert rc == 1
+    assert verdict["outcome"] == "FAIL" and verdict["exit_code"] == 1
+    by_name = {v["variant"]: v for v in verdict["variants"]}
+    assert by_name["off"]["outcome"] == "PASS"
+    assert by_name["rejecting"]["outcome"] == "FAIL"
+    (reason,) = by_name["rejecting"]["reasons"]
+    assert reason["code"] == "error_rate" and "3 of 3 requests failed" in reason["text"] and "http_400" in reason["text"]
+    assert "verdict: FAIL (exit 1)" in out and "rejecting: 3 of 3 requests failed" in out
+
+
+def test_a_healthy_run_passes(tmp_path, capsys):
+    rc, out, verdict = _run(tmp_path, "", capsys)
+    assert rc == 0 and verdict["outcome"] == "PASS" and "verdict: PASS (exit 0)" in out
