@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from harness.sim.faults import Fault, FaultArg
 from harness.sim.engine import Engine, RequestError, SamplingParams, SimRequest
 from harness.sim.tokens import decode_ids, encode_text
 
@@ -45,7 +46,7 @@ class AppState:
     enable_cache_report: bool
     served_model_name: str
     ready: bool = False
-    reject_status: int | None = None  # fault reject_requests: every generation request gets it
+    faults: dict[Fault, FaultArg | None] = field(default_factory=dict)  # the HTTP layer's faults act here
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -126,8 +127,8 @@ def build_app(st: AppState) -> Starlette:
         """The answer to a generation request before it reaches the engine, if any."""
         if not st.ready:
             return _error("The server is not ready yet (simulated startup).", 503)
-        if st.reject_status is not None:
-            return _error("simulated rejection (fault reject_requests)", st.reject_status)
+        if Fault.reject_requests in st.faults:
+            return _error("simulated rejection (fault reject_requests)", int(st.faults[Fault.reject_requests] or 400))
         return None
 
     async def read_body(request: Request) -> dict[str, Any]:

@@ -308,7 +308,7 @@ async def _serve(plan: Plan) -> int:
                     "simulated": True},
         skip_tokenizer=bool(a["skip_tokenizer_init"]), enable_metrics=bool(a["enable_metrics"]),
         enable_cache_report=bool(a["enable_cache_report"]), served_model_name=plan.served_model_name,
-        reject_status=args.faults.get(Fault.reject_requests),
+        faults=dict(args.faults),
     )
     server = _Server(uvicorn.Config(build_app(state), host=a["host"], port=a["port"], log_config=None,
                                     access_log=True, timeout_graceful_shutdown=1, lifespan="off"))
