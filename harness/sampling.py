@@ -1,6 +1,13 @@
 """Background sampler of host memory, swap, server RSS, GPU memory and `sglang:*` /metrics while a
 variant's server runs, each sample labelled with the current phase; plus pure per-phase summaries.
 
+GPU memory is read from the GPUs the variant's server uses, not every GPU of the host: those its
+launch environment's ``CUDA_VISIBLE_DEVICES`` (indices or UUIDs) and its ``--base-gpu-id`` /
+``--tp-size`` give it, or — when NVML lists the server's own processes on other GPUs — those
+(`harness.nvml.GpuSelection`). The first sample, and any sample where the choice changes, carries
+``gpu_selection`` ({indices, method, how, cuda_visible_devices, uuids}); each GPU entry also has
+``server_mem_mib`` (the server's processes' share) where NVML lists processes.
+
 The sampler runs in its own thread with its own blocking HTTP client, so the workload's asyncio loop
 in the main thread is never blocked by it. One Sample per interval goes to a writer callback (the
 runner's `results.JsonlWriter(path).append`); its fields are those of docs/architecture.md's Sample.
@@ -14,13 +21,13 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import httpx
 import psutil
 
 from harness import procfs
-from harness.nvml import GpuReader
+from harness.nvml import GpuReader, GpuSelection
 from harness.server_info import IDENTITY, ServerAnswerError, read_limited
 
 log = logging.getLogger(__name__)
@@ -136,6 +143,10 @@ class ProcessTreeRss:
         self._rescan_s = min(self._rescan_s * 2, self.max_rescan_s) if same else self.min_rescan_s
         return True
 
+    def pids(self) -> set[int]:
+        """The pids of the tree as last scanned (the root included while it lives)."""
+        return {p.pid for p in self._procs}
+
     def read_kib(self) -> int | None:
         if time.monotonic() - self._scanned_at >= self._rescan_s or not self._procs:
             if not self._rescan():
@@ -163,6 +174,9 @@ class Sampler:
     write: called with each Sample dict (from the sampler thread; a failing writer is logged and
         counted in `write_errors`, sampling goes on).
     gpu: "auto" (NVML when present), True (same, but logs a warning when absent), False (never).
+    launch_env, launch_argv: the server's whole environment and argv (``LaunchSpec.full_env()``,
+        ``LaunchSpec.argv``): which GPUs it uses (module docstring). Default: this process's
+        environment and no argv (every GPU ``CUDA_VISIBLE_DEVICES`` shows).
 
     `set_phase(name)` is thread-safe and by default never blocks: the sampler thread promptly
     takes one boundary sample still labelled with the previous phase, so per-phase counter deltas
@@ -185,6 +199,8 @@ class Sampler:
         phase: str = "startup",
         meminfo_path: str = "/proc/meminfo",
         vmstat_path: str = "/proc/vmstat",
+        launch_env: Mapping[str, str] | None = None,
+        launch_argv: Sequence[str] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
@@ -220,6 +236,11 @@ class Sampler:
         self.setup_cpu_seconds = 0.0  # one-off: HTTP client, NVML, parser import (in start())
         self.last_error: str | None = None
         self._gpu: GpuReader | None = None
+        self._launch_env = dict(launch_env) if launch_env is not None else None
+        self._launch_argv = list(launch_argv) if launch_argv is not None else None
+        self._gpu_static: GpuSelection | None = None  # from the launch env and argv
+        self.gpu_selection: GpuSelection | None = None  # the GPUs sampled now
+        self._gpu_selection_written: GpuSelection | None = None
         self._client: httpx.Client | None = None
         self._rss = ProcessTreeRss(pid) if pid is not None else None
 
@@ -365,7 +386,27 @@ class Sampler:
                 log.warning("sampling.gpu is true but NVML found no GPU; no GPU fields recorded")
             reader.close()
             return None
+        self._gpu_static = self.gpu_selection = reader.select(self._launch_env, self._launch_argv)
         return reader
+
+    def _read_gpus(self, gpu: GpuReader) -> list[dict] | None:
+        """The selected GPUs' readings. The server's process tree, where NVML lists it, confirms
+        the selection or — when its processes run on other GPUs — replaces it."""
+        static = self._gpu_static
+        assert static is not None
+        pids = self._rss.pids() if self._rss is not None else set()
+        own = gpu.process_memory(pids) if pids else None
+        chosen = static
+        if own and not set(own) <= set(static.indices):
+            idx = tuple(sorted(own))
+            uuids = gpu.uuids
+            chosen = GpuSelection(idx, "processes",
+                                  f"the server's processes run on NVML {list(idx)} (the launch environment "
+                                  f"said {list(static.indices)}: {static.how})",
+                                  static.cuda_visible_devices, tuple(uuids[i] for i in idx))
+        self.gpu_selection = chosen
+        readings = gpu.read(chosen.indices, own if own else None)
+        return None if readings is None else [g.to_dict() for g in readings]
 
     def _emit(self, sample: dict) -> None:
         try:
@@ -446,11 +487,18 @@ class Sampler:
             "server_rss_kib": self._rss.read_kib() if self._rss is not None else None,
         }
         if gpu is not None:
-            readings = gpu.read()
+            readings = self._read_gpus(gpu)
             if readings is not None:
-                sample["gpus"] = [g.to_dict() for g in readings]
+                sample["gpus"] = readings
+            if self.gpu_selection is not None and self.gpu_selection != self._gpu_selection_written:
+                sample["gpu_selection"] = self.gpu_selection.to_dict()
+                self._gpu_selection_written = self.gpu_selection
         sample["counters"] = self._scrape(client)
         return sample
+
+
+def _index_order(idx: str) -> tuple[int, str]:
+    return (int(idx), idx) if idx.isdigit() else (1 << 30, idx)
 
 
 def _round(x: float | None, nd: int = 2) -> float | None:
@@ -508,7 +556,10 @@ def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
     Per phase: n_samples, duration_s, min_mem_available_kib, min_mem_free_kib, min_cached_kib,
     min_swap_free_kib, max_mlocked_kib, mean/max_pswpin_kib_s, mean/max_pswpout_kib_s,
     max_pgmajfault_s, max_server_rss_kib, peak_gpu_mem_used_mib ({gpu index (str): MiB}),
-    max_gpu_util_pct ({index: %}), counter_deltas ({series: increase}) and gauges_max.
+    max_gpu_util_pct ({index: %}), peak_server_gpu_mem_mib ({index: MiB} of the server's own
+    processes, where NVML listed them), gpus_sampled (the GPU indices the phase's samples read,
+    as strings), gpu_selection (the last ``gpu_selection`` record in effect during the phase, or
+    None), counter_deltas ({series: increase}) and gauges_max.
 
     A phase may occur in several runs (e.g. idle again later); its figures cover all of them.
     Counter deltas of a run start at the last sample before it (the previous phase's last
@@ -541,9 +592,16 @@ def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
             for k, v in _counter_increase(readings).items():
                 acc[k] = acc.get(k, 0.0) + v
 
+    selection_of: dict[str, dict | None] = {}
+    in_effect: dict | None = None
+    for s in samples:  # a selection record holds from its sample on
+        in_effect = s.get("gpu_selection") or in_effect
+        selection_of[s.get("phase")] = in_effect
+
     for ph, ss in per_phase.items():
         gpu_peak: dict[str, float] = {}
         gpu_util: dict[str, float] = {}
+        own_peak: dict[str, float] = {}
         for s in ss:
             for g in s.get("gpus") or []:
                 idx = str(g.get("index"))
@@ -553,6 +611,10 @@ def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
                 util = g.get("util_pct")
                 if util is not None and util > gpu_util.get(idx, -math.inf):
                     gpu_util[idx] = util
+                own = g.get("server_mem_mib")
+                if own is not None and own > own_peak.get(idx, -math.inf):
+                    own_peak[idx] = own
+        sampled = sorted({str(g.get("index")) for s in ss for g in s.get("gpus") or []}, key=_index_order)
         gauges: dict[str, float] = {}
         for s in ss:
             for k, v in (s.get("counters") or {}).items():
@@ -574,6 +636,9 @@ def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
             "max_server_rss_kib": _max(s.get("server_rss_kib") for s in ss),
             "peak_gpu_mem_used_mib": gpu_peak,
             "max_gpu_util_pct": gpu_util,
+            "peak_server_gpu_mem_mib": own_peak,
+            "gpus_sampled": sampled,
+            "gpu_selection": selection_of.get(ph),
             "counter_deltas": dict(sorted(deltas.get(ph, {}).items())),
             "gauges_max": dict(sorted(gauges.items())),
         }

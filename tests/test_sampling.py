@@ -9,9 +9,11 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 
+from harness import cooldown, nvml
 from harness.sampling import (
     Sampler,
     is_counter_key,
@@ -317,3 +319,191 @@ def test_process_tree_rss_cache_picks_up_late_children():
         child.kill()
         child.wait()
     assert tree.read_kib() < first + 60 * 1024  # vanished child dropped
+
+
+# ----------------------------------------------------------------------------- the variant's GPUs
+# A fake NVML (nvidia-ml-py's pynvml) with four GPUs: the sampler must read only the GPUs the
+# variant's server uses, say how it chose them, and follow the server's processes when NVML
+# lists them elsewhere.
+
+UUIDS = ["GPU-aaaa1111-0000", "GPU-bbbb2222-0000", "GPU-bbbb3333-0000", "GPU-cccc4444-0000"]
+
+
+class FakeNvml(types.ModuleType):
+    """pynvml with len(UUIDS) GPUs: GPU i uses (i + 1) GiB; `procs[i]` lists (pid, bytes)."""
+
+    def __init__(self):
+        super().__init__("pynvml")
+        self.used_mib = {i: 1024.0 * (i + 1) for i in range(len(UUIDS))}
+        self.procs: dict[int, list[tuple[int, int | None]]] = {}
+        self.process_calls = 0
+        self.memory_reads: list[int] = []
+
+    def nvmlInit(self):  # noqa: N802
+        pass
+
+    def nvmlShutdown(self):  # noqa: N802
+        pass
+
+    def nvmlDeviceGetCount(self):  # noqa: N802
+        return len(UUIDS)
+
+    def nvmlDeviceGetHandleByIndex(self, i):  # noqa: N802
+        return i
+
+    def nvmlDeviceGetUUID(self, h):  # noqa: N802
+        return UUIDS[h].encode()  # old bindings return bytes
+
+    def nvmlDeviceGetMemoryInfo(self, h):  # noqa: N802
+        self.memory_reads.append(h)
+        return types.SimpleNamespace(used=int(self.used_mib[h] * 1024 * 1024), total=80 << 30)
+
+    def nvmlDeviceGetUtilizationRates(self, h):  # noqa: N802
+        return types.SimpleNamespace(gpu=10 * h)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):  # noqa: N802
+        self.process_calls += 1
+        return [types.SimpleNamespace(pid=p, usedGpuMemory=b) for p, b in self.procs.get(h, [])]
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):  # noqa: N802
+        if uuid == "MIG-xyz":
+            return ("mig", 3)
+        raise RuntimeError("not found")
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, mig):  # noqa: N802
+        return mig[1]
+
+    def nvmlDeviceGetIndex(self, h):  # noqa: N802
+        return h
+
+
+@pytest.fixture()
+def fake_nvml(monkeypatch):
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return fake
+
+
+@pytest.mark.parametrize("value, visible, stop", [
+    ("1", [1], None),
+    ("2,0", [2, 0], None),                      # CUDA's order is the variable's order
+    ("GPU-cccc", [3], None),                    # a unique UUID prefix
+    ("gpu-aaaa1111-0000", [0], None),           # UUIDs compare case-insensitively
+    ("0, GPU-bbbb", [0], "GPU-bbbb"),           # an ambiguous prefix stops CUDA there
+    ("0,2,-1,1", [0, 2], "-1"),                 # CUDA's own example: 1 stays hidden
+    ("1,1", [1], "1"),                          # a repeated device is invalid
+    ("7", [], "7"),                             # out of range
+    ("", [], ""),                               # set but empty: no GPU
+    ("MIG-xyz", [3], None),                     # a MIG device: its parent GPU
+])
+def test_cuda_visible_devices_map_to_nvml_indices(fake_nvml, value, visible, stop):
+    reader = nvml.GpuReader()
+    try:
+        got = nvml.resolve_visible(nvml.parse_cuda_visible_devices(value), reader.uuids, reader.mig_parent)
+    finally:
+        reader.close()
+    assert got == (visible, stop)
+    assert nvml.parse_cuda_visible_devices(None) is None
+
+
+def test_selection_from_the_launch_env_and_sglang_argv():
+    sel = nvml.select_gpus(UUIDS, {"CUDA_VISIBLE_DEVICES": "3,1,2"}, ["--tp-size", "2", "--base-gpu-id", "1"])
+    assert sel.indices == (1, 2) and sel.method == "cuda_visible_devices"
+    assert "CUDA_VISIBLE_DEVICES=3,1,2" in sel.how and "position 1" in sel.how
+    assert sel.uuids == (UUIDS[1], UUIDS[2])
+    # unset: every GPU visible; a TP1 server takes the first
+    sel = nvml.select_gpus(UUIDS, {}, ["python", "-m", "sglang.launch_server", "--port", "30000"])
+    assert sel.indices == (0,) and sel.method == "all" and "not set" in sel.how
+    sel = nvml.select_gpus(UUIDS, {}, ["--tp=2", "--gpu-id-step", "2"])
+    assert sel.indices == (0, 2)
+    # more GPUs asked for than visible: keep all visible, say so
+    sel = nvml.select_gpus(UUIDS, {"CUDA_VISIBLE_DEVICES": "1"}, ["--tp-size", "2"])
+    assert sel.indices == (1,) and "all visible kept" in sel.how
+    # no argv (not an sglang server, or unknown): everything visible
+    assert nvml.select_gpus(UUIDS, {"CUDA_VISIBLE_DEVICES": "0,1"}).indices == (0, 1)
+    assert nvml.select_gpus(UUIDS, {"CUDA_VISIBLE_DEVICES": ""}).method == "none"
+
+
+def _run_sampler(sampler, ticks: float = 0.25) -> None:
+    sampler.start()
+    time.sleep(ticks)
+    sampler.set_phase("work", wait_s=2)
+    time.sleep(ticks)
+    assert sampler.stop(timeout_s=5)
+
+
+def test_sampler_reads_only_the_variants_gpus(fake_nvml, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")  # the harness's own view: not the server's
+    out: list[dict] = []
+    s = Sampler(None, None, out.append, interval_s=0.05, gpu="auto",
+                launch_env={"CUDA_VISIBLE_DEVICES": "GPU-bbbb3333"}, launch_argv=["--tp-size", "1"])
+    _run_sampler(s)
+    assert len(out) >= 3
+    assert all([g["index"] for g in x["gpus"]] == [2] for x in out)
+    assert set(fake_nvml.memory_reads) == {2}               # the other GPUs are never read
+    assert out[0]["gpus"][0]["mem_used_mib"] == 3072.0
+    assert "server_mem_mib" not in out[0]["gpus"][0]        # no server pid: nothing to attribute
+    # the choice is recorded once, on the first sample
+    assert out[0]["gpu_selection"]["indices"] == [2]
+    assert out[0]["gpu_selection"]["method"] == "cuda_visible_devices"
+    assert out[0]["gpu_selection"]["uuids"] == [UUIDS[2]]
+    assert "GPU-bbbb3333" in out[0]["gpu_selection"]["how"]
+    assert not any("gpu_selection" in x for x in out[1:])
+    summ = summarize_samples(out)
+    for phase in ("startup", "work"):
+        assert summ[phase]["gpus_sampled"] == ["2"]
+        assert summ[phase]["peak_gpu_mem_used_mib"] == {"2": 3072.0}
+        assert summ[phase]["gpu_selection"]["indices"] == [2]   # carried into later phases
+
+
+def test_sampler_follows_the_server_processes(fake_nvml):
+    """CUDA_VISIBLE_DEVICES unset and a TP1 argv say GPU 0; NVML shows the server's process on
+    GPU 3: the sampler reads GPU 3, says why, and records the server's own share there."""
+    me = os.getpid()
+    fake_nvml.procs = {3: [(me, 5 << 30), (999_999_999, 1 << 30)], 0: [(999_999_998, 2 << 30)]}
+    out: list[dict] = []
+    s = Sampler(me, None, out.append, interval_s=0.05, gpu=True, launch_env={}, launch_argv=["--tp-size", "1"])
+    _run_sampler(s)
+    assert s.gpu_selection.method == "processes" and s.gpu_selection.indices == (3,)
+    first = out[0]
+    assert [g["index"] for g in first["gpus"]] == [3]
+    assert first["gpus"][0]["server_mem_mib"] == 5120.0          # only the server's own process
+    assert first["gpu_selection"]["method"] == "processes"
+    assert "NVML [3]" in first["gpu_selection"]["how"] and "[0]" in first["gpu_selection"]["how"]
+    summ = summarize_samples(out)
+    assert summ["work"]["gpus_sampled"] == ["3"]
+    assert summ["work"]["peak_server_gpu_mem_mib"] == {"3": 5120.0}
+
+
+def test_sampler_keeps_the_launch_choice_when_processes_confirm_it(fake_nvml):
+    me = os.getpid()
+    fake_nvml.procs = {1: [(me, None)]}  # NVML without per-process memory: the share reads 0
+    out: list[dict] = []
+    s = Sampler(me, None, out.append, interval_s=0.05, launch_env={"CUDA_VISIBLE_DEVICES": "1,2"},
+                launch_argv=["--tp-size", "2"])
+    _run_sampler(s)
+    assert s.gpu_selection.method == "cuda_visible_devices" and s.gpu_selection.indices == (1, 2)
+    assert [(g["index"], g["server_mem_mib"]) for g in out[-1]["gpus"]] == [(1, 0.0), (2, 0.0)]
+    assert sum("gpu_selection" in x for x in out) == 1
+
+
+def test_sampler_default_is_this_process_cuda_visible_devices(fake_nvml, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    out: list[dict] = []
+    _run_sampler(Sampler(None, None, out.append, interval_s=0.05))
+    assert {g["index"] for x in out for g in x["gpus"]} == {1}
+
+
+def test_cooldown_sees_only_this_shards_gpus(fake_nvml, monkeypatch):
+    """Two shards on one host (CUDA_VISIBLE_DEVICES=0 and =1): the other shard's server
+    starting on GPU 1 must not keep shard 1's cooldown waiting."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    base = cooldown.take_baseline(read_mem_available=lambda: 10_000_000)
+    assert base.gpu_mem_used_mib == {0: 1024.0}
+    fake_nvml.used_mib[1] += 70_000  # the other shard's server
+    res = cooldown.wait(base, timeout_s=0, read_mem_available=lambda: 10_000_000, sleep=lambda s: None)
+    assert res.clean and res.still_high_gpus == []
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert nvml.read_gpu_mem_used_mib() == {0: 1024.0, 1: 72_048.0, 2: 3072.0, 3: 4096.0}
+    assert nvml.read_gpu_mem_used_mib({"CUDA_VISIBLE_DEVICES": ""}) is None
