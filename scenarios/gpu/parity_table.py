@@ -3,6 +3,10 @@
 
     python3 scenarios/gpu/parity_table.py RESULTS_ROOT [--out FILE]
 
+A line per run: OK/BAD (stock ON not FAIL and broken ON FAIL with the patch active), the run's
+seed, the arms' states and start-to-ready seconds (off/on-r2/on-r2-broken), each ON arm's verdict
+with its sign test against the control (p, keys where ON / the control strayed further, ties).
+
 RESULTS_ROOT holds the runs (any depth; a run folder has manifest.json), e.g. results/parity
 with run-1/h200_parity_control/<run_id>/ ... from scenarios/gpu/run_parity_control.sh. Reads only
 stored files: each ON arm's parity.json (the verdict, the sign test against the OFF-vs-OFF
@@ -91,7 +95,9 @@ def run_line(i: int, run: Path) -> tuple[str, dict]:
     ok_broken = b["verdict"] == "FAIL" and b.get("patch_active")
     flag = "OK " if ok_stock and ok_broken else "BAD"
     states = "/".join(arms[n]["state"] for n in (BASELINE, STOCK, BROKEN))
-    line = (f"{flag} run {i:>2} seed {m.get('seed', '?'):>3} [{states}] "
+    ready = "/".join("-" if arms[n]["ready_s"] is None else f"{arms[n]['ready_s']:.0f}"
+                     for n in (BASELINE, STOCK, BROKEN))
+    line = (f"{flag} run {i:>2} seed {m.get('seed', '?'):>3} [{states}, ready {ready} s] "
             f"stock {s['verdict']} ({_test(s)}; {s['host_keys']} host keys) | "
             f"broken {b['verdict']} ({_test(b)}; {patch})  {run}")
     return line, arms

@@ -54,6 +54,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,name,memory.use
 if [ -n "$SHARDS" ]; then
   set -- $SHARDS
   BUDGET=$(( CALL_BUDGET_S - ($(date +%s) - START) - RESERVE_S ))
+  if [ "$BUDGET" -lt 120 ]; then say "only ${BUDGET}s left for the shards: not starting them"; exit 3; fi
   say "shards $1/$N on GPU ${GPU_A:-0} and $2/$N on GPU ${GPU_B:-1}, ${BUDGET}s each at most"
   CUDA_VISIBLE_DEVICES=${GPU_A:-0} timeout -s TERM -k 30 "$BUDGET" \
     "$PY" -m harness run "$SCENARIO" --shard "$1/$N" --results-dir "$RESULTS/shard-$1" --no-report \

@@ -15,7 +15,7 @@
 #
 # $OUT gets: parity_table.txt (the lines and the table), parity-results.tar.gz (every run folder
 # without samples.jsonl: parity.json, quality.jsonl, status.json, server logs), parity_run1.html
-# (the report of run 1), run_parity.log. Environment: OUT (/tmp/out-parity), RESULTS
+# (the report of run 1), run_parity.log, make_broken.txt. Environment: OUT (/tmp/out-parity), RESULTS
 # (results/parity), CALL_BUDGET_S (540), PARALLEL (N), BASE_SEED (100: run i has SEED=BASE_SEED+i),
 # SITE (/tmp/sglang-site), BROKEN_SGLANG (/tmp/sglang-broken), MODEL_PATH (/tmp/models/llama-sharp),
 # SCENARIO, SKIP_INSTALL=1, PY (python3), GPUS (a list like "0 1"; default every GPU nvidia-smi shows).
@@ -46,7 +46,10 @@ if [ "${SKIP_INSTALL:-0}" != 1 ]; then
   if [ ! -f "$MODEL_PATH/config.json" ]; then
     "$PY" .gpu/make_random_model.py .gpu/models/llama-tiny "$MODEL_PATH" 0 40 || { say "model failed"; exit 3; }
   fi
-  bash scenarios/gpu/make_broken_hicache.sh "$SITE" "$BROKEN_SGLANG" | tail -n 3 || { say "broken copy failed"; exit 3; }
+  if ! bash scenarios/gpu/make_broken_hicache.sh "$SITE" "$BROKEN_SGLANG" > "$OUT/make_broken.txt" 2>&1; then
+    cat "$OUT/make_broken.txt"; say "broken copy failed"; exit 3
+  fi
+  tail -n 4 "$OUT/make_broken.txt"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "${GPUS:-}" ]; then
