@@ -108,6 +108,8 @@ def _report_run(outcome, args) -> int:
     print(f"results: {outcome.run_dir}")
     if outcome.report_path is not None:
         print(f"report:  {outcome.report_path}")
+    if outcome.report_interrupted:
+        print(f"report interrupted: draw it with  harness report {shlex.quote(str(outcome.run_dir))}")
     if outcome.verdict.outcome is Outcome.INTERRUPTED:
         print(f"resume:  harness run {shlex.quote(args.scenario)} --resume {shlex.quote(str(outcome.run_dir))}")
     return outcome.exit_code

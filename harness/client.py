@@ -311,6 +311,10 @@ class StreamAccumulator:
         if self.text is None:
             self.text = t
             return t
+        if self.mode == "cumulative":  # decided by the ids: each chunk's text is the whole text
+            new = t[len(self.text):] if t.startswith(self.text) else t  # a detokenizer may revise the tail
+            self.text = t
+            return new
         if not self._text_incremental and t.startswith(self.text):
             new = t[len(self.text):]
             self.text = t

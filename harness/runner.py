@@ -33,13 +33,9 @@ from harness.server import ServerProcess, build_launch_spec, free_port
 from harness.shard import select_run_variants
 from harness.server_info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_server_info
 from harness.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
-from harness.verdict import RunVerdict, VerdictPolicy
+from harness.verdict import Outcome, RunVerdict, VerdictPolicy
 
 log = logging.getLogger(__name__)
-
-
-class Interrupted(Exception):
-    """SIGINT or SIGTERM reached the harness."""
 
 
 @dataclass
@@ -49,9 +45,12 @@ class RunOutcome:
     interrupted: bool = False
     verdict: RunVerdict | None = None
     report_path: Path | None = None
+    report_interrupted: bool = False  # the run was COMPLETE; its report was not drawn
 
     @property
     def exit_code(self) -> ExitCode:
+        if self.report_interrupted:
+            return ExitCode.INTERRUPTED
         return self.verdict.exit_code if self.verdict is not None else ExitCode.BROKEN
 
 
@@ -92,21 +91,50 @@ def dry_run_text(scenario, variants: list) -> str:
 # The run
 
 
-class _SignalGuard:
-    """Turn SIGTERM into :class:`Interrupted` in the main thread (SIGINT is KeyboardInterrupt)."""
+class Signals:
+    """While a run is on: SIGTERM and SIGHUP act like SIGINT — a ``KeyboardInterrupt`` at whatever
+    the main thread is doing (starting a server, inside a stream, quality, cooldown, the report),
+    never a value some ``except Exception`` could record as a request error. ``hold()`` turns
+    later signals into notes while the run is being stopped, so a second Ctrl-C or a repeated
+    ``docker stop`` cannot leave a server behind. Nested uses share the outer one."""
 
-    def __enter__(self):
-        self._old = signal.getsignal(signal.SIGTERM)
+    HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    _active: Signals | None = None
 
-        def handler(signum, frame):
-            raise Interrupted(f"signal {signum}")
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._old: dict[int, object] = {}
 
-        signal.signal(signal.SIGTERM, handler)
+    def __enter__(self) -> Signals:
+        if Signals._active is not None:
+            return Signals._active
+        Signals._active = self
+        for sig in self.HANDLED:
+            self._old[sig] = signal.getsignal(sig)
+            signal.signal(sig, self._interrupt)
         return self
 
-    def __exit__(self, *exc):
-        signal.signal(signal.SIGTERM, self._old)
+    def __exit__(self, *exc) -> bool:
+        if Signals._active is self:
+            for sig, old in self._old.items():
+                signal.signal(sig, old)
+            Signals._active = None
         return False
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.received).name if self.received else "KeyboardInterrupt"
+
+    def _interrupt(self, signum, frame) -> None:
+        self.received = signum
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def _note(self, signum, frame) -> None:
+        self.received = signum
+
+    def hold(self) -> None:
+        for sig in self.HANDLED:
+            signal.signal(sig, self._note)
 
 
 def build_manifest(scenario, variants: list, argv: list[str], simulated: bool) -> dict:
@@ -163,14 +191,20 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
     the harness command line, kept (redacted) in the manifest."""
     variants, shard_plan = select_run_variants(scenario, options.only, options.shard)
     simulated = scenario.server.backend == "sim"
-    run = results.create_run_dir(options.results_dir, scenario.name)
-    manifest = build_manifest(scenario, variants, harness_argv, simulated)
-    if shard_plan is not None:
-        manifest["shard"] = shard_plan.to_json()
-    if options.probe:
-        manifest["probe"] = run_probes({"quick": True})
-    results.write_json_atomic(run.manifest, manifest)
-    return execute_run(scenario, options, run, variants)
+    with Signals() as signals:
+        run = results.create_run_dir(options.results_dir, scenario.name)
+        try:
+            manifest = build_manifest(scenario, variants, harness_argv, simulated)
+            if shard_plan is not None:
+                manifest["shard"] = shard_plan.to_json()
+            if options.probe:
+                manifest["probe"] = run_probes({"quick": True})
+            results.write_json_atomic(run.manifest, manifest)
+        except KeyboardInterrupt:  # before any variant: an empty, interrupted run folder
+            signals.hold()
+            results.write_json_atomic(run.interrupted, {"at": results.utc_now_iso(), "signal": signals.name})
+            return RunOutcome(run.root, interrupted=True, verdict=RunVerdict(Outcome.INTERRUPTED))
+        return execute_run(scenario, options, run, variants)
 
 
 def execute_run(scenario, options: RunOptions, run: results.RunPaths, variants: list,
@@ -195,8 +229,8 @@ def _execute_locked(scenario, options, run, variants, prior) -> RunOutcome:
     progress = Progress(len(variants), live=options.live_progress)
     progress.note(f"run {run.root} ({len(variants)} variants{', SIMULATED server' if simulated else ''})")
     state = _RunState()
-    try:
-        with _SignalGuard():
+    with Signals() as signals:
+        try:
             env_not_clean = False
             for i, variant in enumerate(variants, 1):
                 progress.variant(i, variant.name)
@@ -205,23 +239,28 @@ def _execute_locked(scenario, options, run, variants, prior) -> RunOutcome:
                 outcome.variants.append(vo)
                 progress.note(f"variant {variant.name}: {vo.state}{f' ({vo.cause})' if vo.cause else ''}"
                               f"{'' if vo.expect_met else '  [UNEXPECTED]'}")
-    except (KeyboardInterrupt, Interrupted):
-        outcome.interrupted = True
-        state.interrupt()
-        progress.note("interrupted: stopping the server and marking the run")
-    except BaseException:
-        state.stop_processes()  # a harness bug must not leave the server holding GPU and host memory
-        raise
-    finally:
-        progress.close()
-    if outcome.interrupted:
-        results.write_json_atomic(run.interrupted, {"at": results.utc_now_iso()})
-        outcome.verdict = finish_run(scenario, run, interrupted=True)
-        return outcome
-    outcome.verdict = finish_run(scenario, run)
-    results.write_json_atomic(run.complete, {"at": results.utc_now_iso()})
-    if options.write_report:
-        outcome.report_path = _write_report(run.root, options.reports_dir)
+            progress.phase("finishing the run")
+            outcome.verdict = finish_run(scenario, run)
+            results.write_json_atomic(run.complete, {"at": results.utc_now_iso()})
+        except KeyboardInterrupt:
+            signals.hold()
+            outcome.interrupted = True
+            progress.note(f"interrupted ({signals.name}): stopping the server and marking the run")
+            state.interrupt()
+            results.write_json_atomic(run.interrupted, {"at": results.utc_now_iso(), "signal": signals.name})
+            outcome.verdict = finish_run(scenario, run, interrupted=True)
+            return outcome
+        except BaseException:
+            signals.hold()
+            state.stop_processes()  # a harness bug must not leave the server holding GPU and host memory
+            raise
+        finally:
+            progress.close()
+        if options.write_report:
+            try:
+                outcome.report_path = _write_report(run.root, options.reports_dir)
+            except KeyboardInterrupt:  # the run is COMPLETE; only its report is missing
+                outcome.report_interrupted = True
     return outcome
 
 

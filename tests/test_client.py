@@ -326,3 +326,15 @@ def test_an_error_status_body_is_not_read_past_a_bound():
         return httpx.Response(500, content=endless())
     rec = run(one(make_client(handler)))
     assert rec.error == "http_500"
+
+
+def test_cumulative_text_whose_tail_the_detokenizer_revised():
+    """With cumulative ids each chunk's text is the whole text so far, even when the detokenizer
+    rewrote its last characters (an incomplete UTF-8 sequence resolved): the text is replaced, not
+    appended (appending grew it quadratically and tripped the text cap on long outputs)."""
+    acc = StreamAccumulator(max_new_tokens=400)
+    texts = ["a", "ab\ufffd", "abé"] + ["abé" + "x" * i for i in range(1, 300)]
+    for i, text in enumerate(texts):
+        acc.feed({"output_ids": list(range(3, 4 + i)), "text": text,
+                  "meta_info": {"completion_tokens": i + 1}}, 100 + i)
+    assert acc.error is None and acc.text == texts[-1] and len(acc.output_ids) == len(texts)

@@ -1,0 +1,180 @@
+"""Signals at any instant: SIGTERM, SIGINT or SIGHUP wherever the run is — starting a server,
+inside a stream, in the quality arm, in cooldown, finishing, drawing the report — stop the server
+tree, mark the run INTERRUPTED (or, once COMPLETE, say the report is missing), print how to resume
+and exit 130. SIGTERM used to be swallowed inside a stream (recorded as a request error, exit 0).
+
+Each case runs `harness run` on the simulator in a subprocess, reads its progress lines, and sends
+the signal a little after the named phase begins. The default suite runs a few cases; the whole
+set (`-m slow`) covers 24 instants over two variants.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import results
+from harness.exit_codes import ExitCode
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = """\
+name: signals
+server:
+  backend: sim
+  model_path: {model}
+  args: {{--max-total-tokens: 4096, --enable-metrics: true}}
+  startup_timeout_s: 30
+  request_timeout_s: 30
+  liveness_idle_s: 0.5
+  sim: {{time_scale: 0.05, startup_s: 0.5}}
+variants:
+  - name: off
+  - name: on
+    hicache: {{ratio: 2}}
+workloads:
+  - kind: cold_prefill
+    n: 2
+    prompt_tokens: 1500
+    warmup: 0
+  - kind: decode
+    batch: 16             # many streams at once: the client's reader keeps the main thread busy,
+    prompt_tokens: 64     # where a signal used to land inside a stream's code and be swallowed
+    output_tokens: 800
+sampling: {{interval_s: 0.2, idle_window_s: 0.5, gpu: false, cooldown_timeout_s: 2}}
+quality:
+  enabled: true
+  tasks: [needle]
+  lengths: [1200]
+  samples_per_task: 1
+  reasks: 1
+  max_new_tokens: 8
+  mode: token_ids
+"""
+
+# (phase text in a progress line, seconds after it, signal); "COMPLETE" waits for the run's marker
+# (the report is being drawn then), "final" is the finishing step after the last variant.
+ALL_CASES = [
+    ("variant 1/2 off | preflight", 0.0, signal.SIGTERM),
+    ("variant 1/2 off | starting", 0.05, signal.SIGHUP),
+    ("variant 1/2 off | starting", 0.3, signal.SIGINT),
+    ("variant 1/2 off | idle", 0.1, signal.SIGTERM),
+    ("off | cold_prefill/cold", 0.05, signal.SIGTERM),
+    ("off | cold_prefill/cold", 0.25, signal.SIGHUP),
+    ("off | decode/decode", 0.1, signal.SIGTERM),  # inside two streams
+    ("off | decode/decode", 0.6, signal.SIGINT),
+    ("off | decode/decode", 1.0, signal.SIGTERM),
+    ("off | quality", 0.05, signal.SIGTERM),
+    ("off | quality", 0.4, signal.SIGHUP),
+    ("off | final_check", 0.1, signal.SIGTERM),
+    ("off | stopping", 0.0, signal.SIGTERM),
+    ("off | cooldown", 0.1, signal.SIGTERM),
+    ("variant 2/2 on | starting", 0.2, signal.SIGTERM),
+    ("on | cold_prefill/cold", 0.1, signal.SIGINT),
+    ("on | decode/decode", 0.3, signal.SIGTERM),
+    ("on | decode/decode", 0.9, signal.SIGHUP),
+    ("on | quality_churn", 0.1, signal.SIGTERM),
+    ("on | quality", 0.6, signal.SIGTERM),
+    ("on | final_check", 0.2, signal.SIGINT),
+    ("on | cooldown", 0.3, signal.SIGTERM),
+    ("finishing the run", 0.0, signal.SIGTERM),
+    ("COMPLETE", 0.0, signal.SIGTERM),  # drawing the report
+]
+QUICK = {6, 19}  # inside streams, in the quality arm
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _run_case(tmp_path: Path, when: str, delay_s: float, sig: int) -> dict:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO.format(model=REPO / "scenarios" / "models" / "llama-tiny"))
+    results_dir, reports_dir = tmp_path / "results", tmp_path / "reports"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(scenario), "--results-dir",
+                             str(results_dir), "--reports-dir", str(reports_dir)],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if when in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 180
+    servers: set[int] = set()
+    while time.monotonic() < deadline and proc.poll() is None:
+        servers.update(_descendants(proc.pid))
+        if when == "COMPLETE":
+            if list(results_dir.glob("signals/*/COMPLETE")):
+                break
+        elif seen.is_set():
+            break
+        time.sleep(0.01)
+    else:
+        proc.kill()
+        pytest.fail(f"never reached {when!r}: {''.join(lines)[-2000:]}")
+    time.sleep(delay_s)
+    servers.update(_descendants(proc.pid))
+    proc.send_signal(sig)
+    rc = proc.wait(timeout=90)
+    reader.join(timeout=5)
+    (run,) = results_dir.glob("signals/*")
+    return {"rc": rc, "out": "".join(lines), "run": run, "servers": servers}
+
+
+def _check(case: dict, when: str) -> None:
+    out, run = case["out"], case["run"]
+    assert case["rc"] == ExitCode.INTERRUPTED, out[-3000:]
+    assert not [p for p in case["servers"] if _alive(p)], "a server outlived the interrupted run"
+    if when == "COMPLETE":  # the run had finished: it stays COMPLETE, the report is what is missing
+        assert (run / results.COMPLETE_MARKER).exists()
+        assert "report interrupted" in out
+        return
+    assert (run / results.INTERRUPTED_MARKER).exists() and not (run / results.COMPLETE_MARKER).exists()
+    assert "resume:  harness run" in out and f"--resume {run}" in out
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["outcome"] == "INTERRUPTED" and verdict["exit_code"] == 130
+    for status_file in run.glob("*/status.json"):
+        state = json.loads(status_file.read_text())["state"]
+        assert state != "running", f"{status_file} left running"
+    for requests in run.glob("*/requests.jsonl"):  # the signal never became a request's error
+        errors = [json.loads(line)["error"] for line in requests.read_text().splitlines() if line.strip()]
+        assert not [e for e in errors if e and ("Interrupt" in e or "SIG" in e or "signal" in e.lower())]
+
+
+@pytest.mark.parametrize("index", sorted(QUICK), ids=lambda i: ALL_CASES[i][0].replace(" ", "_"))
+def test_signal_at_an_instant(tmp_path, index):
+    when, delay_s, sig = ALL_CASES[index]
+    _check(_run_case(tmp_path, when, delay_s, sig), when)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", [i for i in range(len(ALL_CASES)) if i not in QUICK],
+                         ids=lambda i: f"{i}-{ALL_CASES[i][0].replace(' ', '_')}+{ALL_CASES[i][1]}s")
+def test_signal_at_every_instant(tmp_path, index):
+    when, delay_s, sig = ALL_CASES[index]
+    _check(_run_case(tmp_path, when, delay_s, sig), when)
