@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from harness import __version__
+from harness.estimate import estimate_run
 from harness.exit_codes import ExitCode
 from harness.verdict import Outcome
 
@@ -92,6 +93,10 @@ def cmd_run(args) -> int:
         elif args.dry_run:
             variants, _ = select_run_variants(scenario, options.only, options.shard)
             sys.stdout.write(runner.dry_run_text(scenario, variants))
+            if scenario.estimate is None:
+                print("# no cost estimate: add `estimate: {prefill_tok_s: <measured tok/s>}` to the scenario")
+            else:
+                print("\n".join(estimate_run(scenario, variants).to_lines()))
             return ExitCode.OK
         else:
             outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)

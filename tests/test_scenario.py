@@ -560,3 +560,39 @@ def test_variant_names_sharing_a_results_folder_are_rejected(tmp_path):
         """)
     assert (line, path) == (7, "variants[1].name")
     assert "'on_1' and 'on@1' would share the results folder 'on_1'" in msg
+
+
+def test_env_set_but_empty_names_the_variable(tmp_path):
+    """An unset GitHub Actions variable arrives as an empty string: say which one."""
+    p = write(tmp_path, SGLANG_BASE.replace("model_path: m", "model_path: ${MODEL_PATH}"))
+    assert errors_of(p, {"MODEL_PATH": ""}) == [
+        f"{p}:4 server.model_path: environment variable MODEL_PATH is set but empty (give it a value, "
+        "or a default with ${MODEL_PATH:-default})"]
+
+
+def test_gate_names_are_checked_against_the_declarations(tmp_path):
+    p = write(tmp_path, BASE + """\
+workloads:
+  - {kind: parallel_prefixes, k: 2, prompt_tokens: 100}
+  - {kind: cold_prefill, prompt_tokens: 100}
+gate:
+  - parallel_prefixes.second_pass_speedup
+  - "off: cold_prefill.cold.ttft_ms"
+  - parallel_prefixes.second_pass_speedpu
+  - cold_prefil.cold.ttft_ms
+  - "of: cold_prefill.cold.ttft_ms"
+  - cold_prefill.cold.ttft
+  - quality.parity
+""")
+    errs = errors_of(p)
+    assert [e.split(" ", 1)[1] for e in errs] == [
+        "gate[2]: parallel_prefixes compares no derived figure 'second_pass_speedpu' (did you mean "
+        "'second_pass_speedup'?)",
+        "gate[3]: unknown workload 'cold_prefil' (did you mean 'cold_prefill'?)",
+        "gate[4]: unknown variant 'of' (did you mean 'off'?)",
+        "gate[5]: no compared metric 'ttft' (did you mean 'ttft_ms'?)",
+        "gate[6]: quality.parity gates nothing: quality is not enabled",
+    ]
+    good = load_scenario(write(tmp_path, BASE + "workloads: [{kind: cold_prefill, prompt_tokens: 100}]\n"
+                               "gate: [cold_prefill.cold.ttft_ms]\n", "g.yaml"), {})
+    assert [(g.variant, g.metric) for g in good.gate] == [(None, "cold_prefill.cold.ttft_ms")]

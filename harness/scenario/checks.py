@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from difflib import get_close_matches
 
+from harness.metrics import METRICS
 from harness.scenario.errors import ErrorItem
+from harness.workloads import kinds
 from harness.scenario.models import HiCache, Scenario, Variant, VariantFields
 from harness.scenario.values import env_problem, flag_problem
 from harness.yaml_lines import format_path, line_for
@@ -111,4 +113,36 @@ def late_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) 
             close = get_close_matches(c.variant, names, n=1)
             add(("expectations", "checks", i), f"unknown variant {c.variant!r} in check {c.text!r}"
                 + (f" (did you mean {close[0]!r}?)" if close else f" (variants: {', '.join(names)})"))
+    for i, g in enumerate(scn.gate):
+        problem = gate_problem(scn, g.metric) or (
+            None if g.variant is None or g.variant in by_name
+            else f"unknown variant {g.variant!r}" + _did_you_mean(g.variant, names))
+        if problem:
+            add(("gate", i), problem)
     return errs
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f" (have: {', '.join(choices) or 'none'})"
+
+
+def gate_problem(scn: Scenario, metric: str) -> str | None:
+    """Why ``metric`` (``workload[.phase].metric`` or ``quality.parity``) names nothing this
+    scenario measures and compares, or None."""
+    if metric == "quality.parity":
+        return None if scn.quality.enabled else "quality.parity gates nothing: quality is not enabled"
+    parts = metric.split(".")
+    workloads = {w.name: w.kind for w in scn.workloads}
+    if parts[0] not in workloads:
+        return f"unknown workload {parts[0]!r}" + _did_you_mean(parts[0], list(workloads))
+    if len(parts) == 2:  # a figure the workload's kind derives
+        figures = [d.name for d in kinds()[workloads[parts[0]]].derived if d.compared]
+        if parts[1] not in figures:
+            return (f"{workloads[parts[0]]} compares no derived figure {parts[1]!r}"
+                    + _did_you_mean(parts[1], figures))
+        return None
+    compared = [name for name, m in METRICS.items() if m.compared]
+    if parts[2] not in compared:
+        return f"no compared metric {parts[2]!r}" + _did_you_mean(parts[2], compared)
+    return None

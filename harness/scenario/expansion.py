@@ -12,7 +12,7 @@ _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def expand_env(s: str, env: Mapping[str, str]) -> str:
     """Expand ``${VAR}``, ``${VAR:-default}`` (default when unset or empty) and ``$$`` in ``s``.
 
-    Raises ValueError naming the variable when one is unset and has no default. A ``$`` not
+    Raises ValueError naming the variable when one is unset or empty and has no default. A ``$`` not
     followed by ``{`` or ``$`` is kept as is."""
     out: list[str] = []
     i, n = 0, len(s)
@@ -40,6 +40,9 @@ def expand_env(s: str, env: Mapping[str, str]) -> str:
         elif value is None:
             raise ValueError(f"environment variable {name} is not set (give a default with "
                              f"${{{name}:-default}})")
+        elif value == "":  # how an unset GitHub Actions variable arrives: say which one
+            raise ValueError(f"environment variable {name} is set but empty (give it a value, or a "
+                             f"default with ${{{name}:-default}})")
         else:
             out.append(value)
         i = end + 1

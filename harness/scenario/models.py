@@ -24,6 +24,7 @@ from harness.scenario.values import (
     MAX_REPEATS,
     ArgsDict,
     CheckT,
+    GateT,
     Count,
     EnvDict,
     Fault,
@@ -260,6 +261,18 @@ class VerdictRules(ScenarioModel):
     allow_not_exercised: bool | list[Name] = False
 
 
+class Estimate(ScenarioModel):
+    """``estimate``: what `harness run --dry-run` needs to estimate the run (harness/estimate.py)."""
+
+    prefill_tok_s: PosFloat  # uncached prompt tokens per second on this setup (a measured figure)
+    decode_tok_s: PosFloat | None = None  # one request's output tokens per second
+    startup_s: NonNegFloat = 0.0  # one server start attempt
+    gpu_pool_tokens: PosInt | None = None  # the GPU pool when the args do not pin it
+    gpu_mem_gib: PosFloat | None = None  # one GPU's memory, to predict the pool
+    mem_available_gib: PosFloat | None = None  # MemAvailable while weights load
+    limit_minutes: PosFloat | None = None  # flag a longer run
+
+
 class Expectations(ScenarioModel):
     checks: list[CheckT] = []
     thresholds: dict[str, ThresholdT] = {}
@@ -332,6 +345,10 @@ class Scenario(ScenarioModel):
     quality: Quality = Field(default_factory=Quality)
     expectations: Expectations = Field(default_factory=Expectations)
     verdict: VerdictRules = Field(default_factory=VerdictRules)
+    estimate: Estimate | None = None
+    # The metrics that gate a comparison with a baseline ([variant:] workload[.phase].metric or
+    # quality.parity); none: every compared metric gates (harness/compare).
+    gate: list[GateT] = []
 
     # Set by harness.scenario.loading when the file is loaded (a Scenario is only made there).
     _path: Path | None = PrivateAttr(default=None)

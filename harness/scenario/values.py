@@ -255,6 +255,43 @@ CheckT = Annotated[
 
 
 @dataclass(frozen=True)
+class Gate:
+    """A metric that gates a comparison: ``[variant:] workload[.phase].metric`` or
+    ``[variant:] quality.parity`` (without a variant: in every variant)."""
+
+    text: str
+    variant: str | None
+    metric: str  # "workload.metric", "workload.phase.metric" or "quality.parity"
+
+    _RE = re.compile(r"^\s*(?:(?P<variant>[^\s:]+)\s*:\s*)?(?P<metric>[A-Za-z_][\w-]*(\.[A-Za-z_][\w-]*){1,2})\s*$")
+
+    @classmethod
+    def parse(cls, text: Any) -> "Gate":
+        if isinstance(text, Gate):
+            return text
+        m = cls._RE.match(text) if isinstance(text, str) else None
+        if not m:
+            raise ValueError(f"expected \"[variant:] workload[.phase].metric\" or \"quality.parity\", got {text!r}")
+        return cls(text.strip(), m.group("variant"), m.group("metric"))
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _parse_gate(v: Any) -> Gate:
+    try:
+        return Gate.parse(v)
+    except ValueError as e:
+        raise field_error(str(e)) from None
+
+
+GateT = Annotated[
+    Gate, PlainValidator(_parse_gate), PlainSerializer(lambda g: g.text),
+    WithJsonSchema({"type": "string", "description": "[variant:] workload[.phase].metric, or quality.parity"}),
+]
+
+
+@dataclass(frozen=True)
 class Threshold:
     """A relative change that counts as real, written ``"5%"`` (``fraction`` = 0.05)."""
 
