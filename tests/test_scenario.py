@@ -226,7 +226,7 @@ def test_env_expansion(tmp_path):
           python: ${PY:-python3}
           model_path: ${MODEL}
           tp_size: ${TP:-1}
-          env: {A: "${EMPTY:-dflt}", B: "${EMPTY}"}
+          env: {A: "${EMPTY:-dflt}", B: "${EMPTY:-}"}  # ${EMPTY} alone: set but empty is an error
         variants:
           - name: off
         """)
