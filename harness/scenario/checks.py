@@ -1,16 +1,21 @@
 """Cross-field checks pydantic cannot express: backend-only blocks, expect_cause, flags and env
 names, matrix axes, duplicate workload names (``semantic``), and checks that need the resolved
-variants: quality baseline, expectation checks' variants (``late_checks``)."""
+variants: quality baseline, expectation checks' variants and metric names, gate metrics
+(``late_checks``). ``raw_expectation_checks`` checks the expectations' metric names on the raw
+YAML tree, so that a scenario whose typed model fails still gets them in the same pass."""
 
 from __future__ import annotations
 
 from difflib import get_close_matches
 
+from collections.abc import Mapping
+from typing import Any
+
 from harness.metrics import METRICS
 from harness.scenario.errors import ErrorItem
 from harness.workloads import kinds
 from harness.scenario.models import HiCache, Scenario, Variant, VariantFields
-from harness.scenario.values import env_problem, flag_problem
+from harness.scenario.values import Check, env_problem, flag_problem
 from harness.yaml_lines import format_path, line_for
 
 _AXIS_ROOTS = ("hicache.", "env.", "args.")
@@ -113,6 +118,11 @@ def late_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) 
             close = get_close_matches(c.variant, names, n=1)
             add(("expectations", "checks", i), f"unknown variant {c.variant!r} in check {c.text!r}"
                 + (f" (did you mean {close[0]!r}?)" if close else f" (variants: {', '.join(names)})"))
+    workloads = {w.name: str(w.kind) for w in scn.workloads}
+    for i, c in enumerate(scn.expectations.checks):
+        problem = check_metric_problem(c.metric, workloads, scn.quality.enabled)
+        if problem:
+            add(("expectations", "checks", i), f"{problem} in check {c.text!r}")
     for i, g in enumerate(scn.gate):
         problem = gate_problem(scn, g.metric) or (
             None if g.variant is None or g.variant in by_name
@@ -146,3 +156,89 @@ def gate_problem(scn: Scenario, metric: str) -> str | None:
     if parts[2] not in compared:
         return f"no compared metric {parts[2]!r}" + _did_you_mean(parts[2], compared)
     return None
+
+
+# What a check may name (harness.expectations' docstring has the grammar): a workload's
+# ``<workload>.<derived>`` or ``<workload>.<phase>.<metric>[_<stat>]`` / ``.n`` / ``.n_errors`` /
+# ``.n_warmup`` / ``.hits.<key>``; ``quality.parity``; ``sampling.<phase>.<key>``; ``pools.<key>``;
+# ``status.<key>``. Phase names and the keys under sampling/pools/status/hits are not declared
+# anywhere, so only their shape is checked.
+CHECK_STATS = ("n", "mean", "p50", "p90", "p99", "min", "max")
+PHASE_COUNTS = ("n", "n_errors", "n_warmup")
+CHECK_ROOTS = ("quality", "sampling", "pools", "status")
+
+
+def check_metric_problem(metric: str, workloads: Mapping[str, str], quality_enabled: bool) -> str | None:
+    """Why an expectation check's ``metric`` names nothing a run of this scenario has, or None.
+    ``workloads``: {workload name: kind}. Pure."""
+    parts = metric.split(".")
+    head = parts[0]
+    if head == "quality":
+        if parts[1:] != ["parity"]:
+            return f"unknown metric {metric!r}: the quality figure a check can name is quality.parity"
+        return None if quality_enabled else "quality.parity is never measured: quality is not enabled"
+    if head == "sampling":
+        return None if len(parts) >= 3 else (f"{metric!r}: a sampling figure is sampling.<phase>.<key>, "
+                                             "e.g. sampling.idle.max_pswpin_kib_s")
+    if head in ("pools", "status"):
+        return None if len(parts) == 2 else f"{metric!r}: expected {head}.<key>, e.g. {head}.{_EXAMPLE[head]}"
+    if head not in workloads:
+        return f"unknown workload {head!r} in metric {metric!r}" + _did_you_mean(head, [*workloads, *CHECK_ROOTS])
+    kind = kinds().get(workloads[head])
+    if len(parts) == 1:
+        return f"{metric!r} names a workload, not a figure: add .<derived> or .<phase>.<metric>"
+    if len(parts) == 2:
+        if kind is None:
+            return None  # an unknown kind is reported where the workload is declared
+        derived = [d.name for d in kind.derived]
+        if parts[1] in derived:
+            return None
+        return (f"{kind.name} derives no figure {parts[1]!r}" + _did_you_mean(parts[1], derived)
+                + " (a phase statistic is <workload>.<phase>.<metric>)")
+    if len(parts) == 4 and parts[2] == "hits":
+        return None
+    if len(parts) != 3:
+        return (f"cannot read metric {metric!r}: expected <workload>.<derived>, <workload>.<phase>.<metric>"
+                f"[_<stat>] or <workload>.<phase>.hits.<key>")
+    name = parts[2]
+    if name in PHASE_COUNTS or name in METRICS:
+        return None
+    base, _, stat = name.rpartition("_")
+    if stat in CHECK_STATS and base in METRICS:
+        return None
+    if base in METRICS:
+        return f"unknown statistic {stat!r} of {base} in {metric!r} (statistics: {', '.join(CHECK_STATS)})"
+    known = [*METRICS, *PHASE_COUNTS]
+    return f"no metric {name!r} in {metric!r}" + _did_you_mean(base if base in known else name, known)
+
+
+_EXAMPLE = {"pools": "host_pool_gb", "status": "ready_s"}
+
+
+def raw_expectation_checks(data: Any, lines: dict, file: str) -> list[ErrorItem]:
+    """The expectations' metric names checked on the raw (expanded) YAML tree, for a scenario whose
+    typed model did not validate: checks that cannot be parsed, and workloads without a kind, are
+    left to the model's own errors."""
+    if not isinstance(data, Mapping):
+        return []
+    block = data.get("expectations")
+    checks = block.get("checks") if isinstance(block, Mapping) else None
+    if not isinstance(checks, list):
+        return []
+    workloads: dict[str, str] = {}
+    for w in data.get("workloads") or []:
+        if isinstance(w, Mapping) and isinstance(w.get("kind"), str):
+            workloads[str(w.get("name") or w["kind"])] = w["kind"]
+    quality = data.get("quality")
+    enabled = isinstance(quality, Mapping) and quality.get("enabled") is True
+    errs = []
+    for i, text in enumerate(checks):
+        try:
+            c = Check.parse(text)
+        except ValueError:
+            continue
+        problem = check_metric_problem(c.metric, workloads, enabled)
+        if problem:
+            path = ("expectations", "checks", i)
+            errs.append(ErrorItem(file, line_for(lines, path), format_path(path), f"{problem} in check {c.text!r}"))
+    return errs

@@ -1,4 +1,10 @@
-"""Loading: file or text → YAML with lines → ``${VAR}`` expansion → models → checks → variants."""
+"""Loading: file or text → YAML with lines → ``${VAR}`` expansion → models → checks → variants.
+
+Every error that can be found is reported at once (fix them all, then run ``validate`` again):
+a YAML syntax error stops everything; otherwise the ``${VAR}`` errors, the typed model's errors
+and the expectations' metric names (checked on the raw tree when the model fails) come together;
+a scenario whose model validates gets its cross-field checks, variant expansion and late checks
+in one pass, and its size checks too unless a ``${VAR}`` error left a value unusable."""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.scenario.checks import late_checks, semantic
+from harness.scenario.checks import late_checks, raw_expectation_checks, semantic
 from harness.scenario.error_mapping import convert_errors
 from harness.scenario.errors import ErrorItem, ScenarioError
 from harness.scenario.expansion import expand_tree
@@ -49,21 +55,24 @@ def _from_loaded(y: LoadedYaml, env: Mapping[str, str] | None, path: Path | None
         scn = Scenario.model_validate(data)
     except ValidationError as e:
         errors += convert_errors(e, data, y.lines, file)
+        errors += raw_expectation_checks(data, y.lines, file)
         raise ScenarioError(_sort_items(errors)) from None
-    if errors:
-        raise ScenarioError(_sort_items(errors))
+    expansion_failed = bool(errors)
     scn._text = y.text
     scn._hash = scenario_hash(y.text)
     scn._path = path
     scn._base_dir = path.absolute().parent if path is not None else Path.cwd()
-    errors = semantic(scn, y.lines, file)
-    if errors:
-        raise ScenarioError(_sort_items(errors))
-    variants, errors = expand_variants(scn, y.lines, file)
-    errors += late_checks(scn, variants, y.lines, file)
-    if errors:
-        raise ScenarioError(_sort_items(errors))
-    errors = size_checks(scn, variants, y.lines, file)
+    errors += semantic(scn, y.lines, file)
+    variants = None
+    try:
+        variants, more = expand_variants(scn, y.lines, file)
+        errors += more
+        errors += late_checks(scn, variants, y.lines, file)
+        if not expansion_failed:  # sizes read model paths and contexts: not from an unexpanded value
+            errors += size_checks(scn, variants, y.lines, file)
+    except Exception:  # noqa: BLE001 - a later check tripped over an error already found: report those
+        if not errors:
+            raise
     if errors:
         raise ScenarioError(_sort_items(errors))
     if scn.server.backend == "sim" and scn.server.sim is None:
