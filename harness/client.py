@@ -53,8 +53,35 @@ from typing import Any, Literal
 
 import httpx
 
+from harness import http1
 from harness.records import RequestRecord
+from harness.schedule import sleep_until_ns
 from harness.server_info import IDENTITY, MAX_PROBE_BYTES, ServerAnswerError, aread_limited, loads_strict, show
+
+try:  # optional (the `fast` extra): several times faster per chunk; the same strictness
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - stdlib path
+    _orjson = None
+
+
+def _decode(data: bytes) -> Any:
+    """Strict JSON (no NaN/Infinity). orjson when installed; whatever it refuses is decoded
+    again by `loads_strict`, which says why (or accepts what orjson cannot, e.g. ints > 64 bits)."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except _orjson.JSONDecodeError:
+            pass
+    return loads_strict(data)
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(body)
+        except TypeError:  # a type orjson does not write: the stdlib's answer (or its error)
+            pass
+    return json.dumps(body, separators=(",", ":")).encode()
 
 StreamMode = Literal["auto", "cumulative", "incremental"]
 Api = Literal["generate", "completions"]
@@ -68,6 +95,7 @@ OUTPUT_SLACK = 1024  # output ids (and completion_tokens) beyond max_new_tokens
 CHUNKS_PER_TOKEN = 4  # chunks per asked token (+ OUTPUT_SLACK): empty keep-alive chunks happen
 TEXT_CHARS_PER_TOKEN = 256  # accumulated text per asked token (+ MAX_LINE_BYTES)
 UNKNOWN_MAX_NEW = 1 << 20
+REVISED_TAIL_CHARS = 4  # a cumulative text's tail the detokenizer may rewrite (one UTF-8 sequence)
 
 
 @dataclass(frozen=True)
@@ -311,8 +339,10 @@ class StreamAccumulator:
         if self.text is None:
             self.text = t
             return t
-        if self.mode == "cumulative":  # decided by the ids: each chunk's text is the whole text
-            new = t[len(self.text):] if t.startswith(self.text) else t  # a detokenizer may revise the tail
+        if self.mode == "cumulative" and not self._text_incremental and self._revises(t):
+            # decided by the ids: each chunk's text is the whole text (a detokenizer may revise
+            # the last few characters: an incomplete UTF-8 sequence resolved)
+            new = t[len(self.text):] if t.startswith(self.text) else t
             self.text = t
             return new
         if not self._text_incremental and t.startswith(self.text):
@@ -324,6 +354,16 @@ class StreamAccumulator:
         if len(self.text) > self.max_text_chars:
             self.abandon(f"more than {self.max_text_chars} characters of text")
         return t
+
+    def _revises(self, t: str) -> bool:
+        """Whether `t` reads as the whole text so far, its tail perhaps revised: at least as long,
+        and the same but for the last `REVISED_TAIL_CHARS` characters. Else it is a delta (a
+        server that streams ids cumulatively and text incrementally)."""
+        old = self.text or ""
+        if t.startswith(old):
+            return True
+        keep = max(1, len(old) - REVISED_TAIL_CHARS)
+        return len(t) >= len(old) and t[:keep] == old[:keep]
 
     def _count_without_ids(self, new_text: str) -> int:
         cur, prev = self.completion_tokens, self._prev_completion
@@ -523,9 +563,99 @@ def _max_new(body: dict[str, Any], api: Api) -> int | None:
     return n if type(n) is int else None
 
 
+class _SseReader:
+    """The `harness.http1.Consumer` of one streaming answer: splits the body into SSE lines,
+    decodes each `data:` line and feeds the accumulator. Every line carries the stamp of the
+    network read that completed it (one stamp per read: every line in it arrived then)."""
+
+    __slots__ = ("acc", "feed", "max_line", "pending")
+
+    def __init__(self, acc: StreamAccumulator, api: Api, max_line: int) -> None:
+        self.acc = acc
+        self.feed = acc.feed if api == "generate" else acc.feed_completion
+        self.max_line = max_line
+        self.pending = bytearray()  # a line still arriving (a bytearray: appends stay linear)
+
+    def on_head(self, status: int, headers: dict[str, str]) -> int:
+        if status != 200:
+            self.acc.error = f"http_{status}"
+            return http1.DONE  # a short error body is read (bounded) to keep the connection
+        enc = headers.get("content-encoding", "identity").strip().lower()
+        if enc not in ("", "identity"):
+            self.acc.error = f"protocol: compressed stream (content-encoding: {show(enc, 30)})"
+            return http1.DROP
+        return http1.MORE
+
+    def on_data(self, t: int, raw: bytes) -> int:
+        acc, max_line, pending = self.acc, self.max_line, self.pending
+        if b"\n" not in raw:
+            pending += raw
+            if len(pending) > max_line:
+                acc.abandon(f"line longer than {max_line} bytes")
+                return http1.DROP
+            return http1.MORE
+        if pending:
+            pending += raw
+            raw = bytes(pending)
+            pending.clear()
+        *lines, tail = raw.split(b"\n")
+        for line in lines:
+            if len(line) > max_line:
+                acc.abandon(f"line longer than {max_line} bytes")
+                return http1.DROP
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                acc.finish(t)
+                return http1.DONE
+            try:
+                obj = _decode(data)
+            except ValueError as exc:
+                acc.error = acc.error or f"protocol: invalid JSON in stream ({_clip(str(exc), 120)})"
+                continue
+            self.feed(obj, t)
+            if acc.closed:
+                return http1.DROP
+        if tail:
+            pending += tail
+            if len(pending) > max_line:
+                acc.abandon(f"line longer than {max_line} bytes")
+                return http1.DROP
+        return http1.MORE
+
+    def on_end(self, t: int) -> None:
+        acc = self.acc
+        if not acc.done and acc.error is None and acc.finish_reason is not None and acc.chunk_ns:
+            acc.finish(acc.chunk_ns[-1])  # tolerate a missing [DONE] after a finished chunk
+
+
+@dataclass
+class _Prepared:
+    """A request ready to send: its bytes, its accumulator, what its record will carry."""
+
+    labels: Labels
+    rid: str
+    prompt_len: int
+    ihash: str
+    path: str
+    payload: bytes
+    acc: StreamAccumulator
+    reader: _SseReader
+    scheduled_ns: int | None
+
+    def record(self, wall_start: float, sent_ns: int) -> RequestRecord:
+        rec = self.acc.to_record(self.labels, rid=self.rid, prompt_len=self.prompt_len,
+                                 input_hash_=self.ihash, wall_start=wall_start, sent_ns=sent_ns)
+        rec.scheduled_ns = self.scheduled_ns
+        return rec
+
+
 class StreamingClient:
-    """Async streaming client bound to one server. One `httpx.AsyncClient` with a pool sized for
-    many concurrent streams; `generate` returns a record for every outcome."""
+    """Async streaming client bound to one server. Streams go through `harness.http1` (kept-alive
+    connections, a stamp per network read, parsing deferred past the stamps); control requests
+    (`flush_cache`) through httpx (`transport` applies to those only). `generate` returns a
+    record for every outcome; `generate_at` sends at a given instant (`harness.schedule`)."""
 
     def __init__(self, base_url: str, *, timeout_s: float = 300.0, api: Api = "generate",
                  stream_mode: StreamMode = "auto", max_connections: int = 4096,
@@ -537,15 +667,16 @@ class StreamingClient:
         self.stream_mode: StreamMode = stream_mode
         self.model = model
         self.max_line_bytes = max_line_bytes
-        limits = httpx.Limits(max_connections=max_connections,
-                              max_keepalive_connections=max_connections, keepalive_expiry=60.0)
-        # Per-read limit = the request limit; the whole-request limit is enforced in generate().
+        self._pool = http1.Pool(self.base_url, max_connections=max_connections,
+                                connect_timeout_s=min(30.0, timeout_s))
+        # Control requests only (flush_cache): fidelity does not matter there.
         timeout = httpx.Timeout(timeout_s, connect=min(30.0, timeout_s), pool=None)
-        # identity: a compressed stream could expand past the line bound in a single read
-        self._http = httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=timeout,
+        # identity: a compressed answer could expand past a byte bound in a single read
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout,
                                        transport=transport, trust_env=False, headers=IDENTITY)
 
     async def aclose(self) -> None:
+        await self._pool.aclose()
         await self._http.aclose()
 
     async def __aenter__(self) -> "StreamingClient":
@@ -587,27 +718,50 @@ class StreamingClient:
         return body
 
     # -- request ---------------------------------------------------------------------------
-    async def generate(self, req: GenerateRequest, labels: Labels = Labels(), *,
-                       abort: Abort | None = None, timeout_s: float | None = None,
-                       rid: str | None = None, api: Api | None = None) -> RequestRecord:
-        """Send one streaming request; return its record. Never raises for server failures
-        (cancelling the caller still propagates). `api` overrides the client's default."""
+    def _prepare(self, req: GenerateRequest, labels: Labels, rid: str | None, api: Api | None,
+                 scheduled_ns: int | None) -> "_Prepared":
+        """Everything a request needs before it is sent (body bytes, accumulator)."""
         api = api or self.api
         rid = rid or f"{labels.workload or 'req'}-{labels.phase}-r{labels.repeat}-{labels.index}-{uuid.uuid4().hex[:12]}"
-        prompt_len = labels.prompt_len if labels.prompt_len is not None else req.prompt_len
-        ihash = input_hash(req.input_ids, req.text)
         if api == "generate":
             path, body = "/generate", self._generate_body(req, rid)
         else:
             path, body = "/v1/completions", self._completions_body(req)
         acc = StreamAccumulator(self.stream_mode, max_new_tokens=_max_new(body, api))
-        payload = json.dumps(body, separators=(",", ":")).encode()
-        limit = self.timeout_s if timeout_s is None else timeout_s
-        stamp: dict[str, Any] = {}
-        if abort is not None and abort.fired:
-            return self._unsent(acc, labels, rid, prompt_len, ihash, abort.reason or "aborted")
+        prompt_len = labels.prompt_len if labels.prompt_len is not None else req.prompt_len
+        return _Prepared(labels, rid, prompt_len, input_hash(req.input_ids, req.text), path,
+                         _encode(body), acc, _SseReader(acc, api, self.max_line_bytes), scheduled_ns)
 
-        task = asyncio.create_task(self._stream(path, payload, acc, stamp, api))
+    async def generate(self, req: GenerateRequest, labels: Labels = Labels(), *,
+                       abort: Abort | None = None, timeout_s: float | None = None,
+                       rid: str | None = None, api: Api | None = None) -> RequestRecord:
+        """Send one streaming request; return its record. Never raises for server failures
+        (cancelling the caller still propagates). `api` overrides the client's default."""
+        return await self._run(self._prepare(req, labels, rid, api, None), abort, timeout_s)
+
+    async def generate_at(self, t_ns: int, req: GenerateRequest, labels: Labels = Labels(), *,
+                          abort: Abort | None = None, timeout_s: float | None = None,
+                          rid: str | None = None, api: Api | None = None) -> RequestRecord:
+        """`generate`, sent at the instant `t_ns` (`time.perf_counter_ns()`), or at once when that
+        has passed: the body is built first, then the send waits (`harness.schedule.sleep_until_ns`)
+        and goes out on an idle connection without another turn of the event loop. The record's
+        `scheduled_ns` is `t_ns` and its `sent_ns` the actual send: the difference is the
+        client's schedule lag (`harness.schedule.schedule_lag`)."""
+        prepared = self._prepare(req, labels, rid, api, t_ns)
+        await sleep_until_ns(t_ns)
+        return await self._run(prepared, abort, timeout_s)
+
+    async def _run(self, p: "_Prepared", abort: Abort | None, timeout_s: float | None) -> RequestRecord:
+        acc = p.acc
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        if abort is not None and abort.fired:
+            acc.error = abort.reason or "aborted"
+            return p.record(time.time(), time.perf_counter_ns())
+        stamp: dict[str, Any] = {"wall": time.time(), "sent_ns": time.perf_counter_ns()}
+        started = self._pool.start("POST", p.path, p.payload, p.reader)  # written now, if a connection is idle
+        if started is not None:
+            stamp["wall"], stamp["sent_ns"] = started.wall_start, started.sent_ns
+        task = asyncio.create_task(self._stream(p, stamp, started))
         waiters: set[asyncio.Future] = {task}
         abort_wait = asyncio.create_task(abort.event.wait()) if abort is not None else None
         if abort_wait is not None:
@@ -627,98 +781,33 @@ class StreamingClient:
                 await task
             except (asyncio.CancelledError, Exception):
                 pass
-            if acc.error is None or acc.error == "connection":
+            if started is not None and not started.finished and started.conn is not None:
+                started.conn.close()  # the task was cancelled before it could wait on it
+            if (acc.error is None or acc.error == "connection") and not acc.done:
                 acc.error = (abort.reason if abort is not None and abort.fired else None) or "timeout"
         elif task.exception() is not None:  # _stream maps known failures itself
             exc = task.exception()
             acc.error = acc.error or f"protocol: {type(exc).__name__}: {_clip(str(exc))}"
         if acc.error is None and not acc.done:
             acc.error = "protocol: stream ended without [DONE]"
-        return acc.to_record(labels, rid=rid, prompt_len=prompt_len, input_hash_=ihash,
-                             wall_start=stamp.get("wall", time.time()),
-                             sent_ns=stamp.get("sent_ns", time.perf_counter_ns()))
+        return p.record(stamp["wall"], stamp["sent_ns"])
 
-    @staticmethod
-    def _unsent(acc: StreamAccumulator, labels: Labels, rid: str, prompt_len: int, ihash: str,
-                reason: str) -> RequestRecord:
-        acc.error = reason
-        now = time.perf_counter_ns()
-        return acc.to_record(labels, rid=rid, prompt_len=prompt_len, input_hash_=ihash,
-                             wall_start=time.time(), sent_ns=now)
+    async def _stream(self, p: "_Prepared", stamp: dict[str, Any], started: http1.Exchange | None) -> None:
+        def sent(ex: http1.Exchange) -> None:
+            stamp["wall"], stamp["sent_ns"] = ex.wall_start, ex.sent_ns
 
-    async def _stream(self, path: str, payload: bytes, acc: StreamAccumulator,
-                      stamp: dict[str, Any], api: Api) -> None:
-        feed = acc.feed if api == "generate" else acc.feed_completion
-        decode = loads_strict
-        clock = time.perf_counter_ns
-        max_line = self.max_line_bytes
-        stamp["wall"] = time.time()
-        stamp["sent_ns"] = clock()
+        acc = p.acc
         try:
-            async with self._http.stream("POST", path, content=payload,
-                                         headers={"content-type": "application/json"}) as resp:
-                if resp.status_code != 200:
-                    acc.error = f"http_{resp.status_code}"
-                    try:  # read a short error body to keep the connection; a long one drops it
-                        await aread_limited(resp, MAX_PROBE_BYTES, deadline_s=5.0)
-                    except ServerAnswerError:
-                        pass
-                    return
-                enc = resp.headers.get("content-encoding", "identity").strip().lower()
-                if enc not in ("", "identity"):
-                    acc.error = f"protocol: compressed stream (content-encoding: {show(enc, 30)})"
-                    return
-                # Raw bytes, split here: one arrival stamp per network read (every line in it
-                # arrived then), and no text/line decoding layers per chunk. `pending` holds a
-                # line still arriving; it may not grow past max_line (a bytearray: appending
-                # many small reads stays linear).
-                pending = bytearray()
-                async for raw in resp.aiter_bytes():  # identity only (checked above): bytes as sent
-                    t = clock()
-                    if b"\n" not in raw:
-                        pending += raw
-                        if len(pending) > max_line:
-                            acc.abandon(f"line longer than {max_line} bytes")
-                            break
-                        continue
-                    if pending:
-                        pending += raw
-                        raw = bytes(pending)
-                        pending.clear()
-                    *lines, tail = raw.split(b"\n")
-                    for line in lines:
-                        if len(line) > max_line:
-                            acc.abandon(f"line longer than {max_line} bytes")
-                            break
-                        if not line.startswith(b"data:"):
-                            continue
-                        data = line[5:].strip()
-                        if data == b"[DONE]":
-                            acc.finish(t)
-                            break
-                        try:
-                            obj = decode(data)
-                        except ValueError as exc:
-                            acc.error = acc.error or f"protocol: invalid JSON in stream ({_clip(str(exc), 120)})"
-                            continue
-                        feed(obj, t)
-                        if acc.closed:
-                            break
-                    if acc.closed:
-                        break
-                    if tail:
-                        pending += tail
-                        if len(pending) > max_line:
-                            acc.abandon(f"line longer than {max_line} bytes")
-                            break
-            if not acc.done and acc.error is None and acc.finish_reason is not None and acc.chunk_ns:
-                acc.finish(acc.chunk_ns[-1])  # tolerate a missing [DONE] after a finished chunk
-        except httpx.TimeoutException:
-            acc.error = acc.error or "timeout"
-        except (httpx.NetworkError, httpx.RemoteProtocolError):
-            acc.error = acc.error or "connection"
-        except httpx.HTTPError as exc:
-            acc.error = acc.error or f"protocol: {type(exc).__name__}: {_clip(str(exc))}"
+            ex = await self._pool.request("POST", p.path, p.payload, p.reader, on_sent=sent, started=started)
+        except http1.HttpError as exc:  # no connection could be had
+            ex = http1.Exchange(p.reader, error=exc)
+        if ex.error is not None:
+            if ex.error.kind == "timeout":
+                acc.error = acc.error or "timeout"
+            elif ex.error.kind == "connection":
+                acc.error = acc.error or "connection"
+            else:
+                acc.error = acc.error or f"protocol: {_clip(ex.error.detail)}"
 
     # -- control endpoints -----------------------------------------------------------------
     async def flush_cache(self, *, attempts: int = 20, wait_s: float = 0.25) -> bool:

@@ -52,6 +52,9 @@ class RequestRecord:
     top_logprobs: list[list[list[float]]] | None = None
     finish_reason: str | None = None
     error: str | None = None
+    # perf_counter_ns the request was scheduled for (open-loop sends, `StreamingClient.generate_at`);
+    # None when it was sent as soon as it could be. sent_ns - scheduled_ns is the client's lag.
+    scheduled_ns: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -1,11 +1,16 @@
 """Client parsing: cumulative vs incremental streams, null cache details, logprobs, failures.
 
-Served through httpx.MockTransport (in-process, real httpx streaming and SSE line handling)."""
+Served by a real HTTP/1.1 server on loopback (a thread of this process, `http.server`, chunked
+bodies written part by part), so the client's own HTTP framing, SSE line handling, connection
+reuse and timing run as they do against sglang."""
 
 import asyncio
 import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import NamedTuple
 
-import httpx
 import pytest
 
 from harness.client import (Abort, GenerateRequest, Labels, StreamAccumulator, StreamingClient,
@@ -39,21 +44,83 @@ INCREMENTAL = [
 ]
 
 
+class Request(NamedTuple):
+    """What the test server received."""
+
+    method: str
+    path: str
+    headers: dict
+    content: bytes
+
+
+class Answer(NamedTuple):
+    status: int
+    parts: object  # an iterable of bytes or str, each written as one HTTP chunk
+    headers: dict = {}
+
+
+SERVERS: list[ThreadingHTTPServer] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_servers():
+    yield
+    while SERVERS:
+        server = SERVERS.pop()
+        server.shutdown()
+        server.server_close()
+
+
+def serve(handler, delay_s=0.0):
+    """A loopback server answering every request with `handler(Request) -> Answer`, `delay_s`
+    before each part. Returns (base URL, list of the Requests seen, list of client ports seen)."""
+    seen: list[Request] = []
+    ports: list[int] = []
+
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            req = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+            seen.append(req)
+            ports.append(self.client_address[1])
+            ans = handler(req)
+            self.send_response(ans.status)
+            for k, v in {"content-type": "text/event-stream", **ans.headers}.items():
+                self.send_header(k, v)
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            try:
+                for part in ans.parts:
+                    if delay_s:
+                        time.sleep(delay_s)
+                    part = part.encode() if isinstance(part, str) else part
+                    if part:
+                        self.wfile.write(b"%x\r\n%b\r\n" % (len(part), part))
+                        self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        do_GET = do_POST
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    SERVERS.append(server)
+    return f"http://127.0.0.1:{server.server_address[1]}", seen, ports
+
+
 def make_client(chunks_or_handler, delay_s=0.0, status=200, **kw):
-    async def handler(request: httpx.Request) -> httpx.Response:
-        if callable(chunks_or_handler):
-            return await chunks_or_handler(request)
-        body = chunks_or_handler
-
-        async def gen():
-            for line in body:
-                if delay_s:
-                    await asyncio.sleep(delay_s)
-                yield line.encode()
-
-        return httpx.Response(status, content=gen(), headers={"content-type": "text/event-stream"})
-
-    return StreamingClient("http://sim", transport=httpx.MockTransport(handler), **kw)
+    handler = chunks_or_handler if callable(chunks_or_handler) else (
+        lambda request: Answer(status, chunks_or_handler))
+    url, _, _ = serve(handler, delay_s)
+    return StreamingClient(url, **kw)
 
 
 def run(coro):
@@ -162,9 +229,9 @@ def test_logprobs_shapes(incremental):
 def test_request_body_for_generate():
     seen = {}
 
-    async def handler(request):
+    def handler(request):
         seen.update(json.loads(request.content))
-        return httpx.Response(200, content=b"".join(x.encode() for x in sse(CUMULATIVE)))
+        return Answer(200, ["".join(sse(CUMULATIVE))])
 
     req = GenerateRequest(input_ids=[3, 4], max_new_tokens=3, ignore_eos=True, top_logprobs_num=5)
     rec = run(one(make_client(handler), req))
@@ -303,12 +370,14 @@ def test_server_messages_are_clipped():
 
 
 def test_a_compressed_stream_is_refused():
-    async def handler(request):
-        assert request.headers["accept-encoding"] == "identity"
-        return httpx.Response(200, content=b"".join(x.encode() for x in sse(CUMULATIVE)),
-                              headers={"content-encoding": "br"})
+    seen = []
+
+    def handler(request):
+        seen.append(request.headers["accept-encoding"])
+        return Answer(200, ["".join(sse(CUMULATIVE))], {"content-encoding": "br"})
     rec = run(one(make_client(handler)))
     assert rec.error == "protocol: compressed stream (content-encoding: 'br')"
+    assert seen == ["identity"]
 
 
 def test_more_output_ids_than_asked_ends_the_request():
@@ -319,12 +388,11 @@ def test_more_output_ids_than_asked_ends_the_request():
 
 
 def test_an_error_status_body_is_not_read_past_a_bound():
-    async def handler(request):
-        async def endless():
-            while True:
-                yield b"e" * 65536
-        return httpx.Response(500, content=endless())
-    rec = run(one(make_client(handler)))
+    def endless():
+        for _ in range(1 << 20):  # 64 GiB, lazily: the client must stop reading long before
+            yield b"e" * 65536
+
+    rec = run(one(make_client(lambda request: Answer(500, endless()))))
     assert rec.error == "http_500"
 
 
@@ -338,3 +406,66 @@ def test_cumulative_text_whose_tail_the_detokenizer_revised():
         acc.feed({"output_ids": list(range(3, 4 + i)), "text": text,
                   "meta_info": {"completion_tokens": i + 1}}, 100 + i)
     assert acc.error is None and acc.text == texts[-1] and len(acc.output_ids) == len(texts)
+
+
+# ---------------------------------------------------------------- connections and stamps
+
+def test_requests_reuse_one_connection():
+    """The reader reads each answer to its end (past data: [DONE]), so sequential requests share
+    one kept-alive connection, and a second round of concurrent ones reuses the first round's."""
+    url, seen, ports = serve(lambda request: Answer(200, sse(CUMULATIVE)))
+
+    async def go():
+        async with StreamingClient(url) as client:
+            recs = [await client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3)) for _ in range(5)]
+            for _ in range(2):
+                recs += await asyncio.gather(*(client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3))
+                                               for _ in range(4)))
+            return recs
+    recs = run(go())
+    assert all(r.error is None for r in recs) and len(seen) == 13
+    assert len(set(ports[:5])) == 1
+    assert len(set(ports)) <= 4
+
+
+def test_sent_ns_is_stamped_after_the_connection_is_set_up(monkeypatch):
+    """Opening a connection (here made 0.3 s slow) is not server time: sent_ns is stamped when
+    the request is written, so TTFT excludes it."""
+    from harness import http1
+    slow_connect = http1.Pool._connect
+
+    async def connect(self):
+        await asyncio.sleep(0.3)
+        return await slow_connect(self)
+
+    monkeypatch.setattr(http1.Pool, "_connect", connect)
+    url, _, _ = serve(lambda request: Answer(200, sse(CUMULATIVE)))
+
+    async def go():
+        async with StreamingClient(url) as client:
+            t0 = time.perf_counter_ns()
+            rec = await client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3))
+            return t0, rec
+    t0, rec = run(go())
+    assert rec.error is None
+    assert rec.sent_ns - t0 >= 300_000_000  # stamped after the set-up ...
+    assert rec.first_token_ns - rec.sent_ns < rec.sent_ns - t0  # ... which TTFT does not hold
+
+
+def test_generate_at_sends_at_its_instant_and_records_the_schedule():
+    url, _, _ = serve(lambda request: Answer(200, sse(CUMULATIVE)))
+
+    async def go():
+        async with StreamingClient(url) as client:
+            await client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3))  # a warm connection
+            due = time.perf_counter_ns() + 50_000_000
+            late = await client.generate_at(due, GenerateRequest(input_ids=[3], max_new_tokens=3))
+            past = time.perf_counter_ns() - 10_000_000
+            asap = await client.generate_at(past, GenerateRequest(input_ids=[3], max_new_tokens=3))
+            plain = await client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3))
+            return due, late, past, asap, plain
+    due, late, past, asap, plain = run(go())
+    assert late.error is None and late.scheduled_ns == due and late.sent_ns >= due
+    assert asap.scheduled_ns == past and asap.sent_ns >= past
+    assert plain.scheduled_ns is None
+    assert json.loads(late.to_json())["scheduled_ns"] == due

@@ -1,0 +1,536 @@
+"""A lean HTTP/1.1 client for streamed answers, on asyncio transports: send one request on a
+kept-alive connection and hand the response body, read by read, to a consumer.
+
+Why not httpx for the streams (measured in docs/client-fidelity.md): its per-read cost
+(httpx/httpcore/h11 layers, ~130 µs a chunk) made the client, not the server, the bottleneck past
+a few thousand chunks/s, its pool assignment is quadratic in the open connections, and the time
+to build a request and get a connection fell inside the measured TTFT. Here:
+
+- **Stamping.** Each network read is stamped with `time.perf_counter_ns()` in `data_received`,
+  the first code the event loop runs with the bytes. Framing (status line, headers, chunked
+  coding) and the consumer's parsing run later, in one deferred callback per loop iteration for
+  all connections: every read of a burst (a decode step of a whole batch) is stamped before any
+  of them is parsed. A request is stamped (`Exchange.sent_ns`) after its connection is ready and
+  its bytes are built, just before they are written.
+- **Connections.** Idle connections wait on a stack (O(1) take and give back; the most recently
+  used first). A response is read to its end (the chunked terminator), also after the consumer
+  has all it wants (`DONE`; the rest is bounded by `DRAIN_BYTES` and `DRAIN_S`), so the
+  connection is back in the pool when the request returns: `data: [DONE]` is not the end of
+  the body. A connection that died while idle is dropped; a request whose reused
+  connection closed before any byte of an answer is sent once more on a new one (the server
+  closed an idle keep-alive connection; it never saw the request).
+- **Bounds.** The consumer decides when to stop (`DROP` closes the connection); the response
+  head is bounded (`MAX_HEAD_BYTES`); a body drained after `DONE` is bounded in bytes and time.
+
+Plain `http://` (and `https://`) only, no proxies, no redirects, no compression
+(`accept-encoding: identity` is sent; the consumer sees `content-encoding`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import urlsplit
+
+MAX_HEAD_BYTES = 64 << 10  # status line + headers
+DRAIN_BYTES = 64 << 10  # read after the consumer is DONE, to keep the connection
+DRAIN_S = 5.0
+
+# What a consumer's `on_data` returns.
+MORE = 0  # keep reading
+DONE = 1  # the answer is complete for the consumer; read the rest of the body to keep the connection
+DROP = 2  # stop now and close the connection (a bound was broken)
+
+
+class Consumer(Protocol):
+    """What the client calls with a response, in order: `on_head` once, `on_data` per piece of
+    body (with the stamp of the network read that brought it), then `on_end` at the body's end.
+    A response that breaks before its end gets no `on_end` (`Exchange.error` says why)."""
+
+    def on_head(self, status: int, headers: dict[str, str]) -> int: ...
+
+    def on_data(self, t_ns: int, data: bytes) -> int: ...
+
+    def on_end(self, t_ns: int) -> None: ...
+
+
+class HttpError(Exception):
+    """A request that got no (complete) answer. `kind`: "connection" (refused, reset, closed) or
+    "timeout" (connect), or "protocol" (a malformed response head or framing)."""
+
+    def __init__(self, kind: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {detail}" if detail else kind)
+        self.kind = kind
+        self.detail = detail
+
+
+@dataclass
+class Exchange:
+    """One request and its response as it went: stamps and how it ended."""
+
+    consumer: Consumer
+    sent_ns: int = 0
+    wall_start: float = 0.0
+    status: int | None = None
+    got_bytes: bool = False  # any byte of an answer arrived
+    finished: bool = False
+    error: HttpError | None = None
+    reused: bool = False  # sent on a connection that had served a request before
+    waiter: asyncio.Future | None = field(default=None, repr=False)
+    conn: "_Conn | None" = field(default=None, repr=False)
+
+    def _finish(self, error: HttpError | None = None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.error = error
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+# Response framing states
+_HEAD, _SIZE, _DATA, _CRLF, _TRAILER, _LENGTH, _CLOSE, _IDLE = range(8)
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection: stamps reads, frames the response, feeds the consumer."""
+
+    def __init__(self, pool: "Pool") -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.alive = True
+        self.used = False  # has served a request (so a failure before any byte may be a stale keep-alive)
+        self.counted = False  # counts against the pool's max_connections
+        self.inbox: list[tuple[int, bytes]] = []
+        self.queued = False
+        self.ex: Exchange | None = None
+        self.state = _IDLE
+        self.buf = b""
+        self.remaining = 0
+        self.keep_alive = True
+        self.draining = False  # consumer is DONE: reading the rest only to keep the connection
+        self.drain_left = 0
+        self.drain_timer: asyncio.TimerHandle | None = None
+
+    # -- transport callbacks (the event loop calls these) -------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.inbox.append((time.perf_counter_ns(), data))
+        if not self.queued:
+            self.queued = True
+            self.pool._mark(self)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.process()  # what arrived before the loss, first
+        self.alive = False
+        self.pool._forget(self)
+        if self.drain_timer is not None:
+            self.drain_timer.cancel()
+        ex = self.ex
+        if ex is None or ex.finished:
+            return
+        if self.state == _CLOSE:  # body delimited by the close: this is its end
+            self._end(time.perf_counter_ns())
+            return
+        ex._finish(None if self.draining else HttpError("connection", str(exc) if exc else "closed by the server"))
+        self.ex = None
+
+    # -- framing ------------------------------------------------------------------------------
+    def process(self) -> None:
+        """Frame everything stamped so far (the pool's deferred callback, or before a loss)."""
+        self.queued = False
+        inbox, self.inbox = self.inbox, []
+        for t, data in inbox:
+            if not self.alive:
+                return
+            self._feed(t, data)
+
+    def _feed(self, t: int, data: bytes) -> None:
+        ex = self.ex
+        if ex is None or self.state == _IDLE:  # bytes nobody asked for: this connection is unusable
+            self.close()
+            return
+        ex.got_bytes = True
+        buf = self.buf + data if self.buf else data
+        self.buf = b""
+        pos, n = 0, len(buf)
+        while pos < n and self.ex is not None:
+            st = self.state
+            if st == _DATA or st == _LENGTH or st == _CLOSE:
+                take = n - pos if st == _CLOSE else min(self.remaining, n - pos)
+                piece = buf[pos:pos + take] if (pos or take < n) else buf
+                pos += take
+                if st != _CLOSE:
+                    self.remaining -= take
+                    if self.remaining == 0:
+                        self.state = _CRLF if st == _DATA else _IDLE
+                if not self._give(t, piece):
+                    return
+                if st == _LENGTH and self.remaining == 0:
+                    self._end(t)
+                    return
+                continue
+            if st == _SIZE:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                size_text = buf[pos:eol].split(b";", 1)[0].strip()
+                try:
+                    size = int(size_text, 16)
+                except ValueError:
+                    self._fail("protocol", f"bad chunk size {size_text[:20]!r}")
+                    return
+                pos = eol + 2
+                if size == 0:
+                    self.state = _TRAILER
+                else:
+                    self.state, self.remaining = _DATA, size
+                continue
+            if st == _CRLF:
+                if n - pos < 2:
+                    break
+                if buf[pos:pos + 2] != b"\r\n":
+                    self._fail("protocol", "chunk not followed by CRLF")
+                    return
+                pos += 2
+                self.state = _SIZE
+                continue
+            if st == _TRAILER:
+                eol = buf.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                line = buf[pos:eol]
+                pos = eol + 2
+                if not line:
+                    self._end(t)
+                    if pos < n:  # bytes after the response: not a clean connection
+                        self.close()
+                    return
+                continue
+            if st == _HEAD:
+                end = buf.find(b"\r\n\r\n", pos)
+                if end < 0:
+                    if n - pos > MAX_HEAD_BYTES:
+                        self._fail("protocol", f"response head longer than {MAX_HEAD_BYTES} bytes")
+                        return
+                    break
+                if not self._head(buf[pos:end]):
+                    return
+                pos = end + 4
+                continue
+            break
+        if pos < n and self.ex is not None:
+            rest = buf[pos:]
+            if len(rest) > MAX_HEAD_BYTES and self.state in (_HEAD, _SIZE, _TRAILER):
+                self._fail("protocol", "response framing line too long")
+                return
+            self.buf = rest
+
+    def _head(self, head: bytes) -> bool:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        try:
+            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+                raise ValueError
+            status = int(parts[1])
+        except ValueError:
+            self._fail("protocol", f"bad status line {lines[0][:60]!r}")
+            return False
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if sep:
+                headers[name.strip().lower().decode("latin-1")] = value.strip().decode("latin-1")
+        if 100 <= status < 200:  # an interim answer (100 Continue): the real head follows
+            return True
+        self.keep_alive = parts[0] != b"HTTP/1.0" and headers.get("connection", "").lower() != "close"
+        te = headers.get("transfer-encoding", "").lower()
+        if "chunked" in te:
+            self.state = _SIZE
+        elif "content-length" in headers:
+            try:
+                self.remaining = int(headers["content-length"])
+            except ValueError:
+                self._fail("protocol", "bad content-length")
+                return False
+            self.state = _LENGTH
+        else:
+            self.state, self.keep_alive = _CLOSE, False
+        ex = self.ex
+        assert ex is not None
+        ex.status = status
+        verdict = ex.consumer.on_head(status, headers)
+        if verdict == DROP:
+            self._drop()
+            return False
+        if verdict == DONE:
+            self._start_drain()
+        if self.state == _LENGTH and self.remaining == 0:
+            self._end(time.perf_counter_ns())
+            return False
+        return True
+
+    def _give(self, t: int, piece: bytes) -> bool:
+        """Hand a body piece to the consumer (or count it against the drain bound)."""
+        if self.draining:
+            self.drain_left -= len(piece)
+            if self.drain_left < 0:
+                self.close()
+                return False
+            return True
+        ex = self.ex
+        assert ex is not None
+        verdict = ex.consumer.on_data(t, piece)
+        if verdict == DROP:
+            self._drop()
+            return False
+        if verdict == DONE:
+            self._start_drain()
+        return True
+
+    def _start_drain(self) -> None:
+        """The consumer has its answer; the rest of the body is read (bounded in bytes and time)
+        so that the connection can serve the next request. The exchange finishes at the body's
+        end, or when a bound drops the connection (without an error: the answer was complete)."""
+        self.draining = True
+        self.drain_left = DRAIN_BYTES
+        self.drain_timer = asyncio.get_running_loop().call_later(DRAIN_S, self.close)
+
+    def _end(self, t: int) -> None:
+        ex = self.ex
+        self.ex = None
+        self.state = _IDLE
+        self.buf = b""
+        if self.drain_timer is not None:
+            self.drain_timer.cancel()
+            self.drain_timer = None
+        if ex is not None:
+            if not self.draining:
+                ex.consumer.on_end(t)
+            ex._finish()
+        self.draining = False
+        if self.keep_alive and self.alive:
+            self.pool._give_back(self)
+        else:
+            self.close()
+
+    def _drop(self) -> None:
+        ex = self.ex
+        self.ex = None
+        if ex is not None:
+            ex._finish()
+        self.close()
+
+    def _fail(self, kind: str, detail: str) -> None:
+        ex = self.ex
+        self.ex = None
+        if ex is not None:
+            ex._finish(HttpError(kind, detail))
+        self.close()
+
+    def close(self) -> None:
+        if self.alive:
+            self.alive = False
+            self.pool._forget(self)
+            if self.transport is not None:
+                self.transport.abort()  # no lingering: a dropped stream stops now
+        if self.drain_timer is not None:
+            self.drain_timer.cancel()
+            self.drain_timer = None
+        ex = self.ex
+        self.ex = None
+        if ex is not None and not ex.finished:
+            ex._finish(None if self.draining else HttpError("connection", "closed"))
+
+    # -- sending ------------------------------------------------------------------------------
+    def send(self, ex: Exchange, data: bytes) -> None:
+        self.ex = ex
+        self.state = _HEAD
+        self.buf = b""
+        self.draining = False
+        self.keep_alive = True
+        ex.wall_start = time.time()
+        ex.sent_ns = time.perf_counter_ns()
+        assert self.transport is not None
+        self.transport.write(data)
+        self.used = True
+
+
+class Pool:
+    """Kept-alive connections to one server (`base_url`'s scheme, host and port; its path is
+    a prefix of every request path). At most `max_connections` open; more requests wait."""
+
+    def __init__(self, base_url: str, *, max_connections: int = 4096, connect_timeout_s: float = 30.0,
+                 headers: dict[str, str] | None = None) -> None:
+        u = urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"{base_url!r}: need an http:// or https:// URL with a host")
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.ssl = u.scheme == "https"
+        self.prefix = u.path.rstrip("/")
+        host_header = u.netloc.rpartition("@")[2]
+        self.max_connections = max_connections
+        self.connect_timeout_s = connect_timeout_s
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self._fixed = (f"host: {host_header}\r\nuser-agent: hicache-harness\r\n"
+                       f"accept-encoding: identity\r\n{extra}").encode("latin-1")
+        self._idle: dict[_Conn, None] = {}  # insertion-ordered: popitem() takes the newest
+        self._open = 0
+        self._conns: set[_Conn] = set()
+        self._waiters: deque[asyncio.Future] = deque()
+        self._dirty: list[_Conn] = []
+        self._drain_queued = False
+        self._closed = False
+
+    # -- the deferred framing callback ---------------------------------------------------------
+    def _mark(self, conn: _Conn) -> None:
+        self._dirty.append(conn)
+        if not self._drain_queued:
+            self._drain_queued = True
+            asyncio.get_running_loop().call_soon(self._process)
+
+    def _process(self) -> None:
+        self._drain_queued = False
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            if conn.queued:
+                conn.process()
+
+    # -- connections ----------------------------------------------------------------------------
+    def _forget(self, conn: _Conn) -> None:
+        self._idle.pop(conn, None)
+        if conn.counted:
+            conn.counted = False
+            self._conns.discard(conn)
+            self._open -= 1
+            self._wake()
+
+    def _give_back(self, conn: _Conn) -> None:
+        if self._closed:
+            conn.close()
+            return
+        self._idle[conn] = None
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+                return
+
+    async def _connect(self) -> _Conn:
+        loop = asyncio.get_running_loop()
+        conn = _Conn(self)
+        conn.counted = True
+        self._conns.add(conn)
+        self._open += 1
+        try:
+            await asyncio.wait_for(loop.create_connection(lambda: conn, self.host, self.port,
+                                                          ssl=True if self.ssl else None),
+                                   self.connect_timeout_s)
+        except asyncio.TimeoutError:
+            self._forget(conn)
+            raise HttpError("timeout", "connect") from None
+        except OSError as exc:
+            self._forget(conn)
+            raise HttpError("connection", str(exc)) from None
+        except BaseException:
+            self._forget(conn)
+            raise
+        return conn
+
+    async def _acquire(self, fresh: bool) -> _Conn:
+        while True:
+            if self._closed:
+                raise HttpError("connection", "client closed")
+            while self._idle and not fresh:
+                conn, _ = self._idle.popitem()
+                if conn.alive:
+                    return conn
+            if self._open < self.max_connections:
+                return await self._connect()
+            if fresh and self._idle:  # make room: drop the oldest idle connection
+                conn = next(iter(self._idle))
+                conn.close()
+                continue
+            w = asyncio.get_running_loop().create_future()
+            self._waiters.append(w)
+            try:
+                await w
+            except BaseException:
+                if w.done() and not w.cancelled():
+                    self._wake()  # pass the turn on
+                raise
+
+    def head_bytes(self, method: str, path: str, body_len: int, content_type: str | None) -> bytes:
+        ct = f"content-type: {content_type}\r\n" if content_type else ""
+        return (f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1") + self._fixed
+                + f"{ct}content-length: {body_len}\r\n\r\n".encode("latin-1"))
+
+    def start(self, method: str, path: str, body: bytes, consumer: Consumer, *,
+              content_type: str | None = "application/json") -> Exchange | None:
+        """Write the request now, on an idle connection, without yielding to the event loop (so a
+        scheduled send goes out at its instant); None when no idle connection is at hand (then
+        `request` opens or waits for one). Pass the exchange on to `request(started=...)`."""
+        while self._idle and not self._closed:
+            conn, _ = self._idle.popitem()
+            if conn.alive:
+                return self._send_on(conn, consumer, self.head_bytes(method, path, len(body), content_type) + body)
+        return None
+
+    def _send_on(self, conn: _Conn, consumer: Consumer, data: bytes) -> Exchange:
+        ex = Exchange(consumer)
+        ex.waiter = asyncio.get_running_loop().create_future()
+        ex.conn = conn
+        ex.reused = conn.used
+        conn.send(ex, data)
+        return ex
+
+    async def request(self, method: str, path: str, body: bytes, consumer: Consumer, *,
+                      content_type: str | None = "application/json", on_sent=None,
+                      started: Exchange | None = None) -> Exchange:
+        """Send one request (or wait for the one `start` sent); return when the consumer is done
+        (DONE, DROP or the body's end) or the exchange failed (`Exchange.error`). Cancelling
+        closes the connection. `on_sent(exchange)` is called after each write (stamps set)."""
+        data = self.head_bytes(method, path, len(body), content_type) + body
+        fresh = False
+        ex = started
+        while True:
+            if ex is None:
+                conn = await self._acquire(fresh)
+                ex = self._send_on(conn, consumer, data)
+            if on_sent is not None:
+                on_sent(ex)
+            try:
+                assert ex.waiter is not None
+                await ex.waiter
+            except BaseException:
+                if not ex.finished and ex.conn is not None:
+                    ex.conn.close()
+                raise
+            if (ex.error is not None and ex.error.kind == "connection" and ex.reused
+                    and not ex.got_bytes and not fresh):
+                fresh = True  # a stale keep-alive connection: once more on a new one
+                ex = None
+                continue
+            return ex
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for conn in list(self._conns):
+            conn.close()
+        self._idle.clear()
+        for w in self._waiters:
+            if not w.done():
+                w.set_result(None)
+        await asyncio.sleep(0)

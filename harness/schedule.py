@@ -1,0 +1,120 @@
+"""Open-loop sending: requests go out at instants fixed in advance, not when earlier ones finish,
+and the run measures how well the client kept to them.
+
+- `sleep_until_ns(t_ns)`: wait for a `time.perf_counter_ns()` instant. asyncio's timers wake up
+  to ~1 ms late (epoll's millisecond timeout, the loop's other work), so the wait sleeps until
+  `SPIN_NS` before the instant and then yields to the loop turn by turn until it has come.
+- `send_schedule(send, items)`: one task per item, each calling `send(t_ns, ...)` (e.g.
+  `StreamingClient.generate_at`, which builds the request first and writes it at its instant);
+  returns the records in item order.
+- `schedule_lag(records)`: sent_ns − scheduled_ns over the records that carry a schedule (pure):
+  p50/p99/max in ms and `client_bound` when p99 is beyond `LAG_LIMIT_MS` (then the client, not
+  the server, set the offered load, and latency figures of the run are suspect).
+- `offsets_ns(rate_per_s, n, poisson, seed)`: constant-rate or Poisson arrival offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+SPIN_NS = 2_000_000  # the last 2 ms before an instant are waited for turn by turn
+LAG_LIMIT_MS = 1.0  # schedule lag p99 beyond this: the run is client-bound
+
+R = TypeVar("R")
+
+
+async def sleep_until_ns(t_ns: int, *, spin_ns: int = SPIN_NS) -> None:
+    """Return at the first turn of the event loop at or after `t_ns` (perf_counter_ns); at once
+    when it has passed."""
+    clock = time.perf_counter_ns
+    left = t_ns - clock()
+    if left > spin_ns:
+        await asyncio.sleep((left - spin_ns) / 1e9)
+    while clock() < t_ns:
+        await asyncio.sleep(0)
+
+
+def offsets_ns(rate_per_s: float, n: int, *, poisson: bool = False, seed: int = 0) -> list[int]:
+    """`n` send offsets (ns from the start) at `rate_per_s`: evenly spaced, or exponential gaps
+    (a Poisson process, seeded)."""
+    if rate_per_s <= 0 or not math.isfinite(rate_per_s):
+        raise ValueError(f"rate_per_s must be a positive number, not {rate_per_s!r}")
+    gap = 1e9 / rate_per_s
+    if not poisson:
+        return [round(i * gap) for i in range(n)]
+    rng = random.Random(seed)
+    out, t = [], 0.0
+    for _ in range(n):
+        out.append(round(t))
+        t += rng.expovariate(1.0) * gap
+    return out
+
+
+async def send_schedule(send: Callable[..., Awaitable[R]], items: Iterable[tuple[int, tuple, dict]],
+                        *, start_ns: int | None = None) -> list[R]:
+    """Call `send(start_ns + offset, *args, **kwargs)` for each `(offset, args, kwargs)`, all
+    concurrently (each waits for its own instant); the results in item order. `start_ns`
+    defaults to 5 ms from now (time to create the tasks)."""
+    base = time.perf_counter_ns() + 5_000_000 if start_ns is None else start_ns
+    tasks = [asyncio.ensure_future(send(base + off, *args, **kwargs)) for off, args, kwargs in items]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        raise
+
+
+@dataclass(frozen=True)
+class ScheduleLag:
+    """How late the requests went out against their schedule (ms)."""
+
+    n: int
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+    limit_ms: float
+    client_bound: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "max_ms": self.max_ms,
+                "limit_ms": self.limit_ms, "client_bound": self.client_bound}
+
+    def line(self) -> str:
+        if not self.n:
+            return "schedule lag: no scheduled requests"
+        verdict = "CLIENT-BOUND" if self.client_bound else "kept"
+        return (f"schedule lag over {self.n} requests: p50 {self.p50_ms:.3f} ms, p99 {self.p99_ms:.3f} ms, "
+                f"max {self.max_ms:.3f} ms (limit p99 {self.limit_ms:g} ms): {verdict}")
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    pos = (len(sorted_values) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def schedule_lag(records: Iterable[Any], *, limit_ms: float = LAG_LIMIT_MS) -> ScheduleLag:
+    """Lag = sent_ns − scheduled_ns of every record with a `scheduled_ns` (records or row
+    dicts). Early sends (negative lag) count as 0: a request is never sent before its instant."""
+    lags = []
+    for r in records:
+        sched = r.get("scheduled_ns") if isinstance(r, dict) else getattr(r, "scheduled_ns", None)
+        sent = r.get("sent_ns") if isinstance(r, dict) else getattr(r, "sent_ns", None)
+        if sched is None or sent is None:
+            continue
+        lags.append(max(0, sent - sched) / 1e6)
+    if not lags:
+        return ScheduleLag(0, None, None, None, limit_ms, False)
+    lags.sort()
+    p99 = _quantile(lags, 0.99)
+    return ScheduleLag(len(lags), round(_quantile(lags, 0.5), 6), round(p99, 6), round(lags[-1], 6),
+                       limit_ms, p99 > limit_ms)
