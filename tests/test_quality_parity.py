@@ -124,14 +124,14 @@ def test_corrupt_on_every_key_is_fail_with_the_numbers_in_the_report():
 
 def test_differences_like_the_controls_are_pass_labelled_noise():
     """ON and control diverge from OFF on different keys, equally often: within the floor."""
-    n = 10
+    n = 20
     late = TOK[:5] + [TOK[5] + 100] + TOK[6:]
     on = [rec("on", late if i % 2 else TOK, index=i) for i in range(n)]
     ctrl = [rec("control", TOK if i % 2 else late, index=i) for i in range(n)]
     r = evaluate_parity(on, keyed("off", TOK, n), ctrl)
     assert r.verdict == "PASS" and r.baseline_noise is True, r.reason
-    assert r.floor.on_worse == 5 and r.floor.control_worse == 5 and "within the OFF-vs-OFF floor" in r.reason
-    assert r.groups[0].baseline_noise and r.groups[0].control_differing == 5
+    assert r.floor.on_worse == 10 and r.floor.control_worse == 10 and "within the OFF-vs-OFF floor" in r.reason
+    assert r.groups[0].baseline_noise and r.groups[0].control_differing == 10
     # control records may also come mixed into the OFF list (arm_role "control")
     assert evaluate_parity(on, keyed("off", TOK, n) + ctrl).verdict == "PASS"
 
@@ -345,3 +345,15 @@ def test_floor_test_pairs_by_sample_and_ask():
     t = floor_test(r.comparisons, r.control_comparisons, 0.01)
     assert t.keys == TASKS * SAMPLES * ASKS and t.on_worse == TASKS * SAMPLES * (ASKS - 1)
     assert t.ties == TASKS * SAMPLES  # the cold asks 0 agree
+
+
+def test_on_somewhat_worse_than_a_noisy_control_is_within_the_tolerance():
+    """Real sglang without deterministic inference (H200, 10 runs): healthy ON arms were the
+    worse arm of an untied key in up to ~81 % of keys (26 of 32) — significant by the plain sign
+    test, but within the 75 % tolerance's test: WARN, not FAIL. A corrupted host tier was worse
+    in every key (40 of 40): FAIL."""
+    from harness.quality.floor import excess_test_p, sign_test_p
+
+    assert sign_test_p(26, 6) < 0.01 and excess_test_p(26, 6) > 0.01  # healthy, the worst seen
+    assert excess_test_p(40, 0) < 1e-4  # corrupted
+    assert excess_test_p(16, 0) > 0.01 and excess_test_p(17, 0) < 0.01  # the keys a FAIL needs

@@ -132,19 +132,24 @@ def test_working_set_that_stays_on_gpu_is_not_exercised(servers):
     assert "0 of 4 re-asks hit the host tier: churn disabled (quality.churn_tokens 0)" in rep.reason
 
 
+# Without deterministic inference the verdict needs >= 17 host-hit keys (harness.quality.floor:
+# ON may be the worse arm in up to 75 % of untied keys), so these tests ask 2 samples per task.
+NONDET_CFG = {**CFG, "samples_per_task": 2}
+
+
 def test_nondeterministic_server_is_not_fail_across_seeds(servers):
     """Both arms without deterministic inference (near_tie_flips: cached prefixes get logprob
     noise): ON re-asks from host and control re-asks from the GPU cache flip near-ties (and now
     and then a wider margin) alike. Three independent runs (fresh prompts and noise each)."""
     verdicts = []
     for seed in (11, 12, 13):
-        off = quality(servers["off_ties"], CFG, "off", seed=seed)
+        off = quality(servers["off_ties"], NONDET_CFG, "off", seed=seed)
         control = [r for r in off if r.arm_role == "control"]
         assert all((r.cached_device or 0) > 0 for r in control if r.ask > 0)  # GPU hits
         assert all(not r.cached_tokens for r in control if r.ask == 0)  # cold
-        on = quality(servers["ties"], CFG, "on", seed=seed)
-        rep = evaluate_parity(on, off, cfg=CFG)
-        assert rep.reasks_with_host_hit == rep.reasks == 10
+        on = quality(servers["ties"], NONDET_CFG, "on", seed=seed)
+        rep = evaluate_parity(on, off, cfg=NONDET_CFG)
+        assert rep.reasks_with_host_hit == rep.reasks == 20
         assert rep.floor.control.differing > 0 and rep.floor.on.differing > 0  # the floor is not zero
         verdicts.append(rep.verdict)
         assert rep.verdict in ("PASS", "WARN"), rep.reason
@@ -152,11 +157,11 @@ def test_nondeterministic_server_is_not_fail_across_seeds(servers):
 
 
 def test_corrupt_host_load_on_a_nondeterministic_server_still_fails(servers):
-    off = quality(servers["off_ties"], CFG, "off", seed=21)
-    on = quality(servers["corrupt_ties"], CFG, "on", seed=21)
-    rep = evaluate_parity(on, off, cfg=CFG)
+    off = quality(servers["off_ties"], NONDET_CFG, "off", seed=21)
+    on = quality(servers["corrupt_ties"], NONDET_CFG, "on", seed=21)
+    rep = evaluate_parity(on, off, cfg=NONDET_CFG)
     assert rep.verdict == "FAIL", rep.reason
-    assert rep.floor.on.outside_topk >= 10 and rep.floor.control.outside_topk == 0
+    assert rep.floor.on.outside_topk >= 20 and rep.floor.control.outside_topk == 0
 
 
 def test_pool_over_twice_the_context_still_reaches_the_host(servers):

@@ -31,6 +31,12 @@ if TYPE_CHECKING:
 
 TEST_NAME = "paired sign test (exact binomial, one-sided): ON-vs-OFF vs OFF-vs-OFF per (sample, ask)"
 DLOGPROB_TOL = 1e-3
+# How often ON may be the worse arm of an untied (sample, ask) pair before that is a defect.
+# A healthy server without deterministic inference strays somewhat further on its host-load path
+# than the control does on its GPU-cache path: on real sglang 0.5.17 (H200, 10 runs of
+# scenarios/gpu/h200_parity_control.yaml) healthy ON arms were the worse one in 0.50-0.81 of the
+# untied keys, a corrupted host tier in 1.00 (40 of 40). FAIL needs evidence beyond this share.
+TOLERANCE = 0.75
 
 PairKey = tuple[str, int, int, int, int]  # task, length_target, index, seed, ask
 
@@ -67,17 +73,29 @@ def worse(a: Any, b: Any, tol: float = DLOGPROB_TOL) -> int:
     return 1 if da > db else -1
 
 
-def sign_test_p(on_worse: int, control_worse: int) -> float:
-    """One-sided exact sign test: P(X >= on_worse), X ~ Binomial(on_worse + control_worse, ½)."""
-    m = on_worse + control_worse
+def binomial_tail(k: int, m: int, theta: float) -> float:
+    """P(X >= k), X ~ Binomial(m, theta), exact."""
     if m == 0:
         return 1.0
-    return math.fsum(math.comb(m, i) for i in range(on_worse, m + 1)) / 2.0**m
+    return math.fsum(math.comb(m, i) * theta**i * (1 - theta) ** (m - i) for i in range(k, m + 1))
 
 
-def min_keys(alpha: float) -> int:
-    """The fewest untied keys whose best case (all ON worse, p = ½^m) is below ``alpha``."""
-    return max(1, math.floor(math.log2(1.0 / alpha)) + 1) if 0 < alpha < 1 else 1
+def sign_test_p(on_worse: int, control_worse: int) -> float:
+    """One-sided exact sign test: P(X >= on_worse), X ~ Binomial(on_worse + control_worse, ½)."""
+    return binomial_tail(on_worse, on_worse + control_worse, 0.5)
+
+
+def excess_test_p(on_worse: int, control_worse: int, tolerance: float = TOLERANCE) -> float:
+    """One-sided exact test that ON is the worse arm of an untied key more often than
+    ``tolerance``: P(X >= on_worse), X ~ Binomial(on_worse + control_worse, tolerance)."""
+    return binomial_tail(on_worse, on_worse + control_worse, tolerance)
+
+
+def min_keys(alpha: float, tolerance: float = 0.5) -> int:
+    """The fewest untied keys whose best case (all ON worse, p = tolerance^m) is below ``alpha``."""
+    if not (0 < alpha < 1 and 0 < tolerance < 1):
+        return 1
+    return max(1, math.floor(math.log(alpha) / math.log(tolerance)) + 1)
 
 
 @dataclass(frozen=True)
@@ -126,7 +144,11 @@ class FloorTest:
     control_worse: int
     ties: int
     p_value: float | None  # None: no control pairs
-    significant: bool
+    significant: bool  # ON strays further than the control (sign test, p < alpha)
+    tolerance: float  # the share of untied keys ON may be the worse one of
+    excess_p_value: float | None  # test of "ON worse in more than `tolerance` of untied keys"
+    exceeds_tolerance: bool  # excess_p_value < alpha: the FAIL evidence
+    min_excess_keys: int  # untied keys needed before excess_p_value can reach alpha
     on: Spread  # ON vs OFF, all ON pairs
     control: Spread  # control vs OFF, all control pairs: the floor
     worse_keys: tuple[PairKey, ...] = ()  # keys where ON strayed further than the control
@@ -136,7 +158,7 @@ class FloorTest:
 
 
 def floor_test(on: Iterable[PairComparison], control: Iterable[PairComparison], alpha: float,
-               tol: float = DLOGPROB_TOL) -> FloorTest:
+               tol: float = DLOGPROB_TOL, tolerance: float = TOLERANCE) -> FloorTest:
     """Pair ON and control comparisons by (sample, ask) and test whether ON strays further."""
     on_l, ctrl_l = list(on), list(control)
     ctrl_by = {pair_key(c): c for c in ctrl_l}
@@ -156,8 +178,11 @@ def floor_test(on: Iterable[PairComparison], control: Iterable[PairComparison], 
             ties += 1
     keys = on_worse + control_worse + ties
     p = sign_test_p(on_worse, control_worse) if ctrl_l else None
+    excess = excess_test_p(on_worse, control_worse, tolerance) if ctrl_l else None
     return FloorTest(
         test=TEST_NAME, alpha=alpha, min_keys=min_keys(alpha), keys=keys, on_worse=on_worse,
         control_worse=control_worse, ties=ties, p_value=p, significant=p is not None and p < alpha,
+        tolerance=tolerance, excess_p_value=excess, exceeds_tolerance=excess is not None and excess < alpha,
+        min_excess_keys=min_keys(alpha, tolerance),
         on=spread(on_l, tol), control=spread(ctrl_l, tol), worse_keys=tuple(worse_keys),
     )

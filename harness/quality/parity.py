@@ -39,6 +39,7 @@ FAIL / WARN where the overall test's ON-worse keys fall, NOT_EXERCISED without h
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -226,9 +227,10 @@ def mcnemar_exact_p(lost: int, gained: int) -> float:
     n = lost + gained
     if n == 0:
         return 1.0
-    from scipy.stats import binomtest
-
-    return float(binomtest(lost, n, 0.5).pvalue)
+    # X ~ Binomial(n, 1/2) is symmetric: the outcomes as unlikely as min(lost, gained) are both
+    # tails (scipy's binomtest two-sided, exactly, without scipy in the run's dependencies)
+    tail = math.fsum(math.comb(n, i) for i in range(min(lost, gained) + 1)) / 2.0**n
+    return min(1.0, 2.0 * tail)
 
 
 def _as_record(r: Any) -> QualityRecord:
@@ -329,8 +331,10 @@ def _fmt(x: float | None, nd: int = 3) -> str:
 def floor_line(t: FloorTest) -> str:
     """The floor test's numbers in one sentence, ON next to the control."""
     p = "n/a (no control)" if t.p_value is None else f"{t.p_value:.3g}"
+    excess = "n/a" if t.excess_p_value is None else f"{t.excess_p_value:.3g}"
     return (f"paired sign test over {t.keys} (sample, ask) keys: ON further from OFF in {t.on_worse}, control "
-            f"further in {t.control_worse}, tied {t.ties}; p={p} (alpha {t.alpha:g}); differing pairs ON "
+            f"further in {t.control_worse}, tied {t.ties}; p={p}, beyond the {t.tolerance:.0%} tolerance "
+            f"p={excess} (alpha {t.alpha:g}); differing pairs ON "
             f"{t.on.differing}/{t.on.pairs} vs control {t.control.differing}/{t.control.pairs}; first divergence "
             f"median ON {_fmt(t.on.first_divergence_median)} vs control {_fmt(t.control.first_divergence_median)}; "
             f"max |dlogprob| ON {_fmt(t.on.dlogprob_max)} vs control {_fmt(t.control.dlogprob_max)}")
@@ -391,6 +395,11 @@ def evaluate_parity(
 
     comps = [label(c) for c in comps]
     test = floor_test(comps, ctrl_comps, alpha)
+    # An exact control (a deterministic server) leaves no room: any excess is a defect. Otherwise
+    # ON may stray further than the control in up to `tolerance` of the untied keys.
+    control_exact = test.control.differing == 0
+    beyond = test.significant if control_exact else test.exceeds_tolerance
+    keys_needed = test.min_keys if control_exact else test.min_excess_keys
     worse = set(test.worse_keys)
     real = [c for c in comps if pair_key(c) in worse and c.kind == "divergence"]
     lost, gained, mcn_p = _lost_gained(comps)
@@ -420,7 +429,7 @@ def evaluate_parity(
         noise = False
         if not cs:
             verdict, reason = "NOT_EXERCISED", "no comparable pairs (missing OFF records or errors)"
-        elif test.significant and g_real:
+        elif beyond and g_real:
             verdict, reason = "FAIL", f"{len(g_real)} real divergence(s) beyond the control; {_first_real(g_real)}"
         elif accuracy_loss and g_lost > g_gained:
             verdict, reason = "FAIL", f"accuracy loss: {g_lost} lost vs {g_gained} gained (pooled McNemar p={mcn_p:.3g})"
@@ -474,7 +483,7 @@ def evaluate_parity(
     exercised = [g for g in groups if g.verdict != "NOT_EXERCISED"]
     line = floor_line(test)
     noise = False
-    if test.significant and real:
+    if beyond and real:
         overall: Verdict = "FAIL"
         reason = f"ON strays further from OFF than OFF-vs-OFF does: {line}; {len(real)} real divergence(s), {_first_real(real)}"
         if test.control.differing == 0 and test.on.outside_topk == 0:
@@ -495,11 +504,13 @@ def evaluate_parity(
         n_diff = sum(differs(c) for c in comps)
         overall, reason = "INCONCLUSIVE", (f"ON differs from OFF in {n_diff} of {len(comps)} pairs and there is no "
                                            "OFF-vs-OFF control to tell nondeterminism from a defect (quality.control)")
-    elif host_keys < test.min_keys:
+    elif host_keys < keys_needed:
         overall, reason = "INCONCLUSIVE", (f"only {host_keys} (sample, ask) keys with host hits and a control partner: "
-                                           f"the test needs >= {test.min_keys} to reach alpha {alpha:g}; {line}")
+                                           f"the test needs >= {keys_needed} to reach alpha {alpha:g}; {line}")
     elif test.significant:
-        overall, reason = "WARN", f"ON strays further from OFF than the control, by near-tie flips / logprob drift only: {line}"
+        overall, reason = "WARN", (f"ON strays further from OFF than the control, within the tolerance "
+                                   f"(ON the worse arm in <= {test.tolerance:.0%} of untied keys) or by near-tie "
+                                   f"flips / logprob drift only: {line}")
     else:
         overall, reason = "PASS", f"differences within the OFF-vs-OFF floor: {line}"
         noise = True
