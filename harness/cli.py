@@ -16,16 +16,28 @@ from pathlib import Path
 from harness import __version__
 from harness.estimate import estimate_run
 from harness.exit_codes import ExitCode
+from harness.optional import MissingExtra, require_extra
+from harness.progress import plural
 from harness.verdict import Outcome
+
+DESCRIPTION = ("Benchmark and regression harness for SGLang's hierarchical KV cache (HiCache): run a "
+               "scenario (one server per variant), compare runs, draw reports.")
+EPILOG = ("Exit codes: 0 pass, 1 regression / failed expectation / unexpected variant failure, 2 bad "
+          "input (or a missing optional extra), 3 the harness or its environment broke, 4 inconclusive, "
+          "130 interrupted. Docs: README.md and docs/ in the repository.")
 
 # Each command imports its modules when it runs, so that `--help` and `validate` stay fast.
 
 
 def _load_scenario_or_exit(path: str):
+    from harness.bundled import resolve_scenario_path
     from harness.scenario import ScenarioError, load_scenario
 
+    resolved, bundled = resolve_scenario_path(path)
+    if bundled:
+        print(f"harness: no {path} here; using the one this package ships: {resolved}", file=sys.stderr)
     try:
-        return load_scenario(path)
+        return load_scenario(resolved)
     except ScenarioError as exc:
         for line in exc.lines:
             print(line, file=sys.stderr)
@@ -36,8 +48,8 @@ def cmd_validate(args) -> int:
     scenario = _load_scenario_or_exit(args.scenario)
     variants = scenario.expand_variants()
     print(f"{args.scenario}: ok — scenario {scenario.name!r}, backend {scenario.server.backend}, "
-          f"{len(variants)} variants ({', '.join(v.name for v in variants)}), "
-          f"{len(scenario.workloads)} workloads")
+          f"{plural(len(variants), 'variant')} ({', '.join(v.name for v in variants)}), "
+          f"{plural(len(scenario.workloads), 'workload')}")
     return ExitCode.OK
 
 
@@ -71,11 +83,17 @@ def cmd_run(args) -> int:
     from harness.shard import select_run_variants
 
     scenario = _load_scenario_or_exit(args.scenario)
+    if scenario.server.backend == "sim" and not args.dry_run:
+        require_extra("sim", "harness run with backend: sim")
+    write_report = not args.no_report and not args.dry_run
+    if write_report and (gone := _missing_report_extra()):
+        print(f"harness: no report at the end of this run: {gone}", file=sys.stderr)
+        write_report = False
     options = runner.RunOptions(
         results_dir=Path(args.results_dir),
         only=args.only,
         preflight_mode=args.preflight,
-        write_report=not args.no_report,
+        write_report=write_report,
         reports_dir=Path(args.reports_dir),
         shard=_parse_shard(args.shard),
         live_progress=None,
@@ -103,6 +121,14 @@ def cmd_run(args) -> int:
     except ValueError as exc:  # e.g. --only naming no variant, a resume refused, a run locked
         return _bad(str(exc))
     return _report_run(outcome, args)
+
+
+def _missing_report_extra() -> str | None:
+    try:
+        require_extra("report", "the HTML report")
+    except MissingExtra as exc:
+        return str(exc)
+    return None
 
 
 def _report_run(outcome, args) -> int:
@@ -147,19 +173,22 @@ def cmd_merge(args) -> int:
     return ExitCode.OK
 
 
-def _delegate(module: str):
-    """A subcommand whose whole job lives in ``module.cli_main(args) -> int``."""
+def _delegate(module: str, *extras: str):
+    """A subcommand whose whole job lives in ``module.cli_main(args) -> int``; ``extras``: the
+    optional extras it needs (checked before the module is imported: one line, exit 2)."""
 
     def run(args) -> int:
         import importlib
 
+        for extra in extras:
+            require_extra(extra, f"harness {args.command}")
         return importlib.import_module(module).cli_main(args)
 
     return run
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="harness", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="harness", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("--version", action="version", version=f"harness {__version__}")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -184,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="write the self-contained HTML report of a run")
     s.add_argument("run", help="run folder (results/<scenario>/<run_id>)")
     s.add_argument("--reports-dir", default="reports", help="where reports go (default: reports)")
-    s.set_defaults(func=_delegate("harness.report.html"))
+    s.set_defaults(func=_delegate("harness.report.html", "report"))
 
     s = sub.add_parser("compare", help="compare a run with a baseline run; exit 1 on a regression")
     s.add_argument("run", help="candidate run folder")
@@ -193,16 +222,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
     s.add_argument("--markdown", metavar="FILE", help="write a Markdown summary here "
                    "(also appended to $GITHUB_STEP_SUMMARY when set)")
-    s.set_defaults(func=_delegate("harness.commands.compare"))
+    s.set_defaults(func=_delegate("harness.commands.compare", "stats"))
 
     s = sub.add_parser("history", help="trend page of a scenario's runs, with change points")
     s.add_argument("scenario", help="scenario name (or its YAML file)")
     s.add_argument("--results-dir", default="results")
     s.add_argument("--reports-dir", default="reports")
-    s.set_defaults(func=_delegate("harness.commands.history"))
+    s.set_defaults(func=_delegate("harness.commands.history", "report"))
 
-    s = sub.add_parser("load", help="print a run's requests and samples as pandas tables")
+    s = sub.add_parser("load", help="a run's tables (requests, samples, quality, parity, summaries): print "
+                       "their shapes and heads, or write them as CSV or Parquet files")
     s.add_argument("run", help="run folder")
+    s.add_argument("--csv", metavar="DIR", help="write each table as DIR/<table>.csv")
+    s.add_argument("--parquet", metavar="DIR", help="write each table as DIR/<table>.parquet (needs pyarrow)")
     s.set_defaults(func=_delegate("harness.commands.load"))
 
     s = sub.add_parser("merge", help="combine shard runs of one scenario into one run folder")
@@ -223,8 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# Subcommands whose own argument parser takes every argument after the name.
-_PASSTHROUGH = {"sim": ("harness.sim.cli", "main"), "probe": ("harness.probe.cli", "main")}
+# Subcommands whose own argument parser takes every argument after the name: (module, function,
+# the extra it needs).
+_PASSTHROUGH = {"sim": ("harness.sim.cli", "main", "sim"), "probe": ("harness.probe.cli", "main", None)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,7 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in _PASSTHROUGH:
         import importlib
 
-        module, func = _PASSTHROUGH[argv[0]]
+        module, func, extra = _PASSTHROUGH[argv[0]]
+        if extra is not None and argv[1:] not in (["-h"], ["--help"]):
+            try:
+                require_extra(extra, f"harness {argv[0]}")
+            except MissingExtra as exc:
+                print(exc, file=sys.stderr)
+                return ExitCode.BAD_INPUT
         return getattr(importlib.import_module(module), func)(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -240,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.func(args)
+    except MissingExtra as exc:  # an optional extra this command needs: one line, never a traceback
+        print(exc, file=sys.stderr)
+        return ExitCode.BAD_INPUT
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else ExitCode.BAD_INPUT
     except KeyboardInterrupt:

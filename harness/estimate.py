@@ -44,7 +44,7 @@ included): a working set W with P < W <= H, or quality churn with P < churn + L 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from harness import logscan
@@ -122,6 +122,12 @@ class WorkEstimate:
     decode_s: float | None  # None: no decode speed given
     working_set_tokens: int | None = None
     warnings: tuple[str, ...] = ()
+    churn_requests: int = 0  # of ``requests``: the quality arm's churn, sent but never recorded
+
+    @property
+    def recorded_requests(self) -> int:
+        """The rows it appends to requests.jsonl / quality.jsonl (the churn is not recorded)."""
+        return self.requests - self.churn_requests
 
 
 def _sum(values: Iterable[int | float | None]) -> Any:
@@ -660,8 +666,9 @@ def _quality(q: Any, c: _Ctx, baseline: bool, write_policy: str | None) -> WorkE
     if passes == 2 and churn.control_start:  # one churn before the control pass
         sent, computed, expected = sent + churn.tokens, computed + churn.tokens, expected + churn.tokens
         requests += churn.requests
-    return _est("quality", "quality", requests, sent, computed, expected, n_asks * q.max_new_tokens, dec, warn,
-                churn.tokens + longest - q.max_new_tokens)
+    est = _est("quality", "quality", requests, sent, computed, expected, n_asks * q.max_new_tokens, dec, warn,
+               churn.tokens + longest - q.max_new_tokens)
+    return replace(est, churn_requests=requests - n_asks)
 
 
 # ----------------------------------------------------------------------------- the run
@@ -775,5 +782,37 @@ def estimate_run(
                        notes=tuple(notes))
 
 
+def request_counts(scenario: Any, variants: Sequence[Any] | None = None, *,
+                   gpu_pool_tokens: int | None = None) -> dict[str, int]:
+    """{variant: the requests it will record} (rows of requests.jsonl and quality.jsonl, all
+    repeats, warm-ups included; the quality arm's churn is not recorded) of a loaded `Scenario`,
+    before anything starts; needs no speeds. A variant expected to fail at startup records none;
+    one without workloads records the smoke request. Where a count depends on a GPU pool that is
+    unknown before launch (repeat_prefill's eviction filler), those requests are not counted:
+    the count is then a lower bound. The console's progress line shows done/total from it."""
+    out: dict[str, int] = {}
+    repeats = int(scenario.repeats)
+    q = scenario.quality
+    for v in (scenario.expand_variants() if variants is None else variants):
+        if v.expect == "startup_failed":
+            out[v.name] = 0
+            continue
+        if not scenario.workloads:
+            n = 1
+        else:
+            shape, note = _shape_of(v)
+            pool = variant_pool(scenario, v, gpu_pool_tokens=gpu_pool_tokens, shape=shape, shape_note=note)
+            c = _Ctx(pool, v.hicache is not None, bool(shape is not None and shape.is_hybrid), repeats, None)
+            n = sum(_workload(w, c).recorded_requests for w in scenario.workloads)
+        if q.enabled:
+            shape, note = _shape_of(v)
+            pool = variant_pool(scenario, v, gpu_pool_tokens=gpu_pool_tokens, shape=shape, shape_note=note)
+            c = _Ctx(pool, v.hicache is not None, bool(shape is not None and shape.is_hybrid), repeats, None)
+            n += _quality(q, c, baseline=v.name == q.baseline_variant,
+                          write_policy=v.hicache.write_policy if v.hicache is not None else None).recorded_requests
+        out[v.name] = n
+    return out
+
+
 __all__ = ["PoolEstimate", "RunEstimate", "VariantEstimate", "WorkEstimate", "churn_chunks", "estimate_run",
-           "predict_gpu_pool_tokens", "variant_pool"]
+           "predict_gpu_pool_tokens", "request_counts", "variant_pool"]

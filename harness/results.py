@@ -71,12 +71,23 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() gives a new file (mkstemp's are 0600): readable per umask
+
+
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new content, never a mix."""
+    """Write ``text`` to ``path`` so that readers see the old or the new content, never a mix.
+    The file gets the mode ``open()`` would give it (0666 less the umask at import), not 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

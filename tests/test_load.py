@@ -54,6 +54,6 @@ def test_load_command(golden_run, tmp_path, capsys):
     req, _ = load_frames(run)
     assert cli_main(Namespace(run=str(run))) == 0
     out = capsys.readouterr().out
-    assert f"requests: {len(req)} rows" in out and "from harness.frames import load_frames" in out
+    assert f"requests: {len(req)} rows" in out and "from harness.api import load_run" in out
     assert cli_main(Namespace(run=str(tmp_path / "missing"))) == 2
     assert "missing" in capsys.readouterr().err
