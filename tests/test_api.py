@@ -157,3 +157,48 @@ def test_the_example_notebook_runs_against_the_golden_run(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "second_pass_speedup" in r.stdout
+
+
+def test_github_annotations_point_at_the_scenario_lines(golden_run):
+    """.github/scripts/annotate.py: a regression, a failed expectation and a failing variant of a
+    comparison.json become ::error lines at the scenario lines that declare them."""
+    run = golden_run("healthy")
+    manifest = json.loads((run / "manifest.json").read_text())
+    text = manifest["scenario"]["text"]
+    check = next(c for c in ("on-r2: parallel_prefixes.second_pass_speedup >= 1.1",) if c in text)
+    comparison = {
+        "verdict": "FAIL", "simulated": True, "candidate": {"run_id": "healthy"}, "baseline": None, "reasons": [],
+        "metrics": [{"variant": "on-r2", "workload": "parallel_prefixes", "phase": "pass2", "metric": "ttft_ms",
+                     "unit": "ms", "higher_is_better": False, "baseline_p50": 10.0, "candidate_p50": 15.0,
+                     "n_baseline": 9, "n_candidate": 9, "change": 0.5, "threshold": 0.05, "test": "mann_whitney",
+                     "p_value": 0.001, "state": "regression", "note": ""},
+                    {"variant": "off", "workload": "decode", "phase": "decode", "metric": "tpot_ms", "unit": "ms",
+                     "higher_is_better": False, "baseline_p50": 1.0, "candidate_p50": 1.0, "n_baseline": 3,
+                     "n_candidate": 3, "change": 0.0, "threshold": 0.05, "test": "welch_t_log", "p_value": 0.9,
+                     "state": "unchanged", "note": ""}],
+        "variants": [{"variant": "off", "baseline_state": "ok", "candidate_state": "failed", "state": "introduced_failure",
+                      "note": "server died"}],
+        "expectations": [{"check": check, "variant": "on-r2", "metric": "parallel_prefixes.second_pass_speedup",
+                          "op": ">=", "actual": 0.9, "outcome": "fail", "failed": True, "reason": "0.9 >= 1.1 is false"}],
+    }
+    (run / "comparison.json").write_text(json.dumps(comparison))
+    r = subprocess.run([sys.executable, str(ROOT / ".github" / "scripts" / "annotate.py"), str(run)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert len(out) == 3, out
+    scenario_file = manifest["scenario"]["path"]
+    lines = text.splitlines()
+    regression, expectation, variant = out
+    assert regression.startswith(f"::error file={scenario_file},line=") and "parallel_prefixes.pass2.ttft_ms" in regression
+    line = int(regression.split("line=")[1].split(",")[0])
+    assert "parallel_prefixes" in lines[line - 1]
+    assert "title=regression%3A on-r2 ttft_ms [SIMULATED]" in regression and "+50.0%" in regression
+    line = int(expectation.split("line=")[1].split(",")[0])
+    assert check in lines[line - 1]
+    line = int(variant.split("line=")[1].split(",")[0])
+    assert "name: off" in lines[line - 1] and "introduced_failure" in variant
+    (run / "comparison.json").unlink()
+    r = subprocess.run([sys.executable, str(ROOT / ".github" / "scripts" / "annotate.py"), str(run)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("::warning::no comparison to annotate")
