@@ -115,8 +115,8 @@ class Progress:
         self._stop.set()
         self._thread.join(timeout=2)
         with self._lock:
-            if self.live:
-                self.stream.write("\n")
+            if self.live:  # the status line goes; the notes (outcomes) stay
+                self.stream.write("\r\x1b[2K")
                 self.stream.flush()
             self._close_group_locked()
 
