@@ -2,7 +2,10 @@
 
 The report reads run folders only, so these tests read the golden runs (`golden_run` in
 conftest: tests/golden/runs/{healthy,regressed,merged,interrupted}, simulated runs with every
-workload kind) instead of starting servers. The Chromium tests skip with a reason when no
+workload kind) instead of starting servers; a situation the golden runs lack (a parity FAIL, a GPU
+selection, per-repeat derived figures, damaged files) is made by editing a copy's files. The
+banner states `judge_run`'s verdict; the quality section sets ON-vs-OFF next to the OFF-vs-OFF
+control; a delta is coloured only when significant. The Chromium tests skip with a reason when no
 chromium binary is installed (`.ci/run` installs Debian's `chromium`).
 """
 
@@ -24,8 +27,9 @@ import harness.workloads
 from harness import results
 from harness.report.header import header
 from harness.report.html import SECTIONS, write_report
-from harness.report.tables import hicache_table
+from harness.report.tables import delta, delta_test, hicache_table
 from harness.report.view import RunView, load_view
+from harness.run_products import judge_run
 from harness.workloads import kinds
 
 GOLDEN_EXPECTED = Path(__file__).parent / "golden" / "expected"
@@ -84,7 +88,7 @@ def test_report_layout_and_sections(healthy_report):
     # the failed variant appears as a failure, never as numbers, with its log excerpt
     assert "startup_failed: host_memory" in html
     assert "ValueError: Not enough host memory available. Requesting 200.00 GB" in html
-    assert '<span class="verdict PASS">PASS</span>' in html
+    assert banner_of(html) == ("PASS", [])
     pngs = inline_pngs(html)
     assert len(pngs) >= 8
     for png in pngs:
@@ -167,26 +171,325 @@ def test_report_cli_bad_input(tmp_path, capsys):
 def test_report_shows_a_comparison(golden_run, tmp_path):
     run = golden_run("healthy")
     shutil.copy(GOLDEN_EXPECTED / "healthy_vs_healthy.comparison.json", run / "comparison.json")
+    comparison = json.loads((run / "comparison.json").read_text())
     html = write_report(run, tmp_path / "reports").read_text()
-    assert "all compared metrics unchanged" in html and "No comparison yet" not in html
+    assert "No comparison yet" not in html
+    section = html[html.index('<section id="comparison"'):]
+    shown = [m for m in comparison["metrics"] if m["state"] != "unchanged"]
+    rows = re.findall(r'<tr><td class="label">[^<]*</td><td class="label">[^<]*/[^<]*</td>', section)
+    assert len(rows) == len(shown) and (shown or "all compared metrics unchanged" in section)
 
 
-def test_regressed_run_fails_on_its_comparison(golden_run, tmp_path):
+def banner_of(html: str) -> tuple[str, list[str]]:
+    """(the banner's run verdict, its reason lines) as the page states them."""
+    outcome = re.search(r'id="run-verdict">([A-Z_]+)<', html).group(1)
+    ul = re.search(r'<ul id="verdict-reasons">(.*?)</ul>', html, re.DOTALL)
+    reasons = re.findall(r"<li>(.*?)</li>", ul.group(1)) if ul else []
+    return outcome, [r.replace("&lt;", "<").replace("&gt;", ">").replace("&#39;", "'").replace("&amp;", "&")
+                     for r in reasons]
+
+
+def judged(run: Path) -> tuple[str, list[str]]:
+    v = judge_run(run)
+    return v.outcome.value, [r.line() for r in v.reasons]
+
+
+@pytest.mark.parametrize("name", ["healthy", "regressed", "interrupted"])
+def test_the_banner_states_judge_runs_verdict(golden_run, tmp_path, name):
+    run = golden_run(name)
+    if name == "regressed":
+        shutil.copy(GOLDEN_EXPECTED / "regressed_vs_healthy.comparison.json", run / "comparison.json")
+    html = write_report(run, tmp_path / "reports").read_text()
+    assert banner_of(html) == judged(run)
+    # each variant's outcome; an expected failure neutral, never red
+    for v in judge_run(run).variants:
+        css = {"EXPECTED_FAILURE": "EXPECTED"}.get(v.outcome.value, v.outcome.value)
+        assert re.search(rf'<span class="verdict small {css}"[^>]*>{v.outcome.value}</span> {v.variant}', html), v
+
+
+def test_the_comparison_verdict_is_shown_beside_the_run_verdict(golden_run, tmp_path):
     run = golden_run("regressed")
     shutil.copy(GOLDEN_EXPECTED / "regressed_vs_healthy.comparison.json", run / "comparison.json")
+    stored = json.loads((run / "comparison.json").read_text())["verdict"]
     html = write_report(run, tmp_path / "reports").read_text()
-    assert '<span class="verdict FAIL">FAIL</span>' in html
-    assert "regression against the baseline run (see Comparison)" in html
-    assert '<td class="fail">regression</td>' in html
+    # the run's own verdict (within-run rules) stays judge_run's; the comparison's is labelled as such
+    assert banner_of(html) == judged(run)
+    assert re.search(rf'id="comparison-verdict">{stored}</span> <b>comparison verdict</b> against healthy', html)
+
+
+@pytest.mark.parametrize("verdict, css", [("regression", "FAIL"), ("FAIL", "FAIL"), ("pass", "PASS"),
+                                          ("PASS", "PASS"), ("INCONCLUSIVE", "INCONCLUSIVE"),
+                                          ("no_baseline", "EXPECTED")])
+def test_a_comparison_verdict_is_coloured_by_what_it_says(golden_run, tmp_path, verdict, css):
+    run = golden_run("regressed")
+    comparison = json.loads((GOLDEN_EXPECTED / "regressed_vs_healthy.comparison.json").read_text())
+    comparison.update(verdict=verdict, reasons=[f"on-r2: reason {i}" for i in range(7)])
+    (run / "comparison.json").write_text(json.dumps(comparison))
+    html = write_report(run, tmp_path / "reports").read_text()
+    assert banner_of(html) == judged(run) == ("PASS", [])
+    assert f'<span class="verdict small {css}" id="comparison-verdict">{verdict}</span>' in html
+    listed = re.search(r'<ul class="muted" id="comparison-reasons">(.*?)</ul>', html).group(1)
+    assert re.findall(r"<li>(.*?)</li>", listed) == [f"comparison: on-r2: reason {i}" for i in range(5)] + [
+        "comparison: (+2 more)"]
 
 
 def test_interrupted_run_reports_what_it_has(golden_run, tmp_path):
-    html = write_report(golden_run("interrupted"), tmp_path / "reports").read_text()
-    assert '<span class="verdict INTERRUPTED">INTERRUPTED</span>' in html
-    assert "the run did not finish" in html
+    run = golden_run("interrupted")
+    html = write_report(run, tmp_path / "reports").read_text()
+    assert banner_of(html) == ("INTERRUPTED", ["on-r2: stopped by a signal",
+                                               "on-200gb: not reached: the run was interrupted"])
     # on-r2 stopped mid-workload: a failure in every HiCache cell, its samples until it stopped
     assert '<td class="fail">interrupted</td>' in html
     assert "samples until it stopped" in html
+    assert '<td class="fail">not_run: not reached: the run was interrupted</td>' in html
+
+
+def test_a_stored_verdict_that_disagrees_is_named(golden_run, tmp_path):
+    run = golden_run("healthy")
+    (run / "verdict.json").write_text(json.dumps({"schema_version": 1, "outcome": "FAIL", "reasons": []}))
+    html = write_report(run, tmp_path / "reports").read_text()
+    assert banner_of(html) == ("PASS", [])
+    assert "verdict.json, written by the run, states FAIL; the rules of this harness give PASS" in html
+    (run / "verdict.json").write_text(json.dumps({"schema_version": 1, "outcome": "PASS", "reasons": []}))
+    assert "verdict.json, written by the run" not in write_report(run, tmp_path / "reports").read_text()
+
+
+# -- quality: the control next to ON ----------------------------------------------------------
+
+FLOOR_FAIL = {
+    "test": "paired sign test (exact binomial, one-sided): ON-vs-OFF vs OFF-vs-OFF per (sample, ask)",
+    "alpha": 0.01, "min_keys": 7, "keys": 20, "on_worse": 14, "control_worse": 1, "ties": 5,
+    "p_value": 0.000488, "significant": True, "worse_keys": [],
+    "on": {"pairs": 20, "differing": 15, "token_equal": 5, "tie_flips": 1, "divergences": 14, "outside_topk": 11,
+           "first_divergence_median": 2, "first_divergence_min": 0, "dlogprob_median": 0.41, "dlogprob_max": 3.7},
+    "control": {"pairs": 20, "differing": 2, "token_equal": 18, "tie_flips": 2, "divergences": 0, "outside_topk": 0,
+                "first_divergence_median": 17, "first_divergence_min": 9, "dlogprob_median": 0.0, "dlogprob_max": 0.02},
+}
+FAIL_REASON = ("paired sign test over 20 (sample, ask) keys: ON further from OFF in 14, control further in 1, "
+               "tied 5; p=0.000488 (alpha 0.01); differing pairs ON 15/20 vs control 2/20")
+
+
+def _set_parity(run: Path, verdict: str, reason: str, floor: dict | None, group_verdict: str | None = None) -> None:
+    """Rewrite on-r2's summary parity as the run's parity step would have stored it."""
+    path = run / "on-r2" / "summary.json"
+    s = json.loads(path.read_text())
+    p = s["quality"]["parity"]
+    p.update(verdict=verdict, reason=reason, floor=floor, alpha=0.01)
+    for i, g in enumerate(p["groups"]):
+        g.update(verdict=group_verdict or verdict, pairs=10, token_equal=10 - 7 - i, control_pairs=10,
+                 control_differing=1 + i, control_worst="tie_flip", on_worse=7 - i, control_worse=i, p_value=0.0078 + i)
+    path.write_text(json.dumps(s))
+
+
+def test_a_parity_fail_fails_the_banner_and_shows_the_control_next_to_on(golden_run, tmp_path):
+    run = golden_run("healthy")
+    _set_parity(run, "FAIL", FAIL_REASON, FLOOR_FAIL)
+    html = write_report(run, tmp_path / "reports").read_text()
+    outcome, reasons = banner_of(html)
+    assert (outcome, reasons) == judged(run) and outcome == "FAIL"
+    assert reasons == [f"on-r2: quality parity FAIL: {FAIL_REASON}"]
+    q = html[html.index('<section id="quality"'):html.index('<section id="failures"')]
+    assert '<span class="bad parity-verdict">FAIL</span>' in q
+    # the spreads side by side: (label, ON vs OFF, OFF vs OFF)
+    rows = {label: (on, ctl) for label, on, ctl in
+            re.findall(r'<tr><td class="label">([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td></tr>', q)}
+    assert "<th>ON vs OFF</th><th>OFF vs OFF (control)</th>" in q
+    assert rows["pairs that differ"] == ("15", "2") and rows["divergences"] == ("14", "0")
+    assert rows["first divergence, median"] == ("2", "17") and rows["|Δlogprob|, max"] == ("3.7", "0.02")
+    # the test: its name, n per arm, p against alpha
+    assert "<b>test:</b> paired sign test (exact binomial, one-sided)" in q
+    assert "n ON 20, control 20" in q and "<b>p = 0.000488</b> (alpha 0.01): significant" in q
+    assert "ON further from OFF in 14, control further in 1, tied 5" in q
+    # per group: ON-vs-OFF differing next to the control's, keys each way, the group's p, its reason
+    assert re.search(r'<td class="bad">FAIL</td><td>7 / 10</td><td>1 / 10</td><td>tie_flip</td><td>7 / 0</td>'
+                     r'<td>0.0078</td>', q)
+    assert "token-equal" in q  # the group's reason, read from parity.json (the summary does not keep it)
+    # the HiCache table's parity cell is red
+    assert '<td class="bad">FAIL</td>' in html[html.index('<section id="hicache"'):html.index('<section id="memory"')]
+
+
+@pytest.mark.parametrize("verdict", ["INCONCLUSIVE", "NOT_EXERCISED"])
+def test_a_parity_that_cannot_tell_is_neither_green_nor_red(golden_run, tmp_path, verdict):
+    run = golden_run("healthy")
+    floor = {**FLOOR_FAIL, "keys": 4, "on_worse": 2, "control_worse": 1, "ties": 1, "p_value": 0.5, "significant": False}
+    _set_parity(run, verdict, "fewer than 7 paired host-hit keys", floor)
+    html = write_report(run, tmp_path / "reports").read_text()
+    assert banner_of(html) == judged(run)
+    assert banner_of(html)[0] == "INCONCLUSIVE"
+    q = html[html.index('<section id="quality"'):html.index('<section id="failures"')]
+    assert f'<span class="unknown parity-verdict">{verdict}</span> <span class="muted">(cannot tell)</span>' in q
+    assert f'<td class="unknown">{verdict}</td>' in q
+    hicache = html[html.index('<section id="hicache"'):html.index('<section id="memory"')]
+    assert f'<td class="unknown">{verdict}<br><span class="sub">cannot tell</span></td>' in hicache
+    assert "good" not in re.search(r'<tr><td class="label">quality parity</td>.*?</tr>', hicache).group(0)
+
+
+def test_a_parity_without_control_figures_says_so(golden_run, tmp_path):
+    """The golden runs' summaries predate the control's figures: the page says they are absent."""
+    html = write_report(golden_run("healthy"), tmp_path / "reports").read_text()
+    assert "This run's parity has no control figures" in html
+
+
+# -- deltas: coloured only when significant, n shown ------------------------------------------
+
+def test_delta_test_picks_its_test_by_n():
+    rng = __import__("numpy").random.default_rng(1)
+    a, b = rng.normal(10, 1, 8), rng.normal(20, 1, 8)
+    t = delta_test(a, b)
+    assert (t.test, t.n_base, t.n, t.significant) == ("mann_whitney", 8, 8, True) and t.p_value < 0.01
+    t = delta_test(a, rng.normal(10, 1, 8))
+    assert t.test == "mann_whitney" and t.significant is False
+    t = delta_test([10, 11, 12], [20, 21, 22, 23])  # 3-5 a side: bootstrap CI of the median difference
+    assert t.test == "bootstrap" and t.significant is True and t.ci[0] > 0
+    t = delta_test([10, 20, 30], [11, 21, 31])
+    assert t.test == "bootstrap" and t.significant is False and t.ci[0] < 0 < t.ci[1]
+    assert delta_test([1, 2], [5, 6, 7]).significant is None  # too few: no test
+    assert delta_test([5.0] * 7, [5.0] * 7).significant is False
+    assert delta_test([1, 2, float("nan")], [5, 6, 7]).n_base == 2  # NaN is not a value
+    # the colour follows the test
+    assert delta(12.0, 10.0, True, True) == ("+20.0%", "good")
+    assert delta(12.0, 10.0, True, False) == ("+20.0%", "ns")
+    assert delta(12.0, 10.0, True, None) == ("+20.0%", "")
+    assert delta(10.05, 10.0, True, True) == ("+0.5%", "")  # under 1 %
+
+
+def test_mann_whitney_without_scipy_is_scipys_normal_approximation(monkeypatch):
+    """A report-only install (no [stats] extra) runs the same test, approximated as scipy does."""
+    import sys
+
+    import numpy as np
+    from scipy.stats import mannwhitneyu
+
+    from harness.report.tables import mann_whitney_p
+
+    rng = np.random.default_rng(3)
+    cases = [(np.round(rng.normal(10, 2, 9), 1), np.round(rng.normal(11, 2, 14), 1)) for _ in range(5)]
+    cases.append((np.arange(8.0), np.arange(8.0) + 20))
+    want = [float(mannwhitneyu(c, b, alternative="two-sided", method="asymptotic").pvalue) for b, c in cases]
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # import scipy.stats raises ImportError
+    got = [mann_whitney_p(b, c) for b, c in cases]
+    assert got == pytest.approx(want, rel=1e-9) and got[-1] < 0.01
+
+
+def _cell_html(html: str, label: str, variant_index: int) -> str:
+    row = re.search(rf'<tr><td class="label">{re.escape(label)}</td>(.*?)</tr>', html, re.DOTALL).group(1)
+    return re.findall(r"<td[^>]*>.*?</td>", row, re.DOTALL)[1 + variant_index]
+
+
+def test_a_non_significant_delta_is_grey_and_says_n(golden_run, tmp_path):
+    """healthy: on-r2's short TTFT alone is +112 % (the old rule coloured it red), but 9 vs 9
+    requests do not differ significantly."""
+    run = golden_run("healthy")
+    cell = next(c for c in hicache_table(load_view(run))[0] if c.label == "short TTFT alone").cells[1]
+    assert cell.delta.startswith("+") and abs(float(cell.delta[:-1])) > 50
+    assert cell.css == "ns" and cell.sub == "n=9/9 · n.s." and "Mann-Whitney U" in cell.title
+    html = write_report(run, tmp_path / "reports").read_text()
+    td = _cell_html(html, "short TTFT alone", 1)
+    assert td.startswith('<td class="ns" title="not significant: Mann-Whitney U, two-sided p=')
+    assert "n off=9 reqs, on-r2=9 reqs" in td or "n off=9 req, on-r2=9 req" in td
+    assert '<span class="sub">n=9/9 · n.s.</span>' in td
+
+
+def test_a_significant_delta_is_coloured_and_says_n(golden_run, tmp_path):
+    """regressed: on-r2's pass 2 wall is 60 % shorter than off's, 3 passes against 3, none overlapping."""
+    run = golden_run("regressed")
+    html = write_report(run, tmp_path / "reports").read_text()
+    td = _cell_html(html, "parallel prefixes pass 2 wall", 1)
+    assert td.startswith('<td class="good" title="significant: bootstrap 95% CI of the median difference')
+    assert "n off=3 groups, on-r2=3 groups" in td and '<span class="sub">n=3/3</span>' in td
+    # a figure with one value per run is never coloured, and says so
+    td = _cell_html(html, "second-pass speedup", 1)
+    assert td.startswith('<td class="" title="not tested: no test: 1 vs 1 values') and "n=1/1 · no test" in td
+
+
+def _set_repeats(run: Path, name: str, workload: str, figure: str, values: list[float]) -> None:
+    path = run / name / "summary.json"
+    s = json.loads(path.read_text())
+    s["workloads"][workload]["derived_by_repeat"] = {figure: values}
+    s["workloads"][workload]["derived"][figure] = sorted(values)[len(values) // 2]
+    path.write_text(json.dumps(s))
+
+
+@pytest.mark.parametrize("off, on, css", [([1.0, 1.1, 0.9], [4.0, 4.2, 3.9], "good"),
+                                          ([1.0, 1.1, 0.9], [0.5, 0.4, 0.45], "bad"),
+                                          ([1.0, 4.1, 0.9], [4.0, 1.2, 3.9], "ns"),
+                                          ([1.0, 1.1], [4.0, 4.2], "")])
+def test_a_derived_figure_is_judged_on_its_repeats(golden_run, off, on, css):
+    run = golden_run("healthy")
+    wl = "parallel_prefixes"
+    _set_repeats(run, "off", wl, "second_pass_speedup", off)
+    _set_repeats(run, "on-r2", wl, "second_pass_speedup", on)
+    cell = next(r for r in hicache_table(load_view(run))[0] if r.label == "second-pass speedup").cells[1]
+    assert cell.css == css and cell.sub.startswith(f"n={len(off)}/{len(on)}")
+    assert f"{len(on)} repeats" in cell.title
+
+
+def test_the_baseline_of_a_host_tier_figure_is_labelled_no_hicache(golden_run):
+    rows = {r.label: r for r in hicache_table(load_view(golden_run("healthy")))[0]}
+    for label in ("second-pass speedup", "parallel prefixes pass 2 wall", "repeat speedup, host hit"):
+        off = rows[label].cells[0]
+        assert off.sub.endswith("no HiCache: baseline") and "no-cache baseline" in off.title, label
+    for label in ("repeat speedup, device hit", "parallel prefixes pass 1 wall", "short TTFT alone"):
+        assert rows[label].cells[0].sub.endswith(" · baseline"), label
+
+
+def test_an_expected_failure_is_neutral_in_the_tables(golden_run, tmp_path):
+    html = write_report(golden_run("healthy"), tmp_path / "reports").read_text()
+    hicache = html[html.index('<section id="hicache"'):html.index('<section id="memory"')]
+    assert '<td class="expected" title="failed as the scenario declared">startup_failed: host_memory</td>' in hicache
+    assert '<td class="fail">startup_failed' not in hicache
+
+
+def test_the_gpu_memory_series_names_the_gpus_sampled(golden_run, tmp_path):
+    run = golden_run("healthy")
+    how = "CUDA_VISIBLE_DEVICES=2,3 → NVML [2, 3]"
+    lines = (run / "off" / "samples.jsonl").read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        d = json.loads(line)
+        d["gpus"] = [{"index": 2, "mem_used_mib": 1000.0 + i}, {"index": 3, "mem_used_mib": 900.0}]
+        out.append(json.dumps(d))
+    (run / "off" / "samples.jsonl").write_text("\n".join(out) + "\n")
+    s = json.loads((run / "off" / "summary.json").read_text())
+    for ph in s["sampling"]["phases"].values():
+        ph.update(gpus_sampled=["2", "3"], gpu_selection={"indices": [2, 3], "method": "cuda_visible_devices", "how": how},
+                  peak_gpu_mem_used_mib={"2": 1100.0, "3": 900.0})
+    (run / "off" / "summary.json").write_text(json.dumps(s))
+    html = write_report(run, tmp_path / "reports").read_text()
+    assert f'<p class="muted gpu-label">GPU memory used (sum of GPUs 2, 3): {how}</p>' in html
+    assert "all GPUs" not in html
+    assert f'title="{how}">GPU2: 1.1, GPU3: 0.9</td>' in html
+
+
+# -- damaged files -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rel, text", [("manifest.json", "[1,2]"), ("on-r2/status.json", "[]"),
+                                       ("on-r2/summary.json", '"hello"'), ("expectations.json", "[]"),
+                                       ("manifest.json", '{"schema_version": 1, "variants": []}'),
+                                       ("on-r2/summary.json", '{"workloads": [1]}'),
+                                       ("on-r2/summary.json", '{"quality": {"parity": "PASS"}}')])
+def test_a_damaged_file_exits_2_naming_it(golden_run, tmp_path, capsys, rel, text):
+    from argparse import Namespace
+
+    from harness.report.html import cli_main
+
+    run = golden_run("healthy")
+    (run / rel).write_text(text)
+    assert cli_main(Namespace(run=str(run), reports_dir=str(tmp_path / "reports"))) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(run / rel) in err and "Traceback" not in err
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_missing_variant_folder_is_missing_never_a_pass(golden_run, tmp_path):
+    run = golden_run("healthy")
+    shutil.rmtree(run / "on-r2")
+    html = write_report(run, tmp_path / "reports").read_text()
+    assert banner_of(html) == judged(run) == ("FAIL", ["on-r2: did not run (state missing)"])
+    assert re.search(r'<span class="verdict small FAIL"[^>]*>FAIL</span> on-r2', html)
+    hicache = html[html.index('<section id="hicache"'):html.index('<section id="memory"')]
+    assert hicache.count('<td class="fail">missing: no variant folder</td>') == len(hicache_table(load_view(run))[0])
+    assert "<h3>on-r2: <span class=\"fail\">missing (no variant folder) — UNEXPECTED</span></h3>" in html
 
 
 def test_merged_run_has_the_table_of_a_single_run(golden_run):

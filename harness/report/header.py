@@ -1,17 +1,31 @@
 """The report's header section: the verdict banner, run identity, host fingerprint, platform
 probes, the variants.
 
-One job: shaping the manifest's and statuses' fields for the top of the page. The banner's
-verdict judges the run as a whole from stored states: declared expectations met or not, the
-within-run expectation results, a regression in comparison.json.
+One job: shaping the manifest's and statuses' fields for the top of the page. The banner states
+the run's one verdict, `harness.run_products.judge_run` over the stored files (the rules of
+`harness.verdict`, so an old run gets today's verdict and a new one the verdict its
+``verdict.json`` and exit code state), its reasons one per line, each variant's outcome
+(an expected failure neutral, never red), and a comparison's verdict beside it, labelled as the
+comparison's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from harness.report.formatting import KIB_PER_GIB, failure_text
+from harness.report.formatting import KIB_PER_GIB
 from harness.report.view import RunView
+from harness.run_products import judge_run
+from harness.verdict import RunVerdict
+
+# the css class of each outcome: green, red, grey, "cannot tell", neutral
+OUTCOME_CSS = {"PASS": "PASS", "FAIL": "FAIL", "INTERRUPTED": "INTERRUPTED", "INCONCLUSIVE": "INCONCLUSIVE",
+               "EXPECTED_FAILURE": "EXPECTED"}
+# comparison.json's verdict, in either vocabulary (pass | regression | no_baseline, or an outcome)
+COMPARISON_CSS = {"pass": "PASS", "regression": "FAIL", "no_baseline": "EXPECTED", "PASS": "PASS", "FAIL": "FAIL",
+                  "INCONCLUSIVE": "INCONCLUSIVE"}
+MAX_COMPARISON_REASONS = 5
 
 
 def probe_rows(probe: dict | None) -> list[tuple[str, str]]:
@@ -78,19 +92,43 @@ def variant_rows(view: RunView) -> list[dict]:
     return out
 
 
-def banner_verdict(view: RunView, expectations: list[dict]) -> tuple[str, list[str]]:
-    """(PASS | FAIL | INCOMPLETE | INTERRUPTED, reasons) of the run as a whole."""
-    reasons = []
-    if not view.complete:
-        return ("INTERRUPTED" if view.interrupted else "INCOMPLETE"), ["the run did not finish"]
-    for v in view.variants:
-        if v.status.get("expect_met") is False:
-            exp = v.status.get("expect")
-            cause = v.status.get("expect_cause")
-            reasons.append(f"{v.name}: {failure_text(v.status)} (expected {exp}{': ' + cause if cause else ''})")
-    for e in expectations:
-        if e.get("failed"):
-            reasons.append(f"expectation {e['check']} on {e['variant']}: {e['outcome']}")
-    if view.comparison and view.comparison.get("verdict") == "regression":
-        reasons.append("regression against the baseline run (see Comparison)")
-    return ("FAIL" if reasons else "PASS"), reasons
+def judged_expectations(view: RunView, evaluate) -> list[dict]:
+    """The within-run expectation rows the verdict is judged on: the run's expectations.json when
+    it has one (what ``harness run`` judged), none for an interrupted run without it (the run
+    judged none), else ``evaluate(run_dir)`` (an older run that never wrote the file)."""
+    if view.stored_expectations is not None:
+        return view.stored_expectations
+    if view.interrupted:
+        return []
+    return evaluate(view.root)
+
+
+def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
+    """The verdict banner: the run's outcome and reasons (`judge_run`), each variant's outcome, a
+    comparison's verdict (labelled as such) and notes (not finished; a stored verdict.json that
+    states another outcome than today's rules)."""
+    verdict: RunVerdict = judge_run(view.root, list(expectation_rows))
+    variants = [{"variant": v.variant, "outcome": v.outcome.value, "css": OUTCOME_CSS[v.outcome.value],
+                 "reasons": [r.text for r in v.reasons]} for v in verdict.variants]
+    notes = []
+    if not view.complete and not view.interrupted:
+        notes.append("the run has no COMPLETE marker: it did not finish (or is still running)")
+    stored = (view.stored_verdict or {}).get("outcome")
+    if stored is not None and stored != verdict.outcome.value:
+        notes.append(f"verdict.json, written by the run, states {stored}; the rules of this harness "
+                     f"give {verdict.outcome.value} from the same files")
+    comparison = None
+    c = view.comparison
+    if c:
+        base = c.get("baseline") or {}
+        counts = c.get("counts") or {}
+        reasons = [str(r) for r in c.get("reasons") or []] if isinstance(c.get("reasons"), list) else []
+        more = len(reasons) - MAX_COMPARISON_REASONS
+        comparison = {"verdict": str(c.get("verdict")), "css": COMPARISON_CSS.get(c.get("verdict"), "EXPECTED"),
+                      "baseline": base.get("run_id") if isinstance(base, dict) else None,
+                      "counts": ", ".join(f"{k} {v}" for k, v in counts.items() if v) if isinstance(counts, dict) else "",
+                      "reasons": reasons[:MAX_COMPARISON_REASONS] + ([f"(+{more} more)"] if more > 0 else [])}
+    return {"outcome": verdict.outcome.value, "css": OUTCOME_CSS[verdict.outcome.value],
+            "exit_code": int(verdict.exit_code), "reasons": [r.line() for r in verdict.reasons],
+            "variants": variants, "comparison": comparison, "notes": notes,
+            "simulated": bool(view.manifest.get("simulated"))}

@@ -23,7 +23,7 @@ from harness import results
 from harness.report import plots as P
 from harness.report.failures import failures
 from harness.report.formatting import failure_text, fmt_num
-from harness.report.header import banner_verdict, header, probe_rows, variant_rows
+from harness.report.header import banner, header, judged_expectations, probe_rows, variant_rows
 from harness.report.quality_view import parity_groups, worst_samples
 from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
 from harness.report.tables import hicache_table, load_back, memory_table
@@ -82,17 +82,16 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     from harness.expectations import evaluate_run_expectations
 
     view = load_view(run_dir)
-    expectations = evaluate_run_expectations(run_dir)
-    verdict, reasons = banner_verdict(view, expectations)
+    expectations = judged_expectations(view, evaluate_run_expectations)
     hicache_rows, base = hicache_table(view)
-    report_dir = Path(reports_dir) / results.safe_name(view.manifest["scenario"]["name"]) / results.safe_name(view.root.name)
+    report_dir = report_dir_of(view.manifest, view.root, reports_dir)
 
     figures_ts = []
     for n in view.names:
         ts = timeseries(view, n)
         figures_ts.append({"variant": n, "state": failure_text(view.status(n)),
                            "png": _timeseries_fig(ts, small=not view.ok(n)) if ts else None,
-                           "ok": view.ok(n),
+                           "ok": view.ok(n), "gpu": (ts["gpu_label"], ts["gpu_how"]) if ts and ts["has_gpu"] else None,
                            "n_samples": ts["n_samples"] if ts else 0})
     ttft = []
     ok_names = [n for n in view.names if not view.requests[n].empty]
@@ -114,7 +113,8 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
             load_backs.append({"variant": n, **load_back(view, n)})
     csv = view.root / "summary.csv"
     return {
-        "h": header(view), "verdict": verdict, "verdict_reasons": reasons, "complete": view.complete,
+        "h": header(view), "banner": banner(view, expectations), "complete": view.complete,
+        "interrupted": view.interrupted,
         "variants": variant_rows(view), "names": view.names, "probe": probe_rows(view.probe),
         "hicache_rows": hicache_rows, "baseline": base, "memory_rows": memory_table(view),
         "timeseries": figures_ts, "ttft": ttft, "walls_png": walls_png, "hits": hits,
@@ -122,6 +122,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         "comparison": view.comparison, "expectations": expectations, "load_back": load_backs,
         "summary_csv": relpath(csv, report_dir) if csv.exists() else None,
         "run_path": str(view.root), "sections": SECTIONS,
+        "report_rel": report_dir.relative_to(Path(reports_dir)),
     }
 
 
@@ -137,13 +138,16 @@ def render(context: dict[str, Any]) -> str:
     return _env().get_template("index.html.j2").render(**context)
 
 
+def report_dir_of(manifest: dict, run_root: Path, reports_dir: Path) -> Path:
+    return Path(reports_dir) / results.safe_name(manifest["scenario"]["name"]) / results.safe_name(Path(run_root).name)
+
+
 def write_report(run_root: Path, reports_dir: Path) -> Path:
-    """Write ``<reports_dir>/<scenario>/<run_id>/index.html`` for the run and return its path."""
+    """Write ``<reports_dir>/<scenario>/<run_id>/index.html`` for the run and return its path
+    (raises `results.ResultsError` naming a missing or damaged file of the run)."""
     run_root = Path(run_root)
-    manifest = results.read_json(run_root / results.MANIFEST)
-    out_dir = Path(reports_dir) / results.safe_name(manifest["scenario"]["name"]) / results.safe_name(run_root.name)
     ctx = build_context(run_root, Path(reports_dir))
-    out = out_dir / "index.html"
+    out = Path(reports_dir) / ctx["report_rel"] / "index.html"
     results.write_text_atomic(out, render(ctx))
     return out
 
@@ -151,7 +155,7 @@ def write_report(run_root: Path, reports_dir: Path) -> Path:
 def cli_main(args) -> int:
     try:
         path = write_report(Path(args.run), Path(args.reports_dir))
-    except results.ResultsError as exc:
+    except results.ResultsError as exc:  # names the file: one line, no traceback
         print(f"harness report: {exc}", file=sys.stderr)
         return 2
     print(f"report: {path}")

@@ -1,28 +1,76 @@
-"""The report's quality section: per-variant parity groups and the worst ON-vs-OFF samples.
+"""The report's quality section: per ON variant, ON-vs-OFF next to the OFF-vs-OFF control, the
+test behind the parity verdict, its task groups, and the worst ON-vs-OFF samples.
 
-One job: shaping the stored parity results (summary.json's ``quality.parity``, parity.json,
-quality.jsonl) for display; the scoring itself is `harness.quality.parity`'s.
+One job: shaping the stored parity results (summary.json's ``quality.parity`` — the verdict the run
+is judged on, with the control's figures and the test under ``floor`` — and parity.json for what the
+summary leaves out: each group's reason, and the whole ``floor`` of a summary written before it was
+kept) for display; the rule itself is `harness.quality.floor`'s (docs/quality.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from harness.report.formatting import VERDICT_CSS
 from harness.report.view import RunView, baseline_variant
 
 _SEVERITY = {"divergence": 0, "tie_flip": 1, "equal": 2}
+# the spreads of floor.on / floor.control, in display order: (key, label)
+SPREAD_ROWS = (("pairs", "pairs compared"), ("differing", "pairs that differ"), ("token_equal", "token-equal"),
+               ("tie_flips", "near-tie flips"), ("divergences", "divergences"), ("outside_topk", "outside top-k"),
+               ("first_divergence_median", "first divergence, median"), ("first_divergence_min", "first divergence, earliest"),
+               ("dlogprob_median", "|Δlogprob|, median"), ("dlogprob_max", "|Δlogprob|, max"))
+# every group field the page shows (an older summary lacks the control's)
+GROUP_KEYS = ("task", "length_target", "verdict", "pairs", "token_equal", "divergences", "outside_topk",
+              "first_divergence_min", "max_abs_dlogprob", "host_hit_requests", "accuracy_on", "accuracy_off",
+              "control_pairs", "control_differing", "control_worst", "on_worse", "control_worse", "p_value", "reason")
+
+
+def _differing(g: dict) -> int | None:
+    pairs, equal = g.get("pairs"), g.get("token_equal")
+    return pairs - equal if isinstance(pairs, int) and isinstance(equal, int) else None
+
+
+def _test_words(floor: dict) -> str:
+    """The verdict's test in one line: what it counts and its p against alpha."""
+    return (f"{floor.get('keys')} paired (sample, ask) keys: ON further from OFF in {floor.get('on_worse')}, "
+            f"control further in {floor.get('control_worse')}, tied {floor.get('ties')}"
+            + (f"; at least {floor.get('min_keys')} untied keys needed to decide" if floor.get("min_keys") else ""))
 
 
 def parity_groups(view: RunView) -> list[dict]:
-    """Per variant with a parity summary: verdict, reason, host-hit counts and its task groups."""
+    """Per variant with a parity summary: verdict (with its css: "unknown" = cannot tell), reason,
+    host-hit counts, the control next to ON-vs-OFF (``spreads`` rows: label, ON, control) and the
+    test (``test``: name, p, alpha, n per arm, one line), and its task groups (each with its
+    reason, ON and control differing pairs, ON-worse / control-worse keys and p)."""
     out = []
     for n in view.names:
         p = (view.summary(n).get("quality") or {}).get("parity")
         if not p:
             continue
-        out.append({"variant": n, "verdict": p.get("verdict"), "reason": p.get("reason"),
-                    "baseline_noise": p.get("baseline_noise"), "host_hit_requests": p.get("host_hit_requests"),
-                    "on_requests": p.get("on_requests"), "groups": p.get("groups") or []})
+        full = view.parity(n) or {}
+        floor = p.get("floor") or full.get("floor") or None
+        reasons = {(g.get("task"), g.get("length_target")): g.get("reason") for g in full.get("groups") or []}
+        groups = []
+        for g in p.get("groups") or []:
+            g = {**dict.fromkeys(GROUP_KEYS), **g}
+            g["reason"] = g["reason"] or reasons.get((g["task"], g["length_target"]))
+            g["differing"] = _differing(g)
+            g["css"] = VERDICT_CSS.get(g.get("verdict"), "na")
+            groups.append(g)
+        test = None
+        spreads = []
+        if floor:
+            on, ctl = floor.get("on") or {}, floor.get("control") or {}
+            spreads = [(label, on.get(k), ctl.get(k)) for k, label in SPREAD_ROWS]
+            test = {"name": floor.get("test"), "p_value": floor.get("p_value"), "alpha": floor.get("alpha"),
+                    "significant": {True: "significant", False: "not significant"}.get(floor.get("significant"), ""), "n_on": on.get("pairs"), "n_control": ctl.get("pairs"),
+                    "line": _test_words(floor)}
+        out.append({"variant": n, "verdict": p.get("verdict"), "css": VERDICT_CSS.get(p.get("verdict"), "na"),
+                    "reason": p.get("reason"), "baseline_noise": p.get("baseline_noise"),
+                    "host_hit_requests": p.get("host_hit_requests"), "on_requests": p.get("on_requests"),
+                    "mcnemar_p": p.get("mcnemar_p"), "on_lost": p.get("on_lost"), "on_gained": p.get("on_gained"),
+                    "spreads": spreads, "test": test, "groups": groups})
     return out
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report.formatting import KIB_PER_GIB
+from harness.report.tables import gpu_selection_words, gpus_sampled
 from harness.report.view import RunView
 from harness.workloads.kind import PhaseStat
 
@@ -41,8 +42,20 @@ def downsample(df: pd.DataFrame, max_points: int = TIMESERIES_MAX_POINTS) -> pd.
     return df.iloc[idx]
 
 
+def gpu_label(view: RunView, name: str) -> tuple[str, str]:
+    """(legend label, how chosen) of a variant's GPU-memory series: the sum over the GPUs its
+    sampler read (phase summaries' ``gpus_sampled``: the variant's own GPUs, not the host's)."""
+    phases = ((view.summary(name).get("sampling") or {}).get("phases")) or {}
+    gpus = gpus_sampled(phases)
+    if not gpus:
+        return "GPU memory used (GPUs sampled not recorded)", gpu_selection_words(phases)
+    which = f"GPU {gpus[0]}" if len(gpus) == 1 else "sum of GPUs " + ", ".join(gpus)
+    return f"GPU memory used ({which})", gpu_selection_words(phases)
+
+
 def timeseries(view: RunView, name: str) -> dict[str, Any] | None:
-    """Downsampled series of one variant: t (s), memory (GiB), swap (KB/s), GPU (GiB), phases."""
+    """Downsampled series of one variant: t (s), memory (GiB), swap (KB/s), GPU (GiB, labelled
+    with the GPUs sampled), phases."""
     df = view.samples.get(name)
     if df is None or df.empty:
         return None
@@ -50,12 +63,13 @@ def timeseries(view: RunView, name: str) -> dict[str, Any] | None:
     phases = _segments(df["phase"], t_full)
     d = downsample(df)
     col = lambda c, scale=1.0: (d[c].to_numpy(dtype=float) / scale)
+    gpu_name, gpu_how = gpu_label(view, name)
     return {
         "t": d["t_s"].to_numpy(dtype=float), "phases": phases,
         "memory": {"MemAvailable": col("mem_available_kib", KIB_PER_GIB), "Cached": col("cached_kib", KIB_PER_GIB),
                    "Mlocked": col("mlocked_kib", KIB_PER_GIB), "server RSS": col("server_rss_kib", KIB_PER_GIB)},
         "swap": {"swap-in (pswpin)": col("pswpin_kib_s"), "swap-out (pswpout)": col("pswpout_kib_s")},
-        "gpu": {"GPU memory used (all GPUs)": col("gpu_mem_used_mib", 1024.0)},
+        "gpu": {gpu_name: col("gpu_mem_used_mib", 1024.0)}, "gpu_label": gpu_name, "gpu_how": gpu_how,
         "has_gpu": bool(np.isfinite(d["gpu_mem_used_mib"].to_numpy(dtype=float)).any()),
         "n_samples": len(df),
     }

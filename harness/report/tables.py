@@ -5,17 +5,32 @@ HiCache-off baseline, colour by the figure's direction). The HiCache table's wor
 the ones each workload's kind declares (`WorkloadKind.report_rows`), in scenario order. A variant
 that did not run ok shows its state (e.g. ``startup_failed: host_memory``) in every cell, never
 a number.
+
+A delta is coloured only when it is significant (`delta_test`, pure): a phase statistic is judged
+on the phase's per-request values (per concurrency group for a group metric such as a pass wall)
+of both variants — Mann-Whitney U when both sides have ≥ 6 values, else a bootstrap 95 % CI of the
+median difference with ≥ 3 a side, else no test; a derived figure (one value per run) on its
+per-repeat values (summary ``derived_by_repeat``) when both sides have ≥ 3 repeats, else never
+coloured. A significant change under 1 % is not coloured either. Every cell says n per side.
+The baseline's cell of a figure read from phases where a HiCache variant got host-tier hits is
+labelled as the no-HiCache baseline: OFF recomputes there what ON loads back, so its figure is the
+reference, not a competitor.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from harness.bandwidth import load_back_fraction
-from harness.report.formatting import KIB_PER_GIB, failure_text, fmt_num
+from harness.frames import groups_frame
+from harness.metrics import METRICS
+from harness.report.formatting import KIB_PER_GIB, VERDICT_CSS, failure_text, fmt_num
 from harness.report.view import RunView, baseline_variant
 from harness.workloads.kind import PhaseStat, ReportRow
 
@@ -23,16 +38,24 @@ from harness.workloads.kind import PhaseStat, ReportRow
 # start with "quality".
 NON_LOAD_PHASES = frozenset({"startup", "idle", "cooldown", "final_check"})
 
+ALPHA = 0.05
+MIN_DELTA = 0.01  # a significant change smaller than this is not coloured
+MIN_MANN_WHITNEY = 6  # values a side for Mann-Whitney U
+MIN_BOOTSTRAP = 3  # values a side for the bootstrap CI (fewer: no test)
+BOOTSTRAP_RESAMPLES = 4000
+
 
 @dataclass
 class Cell:
-    """One table cell: a number (or a failure/missing text) and its delta against the baseline."""
+    """One table cell: a number (or a failure/missing text), its delta against the baseline, the
+    colour, a tooltip and a short line under the value (n per side, n.s.)."""
 
     text: str
     value: float | str | None = None
     delta: str = ""
-    css: str = ""  # good | bad | fail | na | ""
+    css: str = ""  # good | bad | ns | warn | unknown | fail | na | ""
     title: str = ""
+    sub: str = ""
 
 
 @dataclass
@@ -43,41 +66,176 @@ class Row:
     note: str = ""
 
 
-def delta(value: float | None, base: float | None, higher_is_better: bool | None) -> tuple[str, str]:
-    """(``+12.3%``, good | bad | "") of a value against the baseline's; changes under 1 % and
-    figures without a direction are not coloured."""
+@dataclass(frozen=True)
+class DeltaTest:
+    """Whether a variant's values differ from the baseline's: the test, n per side, p or CI."""
+
+    test: str  # mann_whitney | bootstrap | none
+    n_base: int
+    n: int
+    significant: bool | None  # None: too few values for a test
+    p_value: float | None = None
+    ci: tuple[float, float] | None = None  # bootstrap CI of median(values) - median(base)
+    direction: int = 0  # sign of median(values) - median(base)
+
+    def words(self) -> str:
+        if self.test == "mann_whitney":
+            return f"Mann-Whitney U, two-sided p={self.p_value:.3g} (alpha {ALPHA})"
+        if self.test == "bootstrap":
+            lo, hi = self.ci or (math.nan, math.nan)
+            return (f"bootstrap {1 - ALPHA:.0%} CI of the median difference [{fmt_num(lo)}, {fmt_num(hi)}]"
+                    f" ({'excludes' if self.significant else 'includes'} 0)")
+        return f"no test: {self.n_base} vs {self.n} values (needs {MIN_BOOTSTRAP}+ a side)"
+
+
+def _finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    a = np.asarray(values, dtype=float)
+    return a[np.isfinite(a)]
+
+
+def mann_whitney_p(b: np.ndarray, c: np.ndarray) -> float:
+    """Two-sided Mann-Whitney U p-value: scipy's (the [stats] extra) when installed, else the
+    normal approximation with tie correction and continuity correction (what scipy uses for
+    samples this size when ties are present)."""
+    try:
+        from scipy.stats import mannwhitneyu
+    except ImportError:  # a report-only install: the same test, approximated
+        pass
+    else:
+        return float(mannwhitneyu(c, b, alternative="two-sided").pvalue)
+    x = np.concatenate([c, b])
+    n1, n2, n = c.size, b.size, x.size
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(n)
+    sx = x[order]
+    _, first, counts = np.unique(sx, return_index=True, return_counts=True)
+    avg = first + (counts + 1) / 2.0  # 1-based average rank of each tie group
+    ranks[order] = np.repeat(avg, counts)
+    u = ranks[:n1].sum() - n1 * (n1 + 1) / 2.0
+    mu = n1 * n2 / 2.0
+    sigma = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - (counts ** 3 - counts).sum() / (n * (n - 1))))
+    if sigma == 0:
+        return 1.0
+    z = (abs(u - mu) - 0.5) / sigma
+    return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0))))
+
+
+def delta_test(base_values: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray,
+               seed: int = 0) -> DeltaTest:
+    """Pure: Mann-Whitney U (two-sided) when both sides have ≥ 6 finite values; else, with ≥ 3 a
+    side, a percentile bootstrap CI (1 − ALPHA) of median(values) − median(base), significant when
+    it excludes 0 (seeded: the same page every time); else no test."""
+    b, c = _finite(base_values), _finite(values)
+    direction = int(np.sign(np.median(c) - np.median(b))) if b.size and c.size else 0
+    if b.size >= MIN_MANN_WHITNEY and c.size >= MIN_MANN_WHITNEY:
+        if np.ptp(np.concatenate([b, c])) == 0:
+            return DeltaTest("mann_whitney", b.size, c.size, False, 1.0)
+        p = mann_whitney_p(b, c)
+        return DeltaTest("mann_whitney", b.size, c.size, p < ALPHA, p, direction=direction)
+    if b.size >= MIN_BOOTSTRAP and c.size >= MIN_BOOTSTRAP:
+        rng = np.random.default_rng(seed)
+        mb = np.median(rng.choice(b, (BOOTSTRAP_RESAMPLES, b.size)), axis=1)
+        mc = np.median(rng.choice(c, (BOOTSTRAP_RESAMPLES, c.size)), axis=1)
+        lo, hi = (float(x) for x in np.quantile(mc - mb, [ALPHA / 2, 1 - ALPHA / 2]))
+        return DeltaTest("bootstrap", b.size, c.size, lo > 0 or hi < 0, None, (lo, hi), direction)
+    return DeltaTest("none", b.size, c.size, None, direction=direction)
+
+
+def delta(value: float | None, base: float | None, higher_is_better: bool | None,
+          significant: bool | None = True) -> tuple[str, str]:
+    """(``+12.3%``, good | bad | ns | "") of a value against the baseline's: coloured only when
+    ``significant`` and the change is ≥ 1 % in a figure with a direction; ``ns`` (grey) when the
+    test found no difference; "" when there was no test or the change is under 1 %."""
     if value is None or base is None or not isinstance(value, (int, float)) or base == 0:
         return "", ""
     if not (math.isfinite(value) and math.isfinite(base)):
         return "", ""
     d = (value - base) / abs(base)
     text = f"{d * 100:+.1f}%"
-    if higher_is_better is None or abs(d) < 0.01:
+    if higher_is_better is None or significant is None or abs(d) < MIN_DELTA:
         return text, ""
+    if not significant:
+        return text, "ns"
     good = d > 0 if higher_is_better else d < 0
     return text, "good" if good else "bad"
 
 
+@dataclass(frozen=True)
+class Samples:
+    """The values a figure's delta is tested on, and what one value is (request, pass, repeat)."""
+
+    values: np.ndarray
+    unit: str  # "req" | "group" | "repeat"
+
+
+def _n(k: int, unit: str) -> str:
+    return f"{k} {unit}{'s' if k != 1 and unit != 'req' else ''}"
+
+
 def _row(view: RunView, label: str, unit: str, get: Callable[[str], Any], higher_is_better: bool | None,
-         base: str | None, digits: int = 3, note: str = "") -> Row:
+         base: str | None, digits: int = 3, note: str = "",
+         samples: Callable[[str], Samples | None] | None = None, baseline_note: str = "") -> Row:
+    """One row, one cell per variant. With ``samples``, each delta is tested (`delta_test`) and
+    coloured only when significant; every cell of the row says its n. ``baseline_note``: a label
+    for the baseline's cell (e.g. it is the no-HiCache reference)."""
     cells = []
     base_val = get(base) if base is not None else None
+    base_s = samples(base) if samples is not None and base is not None else None
     for n in view.names:
         st = view.status(n)
         if st.get("state") != "ok":
-            cells.append(Cell(failure_text(st), None, css="fail"))
+            cells.append(failed_cell(st))
             continue
         v = get(n)
         if v is None:
             cells.append(Cell("n/a", None, css="na", title="not measured in this variant"))
             continue
         if isinstance(v, str):
-            css = {"PASS": "good", "FAIL": "bad", "WARN": "warn"}.get(v, "na")
-            cells.append(Cell(v, v, css=css))
+            css = VERDICT_CSS.get(v, "na")
+            cells.append(Cell(v, v, css=css, sub="cannot tell" if css == "unknown" else ""))
             continue
-        d, css = ("", "") if n == base else delta(v, base_val, higher_is_better)
-        cells.append(Cell(fmt_num(v, digits), v, d, css))
+        if samples is None:
+            d, css = ("", "") if n == base else delta(v, base_val, higher_is_better)
+            cells.append(Cell(fmt_num(v, digits), v, d, css))
+            continue
+        s = samples(n)
+        k = s.values.size if s is not None else 0
+        what = s.unit if s is not None else "value"
+        if n == base:
+            sub = f"n={k} · " + ("no HiCache: baseline" if baseline_note else "baseline")
+            title = f"the baseline: {_n(k, what)}" + (f"; {baseline_note}" if baseline_note else "")
+            cells.append(Cell(fmt_num(v, digits), v, "", "", title, sub))
+            continue
+        test = delta_test(base_s.values if base_s is not None else [], s.values if s is not None else [])
+        significant = test.significant
+        if significant and test.direction * _rel(v, base_val) < 0:
+            significant = None  # the tested values point the other way than the summary's figures
+        d, css = delta(v, base_val, higher_is_better, significant)
+        if not d:
+            cells.append(Cell(fmt_num(v, digits), v, "", "", f"n={k}", f"n={k}"))
+            continue
+        k_b = base_s.values.size if base_s is not None else 0
+        verdict = {True: "significant", False: "not significant", None: "not tested"}[test.significant]
+        if test.significant and significant is None:
+            verdict = "not coloured: the tested values differ in the other direction than the figures shown"
+        if test.significant and abs(_rel(v, base_val)) < MIN_DELTA:
+            verdict += f", under {MIN_DELTA:.0%}"
+        title = f"{verdict}: {test.words()}; n {base}={_n(k_b, what)}, {n}={_n(k, what)}"
+        sub = f"n={k_b}/{k}" + ("" if test.significant else " · n.s." if test.significant is False else " · no test")
+        cells.append(Cell(fmt_num(v, digits), v, d, css, title, sub))
     return Row(label, unit, cells, note)
+
+
+def failed_cell(status: dict) -> Cell:
+    """The cell of a variant that did not run ok: its state and cause, red unless it failed as
+    its scenario declared (then neutral: an expected failure is never red)."""
+    expected = bool(status.get("expect_met")) and status.get("expect") not in (None, "ok")
+    return Cell(failure_text(status), None, css="expected" if expected else "fail",
+                title="failed as the scenario declared" if expected else "")
+
+
+def _rel(v: float, base: float | None) -> float:
+    return (v - base) / abs(base) if base else math.nan
 
 
 def report_value(summary: dict, workload: str, value: str | PhaseStat) -> float | None:
@@ -88,12 +246,92 @@ def report_value(summary: dict, workload: str, value: str | PhaseStat) -> float 
     return (w.get("derived") or {}).get(value)
 
 
+def _phase_values(view: RunView, name: str, workload: str, stat: PhaseStat,
+                  groups: dict[str, pd.DataFrame]) -> Samples:
+    """The per-request values of a phase statistic's metric (per concurrency group for a group
+    metric), measured and error-free, all repeats pooled (what the summary's statistic covers)."""
+    df = view.requests.get(name)
+    metric = METRICS.get(stat.metric)
+    if df is None or df.empty or metric is None:
+        return Samples(np.array([], float), "req")
+    if metric.per == "group":
+        if name not in groups:
+            groups[name] = groups_frame(df)
+        g = groups[name]
+        sel = g[(g["workload"] == workload) & (g["phase"] == stat.phase)] if not g.empty else g
+        return Samples(_finite(sel[stat.metric].to_numpy(dtype=float)) if stat.metric in sel else np.array([]), "group")
+    sel = df[(df["workload"] == workload) & (df["phase"] == stat.phase) & (df["warmup"] != True)
+             & df["error"].isna()]
+    return Samples(_finite(sel[stat.metric].to_numpy(dtype=float)) if stat.metric in sel else np.array([]), "req")
+
+
+def repeat_values(summary: Mapping, workload: str, derived: str) -> list[float]:
+    """A derived figure's per-repeat values from summary ``workloads[wl].derived_by_repeat``
+    ({figure: [values]} or {figure: {repeat: value}}, or per repeat {repeat: {figure: value}} /
+    [{figure: value}]); [] when the summary has none."""
+    w = (summary.get("workloads") or {}).get(workload) or {}
+    by = w.get("derived_by_repeat")
+    vals: list[Any] = []
+    if isinstance(by, Mapping):
+        own = by.get(derived)
+        if isinstance(own, Mapping):
+            vals = list(own.values())
+        elif isinstance(own, (list, tuple)):
+            vals = list(own)
+        else:
+            vals = [r.get(derived) for r in by.values() if isinstance(r, Mapping)]
+    elif isinstance(by, (list, tuple)):
+        vals = [r.get(derived) for r in by if isinstance(r, Mapping)]
+    return [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+def _derived_values(summary: Mapping, workload: str, derived: str) -> Samples:
+    """A derived figure's per-repeat values; without them, its one value for the run (no test)."""
+    per_repeat = repeat_values(summary, workload, derived)
+    if per_repeat:
+        return Samples(np.asarray(per_repeat), "repeat")
+    v = report_value(summary, workload, derived)
+    return Samples(np.asarray([v] if isinstance(v, (int, float)) else [], float), "run")
+
+
+def host_hit_phases(view: RunView, workload: str, base: str | None) -> set[str]:
+    """Phases of a workload where a variant other than the baseline got host-tier hits."""
+    out: set[str] = set()
+    for n in view.names:
+        if n == base or not view.ok(n):
+            continue
+        w = (view.summary(n).get("workloads") or {}).get(workload) or {}
+        for ph, d in (w.get("phases") or {}).items():
+            if ((d or {}).get("hits") or {}).get("host_tokens"):
+                out.add(ph)
+    return out
+
+
+def _reads_phases(view: RunView, workload: str, r: ReportRow) -> tuple[str, ...]:
+    if isinstance(r.value, PhaseStat):
+        return (r.value.phase,)
+    kind = view.kind(workload)
+    return next((d.needs for d in (kind.derived if kind else ()) if d.name == r.value), ())
+
+
 def workload_rows(view: RunView, workload: str, declared: tuple[ReportRow, ...], base: str | None) -> list[Row]:
-    """The HiCache-table rows a workload's kind declares, ``{workload}`` filled in."""
-    return [_row(view, r.label.replace("{workload}", workload), r.unit,
-                 lambda n, r=r: report_value(view.summary(n), workload, r.value), r.higher_is_better, base,
-                 note=r.note.replace("{workload}", workload))
-            for r in declared]
+    """The HiCache-table rows a workload's kind declares, ``{workload}`` filled in; each delta
+    tested on the phase's per-request values or the derived figure's per-repeat values."""
+    groups: dict[str, pd.DataFrame] = {}
+    host = host_hit_phases(view, workload, base)
+    rows = []
+    for r in declared:
+        if isinstance(r.value, PhaseStat):
+            samples = lambda n, r=r: _phase_values(view, n, workload, r.value, groups)
+        else:
+            samples = lambda n, r=r: _derived_values(view.summary(n), workload, r.value)
+        hit = sorted(host.intersection(_reads_phases(view, workload, r)))
+        baseline_note = (f"no HiCache: the no-cache baseline — it recomputed in {', '.join(hit)} what "
+                         f"the HiCache variants loaded back from the host tier" if hit else "")
+        rows.append(_row(view, r.label.replace("{workload}", workload), r.unit,
+                         lambda n, r=r: report_value(view.summary(n), workload, r.value), r.higher_is_better, base,
+                         note=r.note.replace("{workload}", workload), samples=samples, baseline_note=baseline_note))
+    return rows
 
 
 def load_back(view: RunView, name: str) -> dict[str, Any]:
@@ -137,9 +375,11 @@ def hicache_table(view: RunView) -> tuple[list[Row], str | None]:
         kind = view.kind(wl)
         if kind is not None:
             rows += workload_rows(view, wl, kind.report_rows, base)
+    has_parity = any((view.summary(n).get("quality") or {}).get("parity") for n in view.names)
     rows.append(_row(view, "quality parity", "",
-                     lambda n: ((view.summary(n).get("quality") or {}).get("parity") or {}).get("verdict"),
-                     None, base, note="vs the OFF arm"))
+                     lambda n: "reference" if n == base and has_parity else (
+                         (view.summary(n).get("quality") or {}).get("parity") or {}).get("verdict"),
+                     None, base, note="ON vs OFF against OFF vs OFF (see Quality)"))
     rows.append(_row(view, "load-back, fraction of pinned H2D", "",
                      lambda n: load_back(view, n)["fraction"], True, None,
                      note="needs probe results and load-back counters"))
@@ -163,6 +403,27 @@ def _gpu_peak(phases: dict[str, dict]) -> dict[str, float]:
         for idx, v in (d.get("peak_gpu_mem_used_mib") or {}).items():
             out[idx] = max(out.get(idx, -1.0), v)
     return out
+
+
+def _idx(i: str) -> tuple[int, str]:
+    return (int(i), "") if str(i).isdigit() else (1 << 30, str(i))
+
+
+def gpus_sampled(phases: Mapping[str, Mapping]) -> list[str]:
+    """The GPU indices a variant's samples read (phase summaries' ``gpus_sampled``; for a run
+    recorded before that field, the GPUs its peaks name)."""
+    seen: set[str] = set()
+    for d in phases.values():
+        seen.update(str(i) for i in (d.get("gpus_sampled") or d.get("peak_gpu_mem_used_mib") or {}))
+    return sorted(seen, key=_idx)
+
+
+def gpu_selection_words(phases: Mapping[str, Mapping]) -> str:
+    """How the sampled GPUs were chosen (the last ``gpu_selection`` recorded), or why unknown."""
+    sel = next((d.get("gpu_selection") for d in reversed(list(phases.values())) if d.get("gpu_selection")), None)
+    if isinstance(sel, Mapping) and sel.get("how"):
+        return str(sel["how"])
+    return "how the GPUs were chosen is not recorded (a run from before per-variant GPU selection read every GPU)"
 
 
 def memory_table(view: RunView) -> list[Row]:
@@ -212,8 +473,9 @@ def memory_table(view: RunView) -> list[Row]:
         peak = _gpu_peak(_phases(view, n))
         if not peak:
             return None
-        return Cell(", ".join(f"GPU{i}: {v / 1024:.1f}" for i, v in sorted(peak.items())), max(peak.values()))
-    plain("GPU memory peak", "GiB", gpu)
+        return Cell(", ".join(f"GPU{i}: {v / 1024:.1f}" for i, v in sorted(peak.items(), key=lambda kv: _idx(kv[0]))),
+                    max(peak.values()), title=gpu_selection_words(_phases(view, n)))
+    plain("GPU memory peak", "GiB", gpu, note="the GPUs the variant's server uses (hover: how they were chosen)")
 
     def predicted(n):
         pf = view.status(n).get("preflight") or {}

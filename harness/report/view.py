@@ -3,8 +3,15 @@
 One job: loading. manifest.json (its scenario text parsed for the workloads, their kinds, the
 description and the quality baseline), each variant's status.json and summary.json
 (`results.load_run`), the request and sample frames (`harness.frames`), each variant's parity.json
-and quality.jsonl (on demand), the probe result (the manifest's, else ``probe.json``) and
-``comparison.json``. Stored figures only: nothing here measures or probes.
+and quality.jsonl (on demand), the probe result (the manifest's, else ``probe.json``),
+``comparison.json``, ``expectations.json`` and ``verdict.json``. Stored figures only: nothing here
+measures or probes.
+
+A file of the wrong shape (a manifest that is not an object, a status.json of ``[]``, a
+summary.json of ``"hello"``) raises `results.ResultsError` naming the file, so ``harness report``
+says which file is damaged instead of drawing a page from it. A variant the manifest lists without
+a status.json is shown as ``missing`` (or ``not_run`` when an interrupted run never reached it),
+never as a variant that ran.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import pandas as pd
 
 from harness import results
 from harness.frames import requests_frame, samples_frame
+from harness.run_products import EXPECTATIONS_FILE, VERDICT_FILE
 from harness.workloads import kind_of, workload_kinds
 from harness.workloads.kind import WorkloadKind
 
@@ -36,6 +44,8 @@ class RunView:
     comparison: dict | None
     requests: dict[str, pd.DataFrame] = field(default_factory=dict)
     samples: dict[str, pd.DataFrame] = field(default_factory=dict)
+    stored_expectations: list[dict] | None = None  # expectations.json's checks; None without the file
+    stored_verdict: dict | None = None  # verdict.json as the run wrote it; None without the file
 
     @property
     def names(self) -> list[str]:
@@ -121,9 +131,76 @@ def baseline_variant(view: RunView) -> str | None:
     return None
 
 
+_NUMBER = (int, float)
+
+
+def _expect(path: Path, ok: bool, what: str) -> None:
+    if not ok:
+        raise results.ResultsError(f"{path}: {what}")
+
+
+def _object(path: Path, data: Any, what: str = "not a JSON object") -> dict:
+    _expect(path, isinstance(data, dict), f"{what} (got {type(data).__name__})")
+    return data
+
+
+def check_manifest(path: Path, m: Any) -> dict:
+    """The manifest, checked for the fields every part of the report reads; raises
+    `results.ResultsError` naming the file and the field."""
+    m = _object(path, m)
+    scenario = m.get("scenario")
+    _expect(path, isinstance(scenario, dict) and isinstance(scenario.get("name"), str),
+            "scenario.name missing or not a string")
+    variants = m.get("variants", [])
+    _expect(path, isinstance(variants, list) and all(isinstance(v, dict) and isinstance(v.get("name"), str)
+                                                    for v in variants),
+            "variants is not a list of objects with a name")
+    return m
+
+
+def check_status(path: Path, st: Any) -> dict:
+    st = _object(path, st)
+    _expect(path, st.get("state") is None or isinstance(st.get("state"), str), "state is not a string")
+    return st
+
+
+def check_summary(path: Path, s: Any) -> dict | None:
+    if s is None:
+        return None
+    s = _object(path, s)
+    for key in ("workloads", "quality", "sampling", "errors"):
+        _expect(path, s.get(key) is None or isinstance(s.get(key), dict), f"{key} is not an object")
+    for key in ("n_requests", "n_errors"):
+        _expect(path, s.get(key) is None or isinstance(s.get(key), _NUMBER), f"{key} is not a number")
+    parity = (s.get("quality") or {}).get("parity")
+    _expect(path, parity is None or isinstance(parity, dict), "quality.parity is not an object")
+    for wl, w in (s.get("workloads") or {}).items():
+        _expect(path, isinstance(w, dict) and isinstance(w.get("phases") or {}, dict),
+                f"workloads.{wl} is not an object with phases")
+    return s
+
+
+def _optional_json(path: Path) -> Any:
+    return results.read_json(path) if path.exists() else None
+
+
 def load_view(run_dir: Path) -> RunView:
-    """Read a run folder (raises `results.ResultsError` naming a missing or unreadable file)."""
-    run = results.load_run(Path(run_dir))
+    """Read a run folder (raises `results.ResultsError` naming a missing, unreadable or damaged
+    file)."""
+    root = Path(run_dir)
+    if root.is_dir():
+        manifest_path = results.RunPaths(root).manifest
+        check_manifest(manifest_path, results.read_json(manifest_path))
+    run = results.load_run(root)
+    interrupted = run.paths.interrupted.exists()
+    for v in run.variants:
+        if not v.paths.status.exists():
+            v.status = ({"state": "not_run", "cause": "not reached: the run was interrupted"} if interrupted
+                        else {"state": "missing", "cause": "no variant folder" if not v.paths.root.is_dir()
+                              else "no status.json"})
+        else:
+            v.status = check_status(v.paths.status, v.status)
+        v.summary = check_summary(v.paths.summary, v.summary)
     probe = run.manifest.get("probe")
     probe_file = run.paths.root / "probe.json"
     if not probe and probe_file.exists():
@@ -132,9 +209,23 @@ def load_view(run_dir: Path) -> RunView:
         except results.ResultsError:
             probe = None
     comp_file = run.paths.root / "comparison.json"
-    comparison = results.read_json(comp_file) if comp_file.exists() else None
-    view = RunView(run.paths.root, run.manifest, run.variants, run.complete, run.paths.interrupted.exists(),
-                   scenario_yaml(run.manifest), probe, comparison)
+    comparison = _optional_json(comp_file)
+    if comparison is not None:
+        _object(comp_file, comparison)
+    exp_file = run.paths.root / EXPECTATIONS_FILE
+    expectations = _optional_json(exp_file)
+    if expectations is not None:
+        checks = _object(exp_file, expectations).get("checks", [])
+        _expect(exp_file, isinstance(checks, list) and all(isinstance(c, dict) for c in checks),
+                "checks is not a list of objects")
+        expectations = checks
+    verdict_file = run.paths.root / VERDICT_FILE
+    stored_verdict = _optional_json(verdict_file)
+    if stored_verdict is not None:
+        _object(verdict_file, stored_verdict)
+    view = RunView(run.paths.root, run.manifest, run.variants, run.complete, interrupted,
+                   scenario_yaml(run.manifest), probe, comparison,
+                   stored_expectations=expectations, stored_verdict=stored_verdict)
     for v in run.variants:
         view.requests[v.name] = requests_frame(v.paths.requests, v.name)
         view.samples[v.name] = samples_frame(v.paths.samples, v.name)
