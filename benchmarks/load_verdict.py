@@ -31,6 +31,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -39,6 +41,7 @@ from harness.expectations import lookup_metric  # noqa: E402
 
 DEFAULT_FIGURES = ("on-r2:parallel_prefixes.second_pass_speedup", "off:parallel_prefixes.second_pass_speedup")
 HOG = "while 1: pass"
+STOP_TIMEOUT_S = 60  # a copy's harness gets this long after SIGINT to stop its server
 
 
 def harness_command() -> list[str]:
@@ -181,11 +184,15 @@ class Load:
             copies = list(self._copy_procs.values())
         for p in copies:
             _signal_group(p, signal.SIGINT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + STOP_TIMEOUT_S
         for p in copies:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                # the harness did not stop in time: its servers run in their own sessions, so
+                # take them down by the process tree before the group
+                for child in _descendants(p.pid):
+                    _kill(child)
                 _signal_group(p, signal.SIGKILL)
                 p.wait()
         for p in self._hog_procs:
@@ -193,6 +200,20 @@ class Load:
             p.wait()
         for t in self._threads:
             t.join(5)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill(proc: psutil.Process) -> None:
+    try:
+        proc.kill()
+    except psutil.Error:
+        pass
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:
