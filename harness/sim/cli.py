@@ -12,6 +12,10 @@ it parses, then hands the SimArgs to ``server.run``.
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import sys
+from collections.abc import Mapping
 from typing import Any, Sequence
 
 from harness.sim.args import SimArgs
@@ -145,9 +149,28 @@ def parse_args(argv: Sequence[str] | None) -> SimArgs:
     )
 
 
+# The simulated *build*: more ``--sim-*`` flags from the environment, after the command line (a
+# flag given twice: the last value counts; faults add up). A scenario configures the server (its
+# config hash covers the command line); the code under test is not in it -- for real sglang that is
+# the checkout on PYTHONPATH. This variable plays that part for the simulator: a "slower build" or
+# a "bug" that a comparison should flag as a regression, not as a changed configuration.
+# benchmarks/verdict_power.py uses it; /get_server_info reports the values in effect.
+BUILD_ENV = "HARNESS_SIM_BUILD"
+
+
+def build_flags(environ: Mapping[str, str]) -> list[str]:
+    """The ``--sim-*`` flags of ``$HARNESS_SIM_BUILD``; anything else there is an argparse error."""
+    flags = shlex.split(environ.get(BUILD_ENV, ""))
+    bad = [f for f in flags if f.startswith("-") and not f.startswith("--sim-")]
+    if bad:
+        build_parser().error(f"{BUILD_ENV} may hold only --sim-* flags, got {' '.join(bad)}")
+    return flags
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the simulated server; returns the process exit code."""
-    args = parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv + build_flags(os.environ))
     from harness.sim.server import run  # late import: --help and flag errors stay fast
 
     return run(args)

@@ -43,7 +43,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.model_config import ModelShape
 from harness.sim.cache import MAMBA_TRACK_INTERVAL, Match, Page, TwoTierCache
@@ -225,7 +225,8 @@ class Engine:
                  metrics: SimMetrics) -> None:
         self.cfg = cfg
         self.cache = cache
-        self.cost = cost
+        slow = cfg.faults.get(Fault.slow_host_load)  # a slower host-to-device load-back
+        self.cost = cost if not slow else replace(cost, h2d_bytes_s=cost.h2d_bytes_s / slow)
         self.model = model
         self.metrics = metrics
         self.waiting: deque[SimRequest] = deque()

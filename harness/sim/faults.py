@@ -53,6 +53,9 @@ class Fault(Enum):
         ArgType.INT_FROM_1,
         ("every /generate and /v1/completions request is answered with HTTP status N and an error "
          "body, as sglang does for a prompt longer than its context (400)"))
+    slow_host_load = (
+        ArgType.INT_FROM_1,
+        "host-tier load-back takes N times as long: the cost model's host-to-device bandwidth divided by N")
     near_tie_flips = (
         ArgType.NONE,
         ("without `--enable-deterministic-inference`, requests with a cache hit get seeded "
