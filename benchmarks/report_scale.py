@@ -1,4 +1,4 @@
-"""Time and peak memory of `harness report` and `harness compare` on a large synthetic run.
+"""Time and peak memory of `harness report`, `compare` and `load` on a large synthetic run.
 
 Builds a run folder with ``--requests`` request rows (default 1,000,000) and ``--samples``
 sampler rows (default 100,000; each with a realistic set of ~40 server counters), split over two
@@ -6,13 +6,18 @@ variants (off, on-r2), then runs each command in a fresh process and prints its 
 peak RSS (ru_maxrss). summary.json is computed from the first 20,000 rows of each variant (the
 runner writes it during a run; neither command recomputes it).
 
-    python benchmarks/report_scale.py [--requests 1000000] [--samples 100000] [--keep DIR]
+First `report` with no columnar copies (`harness.frames`: it parses the JSONL and leaves the
+copies beside it, as the report drawn at the end of a run does), then `report`, `compare` and
+`load` reading the copies. ``--reuse DIR`` measures an existing run folder (built by ``--keep``).
+
+    python benchmarks/report_scale.py [--requests 1000000] [--samples 100000] [--keep DIR | --reuse RUN]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import shutil
@@ -110,6 +115,11 @@ def build(root: Path, n_requests: int, n_samples: int) -> Path:
     return run
 
 
+def drop_copies(run: Path) -> None:
+    for p in run.glob("*/*.columns.npz"):
+        p.unlink()
+
+
 def measure(cmd: list[str]) -> dict:
     """Run a harness command in a fresh process: wall seconds, peak RSS MiB, exit code."""
     code = ("import resource, sys, time; from harness.cli import main; t = time.perf_counter(); "
@@ -119,7 +129,7 @@ def measure(cmd: list[str]) -> dict:
     line = next(ln for ln in p.stderr.splitlines() if ln.startswith("BENCH"))
     _, rc, dt, rss = line.split()
     return {"command": "harness " + " ".join(cmd[:1]), "exit": int(rc), "seconds": round(float(dt), 1),
-            "peak_rss_mib": round(float(rss))}
+            "peak_rss_mib": round(float(rss)), "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,26 +137,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--samples", type=int, default=100_000)
     ap.add_argument("--keep", type=Path, help="build the run here and keep it")
+    ap.add_argument("--reuse", type=Path, help="measure this run folder (from an earlier --keep) instead")
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="report_scale."))
     base = a.keep or tmp
     try:
-        t = time.perf_counter()
-        run = build(base / "results", a.requests, a.samples)
-        built = time.perf_counter() - t
+        if a.reuse:
+            run = a.reuse
+        else:
+            t = time.perf_counter()
+            run = build(base / "results", a.requests, a.samples)
+            print(f"built {a.requests:,} request rows + {a.samples:,} samples in {time.perf_counter() - t:.0f} s")
         size = sum(p.stat().st_size for p in run.rglob("*.jsonl")) / 2**20
-        print(f"machine: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} CPUs, "
-              f"python {platform.python_version()}")
-        print(f"built {a.requests:,} request rows + {a.samples:,} samples ({size:,.0f} MiB JSONL) in {built:.0f} s")
-        rows = [measure(["report", str(run), "--reports-dir", str(base / "reports")]),
-                measure(["compare", str(run), "--baseline", str(run), "--results-dir", str(base / "results")]),
+        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+              f"python {platform.python_version()}; {size:,.0f} MiB of JSONL; load average {os.getloadavg()[0]:.2f}")
+        drop_copies(run)
+        reports = tmp / "reports"
+        rows = [{**measure(["report", str(run), "--reports-dir", str(reports)]), "command": "harness report (no copies)"},
+                measure(["report", str(run), "--reports-dir", str(reports)]),
+                measure(["compare", str(run), "--baseline", str(run), "--results-dir", str(run.parent.parent)]),
                 measure(["load", str(run)])]
         for r in rows:
-            print(f"{r['command']:<16} {r['seconds']:>7.1f} s  peak RSS {r['peak_rss_mib']:>6} MiB  exit {r['exit']}")
+            print(f"{r['command']:<28} {r['seconds']:>7.1f} s  peak RSS {r['peak_rss_mib']:>6} MiB  exit {r['exit']}"
+                  f"  (load average {r['loadavg_1m']})")
         return 0
     finally:
-        if a.keep is None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,13 @@ Never raises for a server failure: every outcome is a record, failures carry `er
   "aborted: ..."       finish_reason of type "abort"
   "protocol: ..."      anything the parser could not make sense of
 
+Transport (`harness.http1`, docs/client-fidelity.md): streams go over kept-alive HTTP/1.1
+connections of a lean asyncio client; `sent_ns` is stamped when the request is written (its
+connection ready), each network read is stamped before any of a burst is parsed, and every
+answer is read to its end so its connection serves the next request. A request is a single
+coroutine (no task of its own); `generate_at` sends at a scheduled instant (`harness.schedule`).
+Control requests (`flush_cache`) use httpx.
+
 Streaming facts this relies on (docs/sglang-facts.md, sglang tokenizer_manager):
 - SSE `data: {json}` lines ending with `data: [DONE]`.
 - `output_ids` (and `text`) are cumulative by default and incremental with `--stream-output` /
@@ -138,11 +145,28 @@ class Abort:
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.reason: str | None = None
+        self._callbacks: list[Any] = []
 
     def fire(self, reason: str) -> None:
         if self.reason is None:
             self.reason = reason
         self.event.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb()
+
+    def add_callback(self, cb: Any) -> None:
+        """Call `cb()` when fired (at once if it has been)."""
+        if self.fired:
+            cb()
+        else:
+            self._callbacks.append(cb)
+
+    def remove_callback(self, cb: Any) -> None:
+        try:
+            self._callbacks.remove(cb)
+        except ValueError:
+            pass
 
     @property
     def fired(self) -> bool:
@@ -752,62 +776,80 @@ class StreamingClient:
         return await self._run(prepared, abort, timeout_s)
 
     async def _run(self, p: "_Prepared", abort: Abort | None, timeout_s: float | None) -> RequestRecord:
+        """Send and read one request. No task of its own: the request is written from the
+        caller's turn of the event loop (on an idle connection), and the caller waits on one
+        future that the response's end, the time limit or the abort signal resolves."""
         acc = p.acc
         limit = self.timeout_s if timeout_s is None else timeout_s
+        wall, sent = time.time(), time.perf_counter_ns()
         if abort is not None and abort.fired:
             acc.error = abort.reason or "aborted"
-            return p.record(time.time(), time.perf_counter_ns())
-        stamp: dict[str, Any] = {"wall": time.time(), "sent_ns": time.perf_counter_ns()}
-        started = self._pool.start("POST", p.path, p.payload, p.reader)  # written now, if a connection is idle
-        if started is not None:
-            stamp["wall"], stamp["sent_ns"] = started.wall_start, started.sent_ns
-        task = asyncio.create_task(self._stream(p, stamp, started))
-        waiters: set[asyncio.Future] = {task}
-        abort_wait = asyncio.create_task(abort.event.wait()) if abort is not None else None
-        if abort_wait is not None:
-            waiters.add(abort_wait)
-        try:
-            done, _ = await asyncio.wait(waiters, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            task.cancel()
-            if abort_wait is not None:
-                abort_wait.cancel()
-            raise
-        if abort_wait is not None and not abort_wait.done():
-            abort_wait.cancel()
-        if task not in done:
-            task.cancel()
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
-            if started is not None and not started.finished and started.conn is not None:
-                started.conn.close()  # the task was cancelled before it could wait on it
-            if (acc.error is None or acc.error == "connection") and not acc.done:
-                acc.error = (abort.reason if abort is not None and abort.fired else None) or "timeout"
-        elif task.exception() is not None:  # _stream maps known failures itself
-            exc = task.exception()
-            acc.error = acc.error or f"protocol: {type(exc).__name__}: {_clip(str(exc))}"
+            return p.record(wall, sent)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        fresh = False
+        while True:
+            ex = None if fresh else self._pool.start("POST", p.path, p.payload, p.reader)
+            if ex is None:  # no idle connection: open one (or wait for one), within the limit
+                try:
+                    ex = await asyncio.wait_for(self._pool.send("POST", p.path, p.payload, p.reader, fresh=fresh),
+                                                max(0.0, deadline - loop.time()))
+                except asyncio.TimeoutError:
+                    acc.error = (abort.reason if abort is not None and abort.fired else None) or "timeout"
+                    return p.record(wall, sent)
+                except http1.HttpError as exc:
+                    acc.error = "timeout" if exc.kind == "timeout" else "connection"
+                    return p.record(wall, sent)
+            wall, sent = ex.wall_start, ex.sent_ns
+            outcome = await self._wait(ex, loop, deadline, abort)
+            if outcome is not None:  # the time limit or the abort signal came first
+                if not acc.done:
+                    acc.error = outcome
+                break
+            if self._pool.stale(ex) and not fresh:
+                fresh = True  # a kept-alive connection the server had closed: once more, on a new one
+                continue
+            if ex.error is not None and acc.error is None:
+                acc.error = ex.error.kind if ex.error.kind in ("timeout", "connection") else \
+                    f"protocol: {_clip(ex.error.detail)}"
+            break
         if acc.error is None and not acc.done:
             acc.error = "protocol: stream ended without [DONE]"
-        return p.record(stamp["wall"], stamp["sent_ns"])
+        return p.record(wall, sent)
 
-    async def _stream(self, p: "_Prepared", stamp: dict[str, Any], started: http1.Exchange | None) -> None:
-        def sent(ex: http1.Exchange) -> None:
-            stamp["wall"], stamp["sent_ns"] = ex.wall_start, ex.sent_ns
+    @staticmethod
+    async def _wait(ex: http1.Exchange, loop: asyncio.AbstractEventLoop, deadline: float,
+                    abort: Abort | None) -> str | None:
+        """Wait for the exchange to finish; "timeout" or the abort reason if that came first
+        (then the connection is closed). Cancelling the caller closes it too."""
+        fut = ex.waiter
+        assert fut is not None
+        if fut.done():
+            return None
 
-        acc = p.acc
+        def expire() -> None:
+            if not fut.done():
+                fut.set_result("timeout")
+
+        def aborted() -> None:
+            if not fut.done():
+                fut.set_result((abort.reason if abort is not None else None) or "aborted")
+
+        timer = loop.call_at(deadline, expire)
+        if abort is not None:
+            abort.add_callback(aborted)
         try:
-            ex = await self._pool.request("POST", p.path, p.payload, p.reader, on_sent=sent, started=started)
-        except http1.HttpError as exc:  # no connection could be had
-            ex = http1.Exchange(p.reader, error=exc)
-        if ex.error is not None:
-            if ex.error.kind == "timeout":
-                acc.error = acc.error or "timeout"
-            elif ex.error.kind == "connection":
-                acc.error = acc.error or "connection"
-            else:
-                acc.error = acc.error or f"protocol: {_clip(ex.error.detail)}"
+            outcome = await fut
+        except BaseException:
+            ex.cancel()
+            raise
+        finally:
+            timer.cancel()
+            if abort is not None:
+                abort.remove_callback(aborted)
+        if outcome is not None:
+            ex.cancel()
+        return outcome
 
     # -- control endpoints -----------------------------------------------------------------
     async def flush_cache(self, *, attempts: int = 20, wait_s: float = 0.25) -> bool:

@@ -82,6 +82,13 @@ class Exchange:
     waiter: asyncio.Future | None = field(default=None, repr=False)
     conn: "_Conn | None" = field(default=None, repr=False)
 
+    def cancel(self) -> None:
+        """Stop this exchange now (a time limit, an abort, a cancelled caller): its connection is
+        closed unless the exchange is already over."""
+        if not self.finished and self.conn is not None:
+            self.conn.close()
+        self.finished = True
+
     def _finish(self, error: HttpError | None = None) -> None:
         if self.finished:
             return
@@ -496,32 +503,37 @@ class Pool:
         conn.send(ex, data)
         return ex
 
+    async def send(self, method: str, path: str, body: bytes, consumer: Consumer, *,
+                   content_type: str | None = "application/json", fresh: bool = False) -> Exchange:
+        """Get a connection (an idle one, a new one — `fresh`: always new — or wait for one) and
+        write the request on it; the exchange's `waiter` resolves when it is over."""
+        conn = await self._acquire(fresh)
+        return self._send_on(conn, consumer, self.head_bytes(method, path, len(body), content_type) + body)
+
+    @staticmethod
+    def stale(ex: Exchange) -> bool:
+        """Whether a finished exchange failed the way a kept-alive connection the server had
+        closed fails: reused, closed before any byte of an answer (worth one more try)."""
+        return (ex.error is not None and ex.error.kind == "connection" and ex.reused and not ex.got_bytes)
+
     async def request(self, method: str, path: str, body: bytes, consumer: Consumer, *,
-                      content_type: str | None = "application/json", on_sent=None,
-                      started: Exchange | None = None) -> Exchange:
-        """Send one request (or wait for the one `start` sent); return when the consumer is done
-        (DONE, DROP or the body's end) or the exchange failed (`Exchange.error`). Cancelling
-        closes the connection. `on_sent(exchange)` is called after each write (stamps set)."""
-        data = self.head_bytes(method, path, len(body), content_type) + body
+                      content_type: str | None = "application/json") -> Exchange:
+        """Send one request and return when the consumer is done (DONE, DROP or the body's end)
+        or the exchange failed (`Exchange.error`); a stale keep-alive connection is retried once
+        on a new one. Cancelling closes the connection."""
         fresh = False
-        ex = started
         while True:
+            ex = self.start(method, path, body, consumer, content_type=content_type) if not fresh else None
             if ex is None:
-                conn = await self._acquire(fresh)
-                ex = self._send_on(conn, consumer, data)
-            if on_sent is not None:
-                on_sent(ex)
+                ex = await self.send(method, path, body, consumer, content_type=content_type, fresh=fresh)
             try:
                 assert ex.waiter is not None
                 await ex.waiter
             except BaseException:
-                if not ex.finished and ex.conn is not None:
-                    ex.conn.close()
+                ex.cancel()
                 raise
-            if (ex.error is not None and ex.error.kind == "connection" and ex.reused
-                    and not ex.got_bytes and not fresh):
-                fresh = True  # a stale keep-alive connection: once more on a new one
-                ex = None
+            if self.stale(ex) and not fresh:
+                fresh = True
                 continue
             return ex
 

@@ -469,3 +469,23 @@ def test_generate_at_sends_at_its_instant_and_records_the_schedule():
     assert asap.scheduled_ns == past and asap.sent_ns >= past
     assert plain.scheduled_ns is None
     assert json.loads(late.to_json())["scheduled_ns"] == due
+
+
+def test_a_timed_out_or_cancelled_request_frees_its_connection():
+    """With one connection allowed, a request that timed out and one whose caller was cancelled
+    each give their connection up (closed: their answers were unfinished); the next request works."""
+    url, _, ports = serve(lambda request: Answer(200, sse(CUMULATIVE)), delay_s=0.2)
+
+    async def go():
+        async with StreamingClient(url, max_connections=1) as client:
+            late = await client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3), timeout_s=0.3)
+            task = asyncio.ensure_future(client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3)))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            ok = await client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3), timeout_s=10)
+            return late, ok
+    late, ok = run(go())
+    assert late.error == "timeout" and ok.error is None and ok.output_ids == [5, 5, 9]
+    assert len(set(ports)) == 3  # each unfinished answer's connection was closed, not reused
