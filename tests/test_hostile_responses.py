@@ -138,11 +138,9 @@ def test_a_bad_stream_is_a_request_error_with_a_reason(hostile, case):
 
 
 def test_endless_small_chunks_stop_at_the_chunk_cap(hostile):
-    t0 = time.monotonic()
     rec = generate(case_url(hostile, "many_chunks"), max_new_tokens=4)
     assert rec.error.startswith("protocol: more than ") and "chunks" in rec.error, rec.error
     assert len(rec.chunk_ns) == 4 * 4 + 1024 + 1  # one past CHUNKS_PER_TOKEN * max_new_tokens + OUTPUT_SLACK
-    assert time.monotonic() - t0 < 10
 
 
 @pytest.mark.parametrize("api", ["generate", "completions"])
@@ -150,14 +148,11 @@ def test_an_endless_line_is_cut_at_the_bound_with_bounded_memory(hostile, api):
     """2 GiB without a newline: the client stops at MAX_LINE_BYTES, drops the connection (the
     server's write fails, long before 2 GiB), and this process grows by well under 50 MB."""
     before = stats(hostile)["cut_off"].get("long_line", 0)
-    t0 = time.monotonic()
     with PeakRss() as rss:
         rec = generate(case_url(hostile, "long_line"), api=api)
-    elapsed = time.monotonic() - t0
     assert rec.error == f"protocol: line longer than {MAX_LINE_BYTES} bytes"
     assert rec.sent_ns > 0 and rec.chunk_ns == [] and rec.done_ns is None
     assert rss.growth_mib < 50, rss.growth_mib
-    assert elapsed < 10
     deadline = time.monotonic() + 10
     while stats(hostile)["cut_off"].get("long_line", 0) == before and time.monotonic() < deadline:
         time.sleep(0.05)

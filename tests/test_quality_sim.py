@@ -137,22 +137,30 @@ def test_working_set_that_stays_on_gpu_is_not_exercised(servers):
 NONDET_CFG = {**CFG, "samples_per_task": 2}
 
 
-def test_nondeterministic_server_is_not_fail_across_seeds(servers):
+def _nondeterministic_verdict(servers, seed: int) -> str:
     """Both arms without deterministic inference (near_tie_flips: cached prefixes get logprob
     noise): ON re-asks from host and control re-asks from the GPU cache flip near-ties (and now
-    and then a wider margin) alike. Three independent runs (fresh prompts and noise each)."""
-    verdicts = []
-    for seed in (11, 12, 13):
-        off = quality(servers["off_ties"], NONDET_CFG, "off", seed=seed)
-        control = [r for r in off if r.arm_role == "control"]
-        assert all((r.cached_device or 0) > 0 for r in control if r.ask > 0)  # GPU hits
-        assert all(not r.cached_tokens for r in control if r.ask == 0)  # cold
-        on = quality(servers["ties"], NONDET_CFG, "on", seed=seed)
-        rep = evaluate_parity(on, off, cfg=NONDET_CFG)
-        assert rep.reasks_with_host_hit == rep.reasks == 20
-        assert rep.floor.control.differing > 0 and rep.floor.on.differing > 0  # the floor is not zero
-        verdicts.append(rep.verdict)
-        assert rep.verdict in ("PASS", "WARN"), rep.reason
+    and then a wider margin) alike; the verdict is never FAIL."""
+    off = quality(servers["off_ties"], NONDET_CFG, "off", seed=seed)
+    control = [r for r in off if r.arm_role == "control"]
+    assert all((r.cached_device or 0) > 0 for r in control if r.ask > 0)  # GPU hits
+    assert all(not r.cached_tokens for r in control if r.ask == 0)  # cold
+    on = quality(servers["ties"], NONDET_CFG, "on", seed=seed)
+    rep = evaluate_parity(on, off, cfg=NONDET_CFG)
+    assert rep.reasks_with_host_hit == rep.reasks == 20
+    assert rep.floor.control.differing > 0 and rep.floor.on.differing > 0  # the floor is not zero
+    assert rep.verdict in ("PASS", "WARN"), rep.reason
+    return rep.verdict
+
+
+def test_nondeterministic_server_is_not_fail(servers):
+    _nondeterministic_verdict(servers, seed=11)
+
+
+@pytest.mark.slow  # three full parity runs of both arms; test_quality_parity sweeps the statistics' seeds
+def test_nondeterministic_server_is_not_fail_across_seeds(servers):
+    """Three independent runs (fresh prompts and noise each): none FAIL, most PASS."""
+    verdicts = [_nondeterministic_verdict(servers, seed) for seed in (11, 12, 13)]
     assert verdicts.count("PASS") >= 2
 
 

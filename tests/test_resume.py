@@ -18,15 +18,13 @@ from harness.resume import plan_resume
 from harness.runner import build_manifest
 from harness.scenario import load_scenario, variant_config_hash
 from harness.variant_status import FINAL_STATES
-from tests.test_shard_kit import (no_leaked_servers,  # noqa: F401 - autouse fixture
-    kill_hard, only_run, run_dirs, run_harness, shape, start_harness,
-                                  status_state, wait_for, wait_state, write_scenario)
-
+from tests.conftest import (kill_hard, only_run, run_dirs, run_harness, shape, start_harness, status_state,
+                            tiny_scenario, wait_for, wait_state, write_scenario)
 
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    return write_scenario(tmp_path_factory.mktemp("scn"), n_on=3, quality=True)
+    return write_scenario(tmp_path_factory.mktemp("scn"), tiny_scenario(n_on=3, quality=True))
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +144,7 @@ def test_resume_of_complete_run_reruns_nothing(scenario, reference, tmp_path):
 def test_refuses_changed_server_arg(tmp_path):
     """Same scenario text, a ${VAR} that sets a server flag changed: every variant's config hash
     differs, the refusal names them with both hashes, and the run folder is left as it was."""
-    path = write_scenario(tmp_path, n_on=1, max_total_tokens="${TINY_POOL:-8192}")
+    path = write_scenario(tmp_path, tiny_scenario(n_on=1, max_total_tokens="${TINY_POOL:-8192}"))
     r = run_harness("run", path, "--only", "off", "--results-dir", tmp_path / "out", "--no-report")
     assert r.returncode == 0, r.stderr
     run = only_run(tmp_path / "out")
@@ -165,7 +163,7 @@ def test_refuses_changed_server_arg(tmp_path):
 
 
 def test_refuses_changed_scenario_and_other_shard(scenario, tmp_path):
-    path = write_scenario(tmp_path, n_on=1)
+    path = write_scenario(tmp_path, tiny_scenario(n_on=1))
     r = run_harness("run", path, "--only", "off", "--results-dir", tmp_path / "out", "--no-report")
     assert r.returncode == 0
     run = only_run(tmp_path / "out")
@@ -212,7 +210,7 @@ def test_killed_shard_resumed_then_merged(scenario, reference, tmp_path):
 # ---------------------------------------------------------------------- plan_resume on hand-made states
 
 def test_plan_resume_states(tmp_path):
-    path = write_scenario(tmp_path, n_on=8)
+    path = write_scenario(tmp_path, tiny_scenario(n_on=8))
     scn = load_scenario(path)
     variants = scn.expand_variants()
     run = results.create_run_dir(tmp_path / "out", scn.name)
@@ -236,7 +234,7 @@ def test_plan_resume_states(tmp_path):
 
 
 def test_plan_resume_refuses_merged_and_missing(tmp_path):
-    scn = load_scenario(write_scenario(tmp_path, n_on=1))
+    scn = load_scenario(write_scenario(tmp_path, tiny_scenario(n_on=1)))
     plan = plan_resume(tmp_path / "nope", scn)
     assert not plan.ok and "not a run folder" in plan.refusals[0]
     run = results.create_run_dir(tmp_path / "out", scn.name)

@@ -160,9 +160,8 @@ def test_cooldown_not_clean_while_server_holds_memory(sims):
     sim.wait_until_ready(30)
     time.sleep(0.2)
     assert baseline.mem_available_kib - read_mem_available_kib() > 0.5 * 1024 * 1024
-    t0 = time.monotonic()
     res = cooldown.wait(baseline, timeout_s=1.0, mem_tolerance_gib=0.4, poll_s=0.2)
-    assert not res.clean and time.monotonic() - t0 < 4
+    assert not res.clean and res.waited_s >= 1.0  # waited out its timeout, then said so
     assert "MemAvailable" in res.reason
 
 

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.scenario import load_scenario, load_scenario_text
+from harness.scenario import load_scenario
 from harness.shard import assign_shards, plan_shard, select
-from tests.test_shard_kit import scenario_text, write_scenario
+from tests.conftest import tiny_scenario, write_scenario
 
 
 def _v(name, expect="ok"):
@@ -59,8 +59,8 @@ def test_bad_inputs():
 
 
 def test_scenario_reorder_keeps_shards(tmp_path):
-    a = load_scenario_text(scenario_text(n_on=5, quality=True), str(tmp_path / "a.yaml"))
-    b = load_scenario_text(scenario_text(n_on=5, quality=True, reverse=True), str(tmp_path / "b.yaml"))
+    a = load_scenario(write_scenario(tmp_path, tiny_scenario(n_on=5, quality=True), name="a"))
+    b = load_scenario(write_scenario(tmp_path, tiny_scenario(n_on=5, quality=True, reverse=True), name="b"))
     for n in (2, 3, 4):
         pa = [plan_shard(a, a.expand_variants(), i, n) for i in range(1, n + 1)]
         pb = [plan_shard(b, b.expand_variants(), i, n) for i in range(1, n + 1)]
@@ -68,7 +68,7 @@ def test_scenario_reorder_keeps_shards(tmp_path):
 
 
 def test_baseline_runs_in_every_shard_with_a_quality_arm(tmp_path):
-    s = load_scenario(write_scenario(tmp_path, n_on=5, quality=True))
+    s = load_scenario(write_scenario(tmp_path, tiny_scenario(n_on=5, quality=True)))
     variants = s.expand_variants()
     plans = [plan_shard(s, variants, i, 3) for i in (1, 2, 3)]
     owners = [p for p in plans if "off" in p.assigned]
@@ -82,10 +82,10 @@ def test_baseline_runs_in_every_shard_with_a_quality_arm(tmp_path):
 
 
 def test_no_support_baseline_without_quality_or_only_failures(tmp_path):
-    s = load_scenario(write_scenario(tmp_path, n_on=3, quality=False))
+    s = load_scenario(write_scenario(tmp_path, tiny_scenario(n_on=3)))
     for i in (1, 2):
         assert plan_shard(s, s.expand_variants(), i, 2).support == []
-    q = load_scenario_text(scenario_text(n_on=1, quality=True), str(tmp_path / "q.yaml"))
+    q = load_scenario(write_scenario(tmp_path, tiny_scenario(n_on=1, quality=True), name="q"))
     vs = q.expand_variants()
     fake = [vs[0], vs[1].model_copy(update={"expect": "startup_failed"})]
     plans = [plan_shard(q, fake, i, 2) for i in (1, 2)]
@@ -93,7 +93,7 @@ def test_no_support_baseline_without_quality_or_only_failures(tmp_path):
 
 
 def test_plan_shard_range(tmp_path):
-    s = load_scenario(write_scenario(tmp_path))
+    s = load_scenario(write_scenario(tmp_path, tiny_scenario()))
     with pytest.raises(ValueError):
         plan_shard(s, s.expand_variants(), 3, 2)
     empty = plan_shard(s, s.expand_variants(), 7, 7)

@@ -16,19 +16,16 @@ import pytest
 import yaml
 
 from harness import results
-from tests.test_shard_kit import (no_leaked_servers,  # noqa: F401 - autouse fixture
-    REPO, env_with_repo, harness_bin, only_run, run_harness, shape,
-                                  write_scenario)
+from tests.conftest import REPO, harness_bin, harness_env, only_run, run_harness, shape, tiny_scenario, write_scenario
 
 SBATCH = REPO / "examples" / "slurm" / "hicache_nightly.sbatch"
 WORKFLOW = REPO / "examples" / "github" / "sharded-nightly.yml"
 VARIANTS = ["off", "on-r2", "on-r3", "on-r4"]
 
 
-
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
-    return write_scenario(tmp_path_factory.mktemp("scn"), n_on=3, quality=True)
+    return write_scenario(tmp_path_factory.mktemp("scn"), tiny_scenario(n_on=3, quality=True))
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +55,7 @@ def _check_merged(merged: Path, reference: Path, n_shards: int) -> dict:
     return m
 
 
+@pytest.mark.slow  # three shard runs at once, then the merge job: ~4 runs of the tiny scenario
 def test_slurm_job_array(scenario, reference, tmp_path):
     """`sbatch --array=1-3`: three tasks at once with SLURM_ARRAY_* set, then the merge job."""
     root = tmp_path / "results"
@@ -65,7 +63,7 @@ def test_slurm_job_array(scenario, reference, tmp_path):
            "RESULTS_ROOT": str(root), "SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_MIN": "0",
            "SLURM_ARRAY_TASK_COUNT": "3"}
     # a 0-based array (--array=0-2) to show $SLURM_ARRAY_TASK_MIN is honoured
-    procs = [subprocess.Popen(["bash", str(SBATCH)], cwd=REPO, env=env_with_repo({**env, "SLURM_ARRAY_TASK_ID": str(t)}),
+    procs = [subprocess.Popen(["bash", str(SBATCH)], cwd=REPO, env=harness_env({**env, "SLURM_ARRAY_TASK_ID": str(t)}),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for t in range(3)]
     outs = [p.communicate(timeout=180)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
@@ -74,7 +72,7 @@ def test_slurm_job_array(scenario, reference, tmp_path):
     indices = sorted(json.loads((d / "manifest.json").read_text())["shard"]["index"] for d in shards)
     assert indices == [1, 2, 3]
 
-    merge = subprocess.run(["bash", str(SBATCH), "merge", "4242"], cwd=REPO, env=env_with_repo(env),
+    merge = subprocess.run(["bash", str(SBATCH), "merge", "4242"], cwd=REPO, env=harness_env(env),
                            capture_output=True, text=True, timeout=120)
     assert merge.returncode == 0, merge.stdout + merge.stderr
     merged = Path(re.search(r"^merged: (\S+)", merge.stdout, re.M).group(1))
@@ -115,6 +113,7 @@ def _step(job: dict, name: str) -> dict:
     return next(s for s in job["steps"] if s.get("name") == name)
 
 
+@pytest.mark.slow  # four shard runs at once, then the merge step and its report
 def test_github_actions_matrix(scenario, reference, tmp_path):
     """The workflow's own shard and merge steps: matrix env per job, artifacts as download-artifact
     lays them out, then the merge step with $GITHUB_OUTPUT."""
@@ -135,7 +134,7 @@ def test_github_actions_matrix(scenario, reference, tmp_path):
         ws.mkdir()
         env = {**base_env, **{k: _gha_expr(str(v), ctx) for k, v in run_step["env"].items()}}
         procs.append(subprocess.Popen(["bash", "-eo", "pipefail", "-c", _gha_expr(run_step["run"], ctx)], cwd=ws,
-                                      env=env_with_repo(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      env=harness_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
         workspaces[shard] = (ws, ctx)
     outs = [p.communicate(timeout=180)[0] for p in procs]
@@ -153,7 +152,7 @@ def test_github_actions_matrix(scenario, reference, tmp_path):
     out_file.touch()
     merge_step = _step(merge_job, "Merge")
     r = subprocess.run(["bash", "-eo", "pipefail", "-c", merge_step["run"]], cwd=merge_ws, capture_output=True,
-                       text=True, timeout=120, env=env_with_repo({**base_env, "GITHUB_OUTPUT": str(out_file)}))
+                       text=True, timeout=120, env=harness_env({**base_env, "GITHUB_OUTPUT": str(out_file)}))
     assert r.returncode == 0, r.stdout + r.stderr
     run_dir = dict(line.split("=", 1) for line in out_file.read_text().splitlines())["run_dir"]
     _check_merged(merge_ws / run_dir, reference, len(matrix))

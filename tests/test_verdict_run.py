@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from harness.cli import main
+from tests.conftest import write_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = """\
 name: verdicts
 server:
@@ -17,8 +16,8 @@ server:
   args: {--max-total-tokens: 4096}
   startup_timeout_s: 30
   request_timeout_s: 10
-  liveness_idle_s: 0.2
-  sim: {time_scale: 0.05, startup_s: 0.1}
+  liveness_idle_s: 0.1
+  sim: {time_scale: 0.02, startup_s: 0}
 variants:
   - name: off
 {extra}
@@ -32,9 +31,7 @@ sampling: {enabled: false}
 
 
 def _run(tmp_path: Path, extra: str, capsys) -> tuple[int, str, dict]:
-    shutil.copytree(ROOT / "scenarios" / "models" / "llama-tiny", tmp_path / "models" / "llama-tiny")
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(SCENARIO.replace("{extra}", extra))
+    scenario = write_scenario(tmp_path, SCENARIO.replace("{extra}", extra))
     rc = main(["run", str(scenario), "--results-dir", str(tmp_path / "r"), "--no-report"])
     out = capsys.readouterr().out
     (run,) = (tmp_path / "r" / "verdicts").iterdir()
