@@ -2,7 +2,7 @@
 
 Every run's manifest carries these (reliability.md P14) so a number can always be traced back to
 the machine, driver, sglang build and environment that produced it. Secrets never reach a file:
-environment values whose names look like credentials are redacted wherever they are written.
+the recorded environment goes through the run's :class:`harness.secrets.Redactor`.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from __future__ import annotations
 import fnmatch
 import os
 import platform
-import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness import nvml, procfs
-
-REDACTED = "***"
+from harness.secrets import MIN_SCRUB_LENGTH, REDACTED, Redactor, is_secret_name
+from harness.yaml_lines import YamlLoadError, load_yaml_text
 
 # Environment variables worth recording: sglang/HiCache knobs, CUDA/NCCL placement, threading.
 ENV_ALLOWLIST = (
@@ -25,54 +25,54 @@ ENV_ALLOWLIST = (
     "TRANSFORMERS_*", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH", "LD_LIBRARY_PATH",
     "KVCACHED_*", "HARNESS_*", "MODEL_PATH", "SGLANG_PYTHON",
 )
-_SECRET = re.compile(r"(_TOKEN$|_KEY$|SECRET|PASSWORD|PASSWD|CREDENTIAL|^TOKEN$|^KEY$)", re.IGNORECASE)
 
 
-def is_secret(name: str) -> bool:
-    return bool(_SECRET.search(name))
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """All of ``env`` with credential-looking values replaced by ``***``."""
-    return {k: (REDACTED if is_secret(k) else str(v)) for k, v in env.items()}
-
-
-def allowlisted_env(env: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The allowlisted part of ``env`` plus every key of ``extra`` (what the scenario set), redacted."""
+def allowlisted_env(env: Mapping[str, str], extra: Mapping[str, str] | None = None,
+                    redactor: Redactor | None = None) -> dict[str, str]:
+    """The allowlisted part of ``env`` plus every key of ``extra`` (what the scenario set), with
+    credential-named values and the run's known secret values (``redactor``) replaced."""
     keep = {k: v for k, v in env.items() if any(fnmatch.fnmatchcase(k, pat) for pat in ENV_ALLOWLIST)}
     keep.update(extra or {})
-    return redact_env(dict(sorted(keep.items())))
+    return (redactor or Redactor()).env(dict(sorted(keep.items())))
 
 
-_KEY_VALUE = re.compile(
-    r"(?P<key>[A-Za-z0-9_.-]+)(?P<sep>[ \t]*[:=][ \t]*)(?P<value>[^,{}\[\]\s#][^,}\n#]*?)(?=[ \t]*(?:#|,|}|$))",
-    re.MULTILINE,
-)
+def run_redactor(scenario, argv: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> Redactor:
+    """The run's one :class:`Redactor`: it learns, once, the secret values of the scenario file
+    as written (its parsed YAML), of every variant's merged args and env (``${VAR}`` expanded,
+    matrix axes applied, ``extra_args`` split), of the harness's ``argv`` and of this process's
+    credential-named environment variables (``environ``, default ``os.environ``). Multi-line
+    values are also learnt line by line, so a file scrubbed a run of lines at a time loses them."""
+    r = Redactor()
+    try:
+        r.learn(load_yaml_text(scenario.text or "", str(scenario.path or "<scenario>")).data)
+    except YamlLoadError:
+        pass
+    for v in scenario.expand_variants():
+        r.learn({"args": dict(v.args), "env": dict(v.env)})
+    r.learn(list(argv), dict(os.environ if environ is None else environ))
+    r.values |= {line.strip() for v in r.values for line in v.splitlines()
+                 if len(line.strip()) >= MIN_SCRUB_LENGTH}
+    # A switch under a credential-looking name (HF_HUB_DISABLE_TOKEN=true) is no secret, and
+    # scrubbing "true" from every text would garble the manifest and the logs.
+    r.values -= {v for v in r.values if v.strip().lower() in _NOT_SECRET_VALUES}
+    return r
 
 
-def redact_text(text: str) -> str:
-    """Scenario YAML (or any ``key: value`` text) with credential-looking values replaced."""
-    def repl(m: re.Match) -> str:
-        name = m.group("key").lstrip("-").replace("-", "_")
-        if is_secret(name):
-            return f"{m.group('key')}{m.group('sep')}{REDACTED}"
-        return m.group(0)
-
-    return _KEY_VALUE.sub(repl, text)
+_NOT_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "auto", "default", "enabled", "disabled"})
 
 
-def redact_argv(argv: list[str]) -> list[str]:
-    """Hide values of flags such as ``--api-key`` in a command line."""
-    out = list(argv)
-    for i, arg in enumerate(out):
-        name = arg.lstrip("-").replace("-", "_")
-        if "=" in arg and arg.startswith("--"):
-            flag, _, _value = arg.partition("=")
-            if is_secret(flag.lstrip("-").replace("-", "_")):
-                out[i] = f"{flag}={REDACTED}"
-        elif arg.startswith("--") and is_secret(name) and i + 1 < len(out):
-            out[i + 1] = REDACTED
-    return out
+def scrub_json(redactor: Redactor, node: Any) -> Any:
+    """A JSON-ready tree for a results file: the run's secret values replaced in every string, and
+    a string under a credential name (``api_key``) replaced whole. Keys, numbers and booleans are
+    never touched, so figures named like credentials (``kv_bytes_per_token``) survive."""
+    if isinstance(node, Mapping):
+        return {k: (REDACTED if isinstance(v, str) and v and is_secret_name(str(k)) else scrub_json(redactor, v))
+                for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [scrub_json(redactor, x) for x in node]
+    if isinstance(node, str):
+        return redactor.text(node)
+    return node
 
 
 def is_wsl(release: str | None) -> bool:

@@ -21,6 +21,7 @@ ASSERTION = "assertion"
 EXITED_BEFORE_READY = "exited_before_ready"
 TIMEOUT = "timeout"
 SERVER_DIED = "server_died"
+SERVER_HUNG = "server_hung"  # alive but no longer serving (harness/serving_window.py)
 UNKNOWN = "unknown"
 
 # Only these are worth another attempt: memory pressure can pass; a CUDA fault or an assertion

@@ -4,6 +4,8 @@
 ordinary layout (docs/architecture.md), so ``report``, ``compare`` and ``history`` read it like
 any other run. Rules (docs/sharding.md):
 
+* Every input must be a run folder whose manifest, status.json and summary.json files have the
+  shape a run's have, else exit 2 naming the damaged file.
 * Every input must hold the same scenario text (same ``scenario.hash``), else exit 2 naming each
   run and its hash. A merged run is not accepted as input (merge the shard runs themselves).
 * A variant present in several inputs must have one config hash everywhere (``${VAR}`` may expand
@@ -31,8 +33,9 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import fingerprint, results
+from harness import results
 from harness.run_products import write_summary_csv
+from harness.secrets import Redactor
 from harness.variant_status import FINAL_STATES, variant_state
 
 PARITY_SCOPE = "per-shard: each arm's parity verdict was computed against the baseline run on its own host"
@@ -110,10 +113,9 @@ def load_sources(run_dirs: list[Path]) -> list[Source]:
         if not (root / results.MANIFEST).exists():
             raise MergeRefused(f"{root}: not a run folder (no {results.MANIFEST})")
         try:
-            manifest = results.read_json(root / results.MANIFEST)
-            if not isinstance(manifest, dict):
-                raise results.ResultsError(f"{root / results.MANIFEST}: not a JSON object")
-            results.check_schema(root / results.MANIFEST, manifest)
+            manifest = results.read_manifest(root)
+            for entry in manifest.get("variants", []):  # a damaged file is refused, never copied
+                results.check_variant_files(results.RunPaths(root), entry["name"])
         except results.ResultsError as exc:
             raise MergeRefused(str(exc)) from None
         if manifest.get("kind") != "run":
@@ -239,7 +241,7 @@ def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] = ()) -> Pa
     manifest = {k: v for k, v in first.manifest.items() if k not in ("shard", "resumes")}
     manifest.update(
         created_at=results.utc_now_iso(),
-        harness_argv=fingerprint.redact_argv(list(argv)),
+        harness_argv=Redactor().learn(list(argv)).argv(argv),
         variants=[{**plan.chosen[n].entry, "from_run": plan.chosen[n].source.run_id} for n in plan.order],
         merged_from=[s.run_id for s in plan.sources],
         shards=[_shard_entry(s, plan) for s in plan.sources],

@@ -6,7 +6,9 @@ written last. Every JSON file is written through :func:`write_json_atomic` (temp
 folder, fsync, ``os.replace``) so a kill at any moment leaves either the old or the new file.
 JSONL files are append-only; a torn last line (the harness was killed mid-write) is skipped with a
 warning when read. While a harness process writes a run it holds the run's lock
-(:func:`hold_run_lock`), so a second process (``--resume`` of a live run) is refused.
+(:func:`hold_run_lock`), so a second process (``--resume`` of a live run) is refused. Readers
+check the shape of what they read (:func:`read_manifest`, :func:`read_json_object`): a damaged or
+hand-edited file is a :class:`ResultsError` naming it, never a crash further on.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 import secrets
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +94,36 @@ def write_text_atomic(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def rewrite_lines_atomic(path: Path, transform: Callable[[str], str], chunk_bytes: int = 1 << 20) -> None:
+    """Replace ``path`` by ``transform`` applied to its text, a run of whole lines (at most about
+    ``chunk_bytes``) at a time, atomically (readers see the old or the new file). Bytes that are
+    not UTF-8 pass through unchanged; memory stays bounded whatever the file's size; the file keeps
+    its mode."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, os.stat(path).st_mode & 0o7777)  # the file keeps its mode
+        with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+            while True:
+                block = src.read(chunk_bytes)
+                if not block:
+                    break
+                if not block.endswith(b"\n"):
+                    block += src.readline()  # complete the last line
+                text = block.decode("utf-8", errors="surrogateescape")
+                dst.write(transform(text).encode("utf-8", errors="surrogateescape"))
+            dst.flush()
+            os.fsync(dst.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -269,27 +301,58 @@ class VariantPaths:
     def server_log(self, attempt: int = 1) -> Path:
         return self.root / (SERVER_LOG if attempt <= 1 else f"server.attempt{attempt}.log")
 
+    def server_logs(self) -> list[Path]:
+        """Every attempt's server log that exists."""
+        return sorted(p for p in self.root.glob("server*.log") if p.is_file())
+
 
 class RunLocked(ValueError):
     """Another harness process is writing the run folder (the message says which)."""
 
 
-class RunLock:
-    """An exclusive ``flock`` on ``<run>/.lock`` held while a harness process writes the run."""
+# Run folders this process holds locked: resolved root -> [fd, holders]. A process may take its
+# own lock again (a resume holds it from reopening the folder to the end of the run, and the
+# runner takes it for the run itself); the flock is released when the last holder lets go.
+_HELD: dict[Path, list[int]] = {}
 
-    def __init__(self, fd: int):
-        self._fd = fd
+
+class RunLock:
+    """One hold of the exclusive ``flock`` on ``<run>/.lock`` (docs/sharding.md, "The run lock")."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._held = True
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)  # releases the flock
-            self._fd = -1
+        if not self._held:
+            return
+        self._held = False
+        entry = _HELD.get(self.root)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del _HELD[self.root]
+            os.close(entry[0])  # releases the flock
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a hold nobody closed ends with its owner
+        self.close()
 
 
 def hold_run_lock(root: Path) -> RunLock:
-    """Lock the run folder or raise :class:`RunLocked` when another process holds it."""
-    path = RunPaths(Path(root)).lock
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """Lock the run folder or raise :class:`RunLocked` (naming the holder) when another process
+    holds it; never waits. This process may hold it several times (each hold is closed once)."""
+    key = Path(root).resolve()
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return RunLock(key)
+    fd = os.open(RunPaths(key).lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -300,10 +363,29 @@ def hold_run_lock(root: Path) -> RunLock:
             pass
         os.close(fd)
         raise RunLocked(f"{root}: another harness process is writing this run ({holder or 'lock held'}); "
-                        f"wait for it or stop it first") from None
+                        f"wait for it to end or stop it first") from None
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-    return RunLock(fd)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {utc_now_iso()}\n".encode(), 0)
+    _HELD[key] = [fd, 1]
+    return RunLock(key)
+
+
+def run_is_locked(root: Path) -> bool:
+    """Whether some process (this one included) holds the run's lock now."""
+    key = Path(root).resolve()
+    if key in _HELD:
+        return True
+    try:
+        fd = os.open(RunPaths(key).lock, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def create_run_dir(results_dir: Path, scenario_name: str, run_id: str | None = None) -> RunPaths:
@@ -318,6 +400,62 @@ def check_schema(path: Path, data: dict) -> None:
         raise ResultsError(
             f"{path}: schema_version {version!r}, this harness reads {SCHEMA_VERSION}"
         )
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON file that must hold an object; ResultsError naming the file when missing, not JSON,
+    or of another shape."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: expected a JSON object, found {_kind(data)}")
+    return data
+
+
+def read_manifest(root: Path) -> dict:
+    """A run's manifest.json, checked for the shape everything downstream relies on: an object of
+    this schema version whose ``scenario`` is an object with a name and whose ``variants`` is a list of
+    objects with a string ``name``; ResultsError naming the file otherwise."""
+    path = RunPaths(Path(root)).manifest
+    manifest = read_json_object(path)
+    check_schema(path, manifest)
+    scenario = manifest.get("scenario")
+    if not isinstance(scenario, dict) or not isinstance(scenario.get("name"), str):
+        raise ResultsError(f"{path}: 'scenario' must be an object with a string 'name', found {_kind(scenario)}")
+    variants = manifest.get("variants", [])
+    if not isinstance(variants, list):
+        raise ResultsError(f"{path}: 'variants' must be a list, found {_kind(variants)}")
+    for i, entry in enumerate(variants):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise ResultsError(f"{path}: variants[{i}] must be an object with a non-empty string 'name'")
+    return manifest
+
+
+def check_variant_files(run: RunPaths, name: str, torn_status_ok: bool = False) -> None:
+    """The variant's status.json and summary.json, where present, are JSON objects; else
+    ResultsError naming the file. ``torn_status_ok``: a status.json that is not JSON at all is
+    let through (``--resume`` reruns such a variant)."""
+    vpaths = run.variant(name)
+    if vpaths.status.exists():
+        try:
+            read_json_object(vpaths.status)
+        except ResultsError:
+            if not (torn_status_ok and _not_json(vpaths.status)):
+                raise
+    if vpaths.summary.exists():
+        read_json_object(vpaths.summary)
+
+
+def _not_json(path: Path) -> bool:
+    try:
+        json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    return False
 
 
 @dataclass
@@ -362,15 +500,12 @@ def load_run(path: Path) -> LoadedRun:
     if not root.is_dir():
         raise ResultsError(f"{root}: no such run folder")
     paths = RunPaths(root)
-    manifest = read_json(paths.manifest)
-    if not isinstance(manifest, dict):
-        raise ResultsError(f"{paths.manifest}: not a JSON object")
-    check_schema(paths.manifest, manifest)
+    manifest = read_manifest(root)
     variants = []
     for entry in manifest.get("variants", []):
         vpaths = paths.variant(entry["name"])
-        status = read_json(vpaths.status) if vpaths.status.exists() else {"state": "not_run"}
-        summary = read_json(vpaths.summary) if vpaths.summary.exists() else None
+        status = read_json_object(vpaths.status) if vpaths.status.exists() else {"state": "not_run"}
+        summary = read_json_object(vpaths.summary) if vpaths.summary.exists() else None
         variants.append(LoadedVariant(entry["name"], vpaths, status, summary))
     return LoadedRun(paths, manifest, variants)
 

@@ -6,17 +6,21 @@ it was in ``interrupted`` on Ctrl-C/SIGTERM and a SIGKILL leaves it ``running``,
 complete. ``partial``, ``interrupted``, ``running``, a missing or unreadable status → rerun.
 
 A variant that is rerun has its old folder moved aside to ``<run>/.attempts/<dir>.<k>/`` (never
-read by ``load_run``, kept as evidence), so the fresh attempt starts with empty JSONL files and no
-request row can appear twice.
+read by ``load_run``, kept as evidence, its server logs scrubbed of the run's secrets), so the
+fresh attempt starts with empty JSONL files and no request row can appear twice.
 
 Resume refuses (``ResumeRefused``, a ``ValueError``: exit 2) when the scenario file's hash
 differs from the manifest's, when a variant's server configuration hash differs (the message
-names the variant and both hashes), when the run is a merge, or when ``--only``/``--shard``
-would select other variants than the run holds. The run id and folder stay the same; the
-manifest gains a ``resumes`` entry per resume (time, argv, host, skipped, rerun).
+names the variant and both hashes), when the run is a merge, when ``--only``/``--shard``
+would select other variants than the run holds, or when a result file has the wrong shape
+(the message names the file). The run id and folder stay the same; the manifest gains a
+``resumes`` entry per resume (time, argv, host, skipped, rerun).
 
 ``harness run --resume`` is :func:`check_resume`, then :func:`reopen_run`, then
 ``runner.execute_run`` on the variants it returns (the command line chains them).
+:func:`reopen_run` takes the run's lock (``results.RunLocked`` when another process holds it)
+and keeps it in the :class:`ReopenedRun` until the run has ended, so two resumes of one run
+never interleave: the second is refused before it touches anything.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 
 from harness import fingerprint, results
 from harness.scenario import variant_config_hash
-from harness.server import stop_stale_server
+from harness.server import clear_orphans
 from harness.shard import select_run_variants
 from harness.variant_status import FINAL_STATES, VariantOutcome, read_status, variant_state
 
@@ -65,10 +69,7 @@ def plan_resume(run_dir: Path, scenario, variants: list | None = None) -> Resume
     run_dir = Path(run_dir)
     run = results.RunPaths(run_dir)
     try:
-        manifest = results.read_json(run.manifest)
-        if not isinstance(manifest, dict):
-            raise results.ResultsError(f"{run.manifest}: not a JSON object")
-        results.check_schema(run.manifest, manifest)
+        manifest = results.read_manifest(run_dir)
     except results.ResultsError as exc:
         return ResumePlan(run_dir, {}, refusals=[f"{exc} (not a run folder this harness can resume)"])
     plan = ResumePlan(run_dir, manifest)
@@ -94,6 +95,11 @@ def plan_resume(run_dir: Path, scenario, variants: list | None = None) -> Resume
             plan.refusals.append(
                 f"variant {name!r}: server configuration changed (config hash {entry.get('config_hash')} "
                 f"in the run, {now} now); a resumed run must not mix configurations — start a new run")
+            continue
+        try:  # a status that is not JSON at all is rerun; any other damage is the user's to look at
+            results.check_variant_files(run, name, torn_status_ok=True)
+        except results.ResultsError as exc:
+            plan.refusals.append(f"{exc}; repair or remove it")
             continue
         state = variant_state(run, name)
         if state in FINAL_STATES:
@@ -134,42 +140,67 @@ def check_resume(scenario, run_dir: Path, only: list[str] | None = None,
 
 @dataclass
 class ReopenedRun:
-    """A run folder ready for ``runner.execute_run``: what to rerun and what is already done."""
+    """A run folder ready for ``runner.execute_run``: what to rerun and what is already done. It
+    holds the run's lock until :meth:`close` (or until it is dropped, or the process ends)."""
 
     run: results.RunPaths
     variants: list  # the scenario's variants to rerun, in manifest order
     prior: list[VariantOutcome]  # the complete variants, counted in the run's exit code
+    lock: results.RunLock | None = None
+    orphans_stopped: list[dict] = field(default_factory=list)
+    plan: ResumePlan | None = None  # the plan made under the lock (what is actually rerun)
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.close()
 
 
 def reopen_run(plan: ResumePlan, scenario, harness_argv: list[str]) -> ReopenedRun:
-    """Refuse (``results.RunLocked``) while another process writes the run; else stop a server a
-    SIGKILLed harness left behind, move the variants to rerun aside, drop the end markers and
-    summary.csv, and record the resume in the manifest."""
+    """Take the run's lock (``results.RunLocked`` while another process holds it) and keep it;
+    plan again under it (another resume may have finished meanwhile: ``ResumeRefused`` if the
+    run cannot be resumed now); stop the servers of this results folder whose harness is gone;
+    move the variants to rerun aside; drop the end markers and summary.csv; record the resume in
+    the manifest."""
     run = results.RunPaths(Path(plan.run_dir))
-    results.hold_run_lock(run.root).close()  # refuse before touching anything while a live process writes it
-    prior = [dataclasses.replace(read_status(run.variant(name).status).outcome(), name=name) for name in plan.skip]
-    moved = {name: str(p.relative_to(run.root)) for name in plan.rerun
-             if (p := _move_aside(run, name)) is not None}
-    for marker in (run.interrupted, run.complete, run.summary_csv):
-        marker.unlink(missing_ok=True)
-    manifest = plan.manifest
-    manifest.setdefault("resumes", []).append({
-        "at": results.utc_now_iso(),
-        "argv": fingerprint.redact_argv(list(harness_argv)),
-        "host": fingerprint.host_fingerprint(),
-        "skipped": plan.skip,
-        "rerun": [{"variant": n, "was": plan.why[n], "moved_to": moved.get(n)} for n in plan.rerun],
-    })
-    results.write_json_atomic(run.manifest, manifest)
+    lock = results.hold_run_lock(run.root)  # refuse before touching anything while a live process writes it
+    try:
+        plan = plan_resume(run.root, scenario)
+        if not plan.ok:
+            raise ResumeRefused(f"cannot resume {run.root}:\n  " + "\n  ".join(plan.refusals))
+        redactor = fingerprint.run_redactor(scenario, harness_argv)
+        orphans = clear_orphans(run.root.resolve().parent.parent)  # the run's results folder (GpuBusy: exit 2)
+        prior = [dataclasses.replace(read_status(run.variant(name).status).outcome(), name=name)
+                 for name in plan.skip]
+        moved = {name: str(p.relative_to(run.root)) for name in plan.rerun
+                 if (p := _move_aside(run, name, redactor)) is not None}
+        for marker in (run.interrupted, run.complete, run.summary_csv):
+            marker.unlink(missing_ok=True)
+        manifest = plan.manifest
+        entry = {
+            "at": results.utc_now_iso(),
+            "argv": redactor.argv(harness_argv),
+            "host": fingerprint.host_fingerprint(),
+            "skipped": plan.skip,
+            "rerun": [{"variant": n, "was": plan.why[n], "moved_to": moved.get(n)} for n in plan.rerun],
+        }
+        if orphans:
+            entry["orphans_stopped"] = orphans
+        manifest.setdefault("resumes", []).append(entry)
+        results.write_json_atomic(run.manifest, manifest)
+    except BaseException:
+        lock.close()
+        raise
     by_name = {v.name: v for v in scenario.expand_variants()}
-    return ReopenedRun(run, [by_name[n] for n in plan.rerun], prior)
+    return ReopenedRun(run, [by_name[n] for n in plan.rerun], prior, lock, orphans, plan)
 
 
-def _move_aside(run: results.RunPaths, name: str) -> Path | None:
-    src = run.variant(name).root
+def _move_aside(run: results.RunPaths, name: str, redactor) -> Path | None:
+    vpaths = run.variant(name)
+    src = vpaths.root
     if not src.exists():
         return None
-    _stop_orphaned_server(run.variant(name).status)
+    for log_path in vpaths.server_logs():  # a SIGKILLed harness never scrubbed them; their server is stopped
+        results.rewrite_lines_atomic(log_path, redactor.text)
     aside = run.attempts
     aside.mkdir(exist_ok=True)
     k = 1
@@ -178,13 +209,3 @@ def _move_aside(run: results.RunPaths, name: str) -> Path | None:
     dst = aside / f"{src.name}.{k}"
     src.rename(dst)
     return dst
-
-
-def _stop_orphaned_server(status_path: Path) -> None:
-    """A harness killed with SIGKILL leaves its server running (holding GPU and pinned memory):
-    status.json recorded the server's identity, so stop it before rerunning the variant."""
-    try:
-        status = read_status(status_path)
-    except results.ResultsError:
-        return
-    stop_stale_server(status.server)

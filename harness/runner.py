@@ -4,8 +4,15 @@
 A server failure is a result, never a crash of the harness: a variant that does not come up is
 recorded ``startup_failed`` with the cause read from its log and the run goes on to the next
 variant; one that dies mid-workload is ``partial`` with its rows kept (P5); one that dies after
-its last answer is caught by the final liveness check (P6). Ctrl-C or SIGTERM stops the server
-tree, flushes files, marks the run interrupted and exits 130 (P15).
+its last answer is caught by the final liveness check (P6); one that lives but no longer serves is
+``partial`` with cause ``server_hung`` (harness/serving_window.py). Ctrl-C or SIGTERM stops the
+server tree, flushes files, marks the run interrupted and exits 130 (P15).
+
+Before a fresh run writes anything it stops the servers earlier runs of its results folder left
+behind, or refuses while another run's server holds one of its GPUs (``server.clear_orphans``).
+Every file it writes goes through the run's one secret redactor (``fingerprint.run_redactor``):
+the manifest, each status.json and server_info.json, and the server logs once their server has
+stopped (docs/security.md).
 
 :func:`run_scenario` starts a fresh run; :func:`execute_run` runs variants into an existing run
 folder (a fresh one, or one that ``harness.resume`` reopened).
@@ -18,9 +25,11 @@ import logging
 import os
 import shlex
 import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-
 
 from harness import __version__, cooldown, fingerprint, hostpool, logscan, results, run_products, serving_window
 from harness.exit_codes import ExitCode
@@ -29,7 +38,8 @@ from harness.probe.run import run_probes
 from harness.progress import Progress
 from harness.sampling import Sampler
 from harness.scenario import scenario_hash, variant_config_hash
-from harness.server import ServerProcess, build_launch_spec, free_port
+from harness.secrets import Redactor
+from harness.server import ServerProcess, build_launch_spec, clear_orphans, free_port
 from harness.shard import select_run_variants
 from harness.server_info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_server_info
 from harness.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
@@ -66,21 +76,26 @@ class RunOptions:
     probe: bool = False  # run the platform probes (quick) first and keep them in the manifest
 
 
-def describe_launch(scenario, variant, port: int = 30000) -> dict:
+def describe_launch(scenario, variant, port: int = 30000, redactor: Redactor | None = None) -> dict:
+    """A variant's launch argv and env additions, secrets redacted (``redactor``: the run's; by
+    default one that learns the scenario's)."""
     spec = build_launch_spec(scenario, variant, port)
+    redactor = redactor or fingerprint.run_redactor(scenario)
     return {
         "name": variant.name,
-        "argv": fingerprint.redact_argv(list(spec.argv)),
-        "env": fingerprint.redact_env(dict(spec.env_overrides)),
+        "argv": redactor.argv(spec.argv),
+        "env": redactor.env(dict(spec.env_overrides)),
         "simulated": spec.simulated,
     }
 
 
 def dry_run_text(scenario, variants: list) -> str:
-    """Each variant's exact argv and env additions, shell-quoted (``harness run --dry-run``)."""
+    """Each variant's exact argv and env additions, shell-quoted, secrets redacted
+    (``harness run --dry-run``)."""
+    redactor = fingerprint.run_redactor(scenario)
     out = []
     for v in variants:
-        d = describe_launch(scenario, v)
+        d = describe_launch(scenario, v, redactor=redactor)
         out.append(f"# variant {v.name}{' (simulated)' if d['simulated'] else ''}\n")
         out.extend(f"{k}={val}\n" for k, val in d["env"].items())
         out.append(" ".join(shlex.quote(a) for a in d["argv"]) + "\n\n")
@@ -104,6 +119,8 @@ class Signals:
     def __init__(self) -> None:
         self.received: int | None = None
         self._old: dict[int, object] = {}
+        self._holding = False  # hold() was called: the run is being stopped
+        self._noted = False  # a signal arrived while deferred
 
     def __enter__(self) -> Signals:
         if Signals._active is not None:
@@ -131,16 +148,48 @@ class Signals:
 
     def _note(self, signum, frame) -> None:
         self.received = signum
+        self._noted = True
 
     def hold(self) -> None:
+        self._holding = True
         for sig in self.HANDLED:
             signal.signal(sig, self._note)
 
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A signal arriving inside is noted and raised (``KeyboardInterrupt``) on leaving: spawning
+        a server and recording who it is happen whole or not at all. (Python runs signal handlers
+        in the main thread between bytecodes, so this holds whichever thread the kernel picked;
+        blocking the signals with ``pthread_sigmask`` would not, and the server would inherit the
+        blocked mask.)"""
+        if self._holding or Signals._active is not self:
+            yield
+            return
+        self._noted = False
+        for sig in self.HANDLED:
+            signal.signal(sig, self._note)
+        try:
+            yield
+        finally:
+            if not self._holding:
+                for sig in self.HANDLED:
+                    signal.signal(sig, self._interrupt)
+        if self._noted:
+            raise KeyboardInterrupt(self.name)
 
-def build_manifest(scenario, variants: list, argv: list[str], simulated: bool) -> dict:
+    @classmethod
+    def defer(cls):
+        """The active run's :meth:`deferred`, or nothing outside a run."""
+        return cls._active.deferred() if cls._active is not None else nullcontext()
+
+
+def build_manifest(scenario, variants: list, argv: list[str], simulated: bool,
+                   redactor: Redactor | None = None) -> dict:
+    """The run's manifest, every secret the run knows redacted (``redactor``: the run's)."""
+    redactor = redactor or fingerprint.run_redactor(scenario, argv)
     entries = []
     for v in variants:
-        d = describe_launch(scenario, v)
+        d = describe_launch(scenario, v, redactor=redactor)
         entries.append({
             "name": v.name,
             "dir": results.safe_name(v.name),
@@ -158,18 +207,18 @@ def build_manifest(scenario, variants: list, argv: list[str], simulated: bool) -
         "scenario": {
             "name": scenario.name,
             "path": str(scenario.path) if scenario.path else None,
-            "text": fingerprint.redact_text(scenario.text),
+            "text": redactor.text(scenario.text),
             "hash": scenario_hash(scenario.text),
         },
         "harness_version": __version__,
         "backend": server.backend,
         "simulated": simulated,
         "created_at": results.utc_now_iso(),
-        "harness_argv": fingerprint.redact_argv(list(argv)),
+        "harness_argv": redactor.argv(argv),
         "seed": scenario.seed,
         "repeats": scenario.repeats,
         "host": fingerprint.host_fingerprint(),
-        "env": fingerprint.allowlisted_env(dict(os.environ)),
+        "env": fingerprint.allowlisted_env(dict(os.environ), redactor=redactor),
         "sglang": None,
         "probe": None,
         "variants": entries,
@@ -179,7 +228,7 @@ def build_manifest(scenario, variants: list, argv: list[str], simulated: bool) -
         spec = build_launch_spec(scenario, v0, 0)
         if v0.sglang_source:
             manifest["sglang_source"] = fingerprint.git_state(Path(v0.sglang_source))
-        manifest["sglang"] = fingerprint.sglang_version(v0.python, env=spec.full_env())
+        manifest["sglang"] = fingerprint.scrub_json(redactor, fingerprint.sglang_version(v0.python, env=spec.full_env()))
     else:
         manifest["sglang"] = {"version": "simulated", "location": "harness.sim"}
     return manifest
@@ -191,51 +240,55 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
     the harness command line, kept (redacted) in the manifest."""
     variants, shard_plan = select_run_variants(scenario, options.only, options.shard)
     simulated = scenario.server.backend == "sim"
+    redactor = fingerprint.run_redactor(scenario, harness_argv)
     with Signals() as signals:
+        orphans = clear_orphans(options.results_dir)  # GpuBusy (exit 2) before anything is written
         run = results.create_run_dir(options.results_dir, scenario.name)
-        try:
-            manifest = build_manifest(scenario, variants, harness_argv, simulated)
-            if shard_plan is not None:
-                manifest["shard"] = shard_plan.to_json()
-            if options.probe:
-                manifest["probe"] = run_probes({"quick": True})
-            results.write_json_atomic(run.manifest, manifest)
-        except KeyboardInterrupt:  # before any variant: an empty, interrupted run folder
-            signals.hold()
-            results.write_json_atomic(run.interrupted, {"at": results.utc_now_iso(), "signal": signals.name})
-            return RunOutcome(run.root, interrupted=True, verdict=RunVerdict(Outcome.INTERRUPTED))
-        return execute_run(scenario, options, run, variants)
+        with results.hold_run_lock(run.root):  # from the first file on: a live run is never an orphan
+            try:
+                manifest = build_manifest(scenario, variants, harness_argv, simulated, redactor)
+                if shard_plan is not None:
+                    manifest["shard"] = shard_plan.to_json()
+                if orphans:
+                    manifest["orphans_stopped"] = orphans
+                if options.probe:
+                    manifest["probe"] = run_probes({"quick": True})
+                results.write_json_atomic(run.manifest, manifest)
+            except KeyboardInterrupt:  # before any variant: an empty, interrupted run folder
+                signals.hold()
+                results.write_json_atomic(run.interrupted, {"at": results.utc_now_iso(), "signal": signals.name})
+                return RunOutcome(run.root, interrupted=True, verdict=RunVerdict(Outcome.INTERRUPTED))
+            return execute_run(scenario, options, run, variants, redactor=redactor)
 
 
 def execute_run(scenario, options: RunOptions, run: results.RunPaths, variants: list,
-                prior: list[VariantOutcome] | None = None) -> RunOutcome:
+                prior: list[VariantOutcome] | None = None, redactor: Redactor | None = None) -> RunOutcome:
     """Run ``variants`` into an existing run folder (fresh or resumed), then finish it.
 
     ``prior``: outcomes of variants already complete in the folder (resume), counted in the exit code.
-    While it runs it holds ``<run>/.lock`` so that a ``--resume`` of a live run is refused.
+    ``redactor``: the run's secrets (default: learnt from the scenario and this process's argv/env).
+    While it runs it holds ``<run>/.lock`` (docs/sharding.md): a second harness on the run is refused.
     """
     if options.preflight_mode is not None:
         scenario.preflight.mode = options.preflight_mode
-    lock = results.hold_run_lock(run.root)
-    try:
-        return _execute_locked(scenario, options, run, variants, prior)
-    finally:
-        lock.close()
+    with results.hold_run_lock(run.root):
+        return _execute_locked(scenario, options, run, variants, prior,
+                               redactor or fingerprint.run_redactor(scenario, sys.argv))
 
 
-def _execute_locked(scenario, options, run, variants, prior) -> RunOutcome:
+def _execute_locked(scenario, options, run, variants, prior, redactor: Redactor) -> RunOutcome:
     outcome = RunOutcome(run.root, list(prior or []))
     simulated = scenario.server.backend == "sim"
     progress = Progress(len(variants), live=options.live_progress)
     progress.note(f"run {run.root} ({len(variants)} variants{', SIMULATED server' if simulated else ''})")
-    state = _RunState()
+    state = _RunState(redactor)
     with Signals() as signals:
         try:
             env_not_clean = False
             for i, variant in enumerate(variants, 1):
                 progress.variant(i, variant.name)
                 vo, env_not_clean = run_variant(scenario, variant, run, progress, state, env_not_clean)
-                state.status_path = state.status = None  # finished: an interrupt now must not relabel it
+                state.vpaths = state.status = None  # finished: an interrupt now must not relabel it
                 outcome.variants.append(vo)
                 progress.note(f"variant {variant.name}: {vo.state}{f' ({vo.cause})' if vo.cause else ''}"
                               f"{'' if vo.expect_met else '  [UNEXPECTED]'}")
@@ -253,6 +306,7 @@ def _execute_locked(scenario, options, run, variants, prior) -> RunOutcome:
         except BaseException:
             signals.hold()
             state.stop_processes()  # a harness bug must not leave the server holding GPU and host memory
+            state.scrub_logs()
             raise
         finally:
             progress.close()
@@ -267,10 +321,11 @@ def _execute_locked(scenario, options, run, variants, prior) -> RunOutcome:
 class _RunState:
     """What must be cleaned up if the run is interrupted."""
 
-    def __init__(self):
+    def __init__(self, redactor: Redactor):
+        self.redactor = redactor
         self.server: ServerProcess | None = None
         self.sampler = None
-        self.status_path: Path | None = None
+        self.vpaths: results.VariantPaths | None = None
         self.status: VariantStatus | None = None
 
     def stop_processes(self) -> None:
@@ -286,9 +341,24 @@ class _RunState:
 
     def interrupt(self) -> None:
         self.stop_processes()
-        if self.status_path is not None and self.status is not None:
+        if self.vpaths is not None and self.status is not None:
             self.status.mark_interrupted()
-            self.status.write(self.status_path)
+            self.status.write(self.vpaths.status)
+        self.scrub_logs()
+
+    def scrub_logs(self) -> None:
+        """The current variant's server logs with the run's secrets replaced (its server stopped)."""
+        if self.vpaths is not None:
+            scrub_server_logs(self.vpaths, self.redactor)
+
+
+def scrub_server_logs(vpaths: results.VariantPaths, redactor: Redactor) -> None:
+    """Rewrite the variant's server logs (every attempt's) with the run's secret values replaced,
+    atomically; only once their server has stopped writing them."""
+    if not redactor.values:
+        return
+    for log_path in vpaths.server_logs():
+        results.rewrite_lines_atomic(log_path, redactor.text)
 
 
 def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, state: _RunState,
@@ -299,15 +369,16 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
     vpaths.root.mkdir(parents=True, exist_ok=True)
     status = VariantStatus(variant=variant.name, started_at=results.utc_now_iso(), expect=variant.expect,
                            expect_cause=variant.expect_cause, env_not_clean=env_not_clean,
-                           simulated=scenario.server.backend == "sim")
-    state.status_path, state.status = vpaths.status, status
+                           simulated=scenario.server.backend == "sim",
+                           redact=lambda data: fingerprint.scrub_json(state.redactor, data))
+    state.vpaths, state.status = vpaths, status
     status.write(vpaths.status)
 
     progress.phase("preflight")
     prediction = hostpool.preflight_variant(scenario, variant)
     status.preflight = prediction
     if prediction and prediction.get("fits") is False and scenario.preflight.mode == "strict":
-        return _finish(vpaths, status, REFUSED, "preflight", detail=prediction), env_not_clean
+        return _finish(vpaths, status, REFUSED, "preflight", state.redactor, detail=prediction), env_not_clean
     baseline = cooldown.take_baseline()
 
     ready = None
@@ -317,12 +388,13 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
         status.attempts = attempt
         port = free_port(variant.host if variant.host != "0.0.0.0" else "127.0.0.1")
         spec = build_launch_spec(scenario, variant, port)
-        server = ServerProcess(spec, vpaths.server_log(attempt))
+        server = ServerProcess(spec, vpaths.server_log(attempt), run_dir=run.root, variant=variant.name)
         progress.phase(f"starting (attempt {attempt})")
-        state.server = server  # before start(): a Ctrl-C landing inside start() must still stop it (P15)
-        server.start()
-        status.server = server.identity()
-        status.write(vpaths.status)
+        state.server = server  # before start(): a Ctrl-C right after it must still stop it (P15)
+        with Signals.defer():  # a signal meanwhile is raised once the server is known and recorded
+            server.start()
+            status.server = server.identity()
+            status.write(vpaths.status)
         sampler = _start_sampler(scenario, server, vpaths)
         state.sampler = sampler
         ready = server.wait_ready(variant.startup_timeout_s)
@@ -342,7 +414,7 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
         status.set_aside_failed_attempt(attempt)  # a retry follows
     if not ready.ready:
         unclean = _cooldown(scenario, baseline, progress, status)
-        return _finish(vpaths, status, STARTUP_FAILED, ready.cause), unclean
+        return _finish(vpaths, status, STARTUP_FAILED, ready.cause, state.redactor), unclean
 
     status.ready_s = round(ready.seconds, 3)
     status.write(vpaths.status)
@@ -355,10 +427,10 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
         unclean = _cooldown(scenario, baseline, progress, status, sampler)
         _stop_sampler(sampler)
         state.sampler = None
-        return _finish(vpaths, status, FAILED, BAD_SERVER_ANSWER,
+        return _finish(vpaths, status, FAILED, BAD_SERVER_ANSWER, state.redactor,
                        detail={"endpoint": "/get_server_info", "reason": exc.reason}), unclean
     if info is not None:
-        results.write_json_atomic(vpaths.server_info, info.raw)
+        results.write_json_atomic(vpaths.server_info, fingerprint.scrub_json(state.redactor, info.raw))
     pools = logscan.parse_pools(server.read_log()).to_json()
     if pools["max_total_num_tokens"] is None and info is not None:
         pools["max_total_num_tokens"] = info.max_total_num_tokens
@@ -385,7 +457,7 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
     if window.state != OK:
         status.cause_detail = window.detail
         status.log_excerpt = _log_excerpt_for_death(server)
-    return _finish(vpaths, status, window.state, window.cause, summary=summary), unclean
+    return _finish(vpaths, status, window.state, window.cause, state.redactor, summary=summary), unclean
 
 
 def _log_excerpt_for_death(server: ServerProcess) -> dict:
@@ -395,9 +467,11 @@ def _log_excerpt_for_death(server: ServerProcess) -> dict:
 
 
 def _finish(vpaths: results.VariantPaths, status: VariantStatus, state: str, cause: str | None,
-            detail=None, summary: dict | None = None) -> VariantOutcome:
-    """The variant ended: its summary.json (the null summary when it never served), then its
-    final status — so a final state on disk always has its summary."""
+            redactor: Redactor, detail=None, summary: dict | None = None) -> VariantOutcome:
+    """The variant ended (its server stopped): its logs scrubbed of the run's secrets, its
+    summary.json (the null summary when it never served), then its final status — so a final
+    state on disk always has its summary."""
+    scrub_server_logs(vpaths, redactor)
     status.finish(state, cause, detail)
     if summary is None:
         summary = run_products.null_summary(status.variant, state, cause)

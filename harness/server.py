@@ -7,12 +7,21 @@
   exit code — is noticed within one poll rather than at the timeout.
 * Stopping takes a snapshot of the whole tree (descendants, plus every process still in the
   server's session: a launcher's child that outlived it is found there), sends SIGTERM first (so
-  sglang frees pinned host memory and GPU memory cleanly), waits a bounded time, sends SIGKILL to
-  survivors, and verifies that nothing of the snapshot is alive.
+  sglang frees pinned host memory and GPU memory cleanly) and SIGCONT (a stopped process acts on
+  the SIGTERM only once continued), waits a bounded time, sends SIGKILL to survivors, and
+  verifies that nothing of the snapshot is alive.
+* Every server carries a marker in its environment (``HICACHE_HARNESS_SERVER``: the harness
+  process, run folder and variant that started it), inherited by everything it spawns, from
+  before its first instruction. A later run finds servers whose harness is gone (SIGKILLed, OOM
+  killed) by that marker — even one started an instant before the harness died, before
+  status.json could name it — and stops them (:func:`clear_orphans`), or refuses to start while
+  another run's server holds one of its GPUs.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
 import socket
@@ -27,10 +36,13 @@ import httpx
 import psutil
 
 from harness.server_info import get_status
-from harness import logscan
+from harness import logscan, nvml
+
+log = logging.getLogger(__name__)
 
 SGLANG_MODULE = "sglang.launch_server"
 SIM_MODULE = "harness.sim"
+MARKER_ENV = "HICACHE_HARNESS_SERVER"  # in every server's environment: who started it (JSON)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -146,13 +158,25 @@ class _ProcKey:
     create_time: float
 
 
-class ServerProcess:
-    """One server process tree: start → wait_ready → (use) → stop."""
+def harness_marker(run_dir: Path | None = None, variant: str | None = None) -> dict:
+    """What :data:`MARKER_ENV` holds for a server this process starts."""
+    me = psutil.Process()
+    return {"harness_pid": me.pid, "harness_started": me.create_time(), "host": socket.gethostname(),
+            "run": str(Path(run_dir).resolve()) if run_dir is not None else None, "variant": variant}
 
-    def __init__(self, spec: LaunchSpec, log_path: Path, poll_interval_s: float = 0.5):
+
+class ServerProcess:
+    """One server process tree: start → wait_ready → (use) → stop.
+
+    ``run_dir``/``variant``: written into the server's marker (:data:`MARKER_ENV`), so that a
+    later run can say which run an orphaned server belongs to."""
+
+    def __init__(self, spec: LaunchSpec, log_path: Path, poll_interval_s: float = 0.5,
+                 run_dir: Path | None = None, variant: str | None = None):
         self.spec = spec
         self.log_path = Path(log_path)
         self.poll_interval_s = poll_interval_s
+        self.marker = harness_marker(run_dir, variant)
         self.proc: subprocess.Popen | None = None
         self.started_at: float | None = None
         self._seen: dict[int, _ProcKey] = {}
@@ -161,25 +185,31 @@ class ServerProcess:
 
     # -- start ---------------------------------------------------------------------------------
     def start(self) -> None:
+        """Spawn the server in its own session, marked (:data:`MARKER_ENV`). A caller that turns
+        signals into exceptions defers them around this call (``runner.Signals.deferred``), so
+        that an interrupt cannot land between the fork and ``self.proc``."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab", buffering=0)
+        env = self.spec.full_env()
+        env[MARKER_ENV] = json.dumps(self.marker, separators=(",", ":"))
+        log_file = open(self.log_path, "ab", buffering=0)
         try:
             self.proc = subprocess.Popen(
                 list(self.spec.argv),
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env=self.spec.full_env(),
+                env=env,
                 start_new_session=True,
                 close_fds=True,
+                restore_signals=True,
             )
         except OSError as exc:  # no such interpreter/prefix, not executable: a startup failure, not a crash
             self.start_error = f"{type(exc).__name__}: {exc}"
-            log.write(f"harness: cannot execute the server command: {self.start_error}\n".encode())
+            log_file.write(f"harness: cannot execute the server command: {self.start_error}\n".encode())
             self.started_at = time.monotonic()
             return
         finally:
-            log.close()  # the child holds its own descriptor
+            log_file.close()  # the child holds its own descriptor
         self.started_at = time.monotonic()
         self._sid = self.proc.pid  # a new session's id is its leader's pid
         self.snapshot()
@@ -268,16 +298,7 @@ class ServerProcess:
         return sorted(self._seen)
 
     def _session_members(self) -> list[psutil.Process]:
-        if self._sid is None:
-            return []
-        members = []
-        for p in psutil.process_iter(["pid"]):
-            try:
-                if p.pid != os.getpid() and os.getsid(p.pid) == self._sid:
-                    members.append(p)
-            except (OSError, psutil.Error):
-                continue
-        return members
+        return [] if self._sid is None else session_processes(self._sid)
 
     def _living(self) -> list[psutil.Process]:
         alive = []
@@ -294,10 +315,11 @@ class ServerProcess:
         return alive
 
     def identity(self) -> dict:
-        """pid, session id and start time of the server: written to status.json so that a later
-        ``--resume`` can stop a server orphaned by a harness that was SIGKILLed."""
+        """pid, session id, start time and host of the server, written to status.json (evidence;
+        an orphan is found by its marker, :func:`find_marked_servers`)."""
         key = self._seen.get(self.pid) if self.pid is not None else None
-        return {"pid": self.pid, "sid": self._sid, "create_time": key.create_time if key else None}
+        return {"pid": self.pid, "sid": self._sid, "create_time": key.create_time if key else None,
+                "host": self.marker["host"]}
 
     def stop(self, term_timeout_s: float = 30.0, kill_timeout_s: float = 10.0) -> StopResult:
         """SIGTERM the whole tree, wait, SIGKILL what is left, verify nothing survives."""
@@ -306,6 +328,7 @@ class ServerProcess:
             return StopResult([], [], 0.0, None)
         self.snapshot()
         self._signal_all(signal.SIGTERM)
+        self._signal_all(signal.SIGCONT)  # a SIGSTOPped process handles the TERM once continued
         self._wait_gone(term_timeout_s)
         killed = [p.pid for p in self._living()]
         if killed:
@@ -337,29 +360,147 @@ class ServerProcess:
             time.sleep(0.05)
 
 
-def stop_stale_server(identity: dict | None, term_timeout_s: float = 15.0) -> list[int]:
-    """Stop what is left of a server recorded by :meth:`ServerProcess.identity` (its harness died
-    without stopping it). Only processes of that session started no earlier than the recorded
-    server are touched, so a reused pid or session id cannot take an unrelated process with it.
-    Returns the pids that were signalled."""
-    if not identity or not identity.get("sid") or identity.get("create_time") is None:
-        return []
-    sid, born = int(identity["sid"]), float(identity["create_time"])
-    victims = []
+# -- servers left behind by earlier runs -------------------------------------------------------
+
+class GpuBusy(ValueError):
+    """A GPU this run would use holds another run's server (the message names it)."""
+
+
+@dataclass(frozen=True)
+class MarkedServer:
+    """A process carrying :data:`MARKER_ENV`: part of a server some harness run started."""
+
+    pid: int
+    sid: int | None
+    marker: dict
+
+    @property
+    def run(self) -> str | None:
+        return self.marker.get("run")
+
+    @property
+    def harness_alive(self) -> bool:
+        """The harness process that started it still runs (same pid, same start time)."""
+        try:
+            pid, started = int(self.marker["harness_pid"]), float(self.marker["harness_started"])
+            return abs(psutil.Process(pid).create_time() - started) < 0.05
+        except (KeyError, TypeError, ValueError, psutil.Error):
+            return False
+
+    def describe(self) -> str:
+        harness = f"harness pid {self.marker.get('harness_pid')}"
+        return (f"pid {self.pid} (variant {self.marker.get('variant') or '?'} of run {self.run or '?'}, "
+                f"started by {harness}, {'still running' if self.harness_alive else 'gone'})")
+
+
+def find_marked_servers() -> list[MarkedServer]:
+    """Every process of this user whose environment carries the harness marker (servers and their
+    children), except this process. Only the marker is read from each environment."""
+    uid, me = os.getuid(), os.getpid()
+    found = []
+    for p in psutil.process_iter(["pid", "uids"]):
+        try:
+            uids = p.info["uids"]
+            if p.pid == me or uids is None or uids.real != uid:
+                continue
+            raw = p.environ().get(MARKER_ENV)
+            if not raw:
+                continue
+            marker = json.loads(raw)
+            if not isinstance(marker, dict) or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            found.append(MarkedServer(p.pid, os.getsid(p.pid), marker))
+        except (OSError, ValueError, psutil.Error):
+            continue
+    return found
+
+
+def session_processes(sid: int) -> list[psutil.Process]:
+    """Every process of session ``sid`` but this one."""
+    found = []
     for p in psutil.process_iter(["pid"]):
         try:
-            if os.getsid(p.pid) == sid and p.create_time() >= born - 0.01 and p.pid != os.getpid():
-                victims.append(p)
+            if p.pid != os.getpid() and os.getsid(p.pid) == sid:
+                found.append(p)
         except (OSError, psutil.Error):
             continue
-    for sig_victims, sig in ((victims, signal.SIGTERM), (None, signal.SIGKILL)):
-        targets = sig_victims if sig_victims is not None else [p for p in victims if p.is_running()]
-        for p in targets:
+    return found
+
+
+def stop_processes(procs: list[psutil.Process], term_timeout_s: float = 15.0) -> list[int]:
+    """SIGTERM (then SIGCONT, for stopped ones) each of ``procs``, wait, SIGKILL what is left;
+    returns the pids still alive after that."""
+    def send(sig: int) -> None:
+        for p in procs:
             try:
                 p.send_signal(sig)
             except psutil.Error:
                 pass
-        _, alive = psutil.wait_procs(targets, timeout=term_timeout_s if sig == signal.SIGTERM else 5.0)
-        if not alive:
-            break
-    return [p.pid for p in victims]
+
+    send(signal.SIGTERM)
+    send(signal.SIGCONT)
+    _, alive = psutil.wait_procs(procs, timeout=term_timeout_s)
+    if alive:
+        send(signal.SIGKILL)
+        _, alive = psutil.wait_procs(alive, timeout=5.0)
+    return [p.pid for p in alive]
+
+
+def clear_orphans(results_dir: Path, term_timeout_s: float = 15.0) -> list[dict]:
+    """Before a run writes under ``results_dir``: stop every server of an earlier run of that
+    folder whose harness is gone; refuse (:class:`GpuBusy`) while any other harness server holds
+    memory on a GPU this process may use. Returns what was stopped: [{pids, run, variant, survivors}]."""
+    root = Path(results_dir).resolve()
+    orphans, others = [], []
+    for m in find_marked_servers():
+        mine = m.run is not None and Path(m.run).is_relative_to(root)
+        if mine and not m.harness_alive:
+            orphans.append(m)
+        else:
+            others.append(m)
+            if not m.harness_alive:
+                log.warning("server %s is not under %s: left alone", m.describe(), root)
+    stopped = []
+    by_session: dict[int | None, list[MarkedServer]] = {}
+    for m in orphans:
+        by_session.setdefault(m.sid, []).append(m)
+    for sid, group in by_session.items():
+        # A living marked member pins its session id (Linux never reuses it meanwhile): every
+        # process of that session belongs to the same server, marked or not.
+        procs = {p.pid: p for p in (session_processes(sid) if sid is not None else [])}
+        for m in group:
+            try:
+                procs.setdefault(m.pid, psutil.Process(m.pid))
+            except psutil.Error:
+                continue
+        first = min(group, key=lambda m: m.pid)
+        log.warning("stopping %s: its harness is gone", first.describe())
+        survivors = stop_processes(list(procs.values()), term_timeout_s)
+        stopped.append({"pids": sorted(procs), "run": first.run, "variant": first.marker.get("variant"),
+                        "survivors": survivors})
+        others += [m for m in group if m.pid in survivors]  # still there: judged like any other
+    _refuse_busy_gpus(others)
+    return stopped
+
+
+def gpu_memory_of(pids: list[int]) -> dict[int, float] | None:
+    """{NVML index: MiB} that ``pids`` hold on the GPUs this process may use (its
+    ``CUDA_VISIBLE_DEVICES``); None without NVML or a process list."""
+    reader = nvml.GpuReader()
+    try:
+        if not reader.available:
+            return None
+        return reader.process_memory(pids, reader.select(os.environ).indices)
+    finally:
+        reader.close()
+
+
+def _refuse_busy_gpus(servers: list[MarkedServer]) -> None:
+    busy = []
+    for m in servers:
+        held = gpu_memory_of([m.pid]) or {}
+        for gpu, mib in sorted(held.items()):
+            busy.append(f"GPU {gpu}: {mib:.0f} MiB held by server {m.describe()}")
+    if busy:
+        raise GpuBusy("a GPU this run would use is busy; stop that server (or wait for its run) first:\n  "
+                      + "\n  ".join(busy))

@@ -9,6 +9,7 @@ harness killed at any moment leaves the last step on disk. Resume and merge read
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from harness import results
 RUNNING = "running"  # written first; a SIGKILLed harness leaves it so
 OK = "ok"
 STARTUP_FAILED = "startup_failed"
-PARTIAL = "partial"  # the server died mid-workload (rows kept)
+PARTIAL = "partial"  # the server died or hung mid-workload (rows kept)
 FAILED = "failed"  # died after the last response, or a workload/quality error
 INTERRUPTED = "interrupted"  # SIGINT/SIGTERM reached the harness while this variant ran
 REFUSED = "refused"  # preflight strict: never launched
@@ -65,19 +66,21 @@ class VariantStatus:
     env_not_clean: bool = False  # the previous variant's cooldown did not come back
     preflight: Any = None  # the host-pool prediction (hostpool.py)
     simulated: bool = False
-    server: dict | None = None  # {pid, sid, create_time}: lets --resume stop an orphaned server
+    server: dict | None = None  # {pid, sid, create_time, host}: evidence (orphans are found by their marker)
     failed_attempts: list[dict] | None = None  # earlier startup attempts when a retry followed
     survivors: list[int] | None = None  # pids that outlived the stop of a server that never got ready
     stop: dict | None = None  # server.StopResult of a server that got ready
     cooldown: Any = None  # the cooldown wait's result
     schema_version: int = results.SCHEMA_VERSION
+    # Applied to the JSON before every write (the run's secret scrubbing); never written itself.
+    redact: Callable[[dict], dict] | None = field(default=None, repr=False, compare=False)
 
     # -- writing ---------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """status.json's object: today's keys, in today's order; the step keys only once set."""
         out: dict[str, Any] = {"schema_version": self.schema_version}
         for f in dataclasses.fields(self):
-            if f.name == "schema_version":
+            if f.name in ("schema_version", "redact"):
                 continue
             value = getattr(self, f.name)
             if f.name in _ONLY_WHEN_SET and value is None:
@@ -86,7 +89,8 @@ class VariantStatus:
         return out
 
     def write(self, path: Path) -> None:
-        results.write_json_atomic(path, self.to_json())
+        data = self.to_json()
+        results.write_json_atomic(path, self.redact(data) if self.redact is not None else data)
 
     # -- lifecycle steps -------------------------------------------------------------------
     def set_aside_failed_attempt(self, attempt: int) -> None:
@@ -122,7 +126,7 @@ class VariantStatus:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VariantStatus:
         """From a stored status (unknown keys ignored, missing ones take their defaults)."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} - {"redact"}
         return cls(**{k: v for k, v in data.items() if k in names})
 
 

@@ -136,3 +136,24 @@ def test_unmet_expectation_exits_1(tmp_path):
     a = make_run(tmp_path / "in", "r1", {"off": "ok", "on-a": "failed"})
     assert merge_cli(a, "--results-dir", tmp_path / "out") == 1
     assert results.load_run(next((tmp_path / "out" / "tiny").iterdir())).complete
+
+
+@pytest.mark.parametrize("file, content", [
+    ("manifest.json", [1, 2]),
+    ("manifest.json", {"schema_version": 1, "kind": "run", "scenario": "x", "variants": []}),
+    ("manifest.json", {"schema_version": 1, "kind": "run", "scenario": {"name": "tiny", "hash": "a"},
+                       "variants": [{"dir": "off"}]}),
+    ("off/status.json", []),
+    ("off/summary.json", "hello"),
+    ("off/summary.json", None),
+])
+def test_damaged_result_files_are_refused_naming_the_file(tmp_path, capsys, file, content):
+    """A hand-edited or damaged input is exit 2 with the file's name, never a traceback, and
+    nothing is written."""
+    good = make_run(tmp_path / "in", "r1", {"off": "ok"}, shard=(1, 2), all_variants=["off", "on"])
+    bad = make_run(tmp_path / "in", "r2", {"off": "ok", "on": "ok"}, shard=(2, 2), all_variants=["off", "on"])
+    results.write_json_atomic(bad / file, content)
+    assert merge_cli(good, bad, "--results-dir", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert str(bad / file) in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -90,9 +91,59 @@ def test_sigkill_during_writes_leaves_parseable_files(tmp_path):
         assert [r["i"] for r in rows] == list(range(1, len(rows) + 1))
 
 
-def test_run_lock_refuses_a_second_writer(tmp_path):
-    lock = results.hold_run_lock(tmp_path)
-    with pytest.raises(results.RunLocked, match="another harness process is writing this run"):
-        results.hold_run_lock(tmp_path)
-    lock.close()
-    results.hold_run_lock(tmp_path).close()  # released: the next writer gets it
+def _hold_in_another_process(root: Path) -> subprocess.Popen:
+    code = ("import sys, time; from harness import results; lock = results.hold_run_lock(sys.argv[1]); "
+            "print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_run_lock_refuses_a_second_writer_and_names_it(tmp_path):
+    other = _hold_in_another_process(tmp_path)
+    try:
+        assert results.run_is_locked(tmp_path)
+        with pytest.raises(results.RunLocked, match=rf"another harness process is writing this run \(pid {other.pid} on "):
+            results.hold_run_lock(tmp_path)
+    finally:
+        other.kill()
+        other.wait()
+    assert not results.run_is_locked(tmp_path)  # its holder died: the lock went with it
+    results.hold_run_lock(tmp_path).close()  # the next writer gets it
+
+
+def test_run_lock_is_reentrant_within_a_process_and_released_by_the_last_hold(tmp_path):
+    """A resume holds the lock from reopening the folder to the end of the run, and the runner
+    takes it again for the run itself: the flock stays until both let go."""
+    outer = results.hold_run_lock(tmp_path)
+    inner = results.hold_run_lock(tmp_path)
+    inner.close()
+    inner.close()  # closing twice counts once
+    assert results.run_is_locked(tmp_path)
+    other = subprocess.run([sys.executable, "-c", "import sys; from harness import results; "
+                            "results.hold_run_lock(sys.argv[1])", str(tmp_path)],
+                           capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert other.returncode != 0 and "another harness process is writing this run" in other.stderr
+    outer.close()
+    assert not results.run_is_locked(tmp_path)
+
+
+def test_rewrite_lines_atomic_transforms_whole_lines_and_keeps_bytes_and_mode(tmp_path):
+    path = tmp_path / "server.log"
+    lines = [f"line {i} secret-{i % 7}\n".encode() for i in range(5000)] + [b"\xff\xfe not utf-8 secret-3\n",
+                                                                           b"no newline at the end secret-1"]
+    path.write_bytes(b"".join(lines))
+    os.chmod(path, 0o640)
+    seen = []
+
+    def transform(text: str) -> str:
+        seen.append(text)
+        return text.replace("secret-3", "***")
+
+    results.rewrite_lines_atomic(path, transform, chunk_bytes=1000)
+    out = path.read_bytes()
+    assert out == b"".join(lines).replace(b"secret-3", b"***")
+    assert len(seen) > 10 and all(chunk.endswith("\n") for chunk in seen[:-1])  # a run of whole lines each time
+    assert os.stat(path).st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["server.log"]  # no temporary file left

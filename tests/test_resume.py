@@ -6,6 +6,7 @@ configuration changed, when the run is live, or when --shard asks for another se
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ import psutil
 import pytest
 
 from harness import results
-from harness.resume import plan_resume
+from harness.resume import check_resume, plan_resume, reopen_run
 from harness.runner import build_manifest
 from harness.scenario import load_scenario, variant_config_hash
 from harness.variant_status import FINAL_STATES
@@ -245,7 +246,8 @@ def test_plan_resume_refuses_merged_and_missing(tmp_path):
 
 def test_resume_stops_the_server_a_sigkilled_harness_left_running(scenario, tmp_path):
     """SIGKILL only the harness (as the OOM killer would): its server keeps running in its own
-    session, holding memory. status.json recorded the server's identity; resume stops it."""
+    session, holding memory. The marker in its environment names its run and its dead harness;
+    resume stops it (and records that it did)."""
     out = tmp_path / "results"
     proc = start_harness("run", scenario, "--results-dir", out, "--no-report")
     try:
@@ -261,3 +263,71 @@ def test_resume_stops_the_server_a_sigkilled_harness_left_running(scenario, tmp_
     r = _resume(scenario, run)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not psutil.pid_exists(identity["pid"]) or psutil.Process(identity["pid"]).status() == psutil.STATUS_ZOMBIE
+    (resumed,) = json.loads((run / "manifest.json").read_text())["resumes"]
+    assert any(identity["pid"] in o["pids"] for o in resumed["orphans_stopped"])
+
+
+@pytest.mark.parametrize("file, content, says", [
+    ("manifest.json", [1, 2], "expected a JSON object, found a list"),
+    ("manifest.json", {"schema_version": 1, "kind": "run", "scenario": {"name": "t"}, "variants": {"a": 1}},
+     "'variants' must be a list"),
+    ("off/status.json", [], "expected a JSON object, found a list"),
+    ("off/summary.json", "hello", "expected a JSON object, found a string"),
+    ("off/summary.json", "torn", "not valid JSON"),
+])
+def test_damaged_result_files_refuse_the_resume_naming_the_file(tmp_path, file, content, says):
+    """``--resume`` of a run with a damaged file: exit 2 naming the file, no traceback, nothing
+    moved or started."""
+    path = write_scenario(tmp_path, tiny_scenario(n_on=1))
+    scn = load_scenario(path)
+    run = results.create_run_dir(tmp_path / "out", scn.name)
+    results.write_json_atomic(run.manifest, build_manifest(scn, scn.expand_variants(), ["harness"], True))
+    for v in scn.expand_variants():
+        vp = run.variant(v.name)
+        vp.root.mkdir()
+        results.write_json_atomic(vp.status, {"state": "ok" if v.name == "off" else "interrupted"})
+        results.write_json_atomic(vp.summary, {"variant": v.name})
+    if content == "torn":
+        (run.root / file).write_text('{"state": "o')
+    else:
+        results.write_json_atomic(run.root / file, content)
+    r = _resume(path, run.root)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert str(run.root / file) in r.stderr and says in r.stderr and "Traceback" not in r.stderr
+    assert not run.attempts.exists() and not (run.root / "on-r2" / "requests.jsonl").exists()
+
+
+def test_a_resume_holds_the_lock_from_reopening_to_the_end(scenario, tmp_path):
+    """While one resume has the run reopened (folders moved aside, the run not yet over) a second
+    ``--resume`` is refused with one line, exit 2, and touches nothing; once the first lets go
+    the run can be resumed."""
+    run = _interrupt_at(scenario, tmp_path, "on-r2", "running", signal.SIGINT)
+    scn = load_scenario(scenario)
+    reopened = reopen_run(check_resume(scn, run), scn, ["harness", "run", "--resume", str(run)])
+    try:
+        second = _resume(scenario, run)
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert f"another harness process is writing this run (pid {os.getpid()} on " in second.stderr
+        assert "Traceback" not in second.stderr
+        assert len(json.loads((run / "manifest.json").read_text())["resumes"]) == 1  # only the first's
+    finally:
+        reopened.close()
+    assert _resume(scenario, run).returncode == 0
+    assert (run / results.COMPLETE_MARKER).exists()
+
+
+def test_a_resume_planned_before_another_finished_plans_again_under_the_lock(scenario, reference, tmp_path):
+    """Two resumes planned at once: the one that reopens second sees what the first did (the
+    run complete) and reruns nothing, instead of moving finished variants aside."""
+    out = tmp_path / "out"
+    run = _interrupt_at(scenario, out, "on-r2", "running", signal.SIGINT)
+    scn = load_scenario(scenario)
+    stale = check_resume(scn, run)
+    assert "on-r2" in stale.rerun
+    assert _resume(scenario, run).returncode == 0  # the other resume ran to the end meanwhile
+    attempts = sorted(p.name for p in (run / ".attempts").iterdir())
+    reopened = reopen_run(stale, scn, ["harness"])
+    reopened.close()
+    assert reopened.variants == [] and reopened.plan.rerun == []
+    assert sorted(p.name for p in (run / ".attempts").iterdir()) == attempts  # nothing moved again
+    assert shape(run) == reference

@@ -102,3 +102,17 @@ def test_reject_requests_answers_every_generation_with_the_status():
         r = httpx.post(sim.url + "/generate", json={"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}})
         assert r.status_code == 400 and "reject_requests" in r.json()["error"]["message"]
         assert httpx.get(sim.url + "/health_generate").status_code == 200  # the server itself is fine
+
+
+def test_hang_at_request_deadlocks_the_scheduler_but_not_the_process():
+    with SimProcess(["--sim-fault", "hang_at_request=2"]) as sim:
+        generate(sim.url, [300, 301, 302, 303], 2)  # the first request is answered
+        with pytest.raises(httpx.ReadTimeout):  # the second never is
+            httpx.post(sim.url + "/generate", json={"input_ids": [400, 401, 402, 403],
+                                                    "sampling_params": {"max_new_tokens": 2}}, timeout=2.0)
+        assert sim.proc.poll() is None  # alive: only the scheduler is stuck
+        assert httpx.get(sim.url + "/health", timeout=2).status_code == 200  # the HTTP layer answers
+        with pytest.raises(httpx.ReadTimeout):  # anything that needs the scheduler does not
+            httpx.get(sim.url + "/health_generate", timeout=2.0)
+        os.kill(sim.proc.pid, signal.SIGTERM)
+        assert sim.wait_exit(10) == 0  # and SIGTERM still stops it

@@ -71,6 +71,19 @@ class SimOptions(ScenarioModel):
     faults: list[Fault] = []
 
 
+class Watchdog(ScenarioModel):
+    """``server.watchdog``: when a server that is alive but no longer serving (stopped, a
+    deadlocked scheduler) is given up as ``server_hung`` (harness/serving_window.py)."""
+
+    # No request has finished for this long: ask /health_generate (never sooner, so a server
+    # that answers is not disturbed).
+    probe_after_s: PosFloat = 60.0
+    probe_timeout_s: PosFloat = 30.0  # a probe without a 200 by then has failed
+    failed_probes: PosInt = 2  # consecutive failed probes, no request finishing meanwhile
+    consecutive_timeouts: PosInt = 3  # requests in a row that ran into request_timeout_s
+    variant_budget_s: PosFloat | None = None  # wall clock from ready to the end of the quality arm
+
+
 class Server(ScenarioModel):
     """``server``: how to start the server every variant shares."""
 
@@ -93,6 +106,7 @@ class Server(ScenarioModel):
     # After the last response the server must stay alive this long, idle, and then answer
     # /health_generate (P6: a crash a few seconds after the last answer fails the variant).
     liveness_idle_s: NonNegFloat = 3.0
+    watchdog: Watchdog = Watchdog()
     sim: SimOptions | None = None
 
     @field_validator("extra_args")

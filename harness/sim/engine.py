@@ -171,6 +171,7 @@ class SimRequest:
     top_logprobs_num: int = 0
     internal: bool = False  # /health_generate and warm-up: not counted anywhere
     crash: bool = False  # the crash_at_request fault picked this one
+    hang: bool = False  # the hang_at_request fault picked this one
     # filled by the scheduler
     updates: asyncio.Queue = field(default_factory=asyncio.Queue)
     created: float = field(default_factory=time.perf_counter)
@@ -243,6 +244,7 @@ class Engine:
         self._seed_rng = random.Random(cfg.random_seed)
         self._timeline: float | None = None  # loop time the last batch ended (modelled); None idle
         self._retiring: list[SimRequest] = []  # finished, answered, pages not inserted yet
+        self.deadlocked = False  # hang_at_request fired: the loop never schedules again
 
     # ------------------------------------------------------------------ API
     @property
@@ -270,6 +272,8 @@ class Engine:
             crash_at = self.cfg.faults.get(Fault.crash_at_request)
             if crash_at is not None and self._request_count == crash_at:
                 req.crash = True  # dies when the scheduler picks it up: mid-request
+            if self.cfg.faults.get(Fault.hang_at_request) == self._request_count:
+                req.hang = True  # deadlocks the scheduler when it picks it up
         req.arrived = asyncio.get_running_loop().time()
         self.waiting.append(req)
         self._wake.set()
@@ -289,6 +293,9 @@ class Engine:
     # ------------------------------------------------------------------ loop
     async def run(self) -> None:
         while True:
+            if self.deadlocked:  # a stuck scheduler: alive, HTTP up, nothing ever scheduled again
+                log.warning("scheduler deadlocked (fault hang_at_request, simulated)")
+                await asyncio.Event().wait()
             if self._retiring:
                 await asyncio.sleep(0)  # the finished requests' responses go out first
                 self._retire()
@@ -298,6 +305,8 @@ class Engine:
                 await self._wake.wait()
                 continue
             batch = self._schedule_prefill()
+            if self.deadlocked:
+                continue
             if batch:
                 await self._run_prefill(batch)
             elif self.running:
@@ -318,6 +327,9 @@ class Engine:
     def _admit(self, req: SimRequest) -> bool:
         if req.crash:
             crash_with_illegal_access(f"request {self._request_count}")
+        if req.hang:
+            self.deadlocked = True
+            return False
         m: Match = self.cache.match(req.input_ids)
         self.cache.lock(m.pages)
         private = len(req.input_ids) - m.tokens + req.sampling.max_new_tokens

@@ -36,6 +36,11 @@ class Fault(Enum):
         ArgType.INT_FROM_1,
         ("the N-th request (from 1; health checks and warm-up excluded) prints sglang's "
          "`illegal memory access` traceback when the scheduler picks it up, and the server exits 1"))
+    hang_at_request = (
+        ArgType.INT_FROM_1,
+        ("the N-th request (from 1; health checks and warm-up excluded) deadlocks the scheduler when "
+         "it picks it up: no request makes progress again, `/health` still answers 200, "
+         "`/health_generate` never answers; the process stays alive and stops on SIGTERM"))
     cuda_fault_at_startup = (
         ArgType.NONE, "prints sglang's `illegal memory access` traceback during start-up and exits 1")
     hang_at_startup = (ArgType.NONE, "start-up never finishes: never binds HTTP, never ready, still killable")

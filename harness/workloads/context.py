@@ -8,7 +8,9 @@ request fails to connect and the process turns out to be dead, the shared `Abort
 in-flight request is recorded with `error="server_died"`, nothing more is sent, the remaining
 workloads are skipped and the outcome says `server_died=True`. Rows already recorded stay.
 A workload's `timeout_s` fires the same signal with reason "timeout" for that workload only
-(`harness.workloads.sequence` runs the list).
+(`harness.workloads.sequence` runs the list). A server that is alive but no longer serving is
+given up by the serving window's hang watch (`mark_hung`): the same signal with reason
+"server_hung", in-flight requests recorded with that error, the rest skipped.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class WorkloadContext:
     death_grace_s: float = 2.0  # after a connection error, how long to wait for the pid to go
     # run state (set by run_workloads)
     server_dead: bool = False
+    server_hung: bool = False  # alive but no longer serving (set by the serving window's watch)
     abort: Abort = field(default_factory=Abort)
     n_requests: int = 0
     n_errors: int = 0
@@ -82,6 +85,15 @@ class WorkloadContext:
     def mark_dead(self) -> None:
         self.server_dead = True
         self.abort.fire("server_died")
+
+    def mark_hung(self) -> None:
+        self.server_hung = True
+        self.abort.fire("server_hung")
+
+    @property
+    def server_gone(self) -> bool:
+        """Nothing more may be sent: the server died or hung."""
+        return self.server_dead or self.server_hung
 
 
 class WorkloadScope:

@@ -2,7 +2,9 @@
 
 Never raises for a server failure (reliability P5): a watchdog polls `ctx.alive()`; once the
 server is gone every in-flight request is recorded `server_died`, the remaining workloads are
-skipped and the outcome says `server_died=True`. A workload's `timeout_s` stops that workload only.
+skipped and the outcome says `server_died=True`. A server given up as hung (`ctx.mark_hung`, by
+the serving window's watch) is handled alike: `server_hung` rows, the rest skipped,
+`server_hung=True`. A workload's `timeout_s` stops that workload only.
 """
 
 from __future__ import annotations
@@ -25,24 +27,29 @@ class WorkloadsOutcome:
     """What happened to one repeat's workload list."""
 
     server_died: bool = False
+    server_hung: bool = False
     completed: list[str] = field(default_factory=list)
     timed_out: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # workload → error (harness-side)
-    skipped: list[str] = field(default_factory=list)  # not started: the server had died
+    skipped: list[str] = field(default_factory=list)  # not started: the server had died or hung
     n_requests: int = 0
     n_errors: int = 0
 
     @property
     def ok(self) -> bool:
-        return not (self.server_died or self.timed_out or self.failed)
+        return not (self.server_died or self.server_hung or self.timed_out or self.failed)
 
 
 async def _watchdog(ctx: WorkloadContext) -> None:
-    while not ctx.server_dead:
+    while not ctx.server_gone:
         if not ctx.alive():
             ctx.mark_dead()
             return
         await asyncio.sleep(WATCHDOG_INTERVAL_S)
+
+
+def _gone(ctx: WorkloadContext) -> str:
+    return "server_hung" if ctx.server_hung else "server_died"
 
 
 async def _timer(abort: Abort, timeout_s: float) -> None:
@@ -62,8 +69,8 @@ async def run_workloads(ctx: WorkloadContext, workloads: Sequence[WorkloadConfig
     try:
         for cfg in workloads:
             name = cfg.name or cfg.kind  # type: ignore[attr-defined]
-            if ctx.server_dead or not ctx.alive():
-                ctx.server_dead = True
+            if ctx.server_gone or not ctx.alive():
+                ctx.server_dead = ctx.server_dead or not ctx.server_hung
                 outcome.skipped.append(name)
                 continue
             ctx.abort = Abort()
@@ -74,21 +81,21 @@ async def run_workloads(ctx: WorkloadContext, workloads: Sequence[WorkloadConfig
                         outcome.failed[name] = "flush_cache refused"
                     continue
                 await declared[cfg.kind].run(ctx, cfg)  # type: ignore[attr-defined]
-                if ctx.server_dead:
-                    outcome.failed[name] = "server_died"
+                if ctx.server_gone:
+                    outcome.failed[name] = _gone(ctx)
                 elif ctx.abort.reason == "timeout":  # fired while its last requests were in flight
                     outcome.timed_out.append(name)
                 else:
                     outcome.completed.append(name)
             except StopSending as stop:
-                if ctx.server_dead:
+                if ctx.server_gone:
                     pass
                 elif str(stop) == "timeout":
                     outcome.timed_out.append(name)
                 else:
                     outcome.failed[name] = f"stopped: {stop}"
             except Exception as exc:  # a harness bug in a workload must not end the run
-                if ctx.server_dead:
+                if ctx.server_gone:
                     pass
                 else:
                     tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
@@ -96,10 +103,11 @@ async def run_workloads(ctx: WorkloadContext, workloads: Sequence[WorkloadConfig
             finally:
                 if timer is not None:
                     timer.cancel()
-                if ctx.server_dead and name not in outcome.completed:  # also after a `continue`
-                    outcome.failed.setdefault(name, "server_died")
+                if ctx.server_gone and name not in outcome.completed:  # also after a `continue`
+                    outcome.failed.setdefault(name, _gone(ctx))
     finally:
         watchdog.cancel()
     outcome.server_died = ctx.server_dead
+    outcome.server_hung = ctx.server_hung
     outcome.n_requests, outcome.n_errors = ctx.n_requests, ctx.n_errors
     return outcome
