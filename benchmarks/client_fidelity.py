@@ -13,7 +13,9 @@ guidellm keeps wall-clock times, compared with the wall stamp).
 Clients, each in its own process, pinned with `taskset` to other cores than the server's:
   reference  a minimal raw-socket client (selectors/epoll, one thread, one stamp per recv(),
              parsing after the run): the floor of this machine (loopback, scheduler, load)
-  harness    `harness.client.StreamingClient` on `/generate` (what the harness measures with)
+  harness    `harness.client.StreamingClient` on `/generate` (what the harness measures with),
+             on asyncio's event loop (what `harness run` uses today) and on uvloop
+             (`harness.http1.run`, `harness-uvloop`)
   aiperf     NVIDIA AIPerf (`aiperf profile`, completions, streaming; its raw export's per-
              response perf_ns) — from its own virtualenv (`--aiperf PATH`)
   guidellm   guidellm (`guidellm run`, concurrent profile; its first-token time) — own venv
@@ -227,8 +229,9 @@ def client_reference(port: int, streams: int, chunks: int, rounds: int) -> dict:
     return {"ttft_err_ms": ttft, "chunk_err_ms": errs, "chunks": n_chunks, "wall_s": wall, "cpu_s": cpu}
 
 
-def client_harness(port: int, streams: int, chunks: int, rounds: int) -> dict:
+def client_harness(port: int, streams: int, chunks: int, rounds: int, loop: str = "asyncio") -> dict:
     from harness.client import GenerateRequest, Labels, StreamingClient
+    from harness.http1 import run
 
     async def go():
         async with StreamingClient(f"http://127.0.0.1:{port}", timeout_s=300.0) as client:
@@ -241,7 +244,7 @@ def client_harness(port: int, streams: int, chunks: int, rounds: int) -> dict:
                 recs += await asyncio.gather(*(client.generate(req, Labels(index=i)) for i in range(streams)))
             return recs, time.perf_counter() - t0, time.process_time() - c0
 
-    recs, wall, cpu = asyncio.run(go())
+    recs, wall, cpu = run(go()) if loop == "uvloop" else asyncio.run(go())
     ttft, errs, n = [], [], 0
     for r in recs:
         if r.error:
@@ -300,10 +303,12 @@ def client_aiperf(exe: str, port: int, streams: int, chunks: int, rounds: int) -
             if resps and isinstance(rec.get("start_perf_ns"), int):  # its measured window, not its start-up
                 first_ns = min(first_ns or rec["start_perf_ns"], rec["start_perf_ns"])
                 last_ns = max(last_ns or 0, max(t for t, _ in resps))
-            e = []
+            seen: dict[int, int] = {}  # server stamp → earliest arrival (a chunk may be listed twice)
             for perf_ns, text in resps:
                 for m in STAMP_S.finditer(text):
-                    e.append((perf_ns - int(m.group(1))) / 1e6)
+                    stamp = int(m.group(1))
+                    seen[stamp] = min(seen.get(stamp, perf_ns), perf_ns)
+            e = [(t - s) / 1e6 for s, t in sorted(seen.items())]
             if e:
                 ttft.append(e[0])
                 errs += e
@@ -490,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-ms", type=float, default=20.0)
     ap.add_argument("--interval-ms", type=float, default=20.0)
     ap.add_argument("--quick", action="store_true", help="fewer chunks, no rate sweep")
-    ap.add_argument("--clients", default="reference,harness,aiperf,guidellm")
+    ap.add_argument("--clients", default="reference,harness,harness-uvloop,aiperf,guidellm")
     ap.add_argument("--levels", default="1,64,256,512", help="concurrent streams to measure at")
     ap.add_argument("--aiperf", default=shutil.which("aiperf") or "/tmp/aiperf-venv/bin/aiperf")
     ap.add_argument("--guidellm", default=shutil.which("guidellm") or "/tmp/guidellm-venv/bin/guidellm")
@@ -502,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.as_client:
         fn = {"reference": lambda: client_reference(a.port, a.streams, a.chunks, a.rounds),
               "harness": lambda: client_harness(a.port, a.streams, a.chunks, a.rounds),
+              "harness-uvloop": lambda: client_harness(a.port, a.streams, a.chunks, a.rounds, "uvloop"),
               "aiperf": lambda: client_aiperf(a.aiperf, a.port, a.streams, a.chunks, a.rounds),
               "guidellm": lambda: client_guidellm(a.guidellm, a.port, a.streams, a.chunks, a.rounds)}[a.as_client]
         print(json.dumps(fn()))

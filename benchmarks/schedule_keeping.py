@@ -4,7 +4,7 @@ The stamping SSE server of `client_fidelity.py` (its own process, pinned to the 
 answers each short request with one chunk ~1-2 ms after it arrives. The harness client (pinned to
 the other cores) sends `--rate` requests/s for `--seconds` with `StreamingClient.generate_at`
 through `harness.schedule.send_schedule`, at evenly spaced instants and then at Poisson arrivals,
-on connections opened by a warm-up burst. Reported: the schedule lag (sent_ns − scheduled_ns)
+on connections opened by a warm-up burst; on asyncio's event loop and on uvloop. Reported: the schedule lag (sent_ns − scheduled_ns)
 p50/p99/max, and whether the run would flag itself client-bound (p99 > 1 ms).
 
     python benchmarks/schedule_keeping.py [--rate 2000] [--seconds 5] [--json OUT]
@@ -29,8 +29,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import client_fidelity as cf  # noqa: E402  (the stamping server and pinning helpers)
 
 
-def drive(port: int, rate: float, seconds: float, poisson: bool) -> dict:
+def drive(port: int, rate: float, seconds: float, poisson: bool, loop: str) -> dict:
     from harness.client import GenerateRequest, Labels, StreamingClient
+    from harness.http1 import run
     from harness.schedule import offsets_ns, schedule_lag, send_schedule
 
     async def go():
@@ -41,12 +42,12 @@ def drive(port: int, rate: float, seconds: float, poisson: bool) -> dict:
             items = [(off, (req, Labels(index=i)), {}) for i, off in enumerate(offsets_ns(rate, n, poisson=poisson, seed=1))]
             c0, t0 = time.process_time(), time.perf_counter()
             recs = await send_schedule(client.generate_at, items)
-            return recs, time.process_time() - c0, time.perf_counter() - t0
+            return recs, time.process_time() - c0, time.perf_counter() - t0, client._pool._open
 
-    recs, cpu, wall = asyncio.run(go())
+    recs, cpu, wall, conns = run(go()) if loop == "uvloop" else asyncio.run(go())
     lag = schedule_lag(recs)
-    return {"rate_per_s": rate, "poisson": poisson, "requests": len(recs), "errors": sum(1 for r in recs if r.error),
-            "achieved_rate_per_s": round(len(recs) / wall), "client_cpu_fraction": round(cpu / wall, 3),
+    return {"rate_per_s": rate, "poisson": poisson, "loop": loop, "requests": len(recs), "errors": sum(1 for r in recs if r.error),
+            "achieved_rate_per_s": round(len(recs) / wall), "connections_open": conns, "client_cpu_fraction": round(cpu / wall, 3),
             **lag.to_dict(), "line": lag.line()}
 
 
@@ -57,20 +58,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--as-client", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--poisson", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     if a.as_client:
-        print(json.dumps(drive(a.port, a.rate, a.seconds, a.poisson)))
+        print(json.dumps(drive(a.port, a.rate, a.seconds, a.poisson, a.loop)))
         return 0
     server_cores, client_cores = cf._cores()
     print(json.dumps({**cf.machine(), "pinning": {"server": server_cores, "clients": client_cores}}), flush=True)
     rows = []
-    for poisson in (False, True):
+    for loop, poisson in (("asyncio", False), ("asyncio", True), ("uvloop", False), ("uvloop", True)):
         port = cf._free_port()
         server = cf._start_server(port, 1.0, 1.0, server_cores)
         try:
             argv_c = cf._pinned(client_cores, [sys.executable, __file__, "--as-client", "--port", str(port),
-                                               "--rate", str(a.rate), "--seconds", str(a.seconds)]
+                                               "--rate", str(a.rate), "--seconds", str(a.seconds), "--loop", loop]
                                 + (["--poisson"] if poisson else []))
             p = subprocess.run(argv_c, capture_output=True, text=True, timeout=600)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
     for r in rows:
         if "line" in r:
-            print(f"{'poisson' if r['poisson'] else 'even   '} {r['rate_per_s']:.0f}/s: {r['line']}; "
+            print(f"{r['loop']:8} {'poisson' if r['poisson'] else 'even   '} {r['rate_per_s']:.0f}/s: {r['line']}; "
                   f"{r['errors']} errors, client CPU {100 * r['client_cpu_fraction']:.0f} % of a core "
                   f"(load average {r['loadavg_1m']})")
     if a.json:

@@ -29,6 +29,7 @@ Plain `http://` (and `https://`) only, no proxies, no redirects, no compression
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -38,6 +39,16 @@ from urllib.parse import urlsplit
 MAX_HEAD_BYTES = 64 << 10  # status line + headers
 DRAIN_BYTES = 64 << 10  # read after the consumer is DONE, to keep the connection
 DRAIN_S = 5.0
+
+def run(coro):
+    """`asyncio.run(coro)` on uvloop when it is installed (it halves the client's CPU per chunk
+    and most of its stamping delay: docs/client-fidelity.md), else on asyncio's own loop."""
+    if importlib.util.find_spec("uvloop") is not None:
+        import uvloop  # optional, heavy-ish: only when asked for
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
+
 
 # What a consumer's `on_data` returns.
 MORE = 0  # keep reading

@@ -4,9 +4,9 @@ and the run measures how well the client kept to them.
 - `sleep_until_ns(t_ns)`: wait for a `time.perf_counter_ns()` instant. asyncio's timers wake up
   to ~1 ms late (epoll's millisecond timeout, the loop's other work), so the wait sleeps until
   `SPIN_NS` before the instant and then yields to the loop turn by turn until it has come.
-- `send_schedule(send, items)`: one task per item, each calling `send(t_ns, ...)` (e.g.
-  `StreamingClient.generate_at`, which builds the request first and writes it at its instant);
-  returns the records in item order.
+- `send_schedule(send, items)`: one task per item, each started `LEAD_NS` before its instant and
+  calling `send(t_ns, ...)` (e.g. `StreamingClient.generate_at`, which builds the request first
+  and writes it at its instant); returns the records in item order.
 - `schedule_lag(records)`: sent_ns − scheduled_ns over the records that carry a schedule (pure):
   p50/p99/max in ms and `client_bound` when p99 is beyond `LAG_LIMIT_MS` (then the client, not
   the server, set the offered load, and latency figures of the run are suspect).
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 SPIN_NS = 2_000_000  # the last 2 ms before an instant are waited for turn by turn
+LEAD_NS = 20_000_000  # send_schedule starts each request this long before its instant
 LAG_LIMIT_MS = 1.0  # schedule lag p99 beyond this: the run is client-bound
 
 R = TypeVar("R")
@@ -57,17 +58,29 @@ def offsets_ns(rate_per_s: float, n: int, *, poisson: bool = False, seed: int = 
 
 
 async def send_schedule(send: Callable[..., Awaitable[R]], items: Iterable[tuple[int, tuple, dict]],
-                        *, start_ns: int | None = None) -> list[R]:
-    """Call `send(start_ns + offset, *args, **kwargs)` for each `(offset, args, kwargs)`, all
-    concurrently (each waits for its own instant); the results in item order. `start_ns`
-    defaults to 5 ms from now (time to create the tasks)."""
-    base = time.perf_counter_ns() + 5_000_000 if start_ns is None else start_ns
-    tasks = [asyncio.ensure_future(send(base + off, *args, **kwargs)) for off, args, kwargs in items]
+                        *, start_ns: int | None = None, lead_ns: int = LEAD_NS) -> list[R]:
+    """Call `send(start_ns + offset, *args, **kwargs)` for each `(offset, args, kwargs)`; the
+    results in item order. Each call starts `lead_ns` before its instant (in time order), not all
+    at once: building thousands of requests up front would itself make the first ones late.
+    `start_ns` defaults to `lead_ns` from now."""
+    clock = time.perf_counter_ns
+    base = clock() + lead_ns if start_ns is None else start_ns
+    items = list(items)
+    order = sorted(range(len(items)), key=lambda i: items[i][0])
+    tasks: list[asyncio.Future | None] = [None] * len(items)
     try:
-        return list(await asyncio.gather(*tasks))
+        for i in order:
+            off, args, kwargs = items[i]
+            due = base + off
+            early = due - lead_ns - clock()
+            if early > 0:
+                await asyncio.sleep(early / 1e9)
+            tasks[i] = asyncio.ensure_future(send(due, *args, **kwargs))
+        return list(await asyncio.gather(*tasks))  # type: ignore[arg-type]
     except BaseException:
         for t in tasks:
-            t.cancel()
+            if t is not None:
+                t.cancel()
         raise
 
 

@@ -356,3 +356,19 @@ def test_at_most_max_connections_are_open(raw_server):
 
     assert all(ex.error is None for ex in run(go()))
     assert len(server.ports) == 3
+
+
+def test_run_uses_uvloop_when_installed_and_the_pool_works_there(raw_server):
+    uvloop = pytest.importorskip("uvloop")
+    body = chunked(b"data: one\n\n", b"data: [DONE]\n\n")
+    server = raw_server(lambda conn, head, n: conn.sendall(HEAD + body))
+
+    async def go():
+        pool = http1.Pool(server.url)
+        outs = [await pool.request("POST", "/g", b"", Collect(verdict_at=b"[DONE]")) for _ in range(2)]
+        await pool.aclose()
+        return type(asyncio.get_running_loop()), outs
+
+    loop_type, outs = http1.run(go())
+    assert loop_type is uvloop.Loop
+    assert all(ex.error is None for ex in outs) and len(server.ports) == 1
