@@ -35,7 +35,8 @@ from harness import __version__, cooldown, fingerprint, hostpool, logscan, resul
 from harness.exit_codes import ExitCode
 from harness.expectations import evaluate_run_expectations
 from harness.probe.run import run_probes
-from harness.progress import Progress
+from harness.estimate import request_counts
+from harness.progress import Progress, plural
 from harness.sampling import Sampler
 from harness.scenario import scenario_hash, variant_config_hash
 from harness.secrets import Redactor
@@ -280,18 +281,19 @@ def _execute_locked(scenario, options, run, variants, prior, redactor: Redactor)
     outcome = RunOutcome(run.root, list(prior or []))
     simulated = scenario.server.backend == "sim"
     progress = Progress(len(variants), live=options.live_progress)
-    progress.note(f"run {run.root} ({len(variants)} variants{', SIMULATED server' if simulated else ''})")
+    progress.note(f"run {run.root} ({plural(len(variants), 'variant')}{', SIMULATED server' if simulated else ''})")
+    counts = request_counts(scenario, variants)
     state = _RunState(redactor)
     with Signals() as signals:
         try:
             env_not_clean = False
             for i, variant in enumerate(variants, 1):
-                progress.variant(i, variant.name)
+                progress.variant(i, variant.name, requests=counts.get(variant.name))
                 vo, env_not_clean = run_variant(scenario, variant, run, progress, state, env_not_clean)
                 state.vpaths = state.status = None  # finished: an interrupt now must not relabel it
                 outcome.variants.append(vo)
-                progress.note(f"variant {variant.name}: {vo.state}{f' ({vo.cause})' if vo.cause else ''}"
-                              f"{'' if vo.expect_met else '  [UNEXPECTED]'}")
+                progress.end_variant(f"variant {variant.name}: {vo.state}{f' ({vo.cause})' if vo.cause else ''}"
+                                     f"{'' if vo.expect_met else '  [UNEXPECTED]'}")
             progress.phase("finishing the run")
             outcome.verdict = finish_run(scenario, run)
             results.write_json_atomic(run.complete, {"at": results.utc_now_iso()})

@@ -181,19 +181,19 @@ class WindowResult:
 
 
 class _Recorder:
-    """Appends records to JSONL as they finish, keeps them for the summary and tells the hang
-    watch (``on_record``)."""
+    """Appends records to JSONL as they finish, keeps them for the summary and tells each of
+    ``on_record`` (the hang watch, the progress line)."""
 
-    def __init__(self, path: Path, on_record: Callable[[object], None] | None = None):
+    def __init__(self, path: Path, *on_record: Callable[[object], None]):
         self.writer = results.JsonlWriter(path)
         self.rows: list = []
-        self.on_record = on_record
+        self.on_record = on_record  # the hang watch, the progress line
 
     def __call__(self, rec) -> None:
         self.writer.append(rec.to_dict())
         self.rows.append(rec)
-        if self.on_record is not None:
-            self.on_record(rec)
+        for notify in self.on_record:
+            notify(rec)
 
     def close(self) -> None:
         self.writer.close()
@@ -233,8 +233,8 @@ def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools
     watch = HangWatch(scenario.server.watchdog, variant.request_timeout_s,
                       lambda timeout_s: probe_health(spec.base_url, timeout_s), server.alive, give_up,
                       started=window_started)
-    requests = _Recorder(vpaths.requests, watch.note)
-    quality_rows = _Recorder(vpaths.quality, watch.note)
+    requests = _Recorder(vpaths.requests, watch.note, lambda rec: progress.request_done())
+    quality_rows = _Recorder(vpaths.quality, watch.note, lambda rec: progress.request_done())
 
     def hung(**where) -> tuple[str, str, dict]:
         return PARTIAL, logscan.SERVER_HUNG, {**(watch.verdict or {}), **where}
