@@ -22,6 +22,7 @@ import csv
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness import results
 from harness.verdict import RunVerdict, VerdictPolicy, run_verdict, variant_verdict
@@ -42,11 +43,12 @@ CSV_COLUMNS = ["variant", "workload", "phase", "metric", "unit", "higher_is_bett
 
 def measured_summary(name: str, state: str, cause: str | None, requests: Sequence[RequestRecord],
                      n_quality_records: int, sampling: dict | None,
-                     workload_kinds: Mapping[str, str] | None = None) -> dict:
+                     workload_kinds: Mapping[str, str] | None = None,
+                     workload_configs: Mapping[str, Any] | None = None) -> dict:
     """The summary of a variant whose server served: per workload/phase statistics, its state and
     cause, the quality-row count and the sampling summary. A failed variant that measured nothing
     has ``workloads: null``, never zeros (P10)."""
-    summary = summarize(requests, workload_kinds)
+    summary = summarize(requests, workload_kinds, workload_configs)
     summary.update(schema_version=results.SCHEMA_VERSION, variant=name, state=state, cause=cause)
     if state != "ok" and not any(not r.warmup and r.error is None for r in requests):
         summary["workloads"] = None

@@ -455,7 +455,8 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
         sampling = run_products.sampling_summary(vpaths.samples, sampler.cpu_fraction, sampler.samples_written)
     summary = run_products.measured_summary(variant.name, window.state, window.cause, window.requests,
                                             len(window.quality_rows), sampling,
-                                            {w.name: w.kind for w in scenario.workloads})
+                                            {w.name: w.kind for w in scenario.workloads},
+                                            {w.name: w for w in scenario.workloads})
     if window.state != OK:
         status.cause_detail = window.detail
         status.log_excerpt = _log_excerpt_for_death(server)

@@ -246,6 +246,7 @@ def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools
                     base_url=spec.base_url, client=client, variant=variant.name, repeat=repeat,
                     pool_tokens=pool_tokens, vocab_size=vocab, seed=scenario.seed, record=requests,
                     set_phase=phase, alive=server.alive, request_timeout_s=variant.request_timeout_s,
+                    scenario_dir=scenario.base_dir,
                 )
                 ctx.record_quality = quality_rows
                 ctx.model_path = variant.model_path

@@ -10,7 +10,8 @@ never 0):
              "metrics": {<metric>: {"n", "mean", "p50", "p90", "p99", "min", "max"} | null},
              "hits": {"prompt_tokens", "cached_tokens", "device_tokens", "host_tokens",
                       "storage_tokens", "requests_with_host_hit", "requests_with_device_hit",
-                      "tiers_reported"}}},
+                      "tiers_reported"},
+             "figures": {...}}},   # only where the kind declares phase_figures
          "derived": {<name>: float | null}}}}
 
 Warm-up requests are left out (counted in `n_warmup`); errored requests are left out of the
@@ -20,7 +21,10 @@ Filler phases (repeat_prefill's "evict") are flagged and never used in a derived
 
 Derived figures (second_pass_speedup, host_speedup, interference, ...) are declared by each
 workload kind (``harness/workloads/<kind>.py``, ``KIND.derived``) and computed here from that
-workload's phase summaries; filler phases are declared there too.
+workload's phase summaries; filler phases are declared there too. A kind that declares
+``phase_figures`` (figures that need the phase's records and the workload's config: schedule lag,
+SLO attainment) gets their value in each phase's ``"figures"``; ``workload_configs`` passes the
+configs (without one the kind gets None).
 
 Server-counter deltas per phase come from `harness.sampling.summarize_samples` (the sampler's
 samples carry the same phase labels, `workloads.context.phase_label`), not from here.
@@ -28,8 +32,9 @@ samples carry the same phase labels, `workloads.context.phase_label`), not from 
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -66,8 +71,11 @@ def _hits(rs: Sequence[RequestRecord]) -> dict[str, int]:
     }
 
 
+PhaseFigures = Callable[[str, Sequence[RequestRecord]], Mapping[str, Any]]
+
+
 def _phase_summary(workload: str, phase: str, rs: list[RequestRecord],
-                   walls: list[M.GroupWall], filler: bool) -> dict[str, Any]:
+                   walls: list[M.GroupWall], filler: bool, figures: PhaseFigures | None = None) -> dict[str, Any]:
     measured = [r for r in rs if not r.warmup]
     ok = [r for r in measured if r.error is None]
     errors = Counter(r.error for r in measured if r.error is not None)
@@ -79,9 +87,12 @@ def _phase_summary(workload: str, phase: str, rs: list[RequestRecord],
             metrics[name] = stats(M.DERIVATIONS[name](r) for r in ok)
     metrics["pass_wall_s"] = stats(
         w.wall_s for w in walls if w.workload == workload and w.phase == phase and w.n_errors == 0)
-    return {"n": len(ok), "n_errors": sum(errors.values()), "errors": dict(errors),
-            "n_warmup": len(rs) - len(measured), "filler": filler,
-            "metrics": metrics, "hits": _hits(ok)}
+    out = {"n": len(ok), "n_errors": sum(errors.values()), "errors": dict(errors),
+           "n_warmup": len(rs) - len(measured), "filler": filler,
+           "metrics": metrics, "hits": _hits(ok)}
+    if figures is not None:
+        out["figures"] = dict(figures(phase, rs))
+    return out
 
 
 def derived(kind: str, phases: dict[str, Any]) -> dict[str, float | None]:
@@ -93,9 +104,19 @@ def derived(kind: str, phases: dict[str, Any]) -> dict[str, float | None]:
     return {d.name: d.compute(phases) for d in declared.derived if d.applies(phases)}
 
 
-def summarize(records: Iterable[RequestRecord], workload_kinds: Mapping[str, str] | None = None) -> dict[str, Any]:
+def _figures(kind: str, config: Any) -> PhaseFigures | None:
+    """The kind's ``phase_figures`` bound to the workload's config, or None if it declares none."""
+    declared = kinds().get(kind)
+    if declared is None or declared.phase_figures is None:
+        return None
+    return functools.partial(declared.phase_figures, config)
+
+
+def summarize(records: Iterable[RequestRecord], workload_kinds: Mapping[str, str] | None = None,
+              workload_configs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Per workload and phase statistics of one variant's records (all repeats pooled).
-    ``workload_kinds``: {workload name: kind} (default: each workload is named after its kind)."""
+    ``workload_kinds``: {workload name: kind} (default: each workload is named after its kind);
+    ``workload_configs``: {workload name: its config}, for the kinds that declare ``phase_figures``."""
     records = list(records)
     walls = M.group_walls(records)
     by_wl: dict[str, dict[str, list[RequestRecord]]] = {}
@@ -106,7 +127,8 @@ def summarize(records: Iterable[RequestRecord], workload_kinds: Mapping[str, str
         kind = (workload_kinds or {}).get(wl, wl)
         declared = kinds().get(kind)
         filler = declared.filler_phases if declared is not None else frozenset()
-        ph = {p: _phase_summary(wl, p, rs, walls, p in filler) for p, rs in phases.items()}
+        figures = _figures(kind, (workload_configs or {}).get(wl))
+        ph = {p: _phase_summary(wl, p, rs, walls, p in filler, figures) for p, rs in phases.items()}
         workloads[wl] = {"phases": ph, "derived": derived(kind, ph)}
     measured = [r for r in records if not r.warmup]
     errors = Counter(r.error for r in measured if r.error is not None)

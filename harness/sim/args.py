@@ -11,6 +11,10 @@ from typing import Any
 
 from harness.sim.faults import Fault, FaultArg
 
+# --sim-step-ms-per-request: how much each running request adds to a decode step (ms), the cost
+# model's batch-size-dependent term (harness.sim.engine.CostModel; docs/simulator.md)
+DEFAULT_STEP_MS_PER_REQUEST = 0.1
+
 
 @dataclass
 class SimArgs:
@@ -23,6 +27,7 @@ class SimArgs:
     mem_available_gib: float | None
     startup_s: float
     faults: dict[Fault, FaultArg | None] = field(default_factory=dict)
+    step_ms_per_request: float = DEFAULT_STEP_MS_PER_REQUEST  # ms a running request adds to a decode step
 
     def __getattr__(self, name: str) -> Any:
         # convenience: args.max_total_tokens etc. read straight from the sglang namespace

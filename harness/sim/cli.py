@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Sequence
 
-from harness.sim.args import SimArgs
+from harness.sim.args import DEFAULT_STEP_MS_PER_REQUEST, SimArgs
 from harness.sim.faults import Fault, FaultArg, FaultError, parse_fault
 
 HICACHE_LAYOUTS = ["layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"]
@@ -124,12 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
     a("--sim-mem-available-gib", type=float, default=None,
       help="pretend MemAvailable is this many GiB for sglang's host-memory rule")
     a("--sim-startup-s", type=float, default=0.2, help="simulated weight-loading time (seconds)")
+    a("--sim-step-ms-per-request", type=float, default=DEFAULT_STEP_MS_PER_REQUEST, metavar="MS",
+      help="each running request adds MS to a decode step (batch-size-dependent step time)")
     a("--sim-fault", action="append", type=_fault, default=[], metavar="NAME[=ARG]",
       help="fault switch, repeatable (docs/simulator.md): " + ", ".join(f.usage for f in Fault))
     return p
 
 
-SIM_DESTS = ("sim_time_scale", "sim_host_mem_scale", "sim_mem_available_gib", "sim_startup_s", "sim_fault")
+SIM_DESTS = ("sim_time_scale", "sim_host_mem_scale", "sim_mem_available_gib", "sim_startup_s", "sim_fault",
+             "sim_step_ms_per_request")
 
 
 def parse_args(argv: Sequence[str] | None) -> SimArgs:
@@ -146,6 +149,7 @@ def parse_args(argv: Sequence[str] | None) -> SimArgs:
         mem_available_gib=sim["sim_mem_available_gib"],
         startup_s=max(0.0, sim["sim_startup_s"]),
         faults=faults,
+        step_ms_per_request=max(0.0, sim["sim_step_ms_per_request"]),
     )
 
 

@@ -28,7 +28,9 @@ Cost model (seconds, all multiplied by ``--sim-time-scale``):
   (P = approx. parameters; llama-tiny ~75K tok/s as on the H200, a 27B ~7.4K tok/s);
 - + load-back bytes / H2D GB/s (55 GB/s ``kernel``, 40 GB/s ``direct``; layer_first 0.8x)
   + 0.25 x backup bytes / D2H GB/s (write-through copies mostly overlap compute);
-- decode step    = max(4 ms, 2 P bytes / 4 TB/s) + 0.1 ms x batch size + KV bytes read / 4 TB/s.
+- decode step    = max(4 ms, 2 P bytes / 4 TB/s) + k x batch size + KV bytes read / 4 TB/s, with
+  k = ``--sim-step-ms-per-request`` (default 0.1 ms): how much each running request slows the
+  step, so TPOT (and the TTFT of requests queued behind the steps) grows with concurrency.
 Numbers are deliberately round: the simulator must show the *shape* of HiCache effects
 (host hit < recompute, interference, write-through overhead), not predict an H200.
 """
@@ -46,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from harness.model_config import ModelShape
+from harness.sim.args import DEFAULT_STEP_MS_PER_REQUEST
 from harness.sim.cache import MAMBA_TRACK_INTERVAL, Match, Page, TwoTierCache
 from harness.sim.faults import Fault, FaultArg
 from harness.sim.metrics import SimMetrics
@@ -124,14 +127,14 @@ class CostModel:
 
     @classmethod
     def for_model(cls, shape: ModelShape, tp_size: int, io_backend: str, mem_layout: str,
-                  time_scale: float) -> "CostModel":
+                  time_scale: float, step_ms_per_request: float = DEFAULT_STEP_MS_PER_REQUEST) -> "CostModel":
         params = shape.approx_params() / max(1, tp_size)
         h2d = (40e9 if io_backend == "direct" else 55e9) * (0.8 if mem_layout == "layer_first" else 1.0)
         return cls(
             prefill_tok_s=min(80_000.0, 4e14 / (2 * params)),
             prefill_overhead_s=0.004,
             decode_base_s=max(0.004, 2 * params / 4e12),
-            decode_per_req_s=0.0001,
+            decode_per_req_s=max(0.0, step_ms_per_request) / 1e3,
             h2d_bytes_s=h2d,
             d2h_bytes_s=55e9,
             hbm_bytes_s=4e12,

@@ -204,6 +204,7 @@ def _server_info(plan: Plan) -> dict[str, Any]:
         "mamba_bytes_per_slot": plan.mamba_bytes_per_slot,
         "sim": {"time_scale": plan.args.time_scale, "host_mem_scale": plan.args.host_mem_scale,
                 "mem_available_gib": plan.args.mem_available_gib, "startup_s": plan.args.startup_s,
+                "step_ms_per_request": plan.args.step_ms_per_request,
                 "faults": [{"name": f.name, "arg": arg} for f, arg in plan.args.faults.items()]},
     })
     return info
@@ -297,7 +298,7 @@ async def _serve(plan: Plan) -> int:
     )
     metrics = SimMetrics(plan.served_model_name)
     engine = Engine(cfg, cache, CostModel.for_model(shape, plan.tp, a["hicache_io_backend"], plan.layout,
-                                                    args.time_scale),
+                                                    args.time_scale, args.step_ms_per_request),
                     TokenModel(shape.vocab_size, shape.eos_token_ids), metrics)
     state = AppState(
         engine=engine, server_info=_server_info(plan),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable
 
 from harness.client import Abort, GenerateRequest, Labels, StreamingClient
@@ -54,6 +55,7 @@ class WorkloadContext:
     # repeats; pass the same one to every repeat's context (default: one per context).
     prompts: PromptFactory | None = None
     death_grace_s: float = 2.0  # after a connection error, how long to wait for the pid to go
+    scenario_dir: Path | None = None  # relative file paths of a workload (datasets) resolve here
     # run state (set by run_workloads)
     server_dead: bool = False
     server_hung: bool = False  # alive but no longer serving (set by the serving window's watch)
@@ -118,10 +120,13 @@ class WorkloadScope:
 
     async def send(self, phase: str, index: int, input_ids: list[int], *,
                    max_new_tokens: int | None = None, ignore_eos: bool = False,
-                   warmup: bool = False, group: str | None = None, defer: bool = False) -> RequestRecord:
+                   warmup: bool = False, group: str | None = None, defer: bool = False,
+                   at_ns: int | None = None) -> RequestRecord:
         """Send one request, record it, return it. Raises `StopSending` if the abort signal
         already fired (nothing is sent then). ``defer``: return it unrecorded — the workload
-        labels it from timestamps it learns later and then calls `record`."""
+        labels it from timestamps it learns later and then calls `record`. ``at_ns``: send it
+        at that `time.perf_counter_ns()` instant (`StreamingClient.generate_at`; the record
+        carries it as ``scheduled_ns``)."""
         ctx = self.ctx
         if ctx.abort.fired:
             raise StopSending(ctx.abort.reason)
@@ -130,8 +135,12 @@ class WorkloadScope:
                               ignore_eos=ignore_eos)
         labels = Labels(variant=ctx.variant, workload=self.name, phase=phase, repeat=ctx.repeat,
                         index=index, warmup=warmup, concurrency_group=group)
-        rec = await ctx.client.generate(req, labels, abort=ctx.abort,
-                                        timeout_s=ctx.request_timeout_s, api=self.api)
+        if at_ns is None:
+            rec = await ctx.client.generate(req, labels, abort=ctx.abort,
+                                            timeout_s=ctx.request_timeout_s, api=self.api)
+        else:
+            rec = await ctx.client.generate_at(at_ns, req, labels, abort=ctx.abort,
+                                               timeout_s=ctx.request_timeout_s, api=self.api)
         if rec.error == "connection" and await ctx.confirm_death():
             rec.error = "server_died"
         if not defer:

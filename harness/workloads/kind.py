@@ -4,13 +4,16 @@ A kind's module (``harness/workloads/<kind>.py``) exports ``KIND = WorkloadKind(
 model, its ``run`` coroutine, the phases that are filler, the figures it derives from its phase
 summaries (with unit and direction), the rows it adds to the report's HiCache table, whether its
 phases belong in the tier-hit chart, and which phase statistics the history tracks. The summary,
-compare, report and history read these declarations (``harness.workloads.kinds()``).
+compare, report and history read these declarations (``harness.workloads.kinds()``). A kind
+whose figures need its records and its config (schedule lag, SLO attainment) declares
+``phase_figures``: the summary keeps what it returns under each phase's ``"figures"``, where the
+kind's derived figures read it.
 """
 
 from __future__ import annotations
 
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +85,9 @@ class WorkloadKind:
     tier_hit_phases: bool = False  # its phases reuse prompts: show their tier hits
     pass_walls: bool = False  # its phases are concurrent passes: show their wall times
     history_stats: tuple[PhaseStat, ...] = field(default=())  # tracked beside the derived figures
+    # (the workload's config, or None where the summary has none; a phase's name; its records,
+    # warm-up included) -> JSON-ready figures kept in that phase's summary under "figures"; pure
+    phase_figures: Callable[[Any, str, Sequence[Any]], Mapping[str, Any]] | None = None
 
     @property
     def name(self) -> str:

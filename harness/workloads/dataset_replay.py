@@ -1,0 +1,203 @@
+"""dataset_replay: requests from a local dataset or trace file (`harness.datasets`), sent on a
+clock — ShareGPT conversations, long-document QA (LooGLE / LongBench: the questions on one
+document share it as a prefix) or a mooncake-style trace replayed on its own clock.
+
+Arrivals: ``arrivals: trace`` (mooncake only) sends each request at its timestamp (``speed``
+times as fast); otherwise Poisson, gamma or constant at ``rate`` (a list: a sweep, one phase per
+rate, the same requests each point; ``flush_between_points`` empties the cache between them),
+or closed loop at ``max_concurrency`` — the machinery and figures of
+`harness.workloads.arrivals` and `harness.workloads.slo`, as for open_loop. Phases: ``trace``,
+or one per load point (``rate_4``, ``conc_8``). The run stops when the file's requests run out
+(``max_requests`` cuts it; ``duration_s``, when given, too).
+
+Tokens: every request is sent as token ids, so each variant gets exactly the same ones. Text
+(ShareGPT, doc_qa) is tokenized here with ``tokenizer`` (a ``tokenizer.json`` or a model folder;
+default: the variant's model_path) — ``mode: text`` requires one, ``mode: token_ids`` never uses
+one (ids made from the words, `harness.datasets.WordIds`), ``mode: auto`` uses one when there is
+one and otherwise falls back to word ids **with a warning on the console** (never silently).
+Traces need no tokenizer: a hash id is ``block_tokens`` seeded ids. Output lengths: the
+dataset's (the reply's tokens, the trace's ``output_length``), capped at ``max_output_tokens``,
+or ``output_tokens`` for all; ``ignore_eos``. A request whose prompt is over
+``max_prompt_tokens`` is skipped (the console says how many).
+
+Relative paths resolve against the scenario file's folder. Each repeat sends the same text again
+(give ``flush_before: true`` for a cold start per repeat); a trace's blocks are seeded per
+repeat, so its repeats do not hit each other's cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import model_validator
+
+from harness import datasets as D
+from harness.prompts import derive_seed
+from harness.records import RequestRecord
+from harness.scenario.errors import field_error
+from harness.scenario.values import Count, PosFloat, PosInt, TokenSize, TokenSizeT
+from harness.workloads.arrivals import CLOCK_DERIVED, CLOCK_ROWS, Load, Outgoing, Point, point_figures, run_point
+from harness.workloads.config import WorkloadConfig
+from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.kind import WorkloadKind
+from harness.workloads.slo import SLOFields
+
+log = logging.getLogger(__name__)
+
+TRACE_PHASE = "trace"
+
+
+class DatasetReplay(Load, SLOFields, WorkloadConfig):
+    """A local dataset or trace file replayed on a clock."""
+
+    kind: Literal["dataset_replay"]
+    format: Literal["sharegpt", "doc_qa", "mooncake"]
+    path: str  # the file; relative: to the scenario's folder
+    tokenizer: str | None = None  # tokenizer.json or a model folder; default: the variant's model_path
+    mode: Literal["auto", "text", "token_ids"] = "auto"
+    max_requests: Count | None = None  # the first N usable requests of the file
+    order: Literal["file", "shuffled"] = "file"
+    max_prompt_tokens: TokenSizeT = TokenSize(pool_fraction=0.5)  # longer prompts are skipped
+    output_tokens: PosInt | None = None  # for every request; default: the dataset's, capped below
+    max_output_tokens: PosInt = 256
+    block_tokens: PosInt = D.MOONCAKE_BLOCK_TOKENS  # mooncake: tokens per hash id
+    arrivals: Literal["trace", "poisson", "gamma", "constant"] = "poisson"
+    speed: PosFloat = 1.0  # arrivals: trace, this many times as fast
+    duration_s: PosFloat | None = None  # each load point at most this long (default: until the requests run out)
+    flush_between_points: bool = True  # a sweep replays the same requests: start each point cold
+
+    @model_validator(mode="after")
+    def _check_replay(self):
+        if self.arrivals == "trace":
+            if self.format != "mooncake":
+                raise field_error(f"arrivals: trace needs timestamps: only the mooncake format has them, not {self.format}")
+            if self.rate is not None:
+                raise field_error("arrivals: trace sets its own clock: leave out rate (speed scales it)")
+            if isinstance(self.max_concurrency, list):
+                raise field_error("arrivals: trace is one load point: max_concurrency must be one number")
+            if self.order != "file":
+                raise field_error("arrivals: trace keeps the trace's order: leave out order: shuffled")
+        elif self.speed != 1.0:
+            raise field_error("speed scales a trace's clock: it needs arrivals: trace")
+        if self.output_tokens is not None and self.output_tokens > self.max_output_tokens:
+            raise field_error(f"output_tokens ({self.output_tokens}) is over max_output_tokens ({self.max_output_tokens})")
+        return self
+
+    def new_tokens(self) -> int:
+        return self.output_tokens or self.max_output_tokens
+
+    def longest_request_tokens(self, pool_tokens: int) -> int:
+        return self.max_prompt_tokens.resolve(pool_tokens) + self.new_tokens()
+
+    def load_points(self) -> list[Point]:
+        if self.arrivals == "trace":
+            cap = self.max_concurrency if isinstance(self.max_concurrency, int) else None
+            return [Point("rate", 0.0, None, cap, label=TRACE_PHASE)]
+        return self.points()
+
+
+def resolve_path(path: str, base: Path | None) -> Path:
+    """``path`` with ``~`` expanded; a relative one against ``base`` (the scenario's folder)."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() or base is None else base / p
+
+
+def _encoder(ctx: WorkloadContext, cfg: DatasetReplay) -> Any:
+    """The text encoder of ``cfg.mode`` (see the module docstring); says so when it falls back."""
+    if cfg.mode == "token_ids":
+        return D.WordIds(ctx.vocab_size)
+    where = resolve_path(cfg.tokenizer, ctx.scenario_dir) if cfg.tokenizer else getattr(ctx, "model_path", None)
+    tok = D.load_text_tokenizer(where)
+    if tok is not None:
+        return tok
+    if cfg.mode == "text":
+        raise ValueError(f"mode: text needs a tokenizer, and there is none at {where or '(no model path)'}: "
+                         "give tokenizer: (a tokenizer.json or a model folder), or mode: token_ids")
+    log.warning("%s: no tokenizer at %s: sending token ids made from the words of the text (lengths "
+                "approximate, not the model's tokens); give tokenizer: for real tokens, or mode: token_ids "
+                "to say this is meant", cfg.name, where or "(no model path)")
+    return D.WordIds(ctx.vocab_size)
+
+
+def prepare(ctx: WorkloadContext, cfg: DatasetReplay, requests: Sequence[D.DatasetRequest]) -> tuple[list, list[int]]:
+    """(builders, kept dataset indexes): one ``() -> Outgoing`` per usable request, in order;
+    prompts over ``max_prompt_tokens`` skipped (the console says how many)."""
+    longest = ctx.tokens(cfg.max_prompt_tokens)
+    salt = (ctx.seed, cfg.name, ctx.repeat)
+    parts = D.PartIds(_encoder(ctx, cfg)) if cfg.format != "mooncake" else None
+    builders, kept, skipped = [], [], 0
+    for req in requests:
+        if cfg.max_requests is not None and len(builders) >= cfg.max_requests:
+            break
+        if parts is None:
+            n, out = req.input_length or 0, req.output_length or 1
+        else:
+            n = parts.length(req)
+            out = len(parts.encoder.encode(req.reply)) if req.reply else 1
+        if n < 1 or n > longest:
+            skipped += 1
+            continue
+        out = min(cfg.output_tokens or max(1, out), cfg.max_output_tokens)
+        if parts is None:
+            builders.append(lambda req=req, out=out: Outgoing(
+                D.trace_input_ids(req, cfg.block_tokens, ctx.vocab_size, salt), out))
+        else:
+            builders.append(lambda req=req, out=out: Outgoing(parts.ids(req), out))
+        kept.append(req.index)
+    if skipped:
+        log.warning("%s: skipped %d of the file's requests: prompt empty or over max_prompt_tokens (%d)",
+                    cfg.name, skipped, longest)
+    return builders, kept
+
+
+async def run(ctx: WorkloadContext, cfg: DatasetReplay) -> None:
+    w = WorkloadScope(ctx, cfg)
+    path = resolve_path(cfg.path, ctx.scenario_dir)
+    try:
+        requests = D.load_dataset(cfg.format, path)
+    except D.DatasetError as exc:
+        raise ValueError(str(exc)) from None
+    log.info("%s: %s (%s, sha256 %s): %d requests", w.name, path, cfg.format, D.file_digest(path), len(requests))
+    if cfg.order == "shuffled":
+        requests = D.shuffled(requests, ctx.seed)
+    builders, kept = prepare(ctx, cfg, requests)
+    if not builders:
+        raise ValueError(f"{path}: no usable request (all over max_prompt_tokens, or none in the file)")
+    by_index = {r.index: r for r in requests}
+    offsets = None
+    if cfg.arrivals == "trace":
+        offsets = D.trace_offsets_ns([by_index[i] for i in kept], cfg.speed)
+        if cfg.duration_s is not None:
+            offsets = [o for o in offsets if o < cfg.duration_s * 1e9]
+    for k, point in enumerate(cfg.load_points()):
+        if k and cfg.flush_between_points and not await ctx.client.flush_cache():
+            log.warning("%s: /flush_cache refused before %s: this point may hit the last one's cache", w.name, point.phase)
+        await run_point(w, cfg, point, lambda i: builders[i](), limit=len(builders), offsets_ns=offsets,
+                        seed=derive_seed(ctx.seed, w.name, ctx.repeat, point.phase))
+
+
+def _span_s(records: Sequence[RequestRecord]) -> float | None:
+    sched = [r.scheduled_ns for r in records if not r.warmup and r.scheduled_ns is not None]
+    return (max(sched) - min(sched)) / 1e9 if len(sched) > 1 and max(sched) > min(sched) else None
+
+
+def phase_figures(cfg: DatasetReplay | None, phase: str, records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """A load point's figures (`arrivals.point_figures`); goodput over ``duration_s`` less the
+    warm-up and cool-down, or over the measured requests' span when the replay has no duration."""
+    if cfg is None:
+        return point_figures(None, phase, records, [], None)
+    window = cfg.measured_window_s() if cfg.duration_s is not None else _span_s(records)
+    return point_figures(cfg, phase, records, cfg.load_points(), window)
+
+
+KIND = WorkloadKind(
+    config=DatasetReplay,
+    run=run,
+    derived=CLOCK_DERIVED,
+    report_rows=CLOCK_ROWS,
+    tier_hit_phases=True,
+    phase_figures=phase_figures,
+)
