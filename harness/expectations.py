@@ -30,13 +30,13 @@ missing number is never a pass); ``skipped`` (the check names a variant this run
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from harness import results
-from harness.scenario.values import Check, Threshold
+from harness.scenario.values import Check, Gate, Threshold
 
 STATS = ("n", "mean", "p50", "p90", "p99", "min", "max")
 
@@ -67,12 +67,13 @@ class ScenarioExpectations:
     checks: list[Check] = field(default_factory=list)
     thresholds: dict[str, Threshold] = field(default_factory=dict)
     quality_baseline: str | None = None
+    gate: list[Gate] = field(default_factory=list)  # the scenario's ``gate:`` (harness compare)
     source: str = "scenario"  # "scenario" (full re-parse) | "yaml" (expectations block only) | "none"
     problem: str | None = None
 
 
 def scenario_expectations(manifest: dict) -> ScenarioExpectations:
-    """Checks and thresholds of the scenario stored in a run's manifest.
+    """Checks, thresholds and gate of the scenario stored in a run's manifest.
 
     Re-parses the text with `load_scenario_text`; when that fails (a sim model path that moved,
     a variable that made a path invalid) falls back to the ``expectations`` block of the raw
@@ -88,7 +89,8 @@ def scenario_expectations(manifest: dict) -> ScenarioExpectations:
     try:
         scn = load_scenario_text(text, file=path, env=_AnyEnv(manifest.get("env")), base_dir=base)
         return ScenarioExpectations(list(scn.expectations.checks), dict(scn.expectations.thresholds),
-                                    scn.quality.baseline_variant if scn.quality.enabled else None)
+                                    scn.quality.baseline_variant if scn.quality.enabled else None,
+                                    list(scn.gate))
     except ScenarioError as exc:
         problem = "; ".join(exc.lines) if hasattr(exc, "lines") else str(exc)
     except Exception as exc:  # noqa: BLE001 - any parse trouble: use the raw block below
@@ -99,7 +101,11 @@ def scenario_expectations(manifest: dict) -> ScenarioExpectations:
         data = load_yaml_text(text, path).data
     except Exception as exc:  # noqa: BLE001
         return ScenarioExpectations(source="none", problem=f"{problem}; {exc}")
+    if not isinstance(data, dict):
+        return ScenarioExpectations(source="none", problem=f"{problem}; the stored scenario is not a mapping")
     block = data.get("expectations") or {}
+    if not isinstance(block, dict):
+        block = {}
     checks, thresholds = [], {}
     for c in block.get("checks") or []:
         try:
@@ -111,9 +117,16 @@ def scenario_expectations(manifest: dict) -> ScenarioExpectations:
             thresholds[str(k)] = Threshold.parse(v)
         except Exception:  # noqa: BLE001
             continue
+    gate = []
+    raw_gate = data.get("gate")
+    for g in raw_gate if isinstance(raw_gate, list) else []:
+        try:
+            gate.append(Gate.parse(g))
+        except ValueError:
+            continue
     q = data.get("quality") or {}
-    baseline = q.get("baseline_variant") if q.get("enabled") else None
-    return ScenarioExpectations(checks, thresholds, baseline, source="yaml", problem=problem)
+    baseline = q.get("baseline_variant") if isinstance(q, dict) and q.get("enabled") else None
+    return ScenarioExpectations(checks, thresholds, baseline, gate, source="yaml", problem=problem)
 
 
 def lookup_metric(metric: str, summary: dict | None, status: dict | None) -> Any:

@@ -1,30 +1,40 @@
-"""Each headline metric over a scenario's runs, with change points.
+"""Each headline metric over a scenario's runs, with change points and configuration markers.
 
-One job: runs of one scenario → per metric × variant series → `detect_change` → a `History`.
-(The page is `harness.report.history_page`; the ``harness history`` command is
-`harness.commands.history`.)
+One job: runs of one scenario → per metric × variant series (one value per night for the plot,
+the per-repeat values of each night for the test) → `detect_change` → a `History`. (The page is
+`harness.report.history_page`; the ``harness history`` command is `harness.commands.history`.)
 
 Headline metrics are what each workload's kind declares (`harness.workloads`), named as
 expectations name them (`harness.expectations`): its derived figures, ``<workload>.<derived>``
 (prefill_total_tok_s, decode_tok_s, second_pass_speedup, host_speedup, interference, ...), and
 its ``history_stats``, ``<workload>.<phase>.<metric>_<stat>`` (e.g. a short_ttft workload's
-``alone.ttft_ms_p50`` and ``during_long.ttft_ms_p50``). A workload's kind comes from the
-scenario stored in the run (a workload without one is named after its kind). A run where the
-variant failed has no value (a cross on the plot, never 0).
+``alone.ttft_ms_p50`` and ``during_long.ttft_ms_p50``). A night's values are the summary's
+per-repeat values (``derived_by_repeat``, ``history_stats_by_repeat``; a summary written before
+them: its one pooled value). A workload's kind comes from the scenario stored in the run. A run
+where the variant failed has no value (a cross on the plot, never 0).
+
+Markers. Where the scenario text (its hash) changed between two consecutive runs, every
+variant's series gets a marker; where a variant's config hash changed, that variant's. A marker
+starts a new segment: change points are searched within segments only, so a step across a
+marker is never blamed on the code (the page shows the marker and its date instead).
 
 Change-point rule (`detect_change`, pure). For each night i (oldest first) with at least
-``min_before`` (3) finite nights before it: ``before`` = the up to ``window`` (5) finite values
-before i, ``after`` = the up to ``window`` finite values from i on. A step at i is flagged when
+``min_before`` (3) nights with a value before it in its segment: ``before`` = the per-repeat
+values of up to ``window`` (5) such nights, ``m`` = their median. A step at i is flagged when
 
-  - at least ``persist`` (2) consecutive nights from i on (up to ``window``) differ from
-    median(before) in the same direction by at least the threshold (relative; the scenario's
-    threshold for the metric, `harness.compare.statistics.threshold_for`, default 5 %) AND by more than ``k`` (3) ×
-    the noise of ``before`` (1.4826 × MAD). So a one-night spike that reverts is never a step,
-    noise is not either, and a change seen on the last night only waits for a second night;
-    a step that lasted two nights or more is flagged even if it was fixed later.
+  - it is sustained: at least ``persist`` (2) consecutive nights from i on (up to ``window``,
+    within the segment) each differ from ``m`` (their own median) in the same direction by at
+    least the threshold (relative; the scenario's threshold for the metric,
+    `harness.compare.statistics.threshold_for`, default 5 %), AND
+  - it is significant: `harness.compare.statistics.decide` — the same test as ``harness
+    compare`` — on ``before`` against the per-repeat values of those nights says regression or
+    improvement (at least the threshold, p < 0.05).
 
-After a flagged step the search continues ``window`` nights later. Fewer than
-``min_before + persist`` finite nights → ``insufficient_history``.
+So a one-night spike that reverts is never a step, noise is not either (not significant), a
+change seen on the last night only waits for a second night, and a step that lasted two nights
+or more is flagged even if it was fixed later. After a flagged step the search continues
+``window`` nights later. A series with fewer than ``min_before + persist`` nights with a value in
+every segment → ``insufficient_history``.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ import numpy as np
 
 from harness import results
 from harness.compare.runs import run_workload_kinds
-from harness.compare.statistics import threshold_for
+from harness.compare.statistics import decide, threshold_for
 from harness.expectations import scenario_expectations
 from harness.metrics import METRICS
 from harness.workloads import derived_figures, kind_of
@@ -46,17 +56,20 @@ from harness.workloads import derived_figures, kind_of
 MIN_BEFORE = 3
 PERSIST = 2
 WINDOW = 5
-NOISE_K = 3.0
-MAD_SCALE = 1.4826
+
+NightValues = float | Sequence[float] | None  # one night: its value, its per-repeat values, or none
 
 
 @dataclass(frozen=True)
 class ChangePoint:
     index: int  # position in the series (first night of the new level)
-    before: float  # median before
-    after: float  # median after
+    before: float  # median of the per-repeat values before
+    after: float  # median of the per-repeat values of the nights that moved
     change: float  # relative change (after - before) / |before|
     direction: str  # regression | improvement
+    test: str = ""  # the statistical test (harness.compare.statistics)
+    p_value: float | None = None
+    nights: int = 0  # how many nights the step lasted (within the window)
 
 
 @dataclass
@@ -67,43 +80,73 @@ class ChangeDecision:
     reason: str = ""
 
 
-def detect_change(values: Sequence[float | None], threshold: float, higher_is_better: bool,
+@dataclass(frozen=True)
+class Marker:
+    """A night where the configuration changed: the first run of the new configuration."""
+
+    index: int
+    run_id: str
+    created_at: str | None
+    what: str  # e.g. "scenario text changed", "config changed"
+    variants: tuple[str, ...] | None  # None: every variant (the scenario text changed)
+
+
+def _night(v: NightValues) -> np.ndarray:
+    """The finite values of one night."""
+    if v is None:
+        return np.array([], dtype=float)
+    a = np.atleast_1d(np.asarray(v, dtype=float))
+    return a[np.isfinite(a)]
+
+
+def detect_change(values: Sequence[NightValues], threshold: float, higher_is_better: bool,
                   min_before: int = MIN_BEFORE, persist: int = PERSIST, window: int = WINDOW,
-                  k: float = NOISE_K) -> ChangeDecision:
-    """Sustained steps in a nightly series (None/NaN = a failed or missing night, skipped)."""
-    idx = [i for i, v in enumerate(values) if v is not None and math.isfinite(v)]
-    vals = np.asarray([values[i] for i in idx], dtype=float)
-    n = vals.size
-    if n < min_before + persist:
+                  breaks: Sequence[int] = ()) -> ChangeDecision:
+    """Sustained, significant steps in a nightly series (see the module docstring). A night is
+    a value, its per-repeat values, or None/NaN (a failed or missing night, skipped).
+    ``breaks``: night indices where a new segment (configuration) starts."""
+    nights = [(i, a) for i, a in ((i, _night(v)) for i, v in enumerate(values)) if a.size]
+    n = len(nights)
+    cuts = sorted(set(breaks))
+    segment = [sum(1 for b in cuts if b <= i) for i, _ in nights]
+    longest = max((segment.count(s) for s in set(segment)), default=0)
+    if longest < min_before + persist:
+        where = " in one configuration" if len(set(segment)) > 1 else ""
         return ChangeDecision("insufficient_history", [], n,
-                              f"{n} nights with a value; need {min_before + persist} ({min_before} before a step, "
-                              f"{persist} to confirm it)")
+                              f"{longest if cuts else n} nights with a value{where}; need {min_before + persist} "
+                              f"({min_before} before a step, {persist} to confirm it)")
     points: list[ChangePoint] = []
-    j = min_before
-    while j <= n - persist:
-        before = vals[max(0, j - window):j]
-        m = float(np.median(before))
-        noise = MAD_SCALE * float(np.median(np.abs(before - m)))
-        need = max(threshold * abs(m), k * noise)
-        d = vals[j:j + window] - m
-        sign = 1.0 if d[0] > 0 else -1.0
-        run = 0
-        while run < d.size and sign * d[run] > need:
-            run += 1
-        if need > 0 and run >= persist:
-            up = sign > 0
-            down = not up
-            ma = float(np.median(vals[j:j + run]))
-            change = (ma - m) / abs(m) if m else math.inf
-            worse = down if higher_is_better else up
-            points.append(ChangePoint(idx[j], m, ma, change, "regression" if worse else "improvement"))
-            j += window
+    j = 0
+    while j < n:
+        start = next(k for k in range(n) if segment[k] == segment[j])
+        if j - start < min_before:
+            j += 1
             continue
+        before = np.concatenate([a for _, a in nights[max(start, j - window):j]])
+        m = float(np.median(before))
+        need = threshold * abs(m)
+        levels = [float(np.median(a)) - m for _, a in nights[j:j + window]]
+        sign = 1.0 if levels[0] > 0 else -1.0
+        run = 0
+        while (run < len(levels) and segment[j + run] == segment[j] and need > 0
+               and sign * levels[run] >= need):
+            run += 1
+        if run >= persist:
+            after = np.concatenate([a for _, a in nights[j:j + run]])
+            d = decide(before, after, higher_is_better, threshold)
+            if d.state in ("regression", "improved"):
+                points.append(ChangePoint(nights[j][0], m, float(np.median(after)), float(d.change),
+                                          "regression" if d.state == "regression" else "improvement",
+                                          d.test, d.p_value, run))
+                j += window
+                continue
         j += 1
     if points:
         return ChangeDecision("change", points, n, "; ".join(
-            f"{p.direction} of {p.change * 100:+.1f}% at night {p.index + 1}" for p in points))
-    return ChangeDecision("stable", [], n, "no sustained step beyond the threshold and the noise")
+            f"{p.direction} of {p.change * 100:+.1f}% at night {p.index + 1} ({p.nights} nights, {p.test}"
+            f"{'' if p.p_value is None else f' p={p.p_value:.2g}'})" for p in points))
+    return ChangeDecision("stable", [], n, "no sustained, significant step beyond the threshold"
+                          + (f" (searched within {len(set(segment))} configurations)" if len(set(segment)) > 1 else ""))
 
 
 # ------------------------------------------------------------------------------------ collecting
@@ -129,6 +172,24 @@ def headline_values(summary: dict | None, names_to_kinds: Mapping[str, str]) -> 
     return out
 
 
+def headline_samples(summary: dict | None, names_to_kinds: Mapping[str, str]) -> dict[str, list[float]]:
+    """{metric name: per-repeat values} of one variant's summary (the names of
+    `headline_values`): ``derived_by_repeat`` and ``history_stats_by_repeat``; a summary
+    written before them gives its one pooled value."""
+    pooled = headline_values(summary, names_to_kinds)
+    out: dict[str, list[float]] = {}
+    for wl, w in ((summary or {}).get("workloads") or {}).items():
+        per = {**{f"{wl}.{k}": v for k, v in (w.get("derived_by_repeat") or {}).items()},
+               **{f"{wl}.{k}": v for k, v in (w.get("history_stats_by_repeat") or {}).items()}}
+        for name, vs in per.items():
+            if name in pooled and isinstance(vs, list):
+                out[name] = [float(v) for v in vs if isinstance(v, (int, float)) and math.isfinite(v)]
+    for name, v in pooled.items():
+        if name not in out and isinstance(v, (int, float)) and math.isfinite(v):
+            out[name] = [float(v)]
+    return out
+
+
 def _parse_name(name: str) -> tuple[str, str, str]:
     """(workload, phase or "*", metric) of a headline name: ``<workload>.<derived>`` or
     ``<workload>.<phase>.<metric>_<stat>``."""
@@ -150,51 +211,98 @@ def metric_direction(name: str) -> tuple[bool, str]:
 @dataclass
 class History:
     scenario: str
-    runs: list[dict]  # run_id, created_at, path
-    series: dict[str, dict[str, list[float | None]]]  # metric -> variant -> values per run
+    runs: list[dict]  # run_id, created_at, path, simulated, scenario_hash
+    series: dict[str, dict[str, list[float | None]]]  # metric -> variant -> value per run (pooled)
     failed: dict[str, list[int]]  # variant -> run indices where it failed
     decisions: dict[str, dict[str, ChangeDecision]]
     thresholds: dict[str, float]
+    samples: dict[str, dict[str, list[list[float] | None]]] = field(default_factory=dict)  # per-repeat values
+    markers: list[Marker] = field(default_factory=list)
+    breaks: dict[str, list[int]] = field(default_factory=dict)  # variant -> run indices starting a segment
+
+    @property
+    def simulated(self) -> bool:
+        return any(r.get("simulated") for r in self.runs)
+
+
+def config_markers(runs: Sequence[Mapping]) -> tuple[list[Marker], dict[str, list[int]]]:
+    """The markers of a list of runs (each with ``scenario_hash`` and ``config_hashes``
+    {variant: hash}) and, per variant, the run indices where its series starts a new segment.
+    A variant's config is compared with the last earlier run that had it. Pure."""
+    markers: list[Marker] = []
+    breaks: dict[str, list[int]] = {}
+    last_config: dict[str, str | None] = {}
+    prev_scenario = None
+    for i, r in enumerate(runs):
+        scenario_changed = i > 0 and r.get("scenario_hash") != prev_scenario
+        changed = [v for v, h in (r.get("config_hashes") or {}).items() if v in last_config and last_config[v] != h]
+        if scenario_changed:
+            markers.append(Marker(i, r["run_id"], r.get("created_at"), "scenario text changed"
+                                  + (f"; config changed: {', '.join(changed)}" if changed else ""), None))
+            for v in {*last_config, *(r.get("config_hashes") or {})}:
+                breaks.setdefault(v, []).append(i)
+        elif changed:
+            markers.append(Marker(i, r["run_id"], r.get("created_at"), f"config changed: {', '.join(changed)}",
+                                  tuple(changed)))
+            for v in changed:
+                breaks.setdefault(v, []).append(i)
+        prev_scenario = r.get("scenario_hash")
+        last_config.update(r.get("config_hashes") or {})
+    return markers, breaks
 
 
 def collect(results_dir: Path, scenario: str) -> History:
     """Load every complete run of a scenario (oldest first) and decide change points."""
     runs = []
-    per_run: list[dict[str, dict[str, float | None]]] = []
+    per_run: list[dict[str, dict[str, list[float]]]] = []
+    pooled_run: list[dict[str, dict[str, float | None]]] = []
     failed: dict[str, list[int]] = {}
     thresholds: dict[str, float] = {}
     for p in results.list_runs(results_dir, scenario):
         try:
             run = results.load_run(p)
-        except results.ResultsError:
+        except (results.ResultsError, TypeError, KeyError, AttributeError):
             continue
-        if not run.complete:
+        if not run.complete or not isinstance(run.manifest.get("scenario"), dict):
             continue
         if run.manifest.get("shard"):
             continue  # one shard of a night: its merged run (if written here) stands for the night
         i = len(runs)
-        runs.append({"run_id": run.run_id, "created_at": run.manifest.get("created_at"), "path": str(p)})
+        runs.append({"run_id": run.run_id, "created_at": run.manifest.get("created_at"), "path": str(p),
+                     "simulated": bool(run.manifest.get("simulated")),
+                     "scenario_hash": run.manifest["scenario"].get("hash"),
+                     "config_hashes": {e.get("name"): e.get("config_hash")
+                                       for e in run.manifest.get("variants", []) if isinstance(e, dict)}})
         thresholds = {k: t.fraction for k, t in scenario_expectations(run.manifest).thresholds.items()}
         names_to_kinds = run_workload_kinds(run.manifest)
-        vals: dict[str, dict[str, float | None]] = {}
+        vals: dict[str, dict[str, list[float]]] = {}
+        pooled: dict[str, dict[str, float | None]] = {}
         for v in run.variants:
-            if v.status.get("state") != "ok":
-                if v.status.get("expect") != "startup_failed":
+            status = v.status if isinstance(v.status, dict) else {}
+            summary = v.summary if isinstance(v.summary, dict) else None
+            if status.get("state") != "ok":
+                if status.get("expect") != "startup_failed":
                     failed.setdefault(v.name, []).append(i)
                 continue
-            vals[v.name] = headline_values(v.summary, names_to_kinds)
+            vals[v.name] = headline_samples(summary, names_to_kinds)
+            pooled[v.name] = headline_values(summary, names_to_kinds)
         per_run.append(vals)
-    metrics = sorted({m for r in per_run for vs in r.values() for m in vs})
-    variants = list(dict.fromkeys(v for r in per_run for v in r))
+        pooled_run.append(pooled)
+    markers, breaks = config_markers(runs)
+    metrics = sorted({m for r in pooled_run for vs in r.values() for m in vs})
+    variants = list(dict.fromkeys(v for r in pooled_run for v in r))
     series: dict[str, dict[str, list[float | None]]] = {}
+    samples: dict[str, dict[str, list[list[float] | None]]] = {}
     decisions: dict[str, dict[str, ChangeDecision]] = {}
     for m in metrics:
         hib, _ = metric_direction(m)
         thr, _ = threshold_for(thresholds, *_parse_name(m))
         for v in variants:
-            ys = [r.get(v, {}).get(m) for r in per_run]
+            ys = [r.get(v, {}).get(m) for r in pooled_run]
             if all(y is None for y in ys):
                 continue
+            nights = [r.get(v, {}).get(m) for r in per_run]
             series.setdefault(m, {})[v] = ys
-            decisions.setdefault(m, {})[v] = detect_change(ys, thr, hib)
-    return History(scenario, runs, series, failed, decisions, thresholds)
+            samples.setdefault(m, {})[v] = nights
+            decisions.setdefault(m, {})[v] = detect_change(nights, thr, hib, breaks=breaks.get(v, ()))
+    return History(scenario, runs, series, failed, decisions, thresholds, samples, markers, breaks)

@@ -12,7 +12,9 @@ never 0):
                       "storage_tokens", "requests_with_host_hit", "requests_with_device_hit",
                       "tiers_reported"},
              "figures": {...}}},   # only where the kind declares phase_figures
-         "derived": {<name>: float | null}}}}
+         "derived": {<name>: float | null},
+         "derived_by_repeat": {<name>: [float | null, ...]},
+         "history_stats_by_repeat": {"<phase>.<metric>_<stat>": [float | null, ...]}}}}
 
 Warm-up requests are left out (counted in `n_warmup`); errored requests are left out of the
 metrics and counted in `n_errors`/`errors`. `itl_ms` pools every chunk gap of the phase (like
@@ -21,10 +23,14 @@ Filler phases (repeat_prefill's "evict") are flagged and never used in a derived
 
 Derived figures (second_pass_speedup, host_speedup, interference, ...) are declared by each
 workload kind (``harness/workloads/<kind>.py``, ``KIND.derived``) and computed here from that
-workload's phase summaries; filler phases are declared there too. A kind that declares
-``phase_figures`` (figures that need the phase's records and the workload's config: schedule lag,
-SLO attainment) gets their value in each phase's ``"figures"``; ``workload_configs`` passes the
-configs (without one the kind gets None).
+workload's phase summaries; filler phases are declared there too. ``derived`` is computed over
+all repeats pooled; ``derived_by_repeat`` applies the same declaration to the records of each
+repeat alone (one value per entry of the summary's ``repeats``, null where that repeat has no
+value), so that ``harness compare`` and ``harness history`` have n = repeats values of each
+figure. ``history_stats_by_repeat`` does the same for the phase statistics the kind's
+``history_stats`` declares. A kind that declares ``phase_figures`` (figures that need the
+phase's records and the workload's config: schedule lag, SLO attainment) gets their value in each
+phase's ``"figures"``; ``workload_configs`` passes the configs (without one the kind gets None).
 
 Server-counter deltas per phase come from `harness.sampling.summarize_samples` (the sampler's
 samples carry the same phase labels, `workloads.context.phase_label`), not from here.
@@ -34,7 +40,8 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -112,29 +119,67 @@ def _figures(kind: str, config: Any) -> PhaseFigures | None:
     return functools.partial(declared.phase_figures, config)
 
 
+def _phase_summaries(workload: str, records: list[RequestRecord], filler: frozenset[str],
+                     figures: PhaseFigures | None = None) -> dict[str, Any]:
+    """{phase: its summary} of one workload's records."""
+    walls = M.group_walls(records)
+    phases: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        phases.setdefault(r.phase, []).append(r)
+    return {p: _phase_summary(workload, p, rs, walls, p in filler, figures) for p, rs in phases.items()}
+
+
+def by_repeat(kind: str, records: list[RequestRecord], repeats: Sequence[int],
+              filler: frozenset[str] = frozenset(), config: Any = None) -> tuple[dict[str, list], dict[str, list]]:
+    """(derived_by_repeat, history_stats_by_repeat) of one workload's records: the kind's
+    declarations applied to the records of each repeat alone, one value per entry of
+    ``repeats`` (None where that repeat has no value). Nothing for an unknown kind.
+    ``config``: the workload's config, for a kind that declares ``phase_figures``."""
+    declared = kinds().get(kind)
+    if declared is None:
+        return {}, {}
+    per: dict[int, list[RequestRecord]] = {r: [] for r in repeats}
+    for rec in records:
+        per.setdefault(rec.repeat, []).append(rec)
+    wl = records[0].workload if records else ""
+    figures: dict[str, list] = {}
+    stats_: dict[str, list] = {}
+    for i, r in enumerate(repeats):
+        ph = _phase_summaries(wl, per[r], filler, _figures(kind, config)) if per[r] else {}
+        for name, v in derived(kind, ph).items():
+            figures.setdefault(name, [None] * len(repeats))[i] = v
+        for s in declared.history_stats:
+            if s.phase in ph:
+                stats_.setdefault(f"{s.phase}.{s.metric}_{s.stat}", [None] * len(repeats))[i] = s.of(ph)
+    return figures, stats_
+
+
 def summarize(records: Iterable[RequestRecord], workload_kinds: Mapping[str, str] | None = None,
               workload_configs: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Per workload and phase statistics of one variant's records (all repeats pooled).
-    ``workload_kinds``: {workload name: kind} (default: each workload is named after its kind);
-    ``workload_configs``: {workload name: its config}, for the kinds that declare ``phase_figures``."""
+    """Per workload and phase statistics of one variant's records (all repeats pooled), and the
+    derived figures pooled and per repeat. ``workload_kinds``: {workload name: kind} (default:
+    each workload is named after its kind); ``workload_configs``: {workload name: its config},
+    for the kinds that declare ``phase_figures``."""
     records = list(records)
-    walls = M.group_walls(records)
-    by_wl: dict[str, dict[str, list[RequestRecord]]] = {}
+    repeats = sorted({r.repeat for r in records})
+    by_wl: dict[str, list[RequestRecord]] = {}
     for r in records:
-        by_wl.setdefault(r.workload, {}).setdefault(r.phase, []).append(r)
+        by_wl.setdefault(r.workload, []).append(r)
     workloads: dict[str, Any] = {}
-    for wl, phases in by_wl.items():
+    for wl, recs in by_wl.items():
         kind = (workload_kinds or {}).get(wl, wl)
         declared = kinds().get(kind)
         filler = declared.filler_phases if declared is not None else frozenset()
-        figures = _figures(kind, (workload_configs or {}).get(wl))
-        ph = {p: _phase_summary(wl, p, rs, walls, p in filler, figures) for p, rs in phases.items()}
-        workloads[wl] = {"phases": ph, "derived": derived(kind, ph)}
+        config = (workload_configs or {}).get(wl)
+        ph = _phase_summaries(wl, recs, filler, _figures(kind, config))
+        figures, stats_ = by_repeat(kind, recs, repeats, filler, config)
+        workloads[wl] = {"phases": ph, "derived": derived(kind, ph), "derived_by_repeat": figures,
+                         "history_stats_by_repeat": stats_}
     measured = [r for r in records if not r.warmup]
     errors = Counter(r.error for r in measured if r.error is not None)
     return {"summary_version": SUMMARY_VERSION, "n_requests": len(measured),
             "n_errors": sum(errors.values()), "errors": dict(errors),
-            "repeats": sorted({r.repeat for r in records}), "workloads": workloads}
+            "repeats": repeats, "workloads": workloads}
 
 
 def failed(cause: str | None, detail: Any = None) -> dict[str, Any]:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
-from harness.expectations import evaluate_checks, evaluate_run_expectations, lookup_metric
+from harness.expectations import (
+    evaluate_checks,
+    evaluate_run_expectations,
+    lookup_metric,
+)
 from harness.scenario import Check
 from harness.summary import summarize
 from tests.factories import cold_records, make_record, noisy, write_run
@@ -70,3 +74,20 @@ def test_golden_run_evaluates_as_it_did_when_it_ran(golden_run):
     """The stored scenario re-read from the manifest gives the checks the run wrote at its end."""
     run = golden_run("healthy")
     assert evaluate_run_expectations(run) == json.loads((run / "expectations.json").read_text())["checks"]
+
+
+def test_the_gate_is_read_from_the_stored_scenario():
+    """Both ways a stored scenario is re-read: the full parse, and the raw YAML when the full
+    parse fails (here: an unset variable in the model path)."""
+    from harness.expectations import scenario_expectations
+    from tests.factories import SCENARIO_TEXT
+
+    text = SCENARIO_TEXT + "gate:\n  - \"on: cold_prefill.cold.ttft_ms\"\n  - cold_prefill.cold.ttft_ms\n"
+    full = scenario_expectations({"scenario": {"text": text, "path": "scenarios/synth.yaml"}})
+    raw = scenario_expectations({"scenario": {"text": text.replace("models/llama-tiny", "\"${NOPE_UNSET}\""),
+                                              "path": "scenarios/synth.yaml"}})
+    assert raw.source == "yaml" and full.source == "scenario"
+    for exp in (full, raw):
+        assert [(g.variant, g.metric) for g in exp.gate] == [("on", "cold_prefill.cold.ttft_ms"),
+                                                             (None, "cold_prefill.cold.ttft_ms")]
+    assert scenario_expectations({"scenario": {"text": "[1, 2]"}}).gate == []

@@ -4,6 +4,7 @@ declare, the golden runs' history and page, and a change point over synthetic ni
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 
 import numpy as np
@@ -137,3 +138,82 @@ def test_history_of_the_golden_runs(tmp_path):
     assert cli_main(a) == 0
     html = (reports_dir / "golden" / "history.html").read_text()
     assert "short_ttft.during_long.ttft_ms_p50" in html and html.count("data:image/png;base64,") == len(h.series)
+
+
+# ------------------------------------------------------- significance, per-repeat values, markers
+
+
+def test_a_step_must_be_significant_not_only_beyond_the_threshold():
+    """Nights of 3 repeats each: a 7 % step over 1 % noise is flagged; the same step over 12 %
+    noise within each night is not (the test cannot tell it from the spread), although each
+    night's median moved beyond the 5 % threshold."""
+    rng = np.random.default_rng(7)
+
+    def nights(level, sd, k):
+        return [list(level * np.exp(rng.normal(0, sd, 3))) for _ in range(k)]
+
+    quiet = nights(100, 0.01, 6) + nights(107, 0.01, 3)
+    assert H.detect_change(quiet, 0.05, False).state == "change"
+    spread = [[v * m for v, m in zip(night, (0.88, 1.0, 1.12))] for night in quiet]
+    d = H.detect_change(spread, 0.05, False)
+    assert d.state == "stable", d
+
+
+def test_a_step_across_a_configuration_marker_is_not_flagged():
+    values = series([100] * 6 + [85] * 6, 5)
+    assert H.detect_change(values, 0.05, True).state == "change"
+    d = H.detect_change(values, 0.05, True, breaks=[6])
+    assert d.state == "stable" and "configurations" in d.reason
+    # a real step later, inside the new configuration, still is
+    later = series([100] * 6 + [85] * 5 + [70] * 4, 6)
+    d = H.detect_change(later, 0.05, True, breaks=[6])
+    assert d.state == "change" and [p.index for p in d.change_points] == [11]
+    # too few nights in every configuration: insufficient history
+    assert H.detect_change(series([100] * 8, 1), 0.05, True, breaks=[4]).state == "insufficient_history"
+
+
+def test_config_markers():
+    runs = [{"run_id": "r1", "scenario_hash": "s1", "config_hashes": {"off": "a", "on": "b"}},
+            {"run_id": "r2", "scenario_hash": "s1", "config_hashes": {"off": "a", "on": "b"}},
+            {"run_id": "r3", "scenario_hash": "s1", "config_hashes": {"off": "a", "on": "B"}, "created_at": "d3"},
+            {"run_id": "r4", "scenario_hash": "s2", "config_hashes": {"off": "a", "on": "B"}},
+            {"run_id": "r5", "scenario_hash": "s2", "config_hashes": {"off": "a"}},  # on left out (--only)
+            {"run_id": "r6", "scenario_hash": "s2", "config_hashes": {"off": "a", "on": "B"}}]
+    markers, breaks = H.config_markers(runs)
+    assert [(m.index, m.what, m.variants) for m in markers] == [
+        (2, "config changed: on", ("on",)), (3, "scenario text changed", None)]
+    assert markers[0].created_at == "d3" and breaks == {"on": [2, 3], "off": [3]}
+
+
+def test_headline_samples_are_the_per_repeat_values():
+    summary = {"workloads": {"pp": {"derived": {"second_pass_speedup": 2.0},
+                                    "derived_by_repeat": {"second_pass_speedup": [1.9, None, 2.1]},
+                                    "phases": {}},
+                             "old": {"derived": {"second_pass_speedup": 3.0}, "phases": {}}}}
+    kinds_ = {"pp": "parallel_prefixes", "old": "parallel_prefixes"}
+    assert H.headline_samples(summary, kinds_) == {"pp.second_pass_speedup": [1.9, 2.1],
+                                                   "old.second_pass_speedup": [3.0]}
+
+
+def test_history_markers_and_simulated_labels_on_the_page(tmp_path):
+    """A scenario edit between nights 4 and 5 (a 15 % TTFT step at the same night): a marker, no
+    change point; the runs are labelled simulated."""
+    results_dir, reports_dir = tmp_path / "results", tmp_path / "reports"
+    for night in range(10):
+        ttft = 100 if night < 5 else 115
+        run = write_run(results_dir, f"202601{night + 1:02d}T000000Z-aaaaaa",
+                        {"on": cold_records(noisy(ttft, 4, seed=night))})
+        if night >= 5:
+            m = json.loads((run / "manifest.json").read_text())
+            m["scenario"]["hash"] = "edited"
+            (run / "manifest.json").write_text(json.dumps(m))
+    h = H.collect(results_dir, "synth")
+    assert [(mk.index, mk.what) for mk in h.markers] == [(5, "scenario text changed")]
+    assert h.simulated and all(r["simulated"] for r in h.runs)
+    d = h.decisions["cold_prefill.prefill_total_tok_s"]["on"]
+    assert d.state == "stable"
+    assert h.samples["cold_prefill.prefill_total_tok_s"]["on"][0] and len(h.samples["cold_prefill.prefill_total_tok_s"]["on"][0]) == 4
+    a = argparse.Namespace(scenario="synth", results_dir=str(results_dir), reports_dir=str(reports_dir))
+    assert cli_main(a) == 0
+    html = (reports_dir / "synth" / "history.html").read_text()
+    assert "SIMULATED" in html and "scenario text changed" in html and "Configuration changes" in html

@@ -17,7 +17,7 @@ def prompt(n, seed):
 
 
 def counter(text: str, name: str) -> float:
-    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.MULTILINE))
 
 
 def load_back_seconds_per_byte(extra=()) -> float:

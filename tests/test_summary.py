@@ -80,7 +80,37 @@ def test_failed_variant_is_null_not_zero():
 
 def test_summary_rows_flat():
     rows = summary_rows("on", summarize([make_record(workload="w", phase="cold")], {"w": "cold_prefill"}))
-    ttft = [r for r in rows if r["metric"] == "ttft_ms" and r["phase"] == "cold"][0]
+    ttft = next(r for r in rows if r["metric"] == "ttft_ms" and r["phase"] == "cold")
     assert ttft["unit"] == "ms" and ttft["higher_is_better"] is False and ttft["p50"] == pytest.approx(100)
     derived = [r for r in rows if r["phase"] == "*"]
     assert {r["metric"] for r in derived} >= {"prefill_tok_s"}
+
+
+def test_derived_figures_per_repeat():
+    """The kind's declarations applied to each repeat's records alone, aligned with ``repeats``;
+    the pooled figure is unchanged (additive)."""
+    rs = []
+    for rep, (alone, during) in enumerate(((10.0, 30.0), (10.0, 20.0), (20.0, 20.0))):
+        rs += [make_record(workload="s", phase="alone", repeat=rep, index=i, ttft_ms=alone) for i in range(2)]
+        rs += [make_record(workload="s", phase="during_long", repeat=rep, index=i, ttft_ms=during) for i in range(2)]
+    s = summarize(rs, {"s": "short_ttft"})
+    w = s["workloads"]["s"]
+    assert s["repeats"] == [0, 1, 2]
+    assert w["derived_by_repeat"]["interference"] == pytest.approx([3.0, 2.0, 1.0])
+    assert w["derived"]["interference"] == pytest.approx(2.0)  # pooled medians: 20 / 10
+    assert w["history_stats_by_repeat"] == {"alone.ttft_ms_p50": pytest.approx([10.0, 10.0, 20.0]),
+                                            "during_long.ttft_ms_p50": pytest.approx([30.0, 20.0, 20.0])}
+    json.dumps(s)
+
+
+def test_per_pass_walls_and_a_repeat_without_the_phase():
+    """parallel_prefixes: one pass wall per repeat through the concurrency groups; a repeat that
+    lacks a phase has null for the figure (never 0)."""
+    rs = []
+    for rep, (w1, w2) in enumerate(((400.0, 100.0), (600.0, 100.0))):
+        for p, ttft in ((1, w1), (2, w2)):
+            rs += [make_record(workload="pp", phase=f"pass{p}", repeat=rep, index=i, sent_ns=(rep * 100 + p * 10) * 1000 * MS,
+                               ttft_ms=ttft, concurrency_group=f"pp/pass{p}/r{rep}") for i in range(2)]
+    rs += [make_record(workload="pp", phase="pass1", repeat=2, index=0, ttft_ms=500.0, concurrency_group="pp/pass1/r2")]
+    w = summarize(rs, {"pp": "parallel_prefixes"})["workloads"]["pp"]
+    assert w["derived_by_repeat"]["second_pass_speedup"] == pytest.approx([4.0, 6.0, None])

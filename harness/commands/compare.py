@@ -1,6 +1,8 @@
 """``harness compare RUN --baseline RUN|latest [--junit F] [--markdown F]``: compare, write
 comparison.json into the candidate's folder, print the Markdown summary (also written to
-``--markdown`` and appended to ``$GITHUB_STEP_SUMMARY``), write ``--junit``."""
+``--markdown`` and appended to ``$GITHUB_STEP_SUMMARY``), write ``--junit``. Exit code: the
+comparison's outcome (0 PASS, 1 FAIL, 4 INCONCLUSIVE); 2 for a missing or damaged file or a
+baseline of another scenario (the message names it), 3 when the harness broke."""
 
 from __future__ import annotations
 
@@ -10,15 +12,25 @@ import traceback
 from pathlib import Path
 
 from harness import results
-from harness.compare import compare_runs, load_baseline, to_junit, to_markdown, write_comparison
+from harness.compare import (
+    BaselineMismatch,
+    compare_runs,
+    load_baseline,
+    read_run,
+    to_junit,
+    to_markdown,
+    write_comparison,
+)
 from harness.compare.render import console_text
 from harness.exit_codes import ExitCode
+
+_EXIT = {"PASS": ExitCode.OK, "FAIL": ExitCode.FAILED, "INCONCLUSIVE": ExitCode.INCONCLUSIVE}
 
 
 def cli_main(args) -> int:
     try:
         return _compare(args)
-    except results.ResultsError as exc:
+    except (results.ResultsError, BaselineMismatch) as exc:
         print(f"harness compare: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except Exception as exc:  # noqa: BLE001 - the harness itself broke: say so, exit 3
@@ -28,12 +40,11 @@ def cli_main(args) -> int:
 
 
 def _compare(args) -> int:
-    cand = results.load_run(Path(args.run))
-    base = load_baseline(args.baseline, Path(args.results_dir), cand)
-    if base is None:
-        print(f"harness compare: no earlier good run of {cand.scenario_name} under {args.results_dir}; "
-              "evaluating expectations only", file=sys.stderr)
-    comp = compare_runs(base, cand)
+    cand = read_run(Path(args.run))
+    choice = load_baseline(args.baseline, Path(args.results_dir), cand)
+    for line in choice.lines():
+        print(f"harness compare: {line}", file=sys.stderr)
+    comp = compare_runs(choice.run, cand, choice)
     comparison_file = write_comparison(cand, comp.to_dict())
     md = to_markdown(comp)
     if getattr(args, "junit", None):
@@ -45,4 +56,4 @@ def _compare(args) -> int:
         with open(step, "a", encoding="utf-8") as f:
             f.write(md)
     sys.stdout.write(console_text(md, comparison_file))
-    return ExitCode.FAILED if comp.failing else ExitCode.OK
+    return _EXIT[comp.outcome]

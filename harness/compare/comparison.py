@@ -1,14 +1,18 @@
-"""The comparison itself: the state of each variant, one row per compared metric, the verdict.
+"""The comparison itself: the state of each variant, one row per compared metric, which rows
+gate, and the outcome (PASS / FAIL / INCONCLUSIVE).
 
-`compare_variant` is pure (frames and summaries in, rows out); `compare_runs` reads the two runs'
-rows through `harness.compare.runs`. What is compared is what the declarations say: the metrics
-`harness.metrics` marks ``compared`` (in the phases its ``compared_when`` allows), and the derived
-figures a workload's kind marks ``compared``; filler phases are the kind's ``filler_phases``.
+`compare_variant` and `parity_row` are pure (frames, figures and summaries in, rows out);
+`compare_runs` reads the two runs through `harness.compare.runs`. What is compared is what the
+declarations say: the metrics `harness.metrics` marks ``compared`` (in the phases its
+``compared_when`` allows), the derived figures a workload's kind marks ``compared`` (one value
+per repeat), and quality parity where the candidate has it; filler phases are the kind's
+``filler_phases``. What gates is the candidate scenario's ``gate:`` (none: every row).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,16 +20,33 @@ import numpy as np
 import pandas as pd
 
 from harness import results
-from harness.compare.runs import run_info, run_thresholds, run_workload_kinds, variant_requests
+from harness.compare.runs import (
+    BaselineChoice,
+    check_same_scenario,
+    config_hashes,
+    run_expectations,
+    run_info,
+    run_policy,
+    run_workload_kinds,
+    run_workload_specs,
+    variant_records,
+    variant_requests,
+)
 from harness.compare.statistics import decide, finite, threshold_for
 from harness.expectations import evaluate_run_expectations
 from harness.frames import groups_frame
 from harness.metrics import METRICS
+from harness.scenario.values import Gate
+from harness.summary import by_repeat
+from harness.verdict import Outcome, VerdictPolicy
 from harness.workloads import derived_figures, kind_of
 
-COMPARISON_VERSION = 1
-METRIC_STATES = ("regression", "improved", "unchanged", "insufficient_data", "not_comparable")
+COMPARISON_VERSION = 2
+METRIC_STATES = ("regression", "improved", "unchanged", "inconclusive", "not_comparable")
 FAILING_VARIANT_STATES = ("introduced_failure", "failed")
+UNJUDGED_VARIANT_STATES = ("not_comparable", "fixed")  # in the candidate, but nothing to compare with
+DEFAULT_POLICY = VerdictPolicy()
+PARITY = ("quality", "*", "parity")  # (workload, phase, metric) of a parity row, as a gate names it
 
 _COMPARED_PER_REQUEST = [m for m in METRICS.values() if m.compared and m.per == "request"]
 _COMPARED_PER_GROUP = [m for m in METRICS.values() if m.compared and m.per == "group"]
@@ -57,6 +78,11 @@ class MetricRow:
     p_value: float | None
     state: str
     note: str = ""
+    ci_low: float | None = None  # 95 % interval of the relative change
+    ci_high: float | None = None
+    mde: float | None = None  # minimum detectable effect (relative change)
+    sample: str = "request"  # what one value is: request | group | repeat | verdict
+    gating: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """The row as comparison.json stores it (keys in field order)."""
@@ -66,7 +92,14 @@ class MetricRow:
                 "n_baseline": self.n_baseline, "n_candidate": self.n_candidate,
                 "change": _json_number(self.change), "threshold": self.threshold,
                 "threshold_source": self.threshold_source, "test": self.test, "p_value": self.p_value,
-                "state": self.state, "note": self.note}
+                "state": self.state, "note": self.note, "ci_low": _json_number(self.ci_low),
+                "ci_high": _json_number(self.ci_high), "mde": _json_number(self.mde), "sample": self.sample,
+                "gating": self.gating}
+
+    @property
+    def name(self) -> str:
+        """How a gate names the row: ``workload.phase.metric``, ``workload.figure``, ``quality.parity``."""
+        return f"{self.workload}.{self.metric}" if self.phase == "*" else f"{self.workload}.{self.phase}.{self.metric}"
 
 
 @dataclass
@@ -77,23 +110,35 @@ class VariantRow:
     state: str
     note: str = ""
     config_changed: bool | None = None
+    gated: bool = True  # a gate applies to it (no gate: every variant)
 
     def to_dict(self) -> dict[str, Any]:
         """The row as comparison.json stores it (keys in field order)."""
         return {"variant": self.variant, "baseline_state": self.baseline_state,
                 "candidate_state": self.candidate_state, "state": self.state, "note": self.note,
-                "config_changed": self.config_changed}
+                "config_changed": self.config_changed, "gated": self.gated}
 
 
 @dataclass
 class Comparison:
-    verdict: str  # pass | regression | no_baseline
+    outcome: str = Outcome.INCONCLUSIVE.value  # PASS | FAIL | INCONCLUSIVE
     variants: list[VariantRow] = field(default_factory=list)
     metrics: list[MetricRow] = field(default_factory=list)
     expectations: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # why the outcome is what it is
+    gate: list[str] = field(default_factory=list)  # the gate's texts ([]: every row gates)
+    baseline_choice: list[str] = field(default_factory=list)  # how the baseline was chosen
     candidate: dict = field(default_factory=dict)
     baseline: dict | None = None
+
+    @property
+    def verdict(self) -> str:
+        return self.outcome
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.candidate.get("simulated") or (self.baseline or {}).get("simulated"))
 
     @property
     def counts(self) -> dict[str, int]:
@@ -102,31 +147,41 @@ class Comparison:
             out[m.state] = out.get(m.state, 0) + 1
         for v in self.variants:
             if v.state != "compared":
-                out[v.state] = out.get(v.state, 0) + 1
+                key = "variant_" + v.state
+                out[key] = out.get(key, 0) + 1
         out["expectations_failed"] = sum(1 for e in self.expectations if e.get("failed"))
         return out
 
     @property
     def failing(self) -> bool:
-        return (any(m.state == "regression" for m in self.metrics)
-                or any(v.state in FAILING_VARIANT_STATES for v in self.variants)
-                or any(e.get("failed") for e in self.expectations))
+        return self.outcome == Outcome.FAIL.value
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": results.SCHEMA_VERSION, "kind": "comparison",
-                "comparison_version": COMPARISON_VERSION, "verdict": self.verdict,
+                "comparison_version": COMPARISON_VERSION, "verdict": self.outcome,
+                "simulated": self.simulated, "reasons": self.reasons, "gate": self.gate,
+                "baseline_choice": self.baseline_choice,
                 "candidate": self.candidate, "baseline": self.baseline, "counts": self.counts,
                 "notes": self.notes, "variants": [v.to_dict() for v in self.variants],
                 "metrics": [m.to_dict() for m in self.metrics], "expectations": self.expectations}
 
 
-def variant_state(base_status: dict | None, cand_status: dict | None) -> tuple[str, str]:
-    """(state, note) of one variant from its two status.json dicts (None: not in that run)."""
+# ------------------------------------------------------------------------------------ variants
+
+
+def variant_state(base_status: dict | None, cand_status: dict | None, *, complete: bool = True) -> tuple[str, str]:
+    """(state, note) of one variant from its two status.json dicts (None: not in that run).
+    ``complete``: both runs are COMPLETE, so a variant the manifest lists without a status.json
+    (state ``not_run``) lost its folder or file: not comparable, never a pass."""
     if cand_status is None or base_status is None:
         return "not_comparable", "only in the " + ("baseline" if cand_status is None else "candidate")
     cs, bs = cand_status.get("state"), base_status.get("state")
-    if cs in (None, "not_run", "skipped"):
-        return "skipped", f"candidate state {cs or 'missing'}"
+    for side, s in (("candidate", cs), ("baseline", bs)):
+        if s in (None, "not_run"):
+            where = "in a COMPLETE run: its folder or status.json is missing" if complete else "(not run)"
+            return "not_comparable", f"no status in the {side} {where}"
+    if cs in ("running", "interrupted"):
+        return "not_comparable", f"candidate state {cs}: it did not finish"
     declared = cand_status.get("expect") == "startup_failed"
     if cs != "ok":
         if declared and cand_status.get("expect_met"):
@@ -137,8 +192,11 @@ def variant_state(base_status: dict | None, cand_status: dict | None) -> tuple[s
     if declared:  # started although it was expected to fail
         return "failed", "expected startup_failed, but the server started"
     if bs != "ok":
-        return "fixed", f"baseline {bs} ({base_status.get('cause')}); candidate ok"
+        return "fixed", f"baseline {bs} ({base_status.get('cause')}); candidate ok: nothing to compare with"
     return "compared", ""
+
+
+# ------------------------------------------------------------------------------------ samples
 
 
 def _filler_rows(req: pd.DataFrame, names_to_kinds: dict[str, str]) -> pd.Series:
@@ -175,78 +233,240 @@ def metric_samples(req: pd.DataFrame, names_to_kinds: dict[str, str]) -> dict[tu
     return out
 
 
-def derived_values(summary: dict | None, names_to_kinds: dict[str, str]) -> dict[tuple[str, str], float]:
-    """{(workload, figure): value} of the derived figures a summary holds whose declaration (by
-    the workload's kind) says ``compared``."""
-    out = {}
+def derived_values(summary: Mapping | None, names_to_kinds: Mapping[str, str]) -> dict[tuple[str, str], list[float]]:
+    """{(workload, figure): one value per repeat} of the derived figures a summary holds whose
+    declaration (by the workload's kind) says ``compared`` (``derived_by_repeat``; a summary
+    written before it existed: its pooled ``derived`` value, one value)."""
+    out: dict[tuple[str, str], list[float]] = {}
     for wl, w in ((summary or {}).get("workloads") or {}).items():
         kind = kind_of(wl, names_to_kinds)
         compared = {d.name for d in kind.derived if d.compared} if kind is not None else set()
-        for k, v in (w.get("derived") or {}).items():
-            if k in compared and v is not None:
-                out[(wl, k)] = float(v)
+        per_repeat = w.get("derived_by_repeat")
+        source = per_repeat if isinstance(per_repeat, Mapping) else {
+            k: [v] for k, v in (w.get("derived") or {}).items()}
+        for k, vs in source.items():
+            values = [float(v) for v in (vs or []) if isinstance(v, (int, float))]
+            if k in compared and values:
+                out[(wl, k)] = values
     return out
 
 
+def derived_values_from_records(variant: results.LoadedVariant,
+                                names_to_kinds: Mapping[str, str]) -> dict[tuple[str, str], list[float]]:
+    """`derived_values` of a variant whose summary.json predates ``derived_by_repeat``: the
+    figures recomputed per repeat from its requests.jsonl (`harness.summary.by_repeat`)."""
+    summary = variant.summary or {}
+    if all(isinstance(w, Mapping) and "derived_by_repeat" in w for w in (summary.get("workloads") or {}).values()):
+        return derived_values(summary, names_to_kinds)
+    records = variant_records(variant)
+    repeats = sorted({r.repeat for r in records})
+    per_wl: dict[str, list] = {}
+    for r in records:
+        per_wl.setdefault(r.workload, []).append(r)
+    workloads = {}
+    for wl, recs in per_wl.items():
+        kind = kind_of(wl, names_to_kinds)
+        if kind is None:
+            continue
+        figures, _ = by_repeat(kind.name, recs, repeats, kind.filler_phases)
+        workloads[wl] = {"derived_by_repeat": figures}
+    return derived_values({"workloads": workloads}, names_to_kinds)
+
+
+def _row(name: str, wl: str, ph: str, metric: str, unit: str, hib: bool, b: np.ndarray, c: np.ndarray,
+         thresholds: Mapping[str, float], sample: str) -> MetricRow:
+    thr, src = threshold_for(dict(thresholds), wl, ph, metric)
+    d = decide(b, c, hib, thr)
+    return MetricRow(name, wl, ph, metric, unit, hib, float(np.median(b)) if b.size else None,
+                     float(np.median(c)) if c.size else None, int(b.size), int(c.size), d.change, thr, src,
+                     d.test, d.p_value, d.state, d.note, d.ci_low, d.ci_high, d.mde, sample)
+
+
 def compare_variant(name: str, base_req: pd.DataFrame, cand_req: pd.DataFrame,
-                    base_summary: dict | None, cand_summary: dict | None, thresholds: dict[str, float],
+                    base_derived: Mapping[tuple[str, str], Sequence[float]],
+                    cand_derived: Mapping[tuple[str, str], Sequence[float]], thresholds: Mapping[str, float],
                     base_kinds: dict[str, str], cand_kinds: dict[str, str]) -> list[MetricRow]:
-    """Metric rows of one variant that ran ok on both sides (``*_kinds``: {workload: kind} of each run)."""
+    """Metric rows of one variant that ran ok on both sides: its request and group metrics per
+    workload × phase, and its derived figures over the repeats (``*_derived``: `derived_values`;
+    ``*_kinds``: {workload: kind} of each run)."""
     rows: list[MetricRow] = []
     bs, cs = metric_samples(base_req, base_kinds), metric_samples(cand_req, cand_kinds)
     for key in list(dict.fromkeys([*cs, *bs])):
         wl, ph, m = key
         info = METRICS[m]
-        thr, src = threshold_for(thresholds, wl, ph, m)
-        b, c = bs.get(key, np.array([])), cs.get(key, np.array([]))
-        d = decide(b, c, info.higher_is_better, thr)
-        rows.append(MetricRow(name, wl, ph, m, info.unit, info.higher_is_better,
-                              float(np.median(b)) if b.size else None, float(np.median(c)) if c.size else None,
-                              int(b.size), int(c.size), d.change, thr, src, d.test, d.p_value, d.state, d.note))
-    bd, cd = derived_values(base_summary, base_kinds), derived_values(cand_summary, cand_kinds)
+        rows.append(_row(name, wl, ph, m, info.unit, info.higher_is_better, bs.get(key, np.array([])),
+                         cs.get(key, np.array([])), thresholds, info.per))
     figures = derived_figures()
-    for key in list(dict.fromkeys([*cd, *bd])):
+    for key in list(dict.fromkeys([*cand_derived, *base_derived])):
         wl, m = key
         info = figures[m]
-        thr, src = threshold_for(thresholds, wl, "*", m)
-        b = [bd[key]] if key in bd else []
-        c = [cd[key]] if key in cd else []
-        d = decide(b, c, info.higher_is_better, thr)
-        rows.append(MetricRow(name, wl, "*", m, info.unit, info.higher_is_better, b[0] if b else None,
-                              c[0] if c else None, len(b), len(c), d.change, thr, src, d.test, d.p_value,
-                              d.state, d.note or "one value per run"))
+        rows.append(_row(name, wl, "*", m, info.unit, info.higher_is_better,
+                         finite(base_derived.get(key, [])), finite(cand_derived.get(key, [])), thresholds, "repeat"))
     return rows
 
 
-def compare_runs(base: results.LoadedRun | None, cand: results.LoadedRun) -> Comparison:
-    """Load both runs' rows and compare them (``base`` None: no baseline; expectations only)."""
-    thresholds, notes = run_thresholds(cand.manifest)
-    comp = Comparison("pass", notes=notes, candidate=run_info(cand))
+def parity_row(name: str, base_summary: Mapping | None, cand_summary: Mapping | None,
+               policy: VerdictPolicy = DEFAULT_POLICY) -> MetricRow | None:
+    """The quality-parity row of a variant whose candidate summary has a parity verdict (None
+    otherwise): FAIL → regression (whatever the baseline had), PASS/WARN → unchanged,
+    NOT_EXERCISED/NOT_COMPARABLE → inconclusive unless the scenario's ``verdict:`` allows it
+    for this variant, INCONCLUSIVE → inconclusive. Pure."""
+    def verdict_of(s: Mapping | None) -> str | None:
+        p = ((s or {}).get("quality") or {})
+        p = p.get("parity") if isinstance(p, Mapping) else None
+        return p.get("verdict") if isinstance(p, Mapping) else None
+
+    cv, bv = verdict_of(cand_summary), verdict_of(base_summary)
+    if cv is None:
+        return None
+    was = f"baseline {bv or 'none'}, candidate {cv}"
+    if cv == "FAIL":
+        state, note = "regression", was + ("" if bv != "FAIL" else " (a persisting failure)")
+    elif cv in ("PASS", "WARN"):
+        state, note = "unchanged", was
+    elif cv in ("NOT_EXERCISED", "NOT_COMPARABLE") and policy.not_exercised_allowed(name):
+        state, note = "unchanged", was + " (allowed by the scenario's verdict.allow_not_exercised)"
+    else:
+        state, note = "inconclusive", was + ": parity could not be judged"
+    return MetricRow(name, *PARITY, "", True, None, None, 0 if bv is None else 1, 1, None, 0.0, "none",
+                     "parity_verdict", None, state, note, sample="verdict")
+
+
+# ------------------------------------------------------------------------------------ gating
+
+
+def gate_matches(gate: Gate, row: MetricRow) -> bool:
+    """Whether ``gate`` (``[variant:] workload[.phase].metric`` or ``quality.parity``) names ``row``."""
+    if gate.variant is not None and gate.variant != row.variant:
+        return False
+    parts = gate.metric.split(".")
+    if len(parts) == 2:
+        return row.workload == parts[0] and row.metric == parts[1]
+    return (row.workload, row.phase, row.metric) == tuple(parts)
+
+
+def gate_targets(gate: Gate, variants: Sequence[VariantRow], quality_baseline: str | None) -> list[str]:
+    """The variants a gate applies to: the one it names, else every variant the candidate ran
+    except those that failed to start as declared (and, for parity, the quality baseline)."""
+    if gate.variant is not None:
+        return [gate.variant]
+    return [v.variant for v in variants if v.candidate_state is not None and v.state != "skipped"
+            and not (gate.metric == "quality.parity" and v.variant == quality_baseline)]
+
+
+def judge(comp: Comparison, gates: Sequence[Gate], quality_baseline: str | None) -> None:
+    """Mark the gating rows and variants, then set the outcome and its reasons:
+    FAIL      an introduced or persisting variant failure, a failed expectation, or a regression
+              in a gating row;
+    INCONCLUSIVE  otherwise, when there is no baseline, the candidate is not COMPLETE, a gated
+              variant cannot be compared (config changed, missing, fixed), a gating row is
+              inconclusive or not comparable, or a gate names a metric no row has;
+    PASS      otherwise."""
+    fail: list[str] = []
+    unsure: list[str] = []
+    by_variant = {v.variant: v for v in comp.variants}
+    for m in comp.metrics:
+        m.gating = not gates or any(gate_matches(g, m) for g in gates)
+    gated: set[str] = set()
+    if gates:
+        for g in gates:
+            for target in gate_targets(g, comp.variants, quality_baseline):
+                gated.add(target)
+                v = by_variant.get(target)
+                if v is None:
+                    unsure.append(f"gate {g.text}: variant {target} is in neither run")
+                elif v.state == "compared" and not any(gate_matches(g, m) for m in comp.metrics if m.variant == target):
+                    unsure.append(f"gate {g.text}: {target} has no such compared metric")
+    else:
+        gated = {v.variant for v in comp.variants}
+    for v in comp.variants:
+        v.gated = v.variant in gated
+        if v.state in FAILING_VARIANT_STATES:
+            fail.append(f"{v.variant}: {v.state.replace('_', ' ')} ({v.note})")
+        elif v.state in UNJUDGED_VARIANT_STATES and v.gated:
+            unsure.append(f"{v.variant}: not compared: {v.note}")
+    for m in comp.metrics:
+        if not m.gating:
+            continue
+        if m.state == "regression":
+            fail.append(f"{m.variant} {m.name}: regression {_pct(m.change)} ({m.note or m.test})")
+        elif m.state in ("inconclusive", "not_comparable"):
+            unsure.append(f"{m.variant} {m.name}: {m.state} ({m.note})")
+    fail += [f"expectation {e.get('check')} on {e.get('variant')}: {e.get('outcome')}"
+             for e in comp.expectations if e.get("failed")]
+    if comp.baseline is None:
+        unsure.insert(0, "no baseline: nothing was compared")
+    if not comp.candidate.get("complete", True):
+        unsure.insert(0, "the candidate run is not COMPLETE")
+    if fail:
+        comp.outcome, comp.reasons = Outcome.FAIL.value, fail + unsure
+    elif unsure:
+        comp.outcome, comp.reasons = Outcome.INCONCLUSIVE.value, unsure
+    else:
+        comp.outcome, comp.reasons = Outcome.PASS.value, []
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None or not math.isfinite(v) else f"{v * 100:+.1f}%"
+
+
+# ------------------------------------------------------------------------------------ two runs
+
+
+def compare_runs(base: results.LoadedRun | None, cand: results.LoadedRun,
+                 choice: BaselineChoice | None = None) -> Comparison:
+    """Compare the candidate with ``base`` (None: no baseline; expectations only, INCONCLUSIVE).
+    Raises `harness.compare.runs.BaselineMismatch` for a baseline of another scenario. Variants
+    whose config hash differs are not compared (``not_comparable: config changed``), nor are
+    the workloads whose definition in the stored scenario text differs."""
+    exp = run_expectations(cand.manifest)
+    thresholds = {k: t.fraction for k, t in exp.thresholds.items()}
+    comp = Comparison(candidate=run_info(cand), gate=[g.text for g in exp.gate])
+    if exp.problem is not None:
+        comp.notes.append(f"scenario re-read from its raw YAML only ({exp.problem})")
+    if choice is not None:
+        comp.baseline_choice = choice.lines()
     comp.expectations = evaluate_run_expectations(cand.paths.root)
     if not cand.complete:
         comp.notes.append("the candidate run is not COMPLETE (interrupted or still running)")
     if base is None:
-        comp.verdict = "regression" if comp.failing else "no_baseline"
-        comp.notes.append("no baseline run: only the candidate's expectations were evaluated")
+        judge(comp, exp.gate, exp.quality_baseline)
         return comp
+    check_same_scenario(base, cand)
     comp.baseline = run_info(base)
+    policy = run_policy(cand.manifest)
+    changed_workloads: set[str] = set()
     if comp.baseline["scenario_hash"] != comp.candidate["scenario_hash"]:
-        comp.notes.append("the scenario text differs between the two runs")
-    if base.scenario_name != cand.scenario_name:
-        comp.notes.append(f"different scenarios: {base.scenario_name} vs {cand.scenario_name}")
+        specs_b, specs_c = run_workload_specs(base.manifest), run_workload_specs(cand.manifest)
+        changed_workloads = {w for w in specs_c if specs_b.get(w) != specs_c[w]}
+        comp.notes.append("the scenario text differs between the two runs: only variants with the same config "
+                          "hash are compared" + (", and not the workloads whose definition changed: "
+                                                 + ", ".join(sorted(changed_workloads)) if changed_workloads else ""))
     base_kinds, cand_kinds = run_workload_kinds(base.manifest), run_workload_kinds(cand.manifest)
     base_v = {v.name: v for v in base.variants}
     cand_v = {v.name: v for v in cand.variants}
-    hashes_b = {e["name"]: e.get("config_hash") for e in base.manifest.get("variants", [])}
-    hashes_c = {e["name"]: e.get("config_hash") for e in cand.manifest.get("variants", [])}
+    hashes_b, hashes_c = config_hashes(base), config_hashes(cand)
+    complete = base.complete and cand.complete
     for name in list(dict.fromkeys([*cand_v, *base_v])):
         bv, cv = base_v.get(name), cand_v.get(name)
-        state, note = variant_state(bv.status if bv else None, cv.status if cv else None)
+        state, note = variant_state(bv.status if bv else None, cv.status if cv else None, complete=complete)
         changed = None if (bv is None or cv is None) else hashes_b.get(name) != hashes_c.get(name)
+        if changed and state not in FAILING_VARIANT_STATES and state != "skipped":
+            state, note = "not_comparable", "config changed (variant config hash differs)"
         comp.variants.append(VariantRow(name, bv.status.get("state") if bv else None,
                                         cv.status.get("state") if cv else None, state, note, changed))
         if state == "compared":
-            comp.metrics.extend(compare_variant(name, variant_requests(bv), variant_requests(cv),
-                                                bv.summary, cv.summary, thresholds, base_kinds, cand_kinds))
-    comp.verdict = "regression" if comp.failing else "pass"
+            rows = compare_variant(name, variant_requests(bv), variant_requests(cv),
+                                   derived_values_from_records(bv, base_kinds),
+                                   derived_values_from_records(cv, cand_kinds), thresholds, base_kinds, cand_kinds)
+            for r in rows:
+                if r.workload in changed_workloads:
+                    r.state, r.note = "not_comparable", "workload definition changed"
+            comp.metrics.extend(rows)
+        if cv is not None and cv.status.get("state") == "ok":  # parity is the candidate's own: judged
+            row = parity_row(name, bv.summary if bv else None, cv.summary, policy)  # even when not comparable
+            if row is not None:
+                row.threshold_source = "parity verdict"
+                comp.metrics.append(row)
+    judge(comp, exp.gate, exp.quality_baseline)
     return comp

@@ -1,5 +1,9 @@
 """A `Comparison` as text: Markdown (CI step summary, --markdown), JUnit XML (--junit) and the
-console text of ``harness compare``. Pure: strings in, strings out."""
+console text of ``harness compare``. Pure: strings in, strings out.
+
+All three say the same things loudly: the outcome and its reasons, SIMULATED when either run
+came from the simulator, how the baseline was chosen, and the variants that were not compared
+(config changed, missing) — JUnit as an error when the variant is gated."""
 
 from __future__ import annotations
 
@@ -8,7 +12,17 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from harness.compare.comparison import FAILING_VARIANT_STATES, Comparison
+from harness.compare.comparison import (
+    FAILING_VARIANT_STATES,
+    UNJUDGED_VARIANT_STATES,
+    Comparison,
+    MetricRow,
+)
+
+SIMULATED_LINE = ("**SIMULATED**: a run compared here came from the simulated server (backend sim): "
+                  "its figures follow the simulator's cost model, not a GPU's.")
+_ICON = {"PASS": "✅", "FAIL": "❌", "INCONCLUSIVE": "❔"}
+_ORDER = {"regression": 0, "inconclusive": 1, "not_comparable": 2, "improved": 3, "unchanged": 4}
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
@@ -29,6 +43,23 @@ def _pct(v: float | None) -> str:
     return f"{v * 100:+.1f}%"
 
 
+def _mde(m: MetricRow) -> str:
+    if m.mde is None or not math.isfinite(m.mde):
+        return "—"
+    return f"±{m.mde * 100:.1f}%"
+
+
+def _ci(m: MetricRow) -> str:
+    if m.ci_low is None or m.ci_high is None:
+        return ""
+    return f" [{_pct(m.ci_low)}, {_pct(m.ci_high)}]"
+
+
+def _test(m: MetricRow) -> str:
+    p = "" if m.p_value is None else f" p={m.p_value:.3g}"
+    return f"{m.test}{p} (n={m.n_baseline}/{m.n_candidate} {m.sample}s)"
+
+
 def _md(text: Any) -> str:
     """Markdown table cell: no pipes, newlines or HTML."""
     s = str(text)
@@ -37,16 +68,48 @@ def _md(text: Any) -> str:
     return s
 
 
+def _values(m: MetricRow) -> tuple[str, str]:
+    if m.sample == "verdict":
+        return "", ""
+    return _fmt(m.baseline_p50, m.unit), _fmt(m.candidate_p50, m.unit)
+
+
+def metric_message(m: MetricRow) -> str:
+    """One line on a metric row (JUnit messages, console)."""
+    if m.sample == "verdict":
+        return f"{m.name}: {m.note}"
+    b, c = _values(m)
+    return (f"{m.metric} p50 {b} -> {c} ({_pct(m.change)}{_ci(m)}, MDE {_mde(m)}, threshold "
+            f"{m.threshold * 100:.0f}%, {_test(m)}){': ' + m.note if m.note else ''}")
+
+
 def to_markdown(comp: Comparison) -> str:
     c = comp.counts
     base = comp.baseline["run_id"] if comp.baseline else "none"
-    icon = {"pass": "✅", "regression": "❌", "no_baseline": "➖"}.get(comp.verdict, "")
-    lines = [f"## HiCache harness: {_md(comp.candidate.get('scenario'))} — {icon} {comp.verdict}", "",
-             f"Candidate `{_md(comp.candidate.get('run_id'))}` vs baseline `{_md(base)}`. "
-             + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in c.items() if v), ""]
+    scenario, icon = _md(comp.candidate.get("scenario")), _ICON.get(comp.outcome, "")
+    title = f"## HiCache harness compare: {scenario} — {icon} {comp.outcome}"
+    lines = [title, ""]
+    if comp.simulated:
+        lines += [SIMULATED_LINE, ""]
+    lines += [f"Candidate `{_md(comp.candidate.get('run_id'))}` vs baseline `{_md(base)}`. "
+              + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in c.items() if v), ""]
+    for line in comp.baseline_choice:
+        lines.append(f"- {_md(line)}")
+    lines.append("- gate: " + (", ".join(f"`{_md(g)}`" for g in comp.gate) if comp.gate
+                               else "none in the scenario: every compared metric gates"))
     for n in comp.notes:
         lines.append(f"- {_md(n)}")
-    if comp.notes:
+    lines.append("")
+    unjudged = [v for v in comp.variants if v.state in UNJUDGED_VARIANT_STATES]
+    for v in unjudged:
+        lines.append(f"> **⚠ {_md(v.variant)} NOT COMPARED: {_md(v.note)}**"
+                     + ("" if v.gated else " (not gated)"))
+    if unjudged:
+        lines.append("")
+    if comp.reasons:
+        lines += [f"**{comp.outcome} because:**", ""] + [f"- {_md(r)}" for r in comp.reasons[:20]]
+        if len(comp.reasons) > 20:
+            lines.append(f"- … and {len(comp.reasons) - 20} more")
         lines.append("")
     bad_v = [v for v in comp.variants if v.state != "compared"]
     if bad_v:
@@ -54,19 +117,27 @@ def to_markdown(comp: Comparison) -> str:
         lines += [f"| {_md(v.variant)} | {_md(v.baseline_state)} | {_md(v.candidate_state)} | **{v.state}** | {_md(v.note)} |"
                   for v in bad_v]
         lines.append("")
-    order = {"regression": 0, "improved": 1, "insufficient_data": 2, "not_comparable": 3, "unchanged": 4}
-    shown = sorted((m for m in comp.metrics if m.state != "unchanged"), key=lambda m: order.get(m.state, 9))
+    shown = sorted((m for m in comp.metrics if m.state != "unchanged"),
+                   key=lambda m: (not m.gating, _ORDER.get(m.state, 9)))
     if shown:
-        lines += ["| variant | workload.phase | metric | baseline p50 | candidate p50 | change | threshold | test | state |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += ["| variant | metric | gate | baseline p50 | candidate p50 | change [95% CI] | MDE | threshold | test "
+                  "| state |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for m in shown:
-            p = "" if m.p_value is None else f" p={m.p_value:.3g}"
-            lines.append(f"| {_md(m.variant)} | {_md(m.workload)}.{_md(m.phase)} | {m.metric} | "
-                         f"{_fmt(m.baseline_p50, m.unit)} | {_fmt(m.candidate_p50, m.unit)} | {_pct(m.change)} | "
-                         f"{m.threshold * 100:.0f}% | {m.test}{p} (n={m.n_baseline}/{m.n_candidate}) | **{m.state}** |")
+            b, cv = _values(m)
+            state = f"**{m.state}**" if m.gating else m.state
+            change = _md(m.note) if m.sample == "verdict" else f"{_pct(m.change)}{_ci(m)}"
+            lines.append(f"| {_md(m.variant)} | {_md(m.name)} | {'yes' if m.gating else 'no'} | {b} | {cv} | "
+                         f"{change} | {_mde(m)} | {m.threshold * 100:.0f}% | {_md(_test(m))} | {state} |")
         lines.append("")
-    elif comp.metrics:
-        lines += [f"All {len(comp.metrics)} compared metrics unchanged.", ""]
+    measured = [m for m in comp.metrics if m.sample != "verdict"]
+    unchanged = sum(1 for m in measured if m.state == "unchanged")
+    if unchanged:
+        lines += [(f"{unchanged} of {len(measured)} compared metrics unchanged (within the threshold, and a "
+                   "threshold-sized change would have been detected)."), ""]
+    parity = [m for m in comp.metrics if m.sample == "verdict" and m.state == "unchanged"]
+    if parity:
+        lines += ["Quality parity unchanged: " + "; ".join(f"{_md(m.variant)} ({_md(m.note)})" for m in parity), ""]
     if comp.expectations:
         lines += ["| expectation | variant | actual | outcome |", "|---|---|---|---|"]
         for e in comp.expectations:
@@ -77,28 +148,37 @@ def to_markdown(comp: Comparison) -> str:
 
 
 def to_junit(comp: Comparison) -> str:
-    """JUnit XML: one test case per metric, variant and expectation."""
-    suites = ET.Element("testsuites", name="harness compare")
+    """JUnit XML: one test case per metric, variant and expectation. A regression in a gating
+    metric is a failure, a gating metric that could not be judged an error (inconclusive), a
+    non-gating one skipped; a gated variant that was not compared is an error."""
+    name = "harness compare" + (" (SIMULATED)" if comp.simulated else "")
+    suites = ET.Element("testsuites", name=name)
 
     def suite(name: str) -> ET.Element:
-        return ET.SubElement(suites, "testsuite", name=name)
+        s = ET.SubElement(suites, "testsuite", name=name)
+        props = ET.SubElement(s, "properties")
+        ET.SubElement(props, "property", name="outcome", value=comp.outcome)
+        ET.SubElement(props, "property", name="simulated", value="true" if comp.simulated else "false")
+        return s
 
     s_var = suite("variants")
     for v in comp.variants:
         tc = ET.SubElement(s_var, "testcase", classname="variants", name=v.variant)
         if v.state in FAILING_VARIANT_STATES:
             ET.SubElement(tc, "failure", message=f"{v.state}: {v.note}", type=v.state).text = v.note
-        elif v.state in ("skipped", "not_comparable"):
+        elif v.state in UNJUDGED_VARIANT_STATES and v.gated:
+            ET.SubElement(tc, "error", message=f"NOT COMPARED ({v.state}): {v.note}", type=v.state).text = v.note
+        elif v.state in ("skipped", *UNJUDGED_VARIANT_STATES):
             ET.SubElement(tc, "skipped", message=f"{v.state}: {v.note}")
     s_m = suite("metrics")
     for m in comp.metrics:
         tc = ET.SubElement(s_m, "testcase", classname=f"{m.variant}.{m.workload}.{m.phase}", name=m.metric)
-        msg = (f"{m.metric} p50 {_fmt(m.baseline_p50, m.unit)} -> {_fmt(m.candidate_p50, m.unit)} "
-               f"({_pct(m.change)}, threshold {m.threshold * 100:.0f}%, {m.test}"
-               f"{'' if m.p_value is None else f' p={m.p_value:.3g}'}, n={m.n_baseline}/{m.n_candidate})")
-        if m.state == "regression":
+        msg = metric_message(m) + ("" if m.gating else " [not gating]")
+        if m.state == "regression" and m.gating:
             ET.SubElement(tc, "failure", message=msg, type="regression").text = msg
-        elif m.state in ("insufficient_data", "not_comparable"):
+        elif m.state in ("inconclusive", "not_comparable") and m.gating:
+            ET.SubElement(tc, "error", message=f"{m.state}: {msg}", type=m.state).text = msg
+        elif m.state in ("regression", "inconclusive", "not_comparable"):
             ET.SubElement(tc, "skipped", message=f"{m.state}: {msg}")
         else:
             ET.SubElement(tc, "system-out").text = f"{m.state}: {msg}"
@@ -109,12 +189,12 @@ def to_junit(comp: Comparison) -> str:
             ET.SubElement(tc, "failure", message=f"{e['outcome']}: {e['reason']}", type=e["outcome"])
         elif e["outcome"] in ("skipped", "not_evaluable"):
             ET.SubElement(tc, "skipped", message=e["reason"])
-    for s in suites:
-        cases = list(s)
+    for s in suites.findall("testsuite"):
+        cases = s.findall("testcase")
         s.set("tests", str(len(cases)))
         s.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
         s.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
-        s.set("errors", "0")
+        s.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 

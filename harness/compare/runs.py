@@ -1,21 +1,78 @@
-"""The run folders a comparison reads and writes: the candidate's baseline (a folder, or the
-newest good earlier run of the scenario), what a run says about itself (identity, workload kinds,
-thresholds), each variant's requests frame, and comparison.json in the candidate's folder."""
+"""The run folders a comparison reads and writes: the two runs, checked file by file (a damaged
+file is a `results.ResultsError` naming it, never a traceback); the baseline (a folder, or
+``latest``: the newest earlier run of the same scenario and config whose verdict is PASS);
+what a run says about itself (identity, workload kinds and definitions, thresholds, gate,
+verdict policy); each variant's requests frame and request records; and comparison.json in the
+candidate's folder."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from harness import results
-from harness.expectations import scenario_expectations
+from harness.expectations import (
+    ScenarioExpectations,
+    evaluate_run_expectations,
+    scenario_expectations,
+)
 from harness.frames import requests_frame
+from harness.records import RequestRecord
+from harness.run_products import (
+    EXPECTATIONS_FILE,
+    VERDICT_FILE,
+    judge_run,
+    stored_scenario,
+)
+from harness.verdict import Outcome, VerdictPolicy
 from harness.workloads import workload_kinds
 from harness.yaml_lines import YamlLoadError, load_yaml_text
 
 COMPARISON_FILE = "comparison.json"
+
+
+class BaselineMismatch(Exception):
+    """The baseline measured another scenario: nothing in it can be compared (exit 2)."""
+
+
+# ------------------------------------------------------------------------------ reading a run
+
+
+def _check_manifest(path: Path) -> None:
+    """The manifest's shape, before `results.load_run` reads it (a wrong shape names the file)."""
+    manifest = results.read_json(path)
+    if not isinstance(manifest, dict):
+        raise results.ResultsError(f"{path}: not a JSON object (got {type(manifest).__name__})")
+    results.check_schema(path, manifest)
+    sc = manifest.get("scenario")
+    if not isinstance(sc, dict) or not isinstance(sc.get("name"), str):
+        raise results.ResultsError(f"{path}: no scenario name (\"scenario\": {{\"name\": ...}})")
+    variants = manifest.get("variants", [])
+    if not isinstance(variants, list) or not all(
+            isinstance(v, dict) and isinstance(v.get("name"), str) for v in variants):
+        raise results.ResultsError(f"{path}: \"variants\" is not a list of objects with a name")
+
+
+def read_run(path: Path) -> results.LoadedRun:
+    """`results.load_run` with every file compare reads checked: the manifest's shape, each
+    status.json an object, each summary.json an object (or absent). Raises
+    `results.ResultsError` naming the file."""
+    root = Path(path)
+    if not root.is_dir():
+        raise results.ResultsError(f"{root}: no such run folder")
+    _check_manifest(results.RunPaths(root).manifest)
+    run = results.load_run(root)
+    for v in run.variants:
+        if not isinstance(v.status, dict):
+            raise results.ResultsError(f"{v.paths.status}: not a JSON object (got {type(v.status).__name__})")
+        if v.summary is not None and not isinstance(v.summary, dict):
+            raise results.ResultsError(f"{v.paths.summary}: not a JSON object (got {type(v.summary).__name__})")
+        if isinstance(v.summary, dict) and not isinstance(v.summary.get("workloads") or {}, dict):
+            raise results.ResultsError(f"{v.paths.summary}: \"workloads\" is not an object")
+    return run
 
 
 def run_info(run: results.LoadedRun) -> dict:
@@ -27,43 +84,27 @@ def run_info(run: results.LoadedRun) -> dict:
             "sglang": (m.get("sglang") or {}).get("version"), "complete": run.complete}
 
 
-def run_is_good(run: results.LoadedRun) -> bool:
-    """A good baseline: COMPLETE and no variant failed unexpectedly."""
-    if not run.complete:
-        return False
-    return all(v.status.get("expect_met", v.status.get("state") == "ok") is not False
-               and v.status.get("state") not in ("not_run", "interrupted") for v in run.variants)
-
-
-def find_latest_good(results_dir: Path, scenario: str, exclude: Path) -> Path | None:
-    """The newest good run of ``scenario`` under ``results_dir``, older than ``exclude`` when
-    ``exclude`` is one of them (run ids sort by time), never ``exclude`` itself."""
-    exclude = Path(exclude).resolve()
-    for p in reversed(results.list_runs(results_dir, scenario)):
-        if p.resolve() == exclude or p.name >= exclude.name:
-            continue
-        try:
-            run = results.load_run(p)
-        except results.ResultsError:
-            continue
-        if run_is_good(run):
-            return p
-    return None
-
-
-def load_baseline(baseline: str, results_dir: Path, candidate: results.LoadedRun) -> results.LoadedRun | None:
-    """The run ``--baseline`` names: a run folder, or ``latest`` — the newest good earlier run of
-    the candidate's scenario under ``results_dir`` (None when there is none). Raises
-    `results.ResultsError` for a folder that is not a readable run."""
-    if baseline == "latest":
-        found = find_latest_good(Path(results_dir), candidate.scenario_name, candidate.paths.root)
-        return None if found is None else results.load_run(found)
-    return results.load_run(Path(baseline))
+def config_hashes(run: results.LoadedRun) -> dict[str, str | None]:
+    """{variant: config hash} as the run's manifest records them."""
+    return {e["name"]: e.get("config_hash") for e in run.manifest.get("variants", [])}
 
 
 def run_workload_kinds(manifest: Mapping) -> dict[str, str]:
     """{workload name: kind} of the scenario stored in a run's manifest; {} when there is no
     parseable scenario text (then each workload is taken to be named after its kind)."""
+    return workload_kinds(_stored_data(manifest).get("workloads"))
+
+
+def run_workload_specs(manifest: Mapping) -> dict[str, object]:
+    """{workload name: its entry in the stored scenario text, as written} ({} without one)."""
+    out: dict[str, object] = {}
+    for w in _stored_data(manifest).get("workloads") or []:
+        if isinstance(w, Mapping) and isinstance(w.get("kind"), str):
+            out[str(w.get("name") or w["kind"])] = dict(w)
+    return out
+
+
+def _stored_data(manifest: Mapping) -> dict:
     text = (manifest.get("scenario") or {}).get("text")
     if not text:
         return {}
@@ -71,19 +112,43 @@ def run_workload_kinds(manifest: Mapping) -> dict[str, str]:
         data = load_yaml_text(text, "scenario").data
     except YamlLoadError:
         return {}
-    return workload_kinds(data.get("workloads"))
+    return data if isinstance(data, dict) else {}
 
 
-def run_thresholds(manifest: dict) -> tuple[dict[str, float], list[str]]:
-    """(the scenario's thresholds as fractions, notes on how the scenario was re-read)."""
-    exp = scenario_expectations(manifest)
-    notes = [] if exp.problem is None else [f"scenario re-read from its expectations block only ({exp.problem})"]
-    return {k: t.fraction for k, t in exp.thresholds.items()}, notes
+def run_expectations(manifest: dict) -> ScenarioExpectations:
+    """The stored scenario's thresholds, gate and checks (`harness.expectations`)."""
+    return scenario_expectations(manifest)
+
+
+def run_policy(manifest: dict) -> VerdictPolicy:
+    """The stored scenario's ``verdict:`` rules (defaults when there are none)."""
+    block = stored_scenario(manifest).get("verdict")
+    try:
+        return VerdictPolicy.from_block(block if isinstance(block, Mapping) else None)
+    except (TypeError, ValueError):
+        return VerdictPolicy()
 
 
 def variant_requests(variant: results.LoadedVariant) -> pd.DataFrame:
     """The requests frame (`harness.frames`) of one variant of a run."""
-    return requests_frame(variant.paths.requests, variant.name)
+    try:
+        return requests_frame(variant.paths.requests, variant.name)
+    except results.ResultsError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise results.ResultsError(f"{variant.paths.requests}: rows that are not request records "
+                                   f"({type(exc).__name__}: {exc})") from None
+
+
+def variant_records(variant: results.LoadedVariant) -> list[RequestRecord]:
+    """The request records of one variant (for figures an old summary.json lacks)."""
+    try:
+        return [RequestRecord.from_dict(d) for d in results.read_jsonl(variant.paths.requests)]
+    except results.ResultsError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise results.ResultsError(f"{variant.paths.requests}: rows that are not request records "
+                                   f"({type(exc).__name__}: {exc})") from None
 
 
 def write_comparison(candidate: results.LoadedRun, comparison: dict) -> Path:
@@ -91,3 +156,124 @@ def write_comparison(candidate: results.LoadedRun, comparison: dict) -> Path:
     path = candidate.paths.root / COMPARISON_FILE
     results.write_json_atomic(path, comparison)
     return path
+
+
+# ------------------------------------------------------------------------------ the baseline
+
+
+@dataclass
+class BaselineChoice:
+    """The baseline run (None: none found) and why it was chosen; ``passed_over``: the newer
+    runs that were not, each with its reason."""
+
+    run: results.LoadedRun | None
+    how: str
+    passed_over: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [self.how]
+        if self.passed_over:
+            shown = self.passed_over[:5]
+            more = f" (+{len(self.passed_over) - 5} more)" if len(self.passed_over) > 5 else ""
+            out.append("passed over: " + "; ".join(shown) + more)
+        return out
+
+
+def stored_outcome(run: results.LoadedRun) -> tuple[str | None, str]:
+    """(the run's verdict outcome, where it came from): its verdict.json, else (a run older than
+    verdict.json) judged from its stored files with the same rules (`harness.run_products.judge_run`);
+    (None, why) when neither can be read."""
+    path = run.paths.root / VERDICT_FILE
+    if path.exists():
+        try:
+            data = results.read_json(path)
+        except results.ResultsError as exc:
+            return None, str(exc)
+        outcome = data.get("outcome") if isinstance(data, dict) else None
+        return (outcome, "verdict.json") if isinstance(outcome, str) else (None, f"{path}: no outcome")
+    try:
+        exp_path = run.paths.root / EXPECTATIONS_FILE
+        rows = None if exp_path.exists() else evaluate_run_expectations(run.paths.root)
+        return judge_run(run.paths.root, rows).outcome.value, "judged from its files (no verdict.json)"
+    except (results.ResultsError, TypeError, ValueError, AttributeError, KeyError) as exc:
+        return None, f"cannot be judged ({type(exc).__name__}: {exc})"
+
+
+def same_config(base: results.LoadedRun, cand: results.LoadedRun) -> str | None:
+    """Why ``base`` did not measure what ``cand`` measures (scenario text or a variant's config
+    hash differs, or a variant is missing); None when it did."""
+    b_hash = (base.manifest.get("scenario") or {}).get("hash")
+    c_hash = (cand.manifest.get("scenario") or {}).get("hash")
+    if b_hash != c_hash:
+        return "scenario text changed"
+    bh, ch = config_hashes(base), config_hashes(cand)
+    missing = [n for n in ch if n not in bh]
+    if missing:
+        return "lacks variant " + ", ".join(missing)
+    changed = [n for n in ch if bh[n] != ch[n]]
+    if changed:
+        return "config changed for " + ", ".join(changed)
+    return None
+
+
+def choose_latest(results_dir: Path, cand: results.LoadedRun) -> BaselineChoice:
+    """``--baseline latest``: the newest run of the candidate's scenario under ``results_dir``
+    that is older than the candidate, COMPLETE, not a shard, has the same scenario text and
+    variant config hashes, and whose verdict is PASS. A FAIL, INCONCLUSIVE or unreadable run is
+    never picked; each newer run passed over is listed with its reason."""
+    passed: list[str] = []
+    exclude = cand.paths.root.resolve()
+    for p in reversed(results.list_runs(Path(results_dir), cand.scenario_name)):
+        if p.resolve() == exclude or p.name >= cand.run_id:
+            continue
+        try:
+            run = read_run(p)
+        except results.ResultsError as exc:
+            passed.append(f"{p.name} (unreadable: {exc})")
+            continue
+        if not run.complete:
+            passed.append(f"{p.name} (not COMPLETE)")
+            continue
+        if run.manifest.get("shard"):
+            passed.append(f"{p.name} (a shard)")
+            continue
+        differs = same_config(run, cand)
+        if differs:
+            passed.append(f"{p.name} ({differs})")
+            continue
+        outcome, source = stored_outcome(run)
+        if outcome != Outcome.PASS.value:
+            passed.append(f"{p.name} (verdict {outcome or 'unknown'}: {source})")
+            continue
+        return BaselineChoice(run, f"baseline {p.name}: the newest earlier run of {cand.scenario_name} "
+                              f"with the same scenario and config whose verdict is PASS ({source})", passed)
+    return BaselineChoice(None, f"no baseline: no earlier run of {cand.scenario_name} under {results_dir} "
+                          "with the same scenario and config has the verdict PASS", passed)
+
+
+def load_baseline(baseline: str, results_dir: Path, candidate: results.LoadedRun) -> BaselineChoice:
+    """The run ``--baseline`` names: a run folder, or ``latest`` (`choose_latest`). Raises
+    `results.ResultsError` for a folder that is not a readable run and `BaselineMismatch` for a
+    run of another scenario."""
+    if baseline == "latest":
+        return choose_latest(Path(results_dir), candidate)
+    run = read_run(Path(baseline))
+    check_same_scenario(run, candidate)
+    return BaselineChoice(run, f"baseline {run.run_id}: given (--baseline {baseline})")
+
+
+def check_same_scenario(base: results.LoadedRun, cand: results.LoadedRun) -> None:
+    """Raise `BaselineMismatch` when the two runs are of different scenarios."""
+    if base.scenario_name != cand.scenario_name:
+        raise BaselineMismatch(
+            f"the baseline {base.paths.root} is a run of scenario {base.scenario_name!r}, the candidate "
+            f"{cand.paths.root} of {cand.scenario_name!r}: runs of different scenarios cannot be compared")
+
+
+def find_latest_good(results_dir: Path, scenario: str, exclude: Path) -> Path | None:
+    """The path `choose_latest` would pick for the run at ``exclude`` (None when there is none)."""
+    cand = read_run(Path(exclude))
+    if cand.scenario_name != scenario:
+        return None
+    found = choose_latest(Path(results_dir), cand).run
+    return None if found is None else found.paths.root
