@@ -299,6 +299,8 @@ def client_aiperf(exe: str, port: int, streams: int, chunks: int, rounds: int) -
         first_ns, last_ns = None, None
         for line in open(raw[0], encoding="utf-8"):
             rec = json.loads(line)
+            if (rec.get("metadata") or {}).get("benchmark_phase", "profiling") != "profiling":
+                continue  # its warm-up requests
             resps = _find_responses(rec)
             if resps and isinstance(rec.get("start_perf_ns"), int):  # its measured window, not its start-up
                 first_ns = min(first_ns or rec["start_perf_ns"], rec["start_perf_ns"])

@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from harness.compare import compare_runs, read_run
+from harness.compare import compare_runs, read_run  # noqa: E402 - after the path set-up above
 
 TIME_SCALE = 4.0
 GATE = ("cold_prefill.cold.ttft_ms", "repeat_prefill.repeat_after_evict.ttft_ms", "on: quality.parity")

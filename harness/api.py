@@ -38,7 +38,6 @@ tables to files.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,12 +175,6 @@ def _type_requests(df: pd.DataFrame) -> pd.DataFrame:
     df["concurrency_group"] = _cast(df["concurrency_group"], _STR)
     order = ["variant", "workload", "phase", "phase_key"]
     return df[order + [c for c in df.columns if c not in order]]
-
-
-def samples_table(path: Path, variant: str | None = None) -> pd.DataFrame:
-    """One samples.jsonl as the API's samples table: frames' columns, ``phase`` split into
-    ``workload``/``phase`` with the sampler's label as ``phase_key``."""
-    return _type_samples(frames.samples_frame(Path(path), variant))
 
 
 def _type_samples(df: pd.DataFrame) -> pd.DataFrame:
@@ -417,13 +410,3 @@ def _flat(df: pd.DataFrame) -> pd.DataFrame:
         if out[col].dtype == object and out[col].map(lambda v: isinstance(v, (list, dict, tuple))).any():
             out[col] = out[col].map(lambda v: json.dumps(v) if isinstance(v, (list, dict, tuple)) else v)
     return out
-
-
-def concat_runs(runs: Iterable[Run], table: str) -> pd.DataFrame:
-    """One table of several runs stacked, with ``run_id`` in front."""
-    parts = []
-    for r in runs:
-        t = getattr(r, table).copy()
-        t.insert(0, "run_id", pd.Series([r.run_id] * len(t), index=t.index, dtype=_STR))
-        parts.append(t)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

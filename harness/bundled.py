@@ -30,12 +30,6 @@ def bundled_dir() -> Path | None:
     return path if path.is_dir() else None
 
 
-def bundled_names() -> list[str]:
-    """The file names of the bundled scenarios."""
-    root = bundled_dir()
-    return sorted(p.name for p in root.glob("*.yaml")) if root is not None else []
-
-
 def resolve_scenario_path(path: str | Path) -> tuple[Path, bool]:
     """(the file to read, whether it is the bundled copy). A path that exists is itself; a missing
     ``scenarios/<name>.yaml`` or bare ``<name>.yaml`` is the bundled ``<name>.yaml`` when the

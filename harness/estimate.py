@@ -565,17 +565,17 @@ def _workload(w: Any, c: _Ctx) -> WorkEstimate:
         return _est(name, kind, reqs * r, sent, sent, sent, reqs * r * w.output_tokens,
                     _decode_s(w.n * r * (w.output_tokens - 1), c.decode_tok_s), c.too_long(L))
     if isinstance(w, MultiTurn):
-        F, M, O, T, S = _size(w.first_turn_tokens, P), _size(w.turn_tokens, P), w.output_tokens, w.turns, w.sessions
+        F, M, Out, T, S = _size(w.first_turn_tokens, P), _size(w.turn_tokens, P), w.output_tokens, w.turns, w.sessions
         sent = computed = None
         last = None
         if F is not None and M is not None:
-            prompts = [F + (t - 1) * (O + M) for t in range(1, T + 1)]
+            prompts = [F + (t - 1) * (Out + M) for t in range(1, T + 1)]
             last = prompts[-1]
             sent = S * sum(prompts) * r
-            histories_fit = P is not None and S * (last + O) <= P
-            computed = (S * (F + (T - 1) * (O + M)) if histories_fit else S * sum(prompts)) * r
-        return _est(name, kind, S * T * r, sent, computed, computed, S * T * O * r,
-                    _decode_s(T * r * (O - 1), c.decode_tok_s), c.too_long(last))
+            histories_fit = P is not None and S * (last + Out) <= P
+            computed = (S * (F + (T - 1) * (Out + M)) if histories_fit else S * sum(prompts)) * r
+        return _est(name, kind, S * T * r, sent, computed, computed, S * T * Out * r,
+                    _decode_s(T * r * (Out - 1), c.decode_tok_s), c.too_long(last))
     if isinstance(w, PrefixSharingFanout):
         X, Y, N = _size(w.prefix_tokens, P), _size(w.suffix_tokens, P), w.fanout
         sent = _mul(_add(X, _mul(N, _add(X, Y))), r)

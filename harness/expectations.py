@@ -235,7 +235,3 @@ def evaluate_run_expectations(run_dir: Path) -> list[dict]:
     exp = scenario_expectations(run.manifest)
     variants = [(v.name, v.summary, v.status) for v in run.variants]
     return [r.to_dict() for r in evaluate_checks(exp.checks, variants, exp.quality_baseline)]
-
-
-def any_failed(rows: list[dict]) -> bool:
-    return any(r.get("failed") for r in rows)

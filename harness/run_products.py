@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import results
-from harness.verdict import RunVerdict, VerdictPolicy, run_verdict, variant_verdict
-from harness.yaml_lines import YamlLoadError, load_yaml_text
 from harness.quality.parity import evaluate_parity
 from harness.records import RequestRecord
 from harness.sampling import summarize_samples
 from harness.summary import summarize, summary_rows
+from harness.verdict import RunVerdict, VerdictPolicy, run_verdict, variant_verdict
+from harness.yaml_lines import YamlLoadError, load_yaml_text
 
 PARITY_FILE = "parity.json"
 VERDICT_FILE = "verdict.json"

@@ -35,8 +35,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from harness.server_info import get_status
 from harness import logscan, nvml
+from harness.server_info import get_status
 
 log = logging.getLogger(__name__)
 

@@ -71,9 +71,6 @@ class LoadedYaml:
     text: str = ""
     file: str = ""
 
-    def line_of(self, path: PathT) -> int:
-        return line_for(self.lines, path)
-
 
 def line_for(lines: dict, path: PathT) -> int:
     """Line of ``path`` or of its longest prefix that has one (1 for the document)."""

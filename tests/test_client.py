@@ -13,8 +13,7 @@ from typing import NamedTuple
 
 import pytest
 
-from harness.client import (Abort, GenerateRequest, Labels, StreamAccumulator, StreamingClient,
-                            input_hash)
+from harness.client import Abort, GenerateRequest, Labels, StreamAccumulator, StreamingClient, input_hash
 
 
 def sse(objs, done=True):

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
 
 from harness import logscan, results
 from harness.exit_codes import ExitCode

@@ -9,7 +9,6 @@ import pytest
 
 from harness.quality.tasks import TASKS, Answer, filler_corpus, generate, sample_seed, with_filler
 
-
 # ---- reference solvers: recover the answer from the prompt text only -------------------------
 
 def solve_needle(prompt: str) -> Answer:

@@ -19,8 +19,19 @@ from harness.resume import check_resume, plan_resume, reopen_run
 from harness.runner import build_manifest
 from harness.scenario import load_scenario, variant_config_hash
 from harness.variant_status import FINAL_STATES
-from tests.conftest import (kill_hard, only_run, run_dirs, run_harness, shape, start_harness, status_state,
-                            tiny_scenario, wait_for, wait_state, write_scenario)
+from tests.conftest import (
+    kill_hard,
+    only_run,
+    run_dirs,
+    run_harness,
+    shape,
+    start_harness,
+    status_state,
+    tiny_scenario,
+    wait_for,
+    wait_state,
+    write_scenario,
+)
 
 
 @pytest.fixture(scope="module")

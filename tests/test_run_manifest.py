@@ -8,10 +8,10 @@ import io
 import json
 
 from harness import fingerprint, results
-from harness.secrets import REDACTED, Redactor
 from harness.progress import Progress
 from harness.runner import RunOptions, run_scenario
 from harness.scenario import load_scenario
+from harness.secrets import REDACTED, Redactor
 from tests.conftest import sim_scenario, write_scenario
 
 

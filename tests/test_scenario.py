@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.workloads.cold_prefill import ColdPrefill
-from harness.workloads.decode import Decode
 from harness.scenario import (
     Check,
     ScenarioError,
@@ -19,6 +17,8 @@ from harness.scenario import (
     scenario_hash,
     variant_config_hash,
 )
+from harness.workloads.cold_prefill import ColdPrefill
+from harness.workloads.decode import Decode
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "scenarios"

@@ -7,8 +7,7 @@ import time
 import pytest
 
 from harness.sim.cache import TwoTierCache
-from harness.sim.engine import (MAX_LAG_S, CostModel, Engine, EngineConfig, SamplingParams, SimRequest,
-                                batch_deadline)
+from harness.sim.engine import MAX_LAG_S, CostModel, Engine, EngineConfig, SamplingParams, SimRequest, batch_deadline
 from harness.sim.metrics import SimMetrics
 from harness.sim.tokens import TokenModel
 

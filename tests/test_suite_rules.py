@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 
 from harness.scenario import load_scenario
-from tests.conftest import MODELS, REPO, reap_orphans, sim_scenario, tiny_scenario, write_scenario, wait_for
+from tests.conftest import MODELS, REPO, reap_orphans, sim_scenario, tiny_scenario, wait_for, write_scenario
 
 TESTS = Path(__file__).resolve().parent
 

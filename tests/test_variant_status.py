@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness import run_products, results
+from harness import results, run_products
 from harness.variant_status import FINAL_STATES, VariantStatus, read_status, variant_state
 from tests.conftest import GOLDEN_RUNS
 from tests.factories import make_record

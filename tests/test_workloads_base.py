@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from pydantic import TypeAdapter
+
 from harness.scenario import Workload
 from harness.workloads import WorkloadContext, run_workloads
-from pydantic import TypeAdapter
 
 _wl = TypeAdapter(Workload)
 

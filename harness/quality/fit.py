@@ -17,18 +17,12 @@ import hashlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from harness.quality.tasks import Sample, default_filler_units, generate, sample_seed, with_filler
 from harness.model_config import model_vocab_size  # noqa: F401 - re-exported for quality.run
+from harness.quality.tasks import Sample, default_filler_units, generate, sample_seed, with_filler
 
 Mode = Literal["text", "token_ids"]
-
-
-class TextTokenizer(Protocol):
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: list[int]) -> str: ...
 
 
 class _Adapter:

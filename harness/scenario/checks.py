@@ -6,16 +6,15 @@ YAML tree, so that a scenario whose typed model fails still gets them in the sam
 
 from __future__ import annotations
 
-from difflib import get_close_matches
-
 from collections.abc import Mapping
+from difflib import get_close_matches
 from typing import Any
 
 from harness.metrics import METRICS
 from harness.scenario.errors import ErrorItem
-from harness.workloads import kinds
 from harness.scenario.models import HiCache, Scenario, Variant, VariantFields
 from harness.scenario.values import Check, env_problem, flag_problem
+from harness.workloads import kinds
 from harness.yaml_lines import format_path, line_for
 
 _AXIS_ROOTS = ("hicache.", "env.", "args.")

@@ -28,8 +28,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from harness.sim.faults import Fault, FaultArg
 from harness.sim.engine import Engine, RequestError, SamplingParams, SimRequest
+from harness.sim.faults import Fault, FaultArg
 from harness.sim.tokens import decode_ids, encode_text
 
 FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. "

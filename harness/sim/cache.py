@@ -157,7 +157,7 @@ class TwoTierCache:
             if node is None or not (node.on_device or node.on_host):
                 break
             path.append(node)
-            parent, pid = node, id(node)
+            pid = id(node)
         if self.hybrid:
             last = -1
             for i, node in enumerate(path):

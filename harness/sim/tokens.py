@@ -116,7 +116,3 @@ def decode_ids(ids: list[int]) -> str:
     if buf:
         out.append(buf.decode("utf-8", errors="replace"))
     return "".join(out)
-
-
-def token_text(token: int) -> str:
-    return decode_ids([token])
