@@ -56,6 +56,7 @@ STAMP_S = re.compile(r";(\d{6,}):(\d{6,})")
 
 # ============================================================================== the server
 
+
 class _Stream:
     __slots__ = ("writer", "kind", "left", "n", "due", "text", "ids")
 
@@ -86,16 +87,22 @@ class StampServer:
                         length = int(line.split(b":", 1)[1])
                 body = json.loads(await reader.readexactly(length)) if length else {}
                 if not path.endswith(("/generate", "/completions")):
-                    payload = b'{"object":"list","data":[{"id":"stamp","object":"model"}]}' if "models" in path else b"{}"
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
-                                 % (len(payload), payload))
+                    payload = (
+                        b'{"object":"list","data":[{"id":"stamp","object":"model"}]}' if "models" in path else b"{}"
+                    )
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%b"
+                        % (len(payload), payload)
+                    )
                     continue
                 if path.endswith("/generate"):
                     kind, n = "generate", int(body.get("sampling_params", {}).get("max_new_tokens", 1))
                 else:
                     kind = "chat" if "chat" in path else "completions"
                     n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                )
                 now = time.perf_counter_ns()
                 first = now + self.first_ns
                 due = -(-first // self.interval_ns) * self.interval_ns  # the next tick of the grid
@@ -116,15 +123,31 @@ class StampServer:
         if s.kind == "generate":
             s.text += stamp
             s.ids.append(1000 + i)
-            obj = {"text": s.text, "output_ids": s.ids, "meta_info": {
-                "prompt_tokens": 8, "completion_tokens": i + 1, "cached_tokens": 0, "cached_tokens_details": None,
-                "finish_reason": {"type": "length", "length": s.n} if last else None}}
+            obj = {
+                "text": s.text,
+                "output_ids": s.ids,
+                "meta_info": {
+                    "prompt_tokens": 8,
+                    "completion_tokens": i + 1,
+                    "cached_tokens": 0,
+                    "cached_tokens_details": None,
+                    "finish_reason": {"type": "length", "length": s.n} if last else None,
+                },
+            }
         elif s.kind == "chat":
-            obj = {"id": "c", "object": "chat.completion.chunk", "model": "stamp", "choices": [
-                {"index": 0, "delta": {"content": stamp}, "finish_reason": "length" if last else None}]}
+            obj = {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "model": "stamp",
+                "choices": [{"index": 0, "delta": {"content": stamp}, "finish_reason": "length" if last else None}],
+            }
         else:
-            obj = {"id": "c", "object": "text_completion", "model": "stamp", "choices": [
-                {"index": 0, "text": stamp, "finish_reason": "length" if last else None}]}
+            obj = {
+                "id": "c",
+                "object": "text_completion",
+                "model": "stamp",
+                "choices": [{"index": 0, "text": stamp, "finish_reason": "length" if last else None}],
+            }
         data = b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
         if last:
             data += b"data: [DONE]\n\n"
@@ -172,10 +195,13 @@ async def _serve(port: int, first_ms: float, interval_ms: float) -> None:
 # ============================================================================== clients
 # Each returns {"ttft_err_ms": [...], "chunk_err_ms": [...], "chunks": n, "wall_s": s, "cpu_s": s}.
 
+
 def _raw_request(port: int, n: int) -> bytes:
     body = json.dumps({"model": "stamp", "prompt": "x", "max_tokens": n, "stream": True}).encode()
-    return (b"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
-            b"content-length: %d\r\n\r\n%b" % (port, len(body), body))
+    return (
+        b"POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%b" % (port, len(body), body)
+    )
 
 
 def client_reference(port: int, streams: int, chunks: int, rounds: int) -> dict:
@@ -255,8 +281,14 @@ def client_harness(port: int, streams: int, chunks: int, rounds: int, loop: str 
             ttft.append(e[0])
         errs += e
         n += len(r.chunk_ns)
-    return {"ttft_err_ms": ttft, "chunk_err_ms": errs, "chunks": n, "wall_s": wall, "cpu_s": cpu,
-            "errors": sum(1 for r in recs if r.error)}
+    return {
+        "ttft_err_ms": ttft,
+        "chunk_err_ms": errs,
+        "chunks": n,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "errors": sum(1 for r in recs if r.error),
+    }
 
 
 TOKENIZER_CODE = """
@@ -284,11 +316,38 @@ def client_aiperf(exe: str, port: int, streams: int, chunks: int, rounds: int) -
     out = Path(tempfile.mkdtemp(prefix="aiperf."))
     try:
         tok = local_tokenizer(exe, out / "tokenizer")
-        cmd = [exe, "profile", "--model", "stamp", "--tokenizer", tok, "--url", f"http://127.0.0.1:{port}",
-               "--endpoint-type", "completions", "--streaming", "--concurrency", str(streams),
-               "--request-count", str(streams * rounds), "--warmup-request-count", str(streams),
-               "--isl", "8", "--osl", str(chunks), "--extra-inputs", f"max_tokens:{chunks}",
-               "--export-level", "raw", "--artifact-dir", str(out), "--ui", "none", "--no-server-metrics"]
+        cmd = [
+            exe,
+            "profile",
+            "--model",
+            "stamp",
+            "--tokenizer",
+            tok,
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--endpoint-type",
+            "completions",
+            "--streaming",
+            "--concurrency",
+            str(streams),
+            "--request-count",
+            str(streams * rounds),
+            "--warmup-request-count",
+            str(streams),
+            "--isl",
+            "8",
+            "--osl",
+            str(chunks),
+            "--extra-inputs",
+            f"max_tokens:{chunks}",
+            "--export-level",
+            "raw",
+            "--artifact-dir",
+            str(out),
+            "--ui",
+            "none",
+            "--no-server-metrics",
+        ]
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         wall = time.perf_counter() - t0
@@ -328,8 +387,9 @@ def _find_responses(rec) -> list[tuple[int, str]]:
     def walk(x):
         if isinstance(x, dict):
             if "perf_ns" in x and isinstance(x.get("packets"), list):  # AIPerf 0.13: SSE packets
-                found.append((int(x["perf_ns"]), "".join(str(p.get("value", "")) for p in x["packets"]
-                                                         if isinstance(p, dict))))
+                found.append(
+                    (int(x["perf_ns"]), "".join(str(p.get("value", "")) for p in x["packets"] if isinstance(p, dict)))
+                )
                 return
             if "perf_ns" in x and any(k in x for k in ("text", "raw_text", "data")):
                 body = x.get("text") or x.get("raw_text") or x.get("data")
@@ -340,6 +400,7 @@ def _find_responses(rec) -> list[tuple[int, str]]:
         elif isinstance(x, list):
             for v in x:
                 walk(v)
+
     walk(rec)
     return found
 
@@ -351,18 +412,32 @@ def client_guidellm(exe: str, port: int, streams: int, chunks: int, rounds: int)
     out = Path(tempfile.mkdtemp(prefix="guidellm."))
     try:
         tok = local_tokenizer(exe, out / "tokenizer")
-        scenario = {"metadata": {"name": "stamp"}, "spec": {
-            "backend": {"kind": "openai_http", "target": f"http://127.0.0.1:{port}", "model": "stamp",
-                        "request_format": "/v1/completions", "max_tokens": chunks, "validate_backend": False},
-            "profile": {"kind": "concurrent", "streams": [streams]},
-            "data": [{"kind": "synthetic_text", "prompt_tokens": 8, "output_tokens": chunks}],
-            "tokenizer": {"kind": "hf_auto", "model": tok},
-            "constraints": [{"kind": "max_requests", "count": streams * rounds}],
-            "outputs": [{"kind": "json", "path": str(out / "bench.json")}]}}
+        scenario = {
+            "metadata": {"name": "stamp"},
+            "spec": {
+                "backend": {
+                    "kind": "openai_http",
+                    "target": f"http://127.0.0.1:{port}",
+                    "model": "stamp",
+                    "request_format": "/v1/completions",
+                    "max_tokens": chunks,
+                    "validate_backend": False,
+                },
+                "profile": {"kind": "concurrent", "streams": [streams]},
+                "data": [{"kind": "synthetic_text", "prompt_tokens": 8, "output_tokens": chunks}],
+                "tokenizer": {"kind": "hf_auto", "model": tok},
+                "constraints": [{"kind": "max_requests", "count": streams * rounds}],
+                "outputs": [{"kind": "json", "path": str(out / "bench.json")}],
+            },
+        }
         (out / "scenario.json").write_text(json.dumps(scenario))
         t0 = time.perf_counter()
-        p = subprocess.run([exe, "run", "-c", str(out / "scenario.json"), "--disable-console-interactive"],
-                           capture_output=True, text=True, timeout=900)
+        p = subprocess.run(
+            [exe, "run", "-c", str(out / "scenario.json"), "--disable-console-interactive"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         wall = time.perf_counter() - t0
         res = out / "bench.json"
         if p.returncode != 0 or not res.exists():
@@ -380,14 +455,21 @@ def client_guidellm(exe: str, port: int, streams: int, chunks: int, rounds: int)
             ttft.append(first)
             errs += [first, last]
             n += len(stamps)
-        return {"ttft_err_ms": ttft, "chunk_err_ms": errs, "chunks": n, "wall_s": measured, "cpu_s": None,
-                "errors": len(bench["requests"]["errored"]),
-                "note": "first and last token of each request only (guidellm keeps no per-chunk times)"}
+        return {
+            "ttft_err_ms": ttft,
+            "chunk_err_ms": errs,
+            "chunks": n,
+            "wall_s": measured,
+            "cpu_s": None,
+            "errors": len(bench["requests"]["errored"]),
+            "note": "first and last token of each request only (guidellm keeps no per-chunk times)",
+        }
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
 # ============================================================================== driver
+
 
 def check_shared_clock() -> dict:
     """A child's perf_counter_ns must fall between two of ours: one clock for both processes."""
@@ -415,12 +497,19 @@ def summarize(res: dict, streams: int, interval_ms: float) -> dict:
     if "failed" in res:
         return {"streams": streams, "interval_ms": interval_ms, "failed": res["failed"]}
     n = res["chunks"]
-    return {"streams": streams, "interval_ms": interval_ms, "offered_chunk_rate_s": round(streams * 1000 / interval_ms),
-            "achieved_chunk_rate_s": round(n / res["wall_s"]) if res.get("wall_s") else None,
-            "chunks": n, "errors": res.get("errors", 0),
-            "client_cpu_us_per_chunk": round(res["cpu_s"] / max(n, 1) * 1e6, 1) if res.get("cpu_s") else None,
-            "ttft_err_ms_p50": _pct(res["ttft_err_ms"], 50), "ttft_err_ms_p99": _pct(res["ttft_err_ms"], 99),
-            "chunk_err_ms_p50": _pct(res["chunk_err_ms"], 50), "chunk_err_ms_p99": _pct(res["chunk_err_ms"], 99)}
+    return {
+        "streams": streams,
+        "interval_ms": interval_ms,
+        "offered_chunk_rate_s": round(streams * 1000 / interval_ms),
+        "achieved_chunk_rate_s": round(n / res["wall_s"]) if res.get("wall_s") else None,
+        "chunks": n,
+        "errors": res.get("errors", 0),
+        "client_cpu_us_per_chunk": round(res["cpu_s"] / max(n, 1) * 1e6, 1) if res.get("cpu_s") else None,
+        "ttft_err_ms_p50": _pct(res["ttft_err_ms"], 50),
+        "ttft_err_ms_p99": _pct(res["ttft_err_ms"], 99),
+        "chunk_err_ms_p50": _pct(res["chunk_err_ms"], 50),
+        "chunk_err_ms_p99": _pct(res["chunk_err_ms"], 99),
+    }
 
 
 def _cores() -> tuple[str | None, str | None]:
@@ -440,9 +529,24 @@ def _pinned(cores: str | None, argv: list[str]) -> list[str]:
 
 def run_client(kind: str, port: int, streams: int, chunks: int, rounds: int, cores: str | None, tools: dict) -> dict:
     """One client run in its own (pinned) process; its result as JSON on stdout."""
-    argv = _pinned(cores, [sys.executable, __file__, "--as-client", kind, "--port", str(port), "--streams", str(streams),
-                           "--chunks", str(chunks), "--rounds", str(rounds)]
-                   + [f"--{k}={v}" for k, v in tools.items() if v])
+    argv = _pinned(
+        cores,
+        [
+            sys.executable,
+            __file__,
+            "--as-client",
+            kind,
+            "--port",
+            str(port),
+            "--streams",
+            str(streams),
+            "--chunks",
+            str(chunks),
+            "--rounds",
+            str(rounds),
+        ]
+        + [f"--{k}={v}" for k, v in tools.items() if v],
+    )
     p = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode != 0 or not lines:
@@ -459,14 +563,33 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-            "loadavg": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def _start_server(port: int, first_ms: float, interval_ms: float, cores: str | None) -> subprocess.Popen:
-    p = subprocess.Popen(_pinned(cores, [sys.executable, __file__, "--serve", str(port), "--first-ms", str(first_ms),
-                                         "--interval-ms", str(interval_ms)]),
-                         stdout=subprocess.PIPE, start_new_session=True)
+    p = subprocess.Popen(
+        _pinned(
+            cores,
+            [
+                sys.executable,
+                __file__,
+                "--serve",
+                str(port),
+                "--first-ms",
+                str(first_ms),
+                "--interval-ms",
+                str(interval_ms),
+            ],
+        ),
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     assert p.stdout is not None and p.stdout.readline().strip() == b"READY"
     return p
 
@@ -481,9 +604,11 @@ def _row(name: str, r: dict) -> str:
     if "failed" in r:
         return f"| {name} | {r['streams']} | failed: {r['failed'].strip().splitlines()[-1][:100] if r['failed'].strip() else '?'} |"
     f = lambda v: "–" if v is None else f"{v:g}"  # noqa: E731
-    return (f"| {name} | {r['streams']} | {f(r['ttft_err_ms_p50'])} / {f(r['ttft_err_ms_p99'])} | "
-            f"{f(r['chunk_err_ms_p50'])} / {f(r['chunk_err_ms_p99'])} | {f(r['achieved_chunk_rate_s'])} | "
-            f"{f(r['client_cpu_us_per_chunk'])} |")
+    return (
+        f"| {name} | {r['streams']} | {f(r['ttft_err_ms_p50'])} / {f(r['ttft_err_ms_p99'])} | "
+        f"{f(r['chunk_err_ms_p50'])} / {f(r['chunk_err_ms_p99'])} | {f(r['achieved_chunk_rate_s'])} | "
+        f"{f(r['client_cpu_us_per_chunk'])} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -507,11 +632,13 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_serve(a.serve, a.first_ms, a.interval_ms))
         return 0
     if a.as_client:
-        fn = {"reference": lambda: client_reference(a.port, a.streams, a.chunks, a.rounds),
-              "harness": lambda: client_harness(a.port, a.streams, a.chunks, a.rounds),
-              "harness-uvloop": lambda: client_harness(a.port, a.streams, a.chunks, a.rounds, "uvloop"),
-              "aiperf": lambda: client_aiperf(a.aiperf, a.port, a.streams, a.chunks, a.rounds),
-              "guidellm": lambda: client_guidellm(a.guidellm, a.port, a.streams, a.chunks, a.rounds)}[a.as_client]
+        fn = {
+            "reference": lambda: client_reference(a.port, a.streams, a.chunks, a.rounds),
+            "harness": lambda: client_harness(a.port, a.streams, a.chunks, a.rounds),
+            "harness-uvloop": lambda: client_harness(a.port, a.streams, a.chunks, a.rounds, "uvloop"),
+            "aiperf": lambda: client_aiperf(a.aiperf, a.port, a.streams, a.chunks, a.rounds),
+            "guidellm": lambda: client_guidellm(a.guidellm, a.port, a.streams, a.chunks, a.rounds),
+        }[a.as_client]
         print(json.dumps(fn()))
         return 0
 
@@ -522,8 +649,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# {tool}: not installed ({tools[tool]}): left out", flush=True)
             clients.remove(tool)
     server_cores, client_cores = _cores()
-    out = {"machine": machine(), "clock": check_shared_clock(), "pinning": {"server": server_cores, "clients": client_cores},
-           "first_ms": a.first_ms, "concurrency": [], "rate_sweep": []}
+    out = {
+        "machine": machine(),
+        "clock": check_shared_clock(),
+        "pinning": {"server": server_cores, "clients": client_cores},
+        "first_ms": a.first_ms,
+        "concurrency": [],
+        "rate_sweep": [],
+    }
     print(json.dumps(out["machine"]), json.dumps(out["clock"]), json.dumps(out["pinning"]), sep="\n", flush=True)
     chunks = 16 if a.quick else 32
     levels = [(int(n), 20 if int(n) == 1 else 2 if int(n) <= 64 else 1) for n in a.levels.split(",")]
@@ -550,9 +683,23 @@ def main(argv: list[str] | None = None) -> int:
         for kind in clients:
             kept = []
             for r in out["rate_sweep"]:
-                ref = next((x for x in out["rate_sweep"] if x["client"] == "reference" and x["interval_ms"] == r["interval_ms"]), None)
-                if (r["client"] == kind and ref and "failed" not in r and "failed" not in ref and r["chunk_err_ms_p99"] is not None
-                        and r["chunk_err_ms_p99"] <= ref["chunk_err_ms_p99"] + 1.0 and not r.get("errors")):
+                ref = next(
+                    (
+                        x
+                        for x in out["rate_sweep"]
+                        if x["client"] == "reference" and x["interval_ms"] == r["interval_ms"]
+                    ),
+                    None,
+                )
+                if (
+                    r["client"] == kind
+                    and ref
+                    and "failed" not in r
+                    and "failed" not in ref
+                    and r["chunk_err_ms_p99"] is not None
+                    and r["chunk_err_ms_p99"] <= ref["chunk_err_ms_p99"] + 1.0
+                    and not r.get("errors")
+                ):
                     kept.append(r["achieved_chunk_rate_s"] or 0)
             out.setdefault("max_chunk_rate_within_1ms_of_floor", {})[kind] = max(kept) if kept else None
     print("\n| client | streams | TTFT err p50 / p99 ms | chunk err p50 / p99 ms | chunks/s | client CPU µs/chunk |")

@@ -56,8 +56,15 @@ def child_env() -> dict[str, str]:
 
 
 def run_command(scenario: Path, folder: Path) -> list[str]:
-    return [*harness_command(), "run", str(scenario), "--results-dir", str(folder / "results"),
-            "--reports-dir", str(folder / "reports")]
+    return [
+        *harness_command(),
+        "run",
+        str(scenario),
+        "--results-dir",
+        str(folder / "results"),
+        "--reports-dir",
+        str(folder / "reports"),
+    ]
 
 
 @dataclass
@@ -123,16 +130,20 @@ def measured_run(phase: str, index: int, scenario: Path, out: Path, figures: lis
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(folder / "output.txt", "wb") as log:
-        rc = subprocess.run(run_command(scenario, folder), cwd=ROOT, env=child_env(), stdout=log,
-                            stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(
+            run_command(scenario, folder), cwd=ROOT, env=child_env(), stdout=log, stderr=subprocess.STDOUT
+        ).returncode
     wall = time.monotonic() - t0
     run_dir = find_run_dir(folder)
     values, failed = read_values(run_dir, figures) if run_dir else ({}, [])
     r = RunResult(phase, index, rc, round(wall, 1), loadavg_1m(), str(run_dir) if run_dir else None, values, failed)
     note = f" FAILED: {'; '.join(failed)}" if failed else ""
-    print(f"[{phase} {index + 1}] exit {rc} in {wall:.0f} s, load {r.loadavg_1m:.1f}: "
-          + ", ".join(f"{k} = {_num(v)}" for k, v in values.items())
-          + note, flush=True)
+    print(
+        f"[{phase} {index + 1}] exit {rc} in {wall:.0f} s, load {r.loadavg_1m:.1f}: "
+        + ", ".join(f"{k} = {_num(v)}" for k, v in values.items())
+        + note,
+        flush=True,
+    )
     return r
 
 
@@ -168,8 +179,14 @@ class Load:
             folder.mkdir(parents=True, exist_ok=True)
             t0 = time.monotonic()
             with open(folder / "output.txt", "wb") as log:
-                p = subprocess.Popen(run_command(self.scenario, folder), cwd=ROOT, stdout=log,
-                                     stderr=subprocess.STDOUT, env=child_env(), start_new_session=True)
+                p = subprocess.Popen(
+                    run_command(self.scenario, folder),
+                    cwd=ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=child_env(),
+                    start_new_session=True,
+                )
                 with self._lock:
                     self._copy_procs[c] = p
                 rc = p.wait()
@@ -229,8 +246,11 @@ def background_results(load: Load, figures: list[str]) -> list[RunResult]:
     for i, (folder, rc, wall) in enumerate(load.finished):
         run_dir = find_run_dir(folder)
         values, failed = read_values(run_dir, figures) if run_dir else ({}, [])
-        out.append(RunResult("background", i, rc, round(wall, 1), float("nan"), str(run_dir) if run_dir else None,
-                             values, failed))
+        out.append(
+            RunResult(
+                "background", i, rc, round(wall, 1), float("nan"), str(run_dir) if run_dir else None, values, failed
+            )
+        )
     return out
 
 
@@ -250,15 +270,21 @@ def _num(v: float) -> str:
 
 
 def markdown(phases: dict[str, list[RunResult]], context: dict[str, str]) -> str:
-    lines = ["| runs | exit 0 | wall s (median) | load 1 min (median) | value | n | min | median | max |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| runs | exit 0 | wall s (median) | load 1 min (median) | value | n | min | median | max |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for phase, runs in phases.items():
         if not runs:
             continue
         ok = sum(r.exit_code == 0 for r in runs)
         loads = [r.loadavg_1m for r in runs if r.loadavg_1m == r.loadavg_1m]  # NaN: not sampled
-        head = (f"{phase}: {len(runs)}", f"{ok}/{len(runs)}", f"{statistics.median(r.wall_s for r in runs):.0f}",
-                f"{statistics.median(loads):.1f}" if loads else "")
+        head = (
+            f"{phase}: {len(runs)}",
+            f"{ok}/{len(runs)}",
+            f"{statistics.median(r.wall_s for r in runs):.0f}",
+            f"{statistics.median(loads):.1f}" if loads else "",
+        )
         rows = stats_rows(runs) or [("(none)", 0, float("nan"), float("nan"), float("nan"))]
         for i, (k, n, lo, med, hi) in enumerate(rows):
             cells = head if i == 0 else ("", "", "", "")
@@ -275,8 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle", type=int, default=3, help="idle baseline runs first (default 3)")
     ap.add_argument("--hogs", type=int, default=2, help="CPU hogs during the loaded runs (default 2)")
     ap.add_argument("--copies", type=int, default=2, help="concurrent copies of the command (default 2)")
-    ap.add_argument("--figure", action="append", default=None, metavar="VARIANT:METRIC",
-                    help=f"a figure to report besides the checks (default: {', '.join(DEFAULT_FIGURES)})")
+    ap.add_argument(
+        "--figure",
+        action="append",
+        default=None,
+        metavar="VARIANT:METRIC",
+        help=f"a figure to report besides the checks (default: {', '.join(DEFAULT_FIGURES)})",
+    )
     ap.add_argument("--out", default=None, help="where runs go (default /tmp/load_verdict/<time>)")
     ap.add_argument("--json", action="store_true", help="also write results.json into --out")
     args = ap.parse_args(argv)
@@ -285,8 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     scenario = Path(args.scenario).resolve()
     figures = list(args.figure or DEFAULT_FIGURES)
-    print(f"load_verdict: {scenario.name}, {args.idle} idle + {args.n} loaded runs "
-          f"({args.hogs} hogs, {args.copies} copies), {os.cpu_count()} CPUs, out {out}", flush=True)
+    print(
+        f"load_verdict: {scenario.name}, {args.idle} idle + {args.n} loaded runs "
+        f"({args.hogs} hogs, {args.copies} copies), {os.cpu_count()} CPUs, out {out}",
+        flush=True,
+    )
 
     phases: dict[str, list[RunResult]] = {"idle": [], "loaded": [], "background": []}
     for i in range(args.idle):
@@ -303,16 +337,22 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(run_command(scenario, Path("<out>/<phase>/<i>"))),
         "machine": f"{os.cpu_count()} CPUs",
         "load": f"{args.hogs} CPU hogs + {args.copies} copies of the command (the 'background' rows: their "
-                "runs that finished while the measured ones ran)",
+        "runs that finished while the measured ones ran)",
     }
     table = markdown(phases, context)
     print()
     print(table)
     (out / "table.md").write_text(table + "\n")
     if args.json:
-        (out / "results.json").write_text(json.dumps(
-            {"context": context, "runs": {p: [asdict(r) for r in rs] for p, rs in phases.items()},
-             }, indent=2))
+        (out / "results.json").write_text(
+            json.dumps(
+                {
+                    "context": context,
+                    "runs": {p: [asdict(r) for r in rs] for p, rs in phases.items()},
+                },
+                indent=2,
+            )
+        )
     every = phases["idle"] + phases["loaded"]
     return 0 if all(r.exit_code == 0 for r in every) else 1
 

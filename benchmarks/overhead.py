@@ -68,6 +68,7 @@ def _timed_sync(cat: str, fn):
             return fn(*a, **kw)
         finally:
             T.add(cat, t0, clock())
+
     return wrapper
 
 
@@ -78,6 +79,7 @@ def _timed_async(cat: str, fn):
             return await fn(*a, **kw)
         finally:
             T.add(cat, t0, clock())
+
     return wrapper
 
 
@@ -188,27 +190,44 @@ def main(argv: list[str] | None = None) -> int:
         v = per_variant.setdefault(r["variant"] or "(run)", {k: 0.0 for k in ("wall", *CATEGORIES, "own")})
         for k in v:
             v[k] += r[k]
-    print(f"harness run {a.scenario} --no-report: exit {rc}; machine {platform.machine()} {os.cpu_count()} CPUs, "
-          f"load average {load0[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end")
+    print(
+        f"harness run {a.scenario} --no-report: exit {rc}; machine {platform.machine()} {os.cpu_count()} CPUs, "
+        f"load average {load0[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end"
+    )
     print("\n| variant | phase | wall s | server s | requests s | waits s | own s | own % |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["wall"] < 0.0005:
             continue
-        print(f"| {r['variant']} | {r['phase']} | {r['wall']:.3f} | {r['server']:.3f} | {r['requests']:.3f} | "
-              f"{r['waits']:.3f} | {r['own']:.3f} | {100 * r['own'] / r['wall']:.1f} |")
+        print(
+            f"| {r['variant']} | {r['phase']} | {r['wall']:.3f} | {r['server']:.3f} | {r['requests']:.3f} | "
+            f"{r['waits']:.3f} | {r['own']:.3f} | {100 * r['own'] / r['wall']:.1f} |"
+        )
     print("\n| variant | wall s | server s | requests s | waits s | own s | own % of wall |")
     print("|---|---|---|---|---|---|---|")
     for v, s in per_variant.items():
-        print(f"| {v} | {s['wall']:.2f} | {s['server']:.2f} | {s['requests']:.2f} | {s['waits']:.2f} | "
-              f"{s['own']:.3f} | {100 * s['own'] / max(s['wall'], 1e-9):.2f} |")
+        print(
+            f"| {v} | {s['wall']:.2f} | {s['server']:.2f} | {s['requests']:.2f} | {s['waits']:.2f} | "
+            f"{s['own']:.3f} | {100 * s['own'] / max(s['wall'], 1e-9):.2f} |"
+        )
     total = {k: sum(s[k] for s in per_variant.values()) for k in ("wall", "own")}
-    print(f"\nwhole run: {total['wall']:.2f} s wall, harness own {total['own']:.3f} s "
-          f"({100 * total['own'] / total['wall']:.2f} %)")
+    print(
+        f"\nwhole run: {total['wall']:.2f} s wall, harness own {total['own']:.3f} s "
+        f"({100 * total['own'] / total['wall']:.2f} %)"
+    )
     if a.json:
-        a.json.write_text(json.dumps({"exit": rc, "phases": rows, "variants": per_variant,
-                                      "loadavg": [load0[0], os.getloadavg()[0]],
-                                      "wall_s": (t_end - t_start) / 1e9}, indent=1))
+        a.json.write_text(
+            json.dumps(
+                {
+                    "exit": rc,
+                    "phases": rows,
+                    "variants": per_variant,
+                    "loadavg": [load0[0], os.getloadavg()[0]],
+                    "wall_s": (t_end - t_start) / 1e9,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

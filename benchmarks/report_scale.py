@@ -31,9 +31,15 @@ sys.path.insert(0, str(ROOT))
 
 from harness import results  # noqa: E402
 
-PHASES = [("cold_prefill", "cold", None), ("repeat_prefill", "cold", None), ("repeat_prefill", "repeat_device", None),
-          ("parallel_prefixes", "pass1", "pp1"), ("parallel_prefixes", "pass2", "pp2"),
-          ("short_ttft", "alone", None), ("decode", "decode", None)]
+PHASES = [
+    ("cold_prefill", "cold", None),
+    ("repeat_prefill", "cold", None),
+    ("repeat_prefill", "repeat_device", None),
+    ("parallel_prefixes", "pass1", "pp1"),
+    ("parallel_prefixes", "pass2", "pp2"),
+    ("short_ttft", "alone", None),
+    ("decode", "decode", None),
+]
 SCENARIO = """name: scale
 server: {backend: sglang, model_path: /models/x}
 variants:
@@ -57,13 +63,15 @@ def _request_line(variant: str, i: int, slow: float) -> str:
     first = sent + int((20 + (i * 7919) % 50) * 1e6 * slow)
     chunks = [first + k * 5_000_000 for k in range(4)] if wl == "decode" else [first]
     cg = f'"{group}-{i // 700}"' if group else "null"
-    return (f'{{"variant":"{variant}","workload":"{wl}","phase":"{ph}","repeat":{i % 3},"index":{i},'
-            f'"rid":"r{i}","warmup":false,"concurrency_group":{cg},"prompt_len":8000,"input_hash":"{"0" * 64}",'
-            f'"wall_start":1.7e9,"sent_ns":{sent},"first_token_ns":{first},"chunk_ns":{json.dumps(chunks)},'
-            f'"chunk_new_tokens":{json.dumps([1] * len(chunks))},"done_ns":{chunks[-1]},"prompt_tokens":8000,'
-            f'"completion_tokens":{len(chunks)},"cached_tokens":0,"cached_device":0,"cached_host":0,'
-            f'"cached_storage":0,"output_ids":{json.dumps(list(range(len(chunks))))},"text":null,'
-            f'"output_logprobs":null,"top_logprobs":null,"finish_reason":"length","error":null}}\n')
+    return (
+        f'{{"variant":"{variant}","workload":"{wl}","phase":"{ph}","repeat":{i % 3},"index":{i},'
+        f'"rid":"r{i}","warmup":false,"concurrency_group":{cg},"prompt_len":8000,"input_hash":"{"0" * 64}",'
+        f'"wall_start":1.7e9,"sent_ns":{sent},"first_token_ns":{first},"chunk_ns":{json.dumps(chunks)},'
+        f'"chunk_new_tokens":{json.dumps([1] * len(chunks))},"done_ns":{chunks[-1]},"prompt_tokens":8000,'
+        f'"completion_tokens":{len(chunks)},"cached_tokens":0,"cached_device":0,"cached_host":0,'
+        f'"cached_storage":0,"output_ids":{json.dumps(list(range(len(chunks))))},"text":null,'
+        f'"output_logprobs":null,"top_logprobs":null,"finish_reason":"length","error":null}}\n'
+    )
 
 
 def _sample_line(i: int, n: int) -> str:
@@ -71,12 +79,29 @@ def _sample_line(i: int, n: int) -> str:
     counters = {f'sglang:counter_{k}_total{{tp_rank="0",model_name="/models/x"}}': float(i * k) for k in range(36)}
     counters['sglang:load_back_bytes_total{tp_rank="0"}'] = float(i * 1_000_000)
     counters['sglang:load_back_duration_seconds_sum{tp_rank="0"}'] = float(i) * 1e-4
-    return json.dumps({"t_ns": 10_000_000 + i * 500_000_000, "wall_time": 1.7e9 + i * 0.5, "phase": phase,
-                       "mem_available_kib": 100_000_000 - i % 1000, "mem_free_kib": 90_000_000,
-                       "cached_kib": 4_000_000, "mlocked_kib": 8000, "shmem_kib": 1, "swap_total_kib": 0,
-                       "swap_free_kib": 0, "pswpin_kib_s": 0.0, "pswpout_kib_s": 0.0, "pgmajfault_s": 0.0,
-                       "server_rss_kib": 5_000_000, "gpus": [{"index": 0, "mem_used_mib": 3000.0, "util_pct": 50}],
-                       "counters": counters}) + "\n"
+    return (
+        json.dumps(
+            {
+                "t_ns": 10_000_000 + i * 500_000_000,
+                "wall_time": 1.7e9 + i * 0.5,
+                "phase": phase,
+                "mem_available_kib": 100_000_000 - i % 1000,
+                "mem_free_kib": 90_000_000,
+                "cached_kib": 4_000_000,
+                "mlocked_kib": 8000,
+                "shmem_kib": 1,
+                "swap_total_kib": 0,
+                "swap_free_kib": 0,
+                "pswpin_kib_s": 0.0,
+                "pswpout_kib_s": 0.0,
+                "pgmajfault_s": 0.0,
+                "server_rss_kib": 5_000_000,
+                "gpus": [{"index": 0, "mem_used_mib": 3000.0, "util_pct": 50}],
+                "counters": counters,
+            }
+        )
+        + "\n"
+    )
 
 
 def build(root: Path, n_requests: int, n_samples: int) -> Path:
@@ -87,11 +112,28 @@ def build(root: Path, n_requests: int, n_samples: int) -> Path:
     run = root / "scale" / "20260101T000000Z-000000"
     run.mkdir(parents=True)
     variants = ["off", "on-r2"]
-    manifest = {"schema_version": 1, "kind": "run", "scenario": {"name": "scale", "path": "scale.yaml",
-                "text": SCENARIO, "hash": "x"}, "harness_version": "bench", "backend": "sglang",
-                "simulated": False, "created_at": "2026-01-01T00:00:00+00:00", "probe": None, "host": {},
-                "variants": [{"name": v, "config_hash": v, "argv": [], "env": {},
-                              "hicache": None if v == "off" else {"ratio": 2}, "expect": "ok"} for v in variants]}
+    manifest = {
+        "schema_version": 1,
+        "kind": "run",
+        "scenario": {"name": "scale", "path": "scale.yaml", "text": SCENARIO, "hash": "x"},
+        "harness_version": "bench",
+        "backend": "sglang",
+        "simulated": False,
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "probe": None,
+        "host": {},
+        "variants": [
+            {
+                "name": v,
+                "config_hash": v,
+                "argv": [],
+                "env": {},
+                "hicache": None if v == "off" else {"ratio": 2},
+                "expect": "ok",
+            }
+            for v in variants
+        ],
+    }
     results.write_json_atomic(run / "manifest.json", manifest)
     for vi, v in enumerate(variants):
         vdir = run / v
@@ -108,8 +150,10 @@ def build(root: Path, n_requests: int, n_samples: int) -> Path:
         summary = summarize(head)
         summary["sampling"] = {"phases": summarize_samples(results.read_jsonl(vdir / "samples.jsonl"))}
         results.write_json_atomic(vdir / "summary.json", summary)
-        results.write_json_atomic(vdir / "status.json", {"schema_version": 1, "variant": v, "state": "ok",
-                                                         "expect": "ok", "expect_met": True, "pools": {}})
+        results.write_json_atomic(
+            vdir / "status.json",
+            {"schema_version": 1, "variant": v, "state": "ok", "expect": "ok", "expect_met": True, "pools": {}},
+        )
     results.write_json_atomic(run / "COMPLETE", {"at": "x"})
     return run
 
@@ -121,14 +165,21 @@ def drop_copies(run: Path) -> None:
 
 def measure(cmd: list[str]) -> dict:
     """Run a harness command in a fresh process: wall seconds, peak RSS MiB, exit code."""
-    code = ("import resource, sys, time; from harness.cli import main; t = time.perf_counter(); "
-            f"rc = main({cmd!r}); dt = time.perf_counter() - t; "
-            "print('BENCH', rc, dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)")
+    code = (
+        "import resource, sys, time; from harness.cli import main; t = time.perf_counter(); "
+        f"rc = main({cmd!r}); dt = time.perf_counter() - t; "
+        "print('BENCH', rc, dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)"
+    )
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     line = next(ln for ln in p.stderr.splitlines() if ln.startswith("BENCH"))
     _, rc, dt, rss = line.split()
-    return {"command": "harness " + " ".join(cmd[:1]), "exit": int(rc), "seconds": round(float(dt), 1),
-            "peak_rss_mib": round(float(rss)), "loadavg_1m": round(os.getloadavg()[0], 2)}
+    return {
+        "command": "harness " + " ".join(cmd[:1]),
+        "exit": int(rc),
+        "seconds": round(float(dt), 1),
+        "peak_rss_mib": round(float(rss)),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,17 +199,23 @@ def main(argv: list[str] | None = None) -> int:
             run = build(base / "results", a.requests, a.samples)
             print(f"built {a.requests:,} request rows + {a.samples:,} samples in {time.perf_counter() - t:.0f} s")
         size = sum(p.stat().st_size for p in run.rglob("*.jsonl")) / 2**20
-        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-              f"python {platform.python_version()}; {size:,.0f} MiB of JSONL; load average {os.getloadavg()[0]:.2f}")
+        print(
+            f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+            f"python {platform.python_version()}; {size:,.0f} MiB of JSONL; load average {os.getloadavg()[0]:.2f}"
+        )
         drop_copies(run)
         reports = tmp / "reports"
-        rows = [{**measure(["report", str(run), "--reports-dir", str(reports)]), "command": "harness report (no copies)"},
-                measure(["report", str(run), "--reports-dir", str(reports)]),
-                measure(["compare", str(run), "--baseline", str(run), "--results-dir", str(run.parent.parent)]),
-                measure(["load", str(run)])]
+        rows = [
+            {**measure(["report", str(run), "--reports-dir", str(reports)]), "command": "harness report (no copies)"},
+            measure(["report", str(run), "--reports-dir", str(reports)]),
+            measure(["compare", str(run), "--baseline", str(run), "--results-dir", str(run.parent.parent)]),
+            measure(["load", str(run)]),
+        ]
         for r in rows:
-            print(f"{r['command']:<28} {r['seconds']:>7.1f} s  peak RSS {r['peak_rss_mib']:>6} MiB  exit {r['exit']}"
-                  f"  (load average {r['loadavg_1m']})")
+            print(
+                f"{r['command']:<28} {r['seconds']:>7.1f} s  peak RSS {r['peak_rss_mib']:>6} MiB  exit {r['exit']}"
+                f"  (load average {r['loadavg_1m']})"
+            )
         return 0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -31,8 +31,12 @@ from harness.sim.testing import SimProcess  # noqa: E402
 def warm_up(url: str, n: int = 8) -> None:
     for i in range(n):
         ids = [(i * 997 + j * 13) % 30000 + 10 for j in range(512)]
-        httpx.post(url + "/generate", timeout=30, trust_env=False,
-                   json={"input_ids": ids, "sampling_params": {"max_new_tokens": 4}}).raise_for_status()
+        httpx.post(
+            url + "/generate",
+            timeout=30,
+            trust_env=False,
+            json={"input_ids": ids, "sampling_params": {"max_new_tokens": 4}},
+        ).raise_for_status()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.url:
         url, pid = args.url.rstrip("/"), args.pid
     else:
-        sim = SimProcess(["--skip-tokenizer-init", "--enable-metrics", "--enable-hierarchical-cache",
-                          "--hicache-ratio", "2", "--max-total-tokens", "20480"], time_scale=0.01)
+        sim = SimProcess(
+            [
+                "--skip-tokenizer-init",
+                "--enable-metrics",
+                "--enable-hierarchical-cache",
+                "--hicache-ratio",
+                "2",
+                "--max-total-tokens",
+                "20480",
+            ],
+            time_scale=0.01,
+        )
         sim.__enter__()
         url, pid = sim.url, sim.proc.pid
     try:
@@ -76,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu_fields": any("gpus" in s for s in samples),
         "server": "sim" if sim is not None else url,
         "machine": f"{platform.node()} {platform.machine()} {psutil.cpu_count()} CPUs, "
-                   f"{platform.system()} {platform.release()}, Python {platform.python_version()}",
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}",
         "processes_on_host": len(psutil.pids()),
     }
     if args.json:

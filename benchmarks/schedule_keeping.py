@@ -39,16 +39,27 @@ def drive(port: int, rate: float, seconds: float, poisson: bool, loop: str) -> d
             req = GenerateRequest(input_ids=[3] * 8, max_new_tokens=1)
             await asyncio.gather(*(client.generate(req) for _ in range(64)))  # warm connections
             n = int(rate * seconds)
-            items = [(off, (req, Labels(index=i)), {}) for i, off in enumerate(offsets_ns(rate, n, poisson=poisson, seed=1))]
+            items = [
+                (off, (req, Labels(index=i)), {}) for i, off in enumerate(offsets_ns(rate, n, poisson=poisson, seed=1))
+            ]
             c0, t0 = time.process_time(), time.perf_counter()
             recs = await send_schedule(client.generate_at, items)
             return recs, time.process_time() - c0, time.perf_counter() - t0, client._pool._open
 
     recs, cpu, wall, conns = run(go()) if loop == "uvloop" else asyncio.run(go())
     lag = schedule_lag(recs)
-    return {"rate_per_s": rate, "poisson": poisson, "loop": loop, "requests": len(recs), "errors": sum(1 for r in recs if r.error),
-            "achieved_rate_per_s": round(len(recs) / wall), "connections_open": conns, "client_cpu_fraction": round(cpu / wall, 3),
-            **lag.to_dict(), "line": lag.line()}
+    return {
+        "rate_per_s": rate,
+        "poisson": poisson,
+        "loop": loop,
+        "requests": len(recs),
+        "errors": sum(1 for r in recs if r.error),
+        "achieved_rate_per_s": round(len(recs) / wall),
+        "connections_open": conns,
+        "client_cpu_fraction": round(cpu / wall, 3),
+        **lag.to_dict(),
+        "line": lag.line(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,9 +82,23 @@ def main(argv: list[str] | None = None) -> int:
         port = cf._free_port()
         server = cf._start_server(port, 1.0, 1.0, server_cores)
         try:
-            argv_c = cf._pinned(client_cores, [sys.executable, __file__, "--as-client", "--port", str(port),
-                                               "--rate", str(a.rate), "--seconds", str(a.seconds), "--loop", loop]
-                                + (["--poisson"] if poisson else []))
+            argv_c = cf._pinned(
+                client_cores,
+                [
+                    sys.executable,
+                    __file__,
+                    "--as-client",
+                    "--port",
+                    str(port),
+                    "--rate",
+                    str(a.rate),
+                    "--seconds",
+                    str(a.seconds),
+                    "--loop",
+                    loop,
+                ]
+                + (["--poisson"] if poisson else []),
+            )
             p = subprocess.run(argv_c, capture_output=True, text=True, timeout=600)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
             row = json.loads(line[-1]) if line else {"failed": p.stderr[-600:]}
@@ -85,9 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(row), flush=True)
     for r in rows:
         if "line" in r:
-            print(f"{r['loop']:8} {'poisson' if r['poisson'] else 'even   '} {r['rate_per_s']:.0f}/s: {r['line']}; "
-                  f"{r['errors']} errors, client CPU {100 * r['client_cpu_fraction']:.0f} % of a core "
-                  f"(load average {r['loadavg_1m']})")
+            print(
+                f"{r['loop']:8} {'poisson' if r['poisson'] else 'even   '} {r['rate_per_s']:.0f}/s: {r['line']}; "
+                f"{r['errors']} errors, client CPU {100 * r['client_cpu_fraction']:.0f} % of a core "
+                f"(load average {r['loadavg_1m']})"
+            )
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -45,18 +45,34 @@ CONDITIONS = {  # name -> $HARNESS_SIM_BUILD
     "host_load": "--sim-fault slow_host_load=2",
     "parity": "--sim-fault corrupt_host_load",
 }
-WHAT = {"healthy": "healthy (false alarms)", "slower": "(a) everything 10 % slower",
-        "host_load": "(b) host load-back 2x slower", "parity": "(c) corrupt_host_load"}
+WHAT = {
+    "healthy": "healthy (false alarms)",
+    "slower": "(a) everything 10 % slower",
+    "host_load": "(b) host load-back 2x slower",
+    "parity": "(c) corrupt_host_load",
+}
 
 # The model: small (prefill at the cost model's 80K tok/s cap) with a large KV per token (16 layers x
 # 32 KV heads x 128 x bf16 = 256 KiB/token, twice an 8B's), so that in a host-tier hit the
 # modelled load-back (a 1.5K-token prompt: 7 ms at 55 GB/s) is a large share of the TTFT next to
 # the fixed 4 ms batch cost and the simulator's and client's own overhead. The quality arm's churn
 # stays cheap for the same reason.
-MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
-         "intermediate_size": 1024, "num_hidden_layers": 16, "num_attention_heads": 32,
-         "num_key_value_heads": 32, "head_dim": 128, "max_position_embeddings": 32768, "vocab_size": 32000,
-         "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+MODEL = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 1024,
+    "intermediate_size": 1024,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "head_dim": 128,
+    "max_position_embeddings": 32768,
+    "vocab_size": 32000,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+}
 
 
 def scenario_text(model_dir: Path) -> str:
@@ -122,8 +138,14 @@ def run_night(scenario: Path, results_dir: Path, build: str, log: Path) -> tuple
     env = dict(os.environ, HARNESS_SIM_BUILD=build)
     t0 = time.monotonic()
     with open(log, "w") as f:
-        p = subprocess.run([sys.executable, "-m", "harness", "run", str(scenario), "--results-dir", str(results_dir),
-                            "--no-report"], cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, check=False)
+        p = subprocess.run(
+            [sys.executable, "-m", "harness", "run", str(scenario), "--results-dir", str(results_dir), "--no-report"],
+            cwd=REPO,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
     return p.returncode, time.monotonic() - t0
 
 
@@ -135,16 +157,24 @@ def runs_of(results_dir: Path) -> list[Path]:
 def judge(base: Path, cand: Path) -> dict:
     comp = compare_runs(read_run(base), read_run(cand))
     gating = [m for m in comp.metrics if m.gating]
-    return {"candidate": cand.name, "baseline": base.name, "outcome": comp.outcome,
-            "rows": {f"{m.variant}: {m.name}": m.state for m in gating},
-            "change": {f"{m.variant}: {m.name}": m.change for m in gating if m.sample != "verdict"},
-            "mde": {f"{m.variant}: {m.name}": m.mde for m in gating if m.sample != "verdict"},
-            "reasons": comp.reasons[:6]}
+    return {
+        "candidate": cand.name,
+        "baseline": base.name,
+        "outcome": comp.outcome,
+        "rows": {f"{m.variant}: {m.name}": m.state for m in gating},
+        "change": {f"{m.variant}: {m.name}": m.change for m in gating if m.sample != "verdict"},
+        "mde": {f"{m.variant}: {m.name}": m.mde for m in gating if m.sample != "verdict"},
+        "reasons": comp.reasons[:6],
+    }
 
 
 def table(comparisons: dict[str, list[dict]], gate_rows: list[str]) -> str:
-    lines = ["| nights | n | compare FAIL | INCONCLUSIVE | PASS | " + " | ".join(f"`{r}` regression" for r in gate_rows) + " |",
-             "|---|---|---|---|---|" + "---|" * len(gate_rows)]
+    lines = [
+        "| nights | n | compare FAIL | INCONCLUSIVE | PASS | "
+        + " | ".join(f"`{r}` regression" for r in gate_rows)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(gate_rows),
+    ]
     for cond, comps in comparisons.items():
         n = len(comps)
         if not n:
@@ -160,15 +190,21 @@ def margins(comparisons: dict[str, list[dict]], gate_rows: list[str]) -> str:
     """Per timing row and kind of night: the change of the median, median [min, max], and the
     median minimum detectable effect -- how far each is from its threshold."""
     rows = [r for r in gate_rows if any(r in c.get("change", {}) for cs in comparisons.values() for c in cs)]
-    lines = ["| nights | " + " | ".join(f"`{r}` change, median [min, max] (MDE)" for r in rows) + " |",
-             "|---|" + "---|" * len(rows)]
+    lines = [
+        "| nights | " + " | ".join(f"`{r}` change, median [min, max] (MDE)" for r in rows) + " |",
+        "|---|" + "---|" * len(rows),
+    ]
     for cond, comps in comparisons.items():
         cells = []
         for r in rows:
             ch = sorted(c["change"][r] for c in comps if c.get("change", {}).get(r) is not None)
             md = sorted(c["mde"][r] for c in comps if c.get("mde", {}).get(r) is not None)
-            cells.append("—" if not ch else f"{100 * ch[len(ch) // 2]:+.1f} % [{100 * ch[0]:+.1f}, {100 * ch[-1]:+.1f}]"
-                         + ("" if not md else f" (±{100 * md[len(md) // 2]:.1f} %)"))
+            cells.append(
+                "—"
+                if not ch
+                else f"{100 * ch[len(ch) // 2]:+.1f} % [{100 * ch[0]:+.1f}, {100 * ch[-1]:+.1f}]"
+                + ("" if not md else f" (±{100 * md[len(md) // 2]:.1f} %)")
+            )
         lines.append(f"| {WHAT[cond]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -192,18 +228,25 @@ def main() -> int:
         t0 = time.monotonic()
         codes: dict[str, list[int]] = {c: [] for c in CONDITIONS}
         with cf.ThreadPoolExecutor(a.jobs) as pool:
-            futs = {pool.submit(run_night, scenario, dirs[c], CONDITIONS[c], a.out / f"{c}-{i:02d}.log"): (c, i)
-                    for c, i in plan}
+            futs = {
+                pool.submit(run_night, scenario, dirs[c], CONDITIONS[c], a.out / f"{c}-{i:02d}.log"): (c, i)
+                for c, i in plan
+            }
             for k, fut in enumerate(cf.as_completed(futs), 1):
                 c, i = futs[fut]
                 rc, secs = fut.result()
                 codes[c].append(rc)
-                print(f"[{k}/{len(plan)}] {c} night {i}: exit {rc} in {secs:.0f} s "
-                      f"({time.monotonic() - t0:.0f} s so far)", flush=True)
+                print(
+                    f"[{k}/{len(plan)}] {c} night {i}: exit {rc} in {secs:.0f} s "
+                    f"({time.monotonic() - t0:.0f} s so far)",
+                    flush=True,
+                )
         print("run exit codes:", {c: {rc: v.count(rc) for rc in sorted(set(v))} for c, v in codes.items()})
     runs = {c: runs_of(d) for c, d in dirs.items()}
     healthy = runs["healthy"]
-    comparisons: dict[str, list[dict]] = {"healthy": [judge(healthy[i - 1], healthy[i]) for i in range(1, len(healthy))]}
+    comparisons: dict[str, list[dict]] = {
+        "healthy": [judge(healthy[i - 1], healthy[i]) for i in range(1, len(healthy))]
+    }
     for c in ("slower", "host_load", "parity"):
         comparisons[c] = [judge(healthy[i % len(healthy)], r) for i, r in enumerate(runs[c])]
     gate_rows = sorted({r for comps in comparisons.values() for c in comps for r in c["rows"]})

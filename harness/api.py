@@ -57,33 +57,101 @@ RUN_TABLES = ("requests", "samples", "quality", "parity", "summaries", "derived"
 _STR = "string"
 _INT = "Int64"
 
-REQUEST_INTS = ("repeat", "index", "prompt_len", "prompt_tokens", "completion_tokens", "cached_tokens",
-                "cached_device", "cached_host", "cached_storage", "sent_ns", "first_token_ns", "done_ns",
-                "output_len", "n_chunks")
+REQUEST_INTS = (
+    "repeat",
+    "index",
+    "prompt_len",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "cached_device",
+    "cached_host",
+    "cached_storage",
+    "sent_ns",
+    "first_token_ns",
+    "done_ns",
+    "output_len",
+    "n_chunks",
+)
 REQUEST_STRS = ("variant", "workload", "phase", "phase_key", "rid", "finish_reason", "error")
 SAMPLE_INTS = ("t_ns",)
 QUALITY_COLUMNS = {  # column → dtype; the list columns (output ids, logprobs) stay objects
-    "variant": _STR, "arm_role": _STR, "task": _STR, "length_target": _INT, "index": _INT, "seed": _INT,
-    "ask": _INT, "mode": _STR, "prompt_tokens": _INT, "input_hash": _STR, "rid": _STR,
-    "cached_tokens": _INT, "cached_device": _INT, "cached_host": _INT, "text": _STR, "correct": "boolean",
-    "score": float, "finish_reason": _STR, "error": _STR, "sent_ns": _INT, "first_token_ns": _INT, "done_ns": _INT,
+    "variant": _STR,
+    "arm_role": _STR,
+    "task": _STR,
+    "length_target": _INT,
+    "index": _INT,
+    "seed": _INT,
+    "ask": _INT,
+    "mode": _STR,
+    "prompt_tokens": _INT,
+    "input_hash": _STR,
+    "rid": _STR,
+    "cached_tokens": _INT,
+    "cached_device": _INT,
+    "cached_host": _INT,
+    "text": _STR,
+    "correct": "boolean",
+    "score": float,
+    "finish_reason": _STR,
+    "error": _STR,
+    "sent_ns": _INT,
+    "first_token_ns": _INT,
+    "done_ns": _INT,
     "phase_key": _STR,
 }
 PARITY_COLUMNS = {
-    "variant": _STR, "arm": _STR, "task": _STR, "length_target": _INT, "index": _INT, "seed": _INT, "ask": _INT,
-    "token_equal": "boolean", "compared_tokens": _INT, "first_divergence": _INT, "ref_token": _INT,
-    "cand_token": _INT, "cand_in_ref_topk": "boolean", "ref_in_cand_topk": "boolean", "ref_margin": float,
-    "tie_flip": "boolean", "max_abs_dlogprob": float, "kind": _STR, "ref_correct": "boolean",
-    "cand_correct": "boolean", "cand_cached_host": _INT, "noise": "boolean",
+    "variant": _STR,
+    "arm": _STR,
+    "task": _STR,
+    "length_target": _INT,
+    "index": _INT,
+    "seed": _INT,
+    "ask": _INT,
+    "token_equal": "boolean",
+    "compared_tokens": _INT,
+    "first_divergence": _INT,
+    "ref_token": _INT,
+    "cand_token": _INT,
+    "cand_in_ref_topk": "boolean",
+    "ref_in_cand_topk": "boolean",
+    "ref_margin": float,
+    "tie_flip": "boolean",
+    "max_abs_dlogprob": float,
+    "kind": _STR,
+    "ref_correct": "boolean",
+    "cand_correct": "boolean",
+    "cand_cached_host": _INT,
+    "noise": "boolean",
 }
 SUMMARY_COLUMNS = {
-    "variant": _STR, "workload": _STR, "phase": _STR, "phase_key": _STR, "metric": _STR, "unit": _STR,
-    "higher_is_better": "boolean", "n": _INT, "mean": float, "p50": float, "p90": float, "p99": float,
-    "min": float, "max": float, "n_errors": _INT,
+    "variant": _STR,
+    "workload": _STR,
+    "phase": _STR,
+    "phase_key": _STR,
+    "metric": _STR,
+    "unit": _STR,
+    "higher_is_better": "boolean",
+    "n": _INT,
+    "mean": float,
+    "p50": float,
+    "p90": float,
+    "p99": float,
+    "min": float,
+    "max": float,
+    "n_errors": _INT,
 }
 DERIVED_COLUMNS = {"variant": _STR, "workload": _STR, "name": _STR, "value": float}
-VARIANT_COLUMNS = {"variant": _STR, "state": _STR, "cause": _STR, "expect": _STR, "expect_cause": _STR,
-                   "expect_met": "boolean", "hicache": "boolean", "ready_s": float}
+VARIANT_COLUMNS = {
+    "variant": _STR,
+    "state": _STR,
+    "cause": _STR,
+    "expect": _STR,
+    "expect_cause": _STR,
+    "expect_met": "boolean",
+    "hicache": "boolean",
+    "ready_s": float,
+}
 QUALITY_PHASES = {"cold": "quality_cold", "reask": "quality_reask"}
 
 
@@ -125,7 +193,9 @@ def _cast(s: pd.Series, dtype: Any) -> pd.Series:
         num = pd.to_numeric(s, errors="coerce")
         return num.round().astype(_INT) if num.dtype.kind == "f" else num.astype(_INT)
     if dtype == "boolean":
-        return s.map(lambda v: pd.NA if v is None or (isinstance(v, float) and np.isnan(v)) else bool(v)).astype("boolean")
+        return s.map(lambda v: pd.NA if v is None or (isinstance(v, float) and np.isnan(v)) else bool(v)).astype(
+            "boolean"
+        )
     if dtype is float:
         return pd.to_numeric(s, errors="coerce").astype(float)
     if dtype == _STR:
@@ -243,10 +313,18 @@ def _variants_table(run: results.LoadedRun) -> pd.DataFrame:
     for entry, v in zip(run.manifest.get("variants") or [], run.variants):
         st = v.status or {}
         hicache = entry.get("hicache") if isinstance(entry, dict) else None
-        rows.append({"variant": v.name, "state": st.get("state"), "cause": st.get("cause"),
-                     "expect": st.get("expect", "ok"), "expect_cause": st.get("expect_cause"),
-                     "expect_met": st.get("expect_met"), "hicache": hicache is not None if isinstance(entry, dict)
-                     and "hicache" in entry else None, "ready_s": st.get("ready_s")})
+        rows.append(
+            {
+                "variant": v.name,
+                "state": st.get("state"),
+                "cause": st.get("cause"),
+                "expect": st.get("expect", "ok"),
+                "expect_cause": st.get("expect_cause"),
+                "expect_met": st.get("expect_met"),
+                "hicache": hicache is not None if isinstance(entry, dict) and "hicache" in entry else None,
+                "ready_s": st.get("ready_s"),
+            }
+        )
     return _typed(pd.DataFrame(rows), VARIANT_COLUMNS)
 
 
@@ -260,10 +338,21 @@ def load_run(path: str | Path) -> Run:
     requests = _type_requests(pd.concat(req, ignore_index=True) if req else frames.requests_frame(empty))
     samples = _type_samples(pd.concat(smp, ignore_index=True) if smp else frames.samples_frame(empty))
     m = run.manifest
-    return Run(path=run.paths.root, run_id=run.run_id, scenario=run.scenario_name, manifest=m,
-               complete=run.complete, simulated=bool(m.get("simulated")), requests=requests, samples=samples,
-               quality=_quality_table(run), parity=_parity_table(run), summaries=_summaries_table(run),
-               derived=_derived_table(run), variants=_variants_table(run))
+    return Run(
+        path=run.paths.root,
+        run_id=run.run_id,
+        scenario=run.scenario_name,
+        manifest=m,
+        complete=run.complete,
+        simulated=bool(m.get("simulated")),
+        requests=requests,
+        samples=samples,
+        quality=_quality_table(run),
+        parity=_parity_table(run),
+        summaries=_summaries_table(run),
+        derived=_derived_table(run),
+        variants=_variants_table(run),
+    )
 
 
 # ----------------------------------------------------------------------------- a history
@@ -298,17 +387,34 @@ def load_runs(results_dir: str | Path, scenario: str) -> History:
             continue
         m = run.manifest
         created = pd.to_datetime(m.get("created_at"), utc=True, errors="coerce")
-        runs.append({"run_id": run.run_id, "created_at": created, "complete": run.complete,
-                     "simulated": bool(m.get("simulated")),
-                     "scenario_hash": (m.get("scenario") or {}).get("hash"),
-                     "sglang": (m.get("sglang") or {}).get("version"), "path": str(path)})
+        runs.append(
+            {
+                "run_id": run.run_id,
+                "created_at": created,
+                "complete": run.complete,
+                "simulated": bool(m.get("simulated")),
+                "scenario_hash": (m.get("scenario") or {}).get("hash"),
+                "sglang": (m.get("sglang") or {}).get("version"),
+                "path": str(path),
+            }
+        )
         for table, out in ((s, summaries), (d, derived)):
             t = table.copy()
             t.insert(0, "created_at", created)
             t.insert(0, "run_id", run.run_id)
             out.append(t)
-    runs_df = _typed(pd.DataFrame(runs), {"run_id": _STR, "created_at": "datetime64[ns, UTC]", "complete": bool,
-                                          "simulated": bool, "scenario_hash": _STR, "sglang": _STR, "path": _STR})
+    runs_df = _typed(
+        pd.DataFrame(runs),
+        {
+            "run_id": _STR,
+            "created_at": "datetime64[ns, UTC]",
+            "complete": bool,
+            "simulated": bool,
+            "scenario_hash": _STR,
+            "sglang": _STR,
+            "path": _STR,
+        },
+    )
 
     def stack(parts: list[pd.DataFrame], columns: dict[str, Any]) -> pd.DataFrame:
         head = {"run_id": _STR, "created_at": "datetime64[ns, UTC]"}
@@ -316,8 +422,13 @@ def load_runs(results_dir: str | Path, scenario: str) -> History:
             return _typed(pd.DataFrame(), {**head, **columns})
         return _typed(pd.concat(parts, ignore_index=True), {**head, **columns})
 
-    return History(scenario=name, runs=runs_df, summaries=stack(summaries, SUMMARY_COLUMNS),
-                   derived=stack(derived, DERIVED_COLUMNS), problems=problems)
+    return History(
+        scenario=name,
+        runs=runs_df,
+        summaries=stack(summaries, SUMMARY_COLUMNS),
+        derived=stack(derived, DERIVED_COLUMNS),
+        problems=problems,
+    )
 
 
 # ----------------------------------------------------------------------------- a comparison
@@ -347,15 +458,41 @@ class Comparison:
 
 
 METRIC_COLUMNS = {
-    "variant": _STR, "workload": _STR, "phase": _STR, "phase_key": _STR, "metric": _STR, "unit": _STR,
-    "higher_is_better": "boolean", "baseline_p50": float, "candidate_p50": float, "n_baseline": _INT,
-    "n_candidate": _INT, "change": float, "threshold": float, "test": _STR, "p_value": float, "state": _STR,
+    "variant": _STR,
+    "workload": _STR,
+    "phase": _STR,
+    "phase_key": _STR,
+    "metric": _STR,
+    "unit": _STR,
+    "higher_is_better": "boolean",
+    "baseline_p50": float,
+    "candidate_p50": float,
+    "n_baseline": _INT,
+    "n_candidate": _INT,
+    "change": float,
+    "threshold": float,
+    "test": _STR,
+    "p_value": float,
+    "state": _STR,
     "note": _STR,
 }
-COMPARED_VARIANT_COLUMNS = {"variant": _STR, "baseline_state": _STR, "candidate_state": _STR, "state": _STR,
-                            "note": _STR}
-EXPECTATION_COLUMNS = {"check": _STR, "variant": _STR, "metric": _STR, "op": _STR, "actual": object,
-                       "outcome": _STR, "failed": "boolean", "reason": _STR}
+COMPARED_VARIANT_COLUMNS = {
+    "variant": _STR,
+    "baseline_state": _STR,
+    "candidate_state": _STR,
+    "state": _STR,
+    "note": _STR,
+}
+EXPECTATION_COLUMNS = {
+    "check": _STR,
+    "variant": _STR,
+    "metric": _STR,
+    "op": _STR,
+    "actual": object,
+    "outcome": _STR,
+    "failed": "boolean",
+    "reason": _STR,
+}
 
 
 def load_comparison(path: str | Path) -> Comparison:
@@ -370,11 +507,17 @@ def load_comparison(path: str | Path) -> Comparison:
     if len(metrics):
         metrics["phase_key"] = [phase_key(w, ph) for w, ph in zip(metrics["workload"], metrics["phase"])]
     return Comparison(
-        path=p, verdict=str(data.get("verdict")), simulated=bool(data.get("simulated")),
-        candidate=data.get("candidate") or {}, baseline=data.get("baseline"),
-        reasons=list(data.get("reasons") or []), metrics=_typed(metrics, METRIC_COLUMNS),
+        path=p,
+        verdict=str(data.get("verdict")),
+        simulated=bool(data.get("simulated")),
+        candidate=data.get("candidate") or {},
+        baseline=data.get("baseline"),
+        reasons=list(data.get("reasons") or []),
+        metrics=_typed(metrics, METRIC_COLUMNS),
         variants=_typed(pd.DataFrame(_dicts(data.get("variants"))), COMPARED_VARIANT_COLUMNS),
-        expectations=_typed(pd.DataFrame(_dicts(data.get("expectations"))), EXPECTATION_COLUMNS), raw=data)
+        expectations=_typed(pd.DataFrame(_dicts(data.get("expectations"))), EXPECTATION_COLUMNS),
+        raw=data,
+    )
 
 
 def _dicts(items: Any) -> list[dict]:

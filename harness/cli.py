@@ -20,11 +20,15 @@ from harness.optional import MissingExtra, require_extra
 from harness.progress import plural
 from harness.verdict import Outcome
 
-DESCRIPTION = ("Benchmark and regression harness for SGLang's hierarchical KV cache (HiCache): run a "
-               "scenario (one server per variant), compare runs, draw reports.")
-EPILOG = ("Exit codes: 0 pass, 1 regression / failed expectation / unexpected variant failure, 2 bad "
-          "input (or a missing optional extra), 3 the harness or its environment broke, 4 inconclusive, "
-          "130 interrupted. Docs: README.md and docs/ in the repository.")
+DESCRIPTION = (
+    "Benchmark and regression harness for SGLang's hierarchical KV cache (HiCache): run a "
+    "scenario (one server per variant), compare runs, draw reports."
+)
+EPILOG = (
+    "Exit codes: 0 pass, 1 regression / failed expectation / unexpected variant failure, 2 bad "
+    "input (or a missing optional extra), 3 the harness or its environment broke, 4 inconclusive, "
+    "130 interrupted. Docs: README.md and docs/ in the repository."
+)
 
 # Each command imports its modules when it runs, so that `--help` and `validate` stay fast.
 
@@ -47,9 +51,11 @@ def _load_scenario_or_exit(path: str):
 def cmd_validate(args) -> int:
     scenario = _load_scenario_or_exit(args.scenario)
     variants = scenario.expand_variants()
-    print(f"{args.scenario}: ok — scenario {scenario.name!r}, backend {scenario.server.backend}, "
-          f"{plural(len(variants), 'variant')} ({', '.join(v.name for v in variants)}), "
-          f"{plural(len(scenario.workloads), 'workload')}")
+    print(
+        f"{args.scenario}: ok — scenario {scenario.name!r}, backend {scenario.server.backend}, "
+        f"{plural(len(variants), 'variant')} ({', '.join(v.name for v in variants)}), "
+        f"{plural(len(scenario.workloads), 'workload')}"
+    )
     return ExitCode.OK
 
 
@@ -156,13 +162,17 @@ def cmd_merge(args) -> int:
         print(f"harness merge: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     plan = merged.plan
-    print(f"merged: {merged.root} ({len(plan.order)} variants from {len(plan.sources)} runs"
-          f"{'' if plan.complete else ', INCOMPLETE'})")
+    print(
+        f"merged: {merged.root} ({len(plan.order)} variants from {len(plan.sources)} runs"
+        f"{'' if plan.complete else ', INCOMPLETE'})"
+    )
     for d in plan.dropped:
         if d["role"] == "support":
             continue  # a shard's own parity baseline: expected, not news
-        print(f"  kept {d['variant']} from {d['kept_from']}, dropped the copy in {d['run_id']} ({d['role']}, "
-              f"{d['state']})")
+        print(
+            f"  kept {d['variant']} from {d['kept_from']}, dropped the copy in {d['run_id']} ({d['role']}, "
+            f"{d['state']})"
+        )
     for p in plan.problems:
         print(f"  incomplete: {p}", file=sys.stderr)
     if not plan.complete:
@@ -199,15 +209,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reports-dir", default="reports", help="where HTML reports go (default: reports)")
     s.add_argument("--only", action="append", metavar="VARIANT", help="run only this variant (repeatable)")
     s.add_argument("--dry-run", action="store_true", help="print each variant's argv and env; start nothing")
-    s.add_argument("--preflight", choices=["warn", "strict", "off"],
-                   help="host-memory preflight: warn (launch anyway) or strict (refuse before launch)")
-    s.add_argument("--shard", metavar="I/N", help="run only shard I of N of the variants "
-                   "(e.g. from $SLURM_ARRAY_TASK_ID or a CI matrix)")
+    s.add_argument(
+        "--preflight",
+        choices=["warn", "strict", "off"],
+        help="host-memory preflight: warn (launch anyway) or strict (refuse before launch)",
+    )
+    s.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only shard I of N of the variants (e.g. from $SLURM_ARRAY_TASK_ID or a CI matrix)",
+    )
     s.add_argument("--no-report", action="store_true", help="do not write the HTML report at the end")
-    s.add_argument("--probe", action="store_true",
-                   help="run the platform probes (quick) before the first variant; kept in the manifest")
-    s.add_argument("--resume", metavar="RUN_DIR",
-                   help="continue an interrupted run: skip complete variants, rerun the rest")
+    s.add_argument(
+        "--probe",
+        action="store_true",
+        help="run the platform probes (quick) before the first variant; kept in the manifest",
+    )
+    s.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue an interrupted run: skip complete variants, rerun the rest"
+    )
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("report", help="write the self-contained HTML report of a run")
@@ -220,8 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--baseline", required=True, help="baseline run folder, or 'latest' (last good run)")
     s.add_argument("--results-dir", default="results", help="where to look for 'latest' (default: results)")
     s.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
-    s.add_argument("--markdown", metavar="FILE", help="write a Markdown summary here "
-                   "(also appended to $GITHUB_STEP_SUMMARY when set)")
+    s.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="write a Markdown summary here (also appended to $GITHUB_STEP_SUMMARY when set)",
+    )
     s.set_defaults(func=_delegate("harness.commands.compare", "stats"))
 
     s = sub.add_parser("history", help="trend page of a scenario's runs, with change points")
@@ -230,8 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--reports-dir", default="reports")
     s.set_defaults(func=_delegate("harness.commands.history", "report"))
 
-    s = sub.add_parser("load", help="a run's tables (requests, samples, quality, parity, summaries): print "
-                       "their shapes and heads, or write them as CSV or Parquet files")
+    s = sub.add_parser(
+        "load",
+        help="a run's tables (requests, samples, quality, parity, summaries): print "
+        "their shapes and heads, or write them as CSV or Parquet files",
+    )
     s.add_argument("run", help="run folder")
     s.add_argument("--csv", metavar="DIR", help="write each table as DIR/<table>.csv")
     s.add_argument("--parquet", metavar="DIR", help="write each table as DIR/<table>.parquet (needs pyarrow)")
@@ -275,8 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         return getattr(importlib.import_module(module), func)(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return args.func(args)
     except MissingExtra as exc:  # an optional extra this command needs: one line, never a traceback

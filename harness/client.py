@@ -90,6 +90,7 @@ def _encode(body: dict[str, Any]) -> bytes:
             pass
     return json.dumps(body, separators=(",", ":")).encode()
 
+
 StreamMode = Literal["auto", "cumulative", "incremental"]
 Api = Literal["generate", "completions"]
 
@@ -366,11 +367,11 @@ class StreamAccumulator:
         if self.mode == "cumulative" and not self._text_incremental and self._revises(t):
             # decided by the ids: each chunk's text is the whole text (a detokenizer may revise
             # the last few characters: an incomplete UTF-8 sequence resolved)
-            new = t[len(self.text):] if t.startswith(self.text) else t
+            new = t[len(self.text) :] if t.startswith(self.text) else t
             self.text = t
             return new
         if not self._text_incremental and t.startswith(self.text):
-            new = t[len(self.text):]
+            new = t[len(self.text) :]
             self.text = t
             return new
         self._text_incremental = True
@@ -443,8 +444,7 @@ class StreamAccumulator:
             toks = lp.get("tokens") if type(lp) is dict else None
             new_n += len(toks) if type(toks) is list else (1 if delta else 0)
             if type(lp) is dict and type(lp.get("token_logprobs")) is list:
-                self.output_logprobs = (self.output_logprobs or []) + [
-                    x for x in lp["token_logprobs"] if x is not None]
+                self.output_logprobs = (self.output_logprobs or []) + [x for x in lp["token_logprobs"] if x is not None]
             if choice.get("finish_reason") is not None:
                 self.finish_reason = _clip(str(choice["finish_reason"]), 60)
         if len(self.text or "") > self.max_text_chars:
@@ -562,22 +562,39 @@ class StreamAccumulator:
         self.check_answer()
         return self.cached_device, self.cached_host, self.cached_storage
 
-    def to_record(self, labels: Labels, *, rid: str, prompt_len: int, input_hash_: str,
-                  wall_start: float, sent_ns: int) -> RequestRecord:
+    def to_record(
+        self, labels: Labels, *, rid: str, prompt_len: int, input_hash_: str, wall_start: float, sent_ns: int
+    ) -> RequestRecord:
         self.check_answer()
         return RequestRecord(
-            variant=labels.variant, workload=labels.workload, phase=labels.phase,
-            repeat=labels.repeat, index=labels.index, rid=rid, warmup=labels.warmup,
-            concurrency_group=labels.concurrency_group, prompt_len=prompt_len,
-            input_hash=input_hash_, wall_start=wall_start, sent_ns=sent_ns,
-            first_token_ns=self.first_token_ns, chunk_ns=list(self.chunk_ns),
-            chunk_new_tokens=list(self.chunk_new_tokens), done_ns=self.done_ns,
-            prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-            cached_tokens=self.cached_tokens, cached_device=self.cached_device,
-            cached_host=self.cached_host, cached_storage=self.cached_storage,
-            output_ids=list(self.output_ids), text=self.text,
-            output_logprobs=self.output_logprobs, top_logprobs=self.top_logprobs,
-            finish_reason=self.finish_reason, error=self.error,
+            variant=labels.variant,
+            workload=labels.workload,
+            phase=labels.phase,
+            repeat=labels.repeat,
+            index=labels.index,
+            rid=rid,
+            warmup=labels.warmup,
+            concurrency_group=labels.concurrency_group,
+            prompt_len=prompt_len,
+            input_hash=input_hash_,
+            wall_start=wall_start,
+            sent_ns=sent_ns,
+            first_token_ns=self.first_token_ns,
+            chunk_ns=list(self.chunk_ns),
+            chunk_new_tokens=list(self.chunk_new_tokens),
+            done_ns=self.done_ns,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cached_tokens=self.cached_tokens,
+            cached_device=self.cached_device,
+            cached_host=self.cached_host,
+            cached_storage=self.cached_storage,
+            output_ids=list(self.output_ids),
+            text=self.text,
+            output_logprobs=self.output_logprobs,
+            top_logprobs=self.top_logprobs,
+            finish_reason=self.finish_reason,
+            error=self.error,
         )
 
 
@@ -669,8 +686,14 @@ class _Prepared:
     scheduled_ns: int | None
 
     def record(self, wall_start: float, sent_ns: int) -> RequestRecord:
-        rec = self.acc.to_record(self.labels, rid=self.rid, prompt_len=self.prompt_len,
-                                 input_hash_=self.ihash, wall_start=wall_start, sent_ns=sent_ns)
+        rec = self.acc.to_record(
+            self.labels,
+            rid=self.rid,
+            prompt_len=self.prompt_len,
+            input_hash_=self.ihash,
+            wall_start=wall_start,
+            sent_ns=sent_ns,
+        )
         rec.scheduled_ns = self.scheduled_ns
         return rec
 
@@ -681,23 +704,31 @@ class StreamingClient:
     (`flush_cache`) through httpx (`transport` applies to those only). `generate` returns a
     record for every outcome; `generate_at` sends at a given instant (`harness.schedule`)."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 300.0, api: Api = "generate",
-                 stream_mode: StreamMode = "auto", max_connections: int = 4096,
-                 model: str = "default", transport: httpx.AsyncBaseTransport | None = None,
-                 max_line_bytes: int = MAX_LINE_BYTES) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 300.0,
+        api: Api = "generate",
+        stream_mode: StreamMode = "auto",
+        max_connections: int = 4096,
+        model: str = "default",
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.api: Api = api
         self.stream_mode: StreamMode = stream_mode
         self.model = model
         self.max_line_bytes = max_line_bytes
-        self._pool = http1.Pool(self.base_url, max_connections=max_connections,
-                                connect_timeout_s=min(30.0, timeout_s))
+        self._pool = http1.Pool(self.base_url, max_connections=max_connections, connect_timeout_s=min(30.0, timeout_s))
         # Control requests only (flush_cache): fidelity does not matter there.
         timeout = httpx.Timeout(timeout_s, connect=min(30.0, timeout_s), pool=None)
         # identity: a compressed answer could expand past a byte bound in a single read
-        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout,
-                                       transport=transport, trust_env=False, headers=IDENTITY)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, timeout=timeout, transport=transport, trust_env=False, headers=IDENTITY
+        )
 
     async def aclose(self) -> None:
         await self._pool.aclose()
@@ -731,7 +762,9 @@ class StreamingClient:
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": req.input_ids if req.input_ids is not None else req.text,
-            "max_tokens": req.max_new_tokens, "temperature": req.temperature, "stream": True,
+            "max_tokens": req.max_new_tokens,
+            "temperature": req.temperature,
+            "stream": True,
             "stream_options": {"include_usage": True},
         }
         if req.ignore_eos:
@@ -742,30 +775,57 @@ class StreamingClient:
         return body
 
     # -- request ---------------------------------------------------------------------------
-    def _prepare(self, req: GenerateRequest, labels: Labels, rid: str | None, api: Api | None,
-                 scheduled_ns: int | None) -> "_Prepared":
+    def _prepare(
+        self, req: GenerateRequest, labels: Labels, rid: str | None, api: Api | None, scheduled_ns: int | None
+    ) -> "_Prepared":
         """Everything a request needs before it is sent (body bytes, accumulator)."""
         api = api or self.api
-        rid = rid or f"{labels.workload or 'req'}-{labels.phase}-r{labels.repeat}-{labels.index}-{uuid.uuid4().hex[:12]}"
+        rid = (
+            rid or f"{labels.workload or 'req'}-{labels.phase}-r{labels.repeat}-{labels.index}-{uuid.uuid4().hex[:12]}"
+        )
         if api == "generate":
             path, body = "/generate", self._generate_body(req, rid)
         else:
             path, body = "/v1/completions", self._completions_body(req)
         acc = StreamAccumulator(self.stream_mode, max_new_tokens=_max_new(body, api))
         prompt_len = labels.prompt_len if labels.prompt_len is not None else req.prompt_len
-        return _Prepared(labels, rid, prompt_len, input_hash(req.input_ids, req.text), path,
-                         _encode(body), acc, _SseReader(acc, api, self.max_line_bytes), scheduled_ns)
+        return _Prepared(
+            labels,
+            rid,
+            prompt_len,
+            input_hash(req.input_ids, req.text),
+            path,
+            _encode(body),
+            acc,
+            _SseReader(acc, api, self.max_line_bytes),
+            scheduled_ns,
+        )
 
-    async def generate(self, req: GenerateRequest, labels: Labels = Labels(), *,
-                       abort: Abort | None = None, timeout_s: float | None = None,
-                       rid: str | None = None, api: Api | None = None) -> RequestRecord:
+    async def generate(
+        self,
+        req: GenerateRequest,
+        labels: Labels = Labels(),
+        *,
+        abort: Abort | None = None,
+        timeout_s: float | None = None,
+        rid: str | None = None,
+        api: Api | None = None,
+    ) -> RequestRecord:
         """Send one streaming request; return its record. Never raises for server failures
         (cancelling the caller still propagates). `api` overrides the client's default."""
         return await self._run(self._prepare(req, labels, rid, api, None), abort, timeout_s)
 
-    async def generate_at(self, t_ns: int, req: GenerateRequest, labels: Labels = Labels(), *,
-                          abort: Abort | None = None, timeout_s: float | None = None,
-                          rid: str | None = None, api: Api | None = None) -> RequestRecord:
+    async def generate_at(
+        self,
+        t_ns: int,
+        req: GenerateRequest,
+        labels: Labels = Labels(),
+        *,
+        abort: Abort | None = None,
+        timeout_s: float | None = None,
+        rid: str | None = None,
+        api: Api | None = None,
+    ) -> RequestRecord:
         """`generate`, sent at the instant `t_ns` (`time.perf_counter_ns()`), or at once when that
         has passed: the body is built first, then the send waits (`harness.schedule.sleep_until_ns`)
         and goes out on an idle connection without another turn of the event loop. The record's
@@ -792,8 +852,10 @@ class StreamingClient:
             ex = None if fresh else self._pool.start("POST", p.path, p.payload, p.reader)
             if ex is None:  # no idle connection: open one (or wait for one), within the limit
                 try:
-                    ex = await asyncio.wait_for(self._pool.send("POST", p.path, p.payload, p.reader, fresh=fresh),
-                                                max(0.0, deadline - loop.time()))
+                    ex = await asyncio.wait_for(
+                        self._pool.send("POST", p.path, p.payload, p.reader, fresh=fresh),
+                        max(0.0, deadline - loop.time()),
+                    )
                 except asyncio.TimeoutError:
                     acc.error = (abort.reason if abort is not None and abort.fired else None) or "timeout"
                     return p.record(wall, sent)
@@ -810,16 +872,20 @@ class StreamingClient:
                 fresh = True  # a kept-alive connection the server had closed: once more, on a new one
                 continue
             if ex.error is not None and acc.error is None:
-                acc.error = ex.error.kind if ex.error.kind in ("timeout", "connection") else \
-                    f"protocol: {_clip(ex.error.detail)}"
+                acc.error = (
+                    ex.error.kind
+                    if ex.error.kind in ("timeout", "connection")
+                    else f"protocol: {_clip(ex.error.detail)}"
+                )
             break
         if acc.error is None and not acc.done:
             acc.error = "protocol: stream ended without [DONE]"
         return p.record(wall, sent)
 
     @staticmethod
-    async def _wait(ex: http1.Exchange, loop: asyncio.AbstractEventLoop, deadline: float,
-                    abort: Abort | None) -> str | None:
+    async def _wait(
+        ex: http1.Exchange, loop: asyncio.AbstractEventLoop, deadline: float, abort: Abort | None
+    ) -> str | None:
         """Wait for the exchange to finish; "timeout" or the abort reason if that came first
         (then the connection is closed). Cancelling the caller closes it too."""
         fut = ex.waiter

@@ -31,8 +31,7 @@ def take_baseline(
     read_gpu: Callable[[], dict[int, float] | None] = nvml.read_gpu_mem_used_mib,
 ) -> Baseline:
     """Capture pre-launch MemAvailable and per-GPU memory used."""
-    return Baseline(mem_available_kib=int(read_mem_available()), gpu_mem_used_mib=read_gpu(),
-                    wall_time=time.time())
+    return Baseline(mem_available_kib=int(read_mem_available()), gpu_mem_used_mib=read_gpu(), wall_time=time.time())
 
 
 @dataclass(frozen=True)
@@ -107,18 +106,26 @@ def wait(
     else:
         parts = []
         if not mem_ok:
-            parts.append(f"MemAvailable {shortfall / 1024**2:.2f} GiB below the pre-launch value "
-                         f"(tolerance {mem_tolerance_gib:g} GiB)")
+            parts.append(
+                f"MemAvailable {shortfall / 1024**2:.2f} GiB below the pre-launch value "
+                f"(tolerance {mem_tolerance_gib:g} GiB)"
+            )
         for idx in high:
             before = (baseline.gpu_mem_used_mib or {}).get(idx)
             now = (gpu_now or {}).get(idx)
-            parts.append(f"GPU {idx} memory used {now} MiB vs {before} MiB before launch "
-                         f"(tolerance {gpu_tol:g} MiB)")
+            parts.append(f"GPU {idx} memory used {now} MiB vs {before} MiB before launch (tolerance {gpu_tol:g} MiB)")
         reason = f"not clean after {waited:.1f} s: " + "; ".join(parts)
     return CooldownResult(
-        clean=clean, waited_s=round(waited, 3), mem_available_kib_baseline=baseline.mem_available_kib,
-        mem_available_kib_now=mem_now, mem_shortfall_kib=shortfall,
-        gpu_mem_used_mib_baseline=baseline.gpu_mem_used_mib, gpu_mem_used_mib_now=gpu_now,
-        reason=reason, polls=polls, tolerance_kib=tol_kib, gpu_tolerance_mib=gpu_tol,
+        clean=clean,
+        waited_s=round(waited, 3),
+        mem_available_kib_baseline=baseline.mem_available_kib,
+        mem_available_kib_now=mem_now,
+        mem_shortfall_kib=shortfall,
+        gpu_mem_used_mib_baseline=baseline.gpu_mem_used_mib,
+        gpu_mem_used_mib_now=gpu_now,
+        reason=reason,
+        polls=polls,
+        tolerance_kib=tol_kib,
+        gpu_tolerance_mib=gpu_tol,
         still_high_gpus=high,
     )

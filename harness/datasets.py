@@ -77,8 +77,9 @@ class DatasetRequest:
 def _read_text(path: str | Path) -> str:
     p = Path(path)
     if not p.is_file():
-        raise DatasetError(f"{p}: no such file (datasets are never downloaded: put the file there, "
-                           "see docs/scenario-format.md)")
+        raise DatasetError(
+            f"{p}: no such file (datasets are never downloaded: put the file there, see docs/scenario-format.md)"
+        )
     if p.stat().st_size > MAX_FILE_BYTES:
         raise DatasetError(f"{p}: {p.stat().st_size:,} bytes, more than {MAX_FILE_BYTES:,}")
     try:
@@ -141,7 +142,7 @@ def _qa_pairs(value: Any, where: str) -> list[tuple[str, str | None]]:
         except (ValueError, SyntaxError) as exc:
             raise DatasetError(f"{where}: qa_pairs is neither a list nor a Python literal ({exc})") from None
     if not isinstance(value, list):
-        raise DatasetError(f"{where}: qa_pairs must be a list of {{\"Q\": ..., \"A\": ...}}")
+        raise DatasetError(f'{where}: qa_pairs must be a list of {{"Q": ..., "A": ...}}')
     out = []
     for qa in value:
         if isinstance(qa, dict):
@@ -183,12 +184,17 @@ def load_doc_qa(path: str | Path) -> list[DatasetRequest]:
             q = row.get("input")
             pairs = [(q, _answer(row.get("answers")))] if isinstance(q, str) and q else []
         if not isinstance(document, str) or not document:
-            raise DatasetError(f"{where}: no document (expected \"input\" with qa_pairs, or \"context\")")
+            raise DatasetError(f'{where}: no document (expected "input" with qa_pairs, or "context")')
         group = docs.setdefault(document, len(docs))
         for q, a in pairs:
-            out.append(DatasetRequest(index=len(out), parts=(DOC_TEMPLATE.format(document=document),
-                                                             QUESTION_TEMPLATE.format(question=q)),
-                                      reply=a, group=group))
+            out.append(
+                DatasetRequest(
+                    index=len(out),
+                    parts=(DOC_TEMPLATE.format(document=document), QUESTION_TEMPLATE.format(question=q)),
+                    reply=a,
+                    group=group,
+                )
+            )
     return out
 
 
@@ -212,16 +218,24 @@ def load_mooncake(path: str | Path) -> list[DatasetRequest]:
         hashes = row.get("hash_ids", [])
         if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
             raise DatasetError(f"{where}: hash_ids must be a list of integers")
-        out.append(DatasetRequest(index=n - 1, timestamp_ms=float(ts),
-                                  input_length=_int_field(row, "input_length", where, minimum=1),
-                                  output_length=_int_field(row, "output_length", where, minimum=1, default=1),
-                                  hash_ids=tuple(hashes)))
+        out.append(
+            DatasetRequest(
+                index=n - 1,
+                timestamp_ms=float(ts),
+                input_length=_int_field(row, "input_length", where, minimum=1),
+                output_length=_int_field(row, "output_length", where, minimum=1, default=1),
+                hash_ids=tuple(hashes),
+            )
+        )
     out.sort(key=lambda r: r.timestamp_ms or 0.0)
     return out
 
 
 _LOADERS: dict[str, Callable[[str | Path], list[DatasetRequest]]] = {
-    "sharegpt": load_sharegpt, "doc_qa": load_doc_qa, "mooncake": load_mooncake}
+    "sharegpt": load_sharegpt,
+    "doc_qa": load_doc_qa,
+    "mooncake": load_mooncake,
+}
 
 
 def load_dataset(fmt: str, path: str | Path) -> list[DatasetRequest]:
@@ -281,8 +295,10 @@ class WordIds:
         self.span = max(1, vocab_size - FIRST_REGULAR_ID)
 
     def encode(self, text: str) -> list[int]:
-        return [FIRST_REGULAR_ID + int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
-                % self.span for w in _WORD.findall(text)]
+        return [
+            FIRST_REGULAR_ID + int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little") % self.span
+            for w in _WORD.findall(text)
+        ]
 
 
 class PartIds:

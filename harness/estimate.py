@@ -232,13 +232,23 @@ class RunEstimate:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(sent_tokens=self.sent_tokens, computed_tokens=self.computed_tokens,
-                 expected_tokens=self.expected_tokens, seconds=self.seconds,
-                 expected_seconds=self.expected_seconds, over_limit=self.over_limit)
+        d.update(
+            sent_tokens=self.sent_tokens,
+            computed_tokens=self.computed_tokens,
+            expected_tokens=self.expected_tokens,
+            seconds=self.seconds,
+            expected_seconds=self.expected_seconds,
+            over_limit=self.over_limit,
+        )
         for vd, v in zip(d["variants"], self.variants):
-            vd.update(sent_tokens=v.sent_tokens, computed_tokens=v.computed_tokens,
-                      expected_tokens=v.expected_tokens, seconds=v.seconds, expected_seconds=v.expected_seconds,
-                      warnings=list(v.all_warnings))
+            vd.update(
+                sent_tokens=v.sent_tokens,
+                computed_tokens=v.computed_tokens,
+                expected_tokens=v.expected_tokens,
+                seconds=v.seconds,
+                expected_seconds=v.expected_seconds,
+                warnings=list(v.all_warnings),
+            )
         return d
 
     def to_lines(self) -> list[str]:
@@ -249,13 +259,13 @@ class RunEstimate:
         speed += f", decode {_num(self.decode_tok_s)} tok/s" if self.decode_tok_s else ", decode not counted"
         speed += f", {_num(self.startup_s)} s per server start" if self.startup_s else ", starts not counted"
         lines = [f"estimate for {self.scenario}: {speed}, {self.repeats} repeat{'s' if self.repeats != 1 else ''}"]
-        head = ("variant", "expect", "GPU pool", "host pool", "prefill tokens", "computed max", "est. min",
-                "max min")
+        head = ("variant", "expect", "GPU pool", "host pool", "prefill tokens", "computed max", "est. min", "max min")
         rows = []
         for v in self.variants:
             expect = v.expect if v.expect == "ok" else f"{v.expect}:{v.expect_cause or '?'}"
-            gpu = _tok(v.pool.gpu_tokens) + ("" if v.pool.source == POOL_ARG or not v.pool.known
-                                              else f" ({v.pool.source})")
+            gpu = _tok(v.pool.gpu_tokens) + (
+                "" if v.pool.source == POOL_ARG or not v.pool.known else f" ({v.pool.source})"
+            )
             if not v.hicache:
                 host = "-"
             elif v.pool.host_tokens is None:
@@ -266,15 +276,36 @@ class RunEstimate:
                     host += f" {v.pool.host_gb_per_rank:.2f} GB/rank"
             if v.expect != "ok":
                 host += f", {v.startup_attempts} start{'s' if v.startup_attempts != 1 else ''}"
-            rows.append((v.name, expect, gpu, host, _tok(v.sent_tokens), _tok(v.computed_tokens),
-                         _min(v.expected_seconds), _min(v.seconds)))
-        rows.append(("total", "", "", "", _tok(self.sent_tokens), _tok(self.computed_tokens),
-                     _min(self.expected_seconds), _min(self.seconds)))
+            rows.append(
+                (
+                    v.name,
+                    expect,
+                    gpu,
+                    host,
+                    _tok(v.sent_tokens),
+                    _tok(v.computed_tokens),
+                    _min(v.expected_seconds),
+                    _min(v.seconds),
+                )
+            )
+        rows.append(
+            (
+                "total",
+                "",
+                "",
+                "",
+                _tok(self.sent_tokens),
+                _tok(self.computed_tokens),
+                _min(self.expected_seconds),
+                _min(self.seconds),
+            )
+        )
         widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
 
         def fmt(r: Sequence[str]) -> str:
-            return "  ".join(str(c).ljust(w) if i < 4 else str(c).rjust(w)
-                             for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            return "  ".join(
+                str(c).ljust(w) if i < 4 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+            ).rstrip()
 
         rule = "  ".join("-" * w for w in widths)
         lines += [fmt(head), rule, *(fmt(r) for r in rows[:-1]), rule, fmt(rows[-1])]
@@ -333,9 +364,14 @@ def _weight_bytes_per_rank(shape: ModelShape, tp: int) -> float:
     return shape.approx_params() * per_weight / max(1, tp)
 
 
-def predict_gpu_pool_tokens(shape: ModelShape, tp_size: int, gpu_mem_gib: float, mem_fraction_static: float,
-                            kv_dtype_bytes: float | None = None, mamba_slots: int | None = None
-                            ) -> tuple[int | None, str]:
+def predict_gpu_pool_tokens(
+    shape: ModelShape,
+    tp_size: int,
+    gpu_mem_gib: float,
+    mem_fraction_static: float,
+    kv_dtype_bytes: float | None = None,
+    mamba_slots: int | None = None,
+) -> tuple[int | None, str]:
     """sglang's ``max_total_num_tokens`` from the model's config.json and a stated GPU memory:
     (GPU memory x ``--mem-fraction-static`` - weights per rank - the mamba pool) / KV bytes per
     token. An upper bound (activations, CUDA graphs and the CUDA context are not counted), and
@@ -349,16 +385,26 @@ def predict_gpu_pool_tokens(shape: ModelShape, tp_size: int, gpu_mem_gib: float,
     budget = gpu_mem_gib * GIB * mem_fraction_static - weights - mamba
     kv = shape.kv_bytes_per_token(tp_size, kv_dtype_bytes)
     if budget <= 0 or kv <= 0:
-        return None, (f"weights (~{weights / GIB:.1f} GiB/rank from config.json) and the mamba pool exceed "
-                      f"{gpu_mem_gib:g} GiB x {mem_fraction_static:g}: a quantized checkpoint the config does "
-                      f"not describe, or a prediction that cannot be made")
-    return int(budget // kv), (f"predicted from config.json and {gpu_mem_gib:g} GiB x {mem_fraction_static:g} "
-                               f"(weights ~{weights / GIB:.1f} GiB/rank; activations and CUDA graphs not counted)")
+        return None, (
+            f"weights (~{weights / GIB:.1f} GiB/rank from config.json) and the mamba pool exceed "
+            f"{gpu_mem_gib:g} GiB x {mem_fraction_static:g}: a quantized checkpoint the config does "
+            f"not describe, or a prediction that cannot be made"
+        )
+    return int(budget // kv), (
+        f"predicted from config.json and {gpu_mem_gib:g} GiB x {mem_fraction_static:g} "
+        f"(weights ~{weights / GIB:.1f} GiB/rank; activations and CUDA graphs not counted)"
+    )
 
 
-def variant_pool(scenario: Any, variant: Any, *, gpu_pool_tokens: int | None = None,
-                 gpu_mem_gib: float | None = None, shape: ModelShape | None = None,
-                 shape_note: str = "") -> PoolEstimate:
+def variant_pool(
+    scenario: Any,
+    variant: Any,
+    *,
+    gpu_pool_tokens: int | None = None,
+    gpu_mem_gib: float | None = None,
+    shape: ModelShape | None = None,
+    shape_note: str = "",
+) -> PoolEstimate:
     """The GPU pool a variant's "x pool" sizes resolve against, and its host pool, before launch.
 
     GPU pool: ``--max-total-tokens`` in the variant's merged args (sglang caps it at what fits,
@@ -370,8 +416,9 @@ def variant_pool(scenario: Any, variant: Any, *, gpu_pool_tokens: int | None = N
     pool_args = pool_args_from_server_args(args)
     tp = int(variant.tp_size or 1)
     context = _arg(args, "--context-length")
-    context_tokens = int(context) if context not in (None, True) else (
-        shape.max_position_embeddings if shape is not None else None)
+    context_tokens = (
+        int(context) if context not in (None, True) else (shape.max_position_embeddings if shape is not None else None)
+    )
     notes: list[str] = []
     if pool_args.max_total_tokens is not None:
         gpu, source = pool_args.max_total_tokens, POOL_ARG
@@ -385,18 +432,27 @@ def variant_pool(scenario: Any, variant: Any, *, gpu_pool_tokens: int | None = N
         gpu, source = None, POOL_UNKNOWN
         mfs = _arg(args, "--mem-fraction-static")
         if gpu_mem_gib is None:
-            notes.append("GPU pool unknown before launch: no --max-total-tokens, no stated pool and no "
-                         "stated GPU memory; \"x pool\" sizes resolve only when the server reports "
-                         "max_total_num_tokens")
+            notes.append(
+                "GPU pool unknown before launch: no --max-total-tokens, no stated pool and no "
+                'stated GPU memory; "x pool" sizes resolve only when the server reports '
+                "max_total_num_tokens"
+            )
         elif shape is None:
             notes.append(f"GPU pool unknown before launch: {shape_note or 'no model config'}")
         elif mfs in (None, True):
-            notes.append("GPU pool unknown before launch: sglang chooses --mem-fraction-static at launch; "
-                         "give it (or --max-total-tokens) to predict the pool")
+            notes.append(
+                "GPU pool unknown before launch: sglang chooses --mem-fraction-static at launch; "
+                "give it (or --max-total-tokens) to predict the pool"
+            )
         else:
             gpu, why = predict_gpu_pool_tokens(
-                shape, tp, float(gpu_mem_gib), float(mfs),
-                kv_dtype_bytes_for(pool_args.kv_cache_dtype), pool_args.max_mamba_cache_size)
+                shape,
+                tp,
+                float(gpu_mem_gib),
+                float(mfs),
+                kv_dtype_bytes_for(pool_args.kv_cache_dtype),
+                pool_args.max_mamba_cache_size,
+            )
             source = POOL_PREDICTED if gpu is not None else POOL_UNKNOWN
             notes.append(why if gpu is not None else f"GPU pool unknown before launch: {why}")
 
@@ -406,9 +462,15 @@ def variant_pool(scenario: Any, variant: Any, *, gpu_pool_tokens: int | None = N
         host_tokens = None
         if shape is not None:
             mamba_slots = pool_args.max_mamba_cache_size
-            pred = predict_host_pool(shape, variant.hicache, gpu, tp, page_size=pool_args.page_size,
-                                     mamba_device_slots=mamba_slots,
-                                     kv_dtype_bytes=kv_dtype_bytes_for(pool_args.kv_cache_dtype))
+            pred = predict_host_pool(
+                shape,
+                variant.hicache,
+                gpu,
+                tp,
+                page_size=pool_args.page_size,
+                mamba_device_slots=mamba_slots,
+                kv_dtype_bytes=kv_dtype_bytes_for(pool_args.kv_cache_dtype),
+            )
             host_tokens = pred.kv_host_tokens
             if pred.known and pred.total_bytes_per_rank is not None:
                 host_gb = pred.total_bytes_per_rank / 1e9
@@ -416,8 +478,14 @@ def variant_pool(scenario: Any, variant: Any, *, gpu_pool_tokens: int | None = N
             ratio = variant.hicache.effective_ratio
             page = max(1, pool_args.page_size)
             host_tokens = (int(gpu * ratio) // page + 1) * page  # sglang aligns up one page
-    return PoolEstimate(gpu_tokens=gpu, source=source, host_tokens=host_tokens, host_gb_per_rank=host_gb,
-                        context_tokens=context_tokens, note="; ".join(notes))
+    return PoolEstimate(
+        gpu_tokens=gpu,
+        source=source,
+        host_tokens=host_tokens,
+        host_gb_per_rank=host_gb,
+        context_tokens=context_tokens,
+        note="; ".join(notes),
+    )
 
 
 # ----------------------------------------------------------------------------- per workload
@@ -456,8 +524,9 @@ def _decode_s(steps: int, decode_tok_s: float | None) -> float | None:
 class _Ctx:
     """What every workload's arithmetic needs about its variant."""
 
-    def __init__(self, pool: PoolEstimate, hicache: bool, hybrid: bool, repeats: int,
-                 decode_tok_s: float | None) -> None:
+    def __init__(
+        self, pool: PoolEstimate, hicache: bool, hybrid: bool, repeats: int, decode_tok_s: float | None
+    ) -> None:
         self.pool, self.hicache, self.hybrid = pool, hicache, hybrid
         self.repeats, self.decode_tok_s = repeats, decode_tok_s
         self.P = pool.gpu_tokens
@@ -466,14 +535,19 @@ class _Ctx:
         self.max_input = min(limits) - 1 if limits else None  # sglang's max_req_input_len
 
     def too_long(self, *lengths: int | None) -> list[str]:
-        return [f"a {n:,}-token prompt exceeds what the server accepts (min(context, GPU pool) - 1 = "
-                f"{self.max_input:,}): it will be refused"
-                for n in lengths if n is not None and self.max_input is not None and n > self.max_input]
+        return [
+            f"a {n:,}-token prompt exceeds what the server accepts (min(context, GPU pool) - 1 = "
+            f"{self.max_input:,}): it will be refused"
+            for n in lengths
+            if n is not None and self.max_input is not None and n > self.max_input
+        ]
 
     def aligned(self, what: str, n: int | None) -> list[str]:
         if self.hybrid and n is not None and n > 0 and n % MAMBA_TRACK_INTERVAL == 0:
-            return [f"{what} {n:,} is a multiple of {MAMBA_TRACK_INTERVAL} on a hybrid model: its "
-                    f"repeats get no cache hit at all (sglang 0.5.17); use a length off the multiple"]
+            return [
+                f"{what} {n:,} is a multiple of {MAMBA_TRACK_INTERVAL} on a hybrid model: its "
+                f"repeats get no cache hit at all (sglang 0.5.17); use a length off the multiple"
+            ]
         return []
 
     def evicted(self, traffic: int | None) -> bool:
@@ -493,21 +567,43 @@ class _Ctx:
             return False, []
         hx = self.H / self.P
         if self.H <= self.P + max(1, self.P // 1000):
-            return False, [f"{what} {x:.2f}x GPU pool, but the host pool is only {hx:.2f}x and keeps a copy "
-                           f"of every GPU page: no room for host-only pages, host-tier hits only by "
-                           f"accident of concurrency"]
+            return False, [
+                f"{what} {x:.2f}x GPU pool, but the host pool is only {hx:.2f}x and keeps a copy "
+                f"of every GPU page: no room for host-only pages, host-tier hits only by "
+                f"accident of concurrency"
+            ]
         if traffic > self.H:
-            return False, [f"{what} {x:.2f}x GPU pool exceeds the host pool ({hx:.2f}x): pushed out of the "
-                           f"host tier too (LRU), no host-tier hits expected"]
+            return False, [
+                f"{what} {x:.2f}x GPU pool exceeds the host pool ({hx:.2f}x): pushed out of the "
+                f"host tier too (LRU), no host-tier hits expected"
+            ]
         return True, []
 
 
-def _est(name: str, kind: str, requests: int, sent: int | None, computed: int | None, expected: int | None,
-         outputs: int, decode_s: float | None, warnings: Iterable[str] = (),
-         working_set: int | None = None) -> WorkEstimate:
-    return WorkEstimate(name=name, kind=kind, requests=requests, sent_tokens=sent, computed_tokens=computed,
-                        expected_tokens=expected, output_tokens=outputs, decode_s=decode_s,
-                        working_set_tokens=working_set, warnings=tuple(dict.fromkeys(warnings)))
+def _est(
+    name: str,
+    kind: str,
+    requests: int,
+    sent: int | None,
+    computed: int | None,
+    expected: int | None,
+    outputs: int,
+    decode_s: float | None,
+    warnings: Iterable[str] = (),
+    working_set: int | None = None,
+) -> WorkEstimate:
+    return WorkEstimate(
+        name=name,
+        kind=kind,
+        requests=requests,
+        sent_tokens=sent,
+        computed_tokens=computed,
+        expected_tokens=expected,
+        output_tokens=outputs,
+        decode_s=decode_s,
+        working_set_tokens=working_set,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )
 
 
 def _workload(w: Any, c: _Ctx) -> WorkEstimate:
@@ -519,8 +615,17 @@ def _workload(w: Any, c: _Ctx) -> WorkEstimate:
         L = _size(w.prompt_tokens, P)
         reqs = w.warmup + w.n
         sent = _mul(reqs, L, r)
-        return _est(name, kind, reqs * r, sent, sent, sent, reqs * r * new,
-                    _decode_s(reqs * r * dec_steps, c.decode_tok_s), c.too_long(L))
+        return _est(
+            name,
+            kind,
+            reqs * r,
+            sent,
+            sent,
+            sent,
+            reqs * r * new,
+            _decode_s(reqs * r * dec_steps, c.decode_tok_s),
+            c.too_long(L),
+        )
     if isinstance(w, RepeatPrefill):
         L, E = _size(w.prompt_tokens, P), _size(w.eviction_tokens, P)
         n = w.n
@@ -535,9 +640,18 @@ def _workload(w: Any, c: _Ctx) -> WorkEstimate:
         after = 0 if (host_ok or not c.evicted(traffic)) else prompts
         computed = _mul(_add(prompts, again, filler, prompts if c.evicted(traffic) else 0), r)
         expected = _mul(_add(prompts, again, filler, after), r)
-        return _est(name, kind, reqs * r, sent, computed, expected, reqs * r * new,
-                    _decode_s(reqs * r * dec_steps, c.decode_tok_s),
-                    c.too_long(L) + c.aligned("prompt_tokens", L) + warn, traffic)
+        return _est(
+            name,
+            kind,
+            reqs * r,
+            sent,
+            computed,
+            expected,
+            reqs * r * new,
+            _decode_s(reqs * r * dec_steps, c.decode_tok_s),
+            c.too_long(L) + c.aligned("prompt_tokens", L) + warn,
+            traffic,
+        )
     if isinstance(w, ParallelPrefixes):
         L = _size(w.prompt_tokens, P)
         W = _mul(w.k, L)
@@ -546,9 +660,18 @@ def _workload(w: Any, c: _Ctx) -> WorkEstimate:
         host_ok, warn = c.host_window("working set", W)
         computed = _mul(W, w.passes if c.evicted(W) else 1, r)
         expected = _mul(W, 1 if (host_ok or not c.evicted(W)) else w.passes, r)
-        return _est(name, kind, reqs * r, sent, computed, expected, reqs * r * new,
-                    _decode_s(w.passes * r * dec_steps, c.decode_tok_s),
-                    c.too_long(L) + c.aligned("prompt_tokens", L) + warn, W)
+        return _est(
+            name,
+            kind,
+            reqs * r,
+            sent,
+            computed,
+            expected,
+            reqs * r * new,
+            _decode_s(w.passes * r * dec_steps, c.decode_tok_s),
+            c.too_long(L) + c.aligned("prompt_tokens", L) + warn,
+            W,
+        )
     if isinstance(w, ShortTTFT):
         S = _size(w.prompt_tokens, P)
         has_long = w.long_prompt_tokens is not None
@@ -556,14 +679,32 @@ def _workload(w: Any, c: _Ctx) -> WorkEstimate:
         n_short = w.n * (2 if has_long else 1)
         reqs = n_short + (1 if has_long else 0)
         sent = _mul(_add(_mul(n_short, S), long_), r)
-        return _est(name, kind, reqs * r, sent, sent, sent, reqs * r * new,
-                    _decode_s(reqs * r * dec_steps, c.decode_tok_s), c.too_long(long_))
+        return _est(
+            name,
+            kind,
+            reqs * r,
+            sent,
+            sent,
+            sent,
+            reqs * r * new,
+            _decode_s(reqs * r * dec_steps, c.decode_tok_s),
+            c.too_long(long_),
+        )
     if isinstance(w, Decode):
         L = _size(w.prompt_tokens, P)
         reqs = w.batch * w.n
         sent = _mul(reqs, L, r)
-        return _est(name, kind, reqs * r, sent, sent, sent, reqs * r * w.output_tokens,
-                    _decode_s(w.n * r * (w.output_tokens - 1), c.decode_tok_s), c.too_long(L))
+        return _est(
+            name,
+            kind,
+            reqs * r,
+            sent,
+            sent,
+            sent,
+            reqs * r * w.output_tokens,
+            _decode_s(w.n * r * (w.output_tokens - 1), c.decode_tok_s),
+            c.too_long(L),
+        )
     if isinstance(w, MultiTurn):
         F, M, Out, T, S = _size(w.first_turn_tokens, P), _size(w.turn_tokens, P), w.output_tokens, w.turns, w.sessions
         sent = computed = None
@@ -574,18 +715,36 @@ def _workload(w: Any, c: _Ctx) -> WorkEstimate:
             sent = S * sum(prompts) * r
             histories_fit = P is not None and S * (last + Out) <= P
             computed = (S * (F + (T - 1) * (Out + M)) if histories_fit else S * sum(prompts)) * r
-        return _est(name, kind, S * T * r, sent, computed, computed, S * T * Out * r,
-                    _decode_s(T * r * (Out - 1), c.decode_tok_s), c.too_long(last))
+        return _est(
+            name,
+            kind,
+            S * T * r,
+            sent,
+            computed,
+            computed,
+            S * T * Out * r,
+            _decode_s(T * r * (Out - 1), c.decode_tok_s),
+            c.too_long(last),
+        )
     if isinstance(w, PrefixSharingFanout):
         X, Y, N = _size(w.prefix_tokens, P), _size(w.suffix_tokens, P), w.fanout
         sent = _mul(_add(X, _mul(N, _add(X, Y))), r)
         computed = _mul(_add(X, _mul(N, Y)), r)
         reqs = 1 + N
-        return _est(name, kind, reqs * r, sent, computed, computed, reqs * r * new,
-                    _decode_s(2 * r * dec_steps, c.decode_tok_s),
-                    c.too_long(_add(X, Y)) + c.aligned("prefix_tokens", X))
-    return _est(name, kind, 0, None, None, None, 0, None,
-                [f"workload kind {kind} has no estimate: its tokens are not counted"])
+        return _est(
+            name,
+            kind,
+            reqs * r,
+            sent,
+            computed,
+            computed,
+            reqs * r * new,
+            _decode_s(2 * r * dec_steps, c.decode_tok_s),
+            c.too_long(_add(X, Y)) + c.aligned("prefix_tokens", X),
+        )
+    return _est(
+        name, kind, 0, None, None, None, 0, None, [f"workload kind {kind} has no estimate: its tokens are not counted"]
+    )
 
 
 def churn_chunks(churn_tokens: int, pool_tokens: int | None) -> list[int]:
@@ -615,9 +774,15 @@ def _plan_churn(requested: int, c: _Ctx, prompt_tokens: int, write_policy: str |
         return _Churn(sum(chunks), len(chunks), False, None, "")
     host = (c.H if c.H is not None else None) if c.hicache else 0
     max_input = None if c.max_input is None else max(1, c.max_input - 1)  # room for the output token
-    plan = _churn_planner.plan_churn(requested, device_pool=c.P, host_pool=host, max_input=max_input,
-                                     prompt_tokens=prompt_tokens, write_policy=write_policy,
-                                     needs_host=needs_host)
+    plan = _churn_planner.plan_churn(
+        requested,
+        device_pool=c.P,
+        host_pool=host,
+        max_input=max_input,
+        prompt_tokens=prompt_tokens,
+        write_policy=write_policy,
+        needs_host=needs_host,
+    )
     n = math.ceil(plan.tokens / plan.chunk) if plan.tokens > 0 else 0
     ok = None if not needs_host or plan.low is None or plan.high is None else plan.low <= plan.high
     return _Churn(plan.tokens, n, True, ok, plan.note)
@@ -634,8 +799,17 @@ def _quality(q: Any, c: _Ctx, baseline: bool, write_policy: str | None) -> WorkE
     n_asks = passes * asks * per_length * len(lengths)
     dec = _decode_s(n_asks * (q.max_new_tokens - 1), c.decode_tok_s)
     if requested is None or any(x is None for x in lengths):
-        return _est("quality", "quality", n_asks, None, None, None, n_asks * q.max_new_tokens, dec,
-                    ["\"x pool\" sizes need the GPU pool: tokens not counted"])
+        return _est(
+            "quality",
+            "quality",
+            n_asks,
+            None,
+            None,
+            None,
+            n_asks * q.max_new_tokens,
+            dec,
+            ['"x pool" sizes need the GPU pool: tokens not counted'],
+        )
     longest = max(x for x in lengths if x is not None) + q.max_new_tokens
     churn = _plan_churn(requested, c, longest, write_policy, needs_host=c.hicache and not baseline)
     n_samples = per_length * len(lengths)
@@ -666,8 +840,18 @@ def _quality(q: Any, c: _Ctx, baseline: bool, write_policy: str | None) -> WorkE
     if passes == 2 and churn.control_start:  # one churn before the control pass
         sent, computed, expected = sent + churn.tokens, computed + churn.tokens, expected + churn.tokens
         requests += churn.requests
-    est = _est("quality", "quality", requests, sent, computed, expected, n_asks * q.max_new_tokens, dec, warn,
-               churn.tokens + longest - q.max_new_tokens)
+    est = _est(
+        "quality",
+        "quality",
+        requests,
+        sent,
+        computed,
+        expected,
+        n_asks * q.max_new_tokens,
+        dec,
+        warn,
+        churn.tokens + longest - q.max_new_tokens,
+    )
     return replace(est, churn_requests=requests - n_asks)
 
 
@@ -735,55 +919,99 @@ def estimate_run(
     out: list[VariantEstimate] = []
     for v in variants:
         shape, shape_note = _shape_of(v)
-        pool = variant_pool(scenario, v, gpu_pool_tokens=gpu_pool_tokens, gpu_mem_gib=gpu_mem_gib,
-                            shape=shape, shape_note=shape_note)
+        pool = variant_pool(
+            scenario, v, gpu_pool_tokens=gpu_pool_tokens, gpu_mem_gib=gpu_mem_gib, shape=shape, shape_note=shape_note
+        )
         warn: list[str] = [pool.note] if pool.note else []
         # host memory: does the predicted host pool fit sglang's budget with the stated MemAvailable?
         if v.hicache is not None and shape is not None and mem_available_gib is not None:
             pa = pool_args_from_server_args(v.args)
-            pred = predict_host_pool(shape, v.hicache, pool.gpu_tokens, int(v.tp_size or 1),
-                                     page_size=pa.page_size, mamba_device_slots=pa.max_mamba_cache_size,
-                                     kv_dtype_bytes=kv_dtype_bytes_for(pa.kv_cache_dtype))
+            pred = predict_host_pool(
+                shape,
+                v.hicache,
+                pool.gpu_tokens,
+                int(v.tp_size or 1),
+                page_size=pa.page_size,
+                mamba_device_slots=pa.max_mamba_cache_size,
+                kv_dtype_bytes=kv_dtype_bytes_for(pa.kv_cache_dtype),
+            )
             res = check_budget(pred, int(mem_available_gib * 1024 * 1024), reserve, ranks)
             if res.fits is False and v.expect == "ok":
-                warn.append(f"host pool refused at {mem_available_gib:g} GiB MemAvailable: {res.reason} "
-                            f"(declare expect: startup_failed, expect_cause: host_memory)")
+                warn.append(
+                    f"host pool refused at {mem_available_gib:g} GiB MemAvailable: {res.reason} "
+                    f"(declare expect: startup_failed, expect_cause: host_memory)"
+                )
             elif res.fits is True and v.expect == "startup_failed" and v.expect_cause == logscan.HOST_MEMORY:
-                warn.append(f"declared a host_memory refusal, but at {mem_available_gib:g} GiB MemAvailable "
-                            f"the host pool fits: {res.reason}")
+                warn.append(
+                    f"declared a host_memory refusal, but at {mem_available_gib:g} GiB MemAvailable "
+                    f"the host pool fits: {res.reason}"
+                )
         if v.expect == "startup_failed":
-            attempts = 1 + (max(0, int(v.startup_retries))
-                            if v.expect_cause in logscan.TRANSIENT_CAUSES else 0)
-            out.append(VariantEstimate(
-                name=v.name, expect=v.expect, expect_cause=v.expect_cause, hicache=v.hicache is not None,
-                startup_attempts=attempts, pool=pool, work=(), prefill_tok_s=float(prefill_tok_s),
-                decode_s=0.0, overhead_s=attempts * startup, warnings=tuple(warn)))
+            attempts = 1 + (max(0, int(v.startup_retries)) if v.expect_cause in logscan.TRANSIENT_CAUSES else 0)
+            out.append(
+                VariantEstimate(
+                    name=v.name,
+                    expect=v.expect,
+                    expect_cause=v.expect_cause,
+                    hicache=v.hicache is not None,
+                    startup_attempts=attempts,
+                    pool=pool,
+                    work=(),
+                    prefill_tok_s=float(prefill_tok_s),
+                    decode_s=0.0,
+                    overhead_s=attempts * startup,
+                    warnings=tuple(warn),
+                )
+            )
             continue
         c = _Ctx(pool, v.hicache is not None, bool(shape is not None and shape.is_hybrid), repeats, decode_tok_s)
         work = [_workload(w, c) for w in scenario.workloads]
         if q.enabled:
-            work.append(_quality(q, c, baseline=v.name == baseline_name,
-                                 write_policy=v.hicache.write_policy if v.hicache is not None else None))
+            work.append(
+                _quality(
+                    q,
+                    c,
+                    baseline=v.name == baseline_name,
+                    write_policy=v.hicache.write_policy if v.hicache is not None else None,
+                )
+            )
         decode_s = None if decode_tok_s is None else sum(w.decode_s or 0.0 for w in work)
-        out.append(VariantEstimate(
-            name=v.name, expect=v.expect, expect_cause=v.expect_cause, hicache=v.hicache is not None,
-            startup_attempts=1, pool=pool, work=tuple(work), prefill_tok_s=float(prefill_tok_s), decode_s=decode_s,
-            overhead_s=startup + idle + liveness, warnings=tuple(dict.fromkeys(warn))))
+        out.append(
+            VariantEstimate(
+                name=v.name,
+                expect=v.expect,
+                expect_cause=v.expect_cause,
+                hicache=v.hicache is not None,
+                startup_attempts=1,
+                pool=pool,
+                work=tuple(work),
+                prefill_tok_s=float(prefill_tok_s),
+                decode_s=decode_s,
+                overhead_s=startup + idle + liveness,
+                warnings=tuple(dict.fromkeys(warn)),
+            )
+        )
 
     notes = []
     if decode_tok_s is None:
         notes.append("no decode speed given: output tokens are not counted in the duration")
     if not startup:
         notes.append("no server start time given: starts are not counted")
-    return RunEstimate(scenario=scenario.name, prefill_tok_s=float(prefill_tok_s),
-                       decode_tok_s=None if decode_tok_s is None else float(decode_tok_s),
-                       startup_s=startup, repeats=repeats, variants=tuple(out),
-                       limit_minutes=None if limit_minutes is None else float(limit_minutes),
-                       notes=tuple(notes))
+    return RunEstimate(
+        scenario=scenario.name,
+        prefill_tok_s=float(prefill_tok_s),
+        decode_tok_s=None if decode_tok_s is None else float(decode_tok_s),
+        startup_s=startup,
+        repeats=repeats,
+        variants=tuple(out),
+        limit_minutes=None if limit_minutes is None else float(limit_minutes),
+        notes=tuple(notes),
+    )
 
 
-def request_counts(scenario: Any, variants: Sequence[Any] | None = None, *,
-                   gpu_pool_tokens: int | None = None) -> dict[str, int]:
+def request_counts(
+    scenario: Any, variants: Sequence[Any] | None = None, *, gpu_pool_tokens: int | None = None
+) -> dict[str, int]:
     """{variant: the requests it will record} (rows of requests.jsonl and quality.jsonl, all
     repeats, warm-ups included; the quality arm's churn is not recorded) of a loaded `Scenario`,
     before anything starts; needs no speeds. A variant expected to fail at startup records none;
@@ -793,7 +1021,7 @@ def request_counts(scenario: Any, variants: Sequence[Any] | None = None, *,
     out: dict[str, int] = {}
     repeats = int(scenario.repeats)
     q = scenario.quality
-    for v in (scenario.expand_variants() if variants is None else variants):
+    for v in scenario.expand_variants() if variants is None else variants:
         if v.expect == "startup_failed":
             out[v.name] = 0
             continue
@@ -808,11 +1036,24 @@ def request_counts(scenario: Any, variants: Sequence[Any] | None = None, *,
             shape, note = _shape_of(v)
             pool = variant_pool(scenario, v, gpu_pool_tokens=gpu_pool_tokens, shape=shape, shape_note=note)
             c = _Ctx(pool, v.hicache is not None, bool(shape is not None and shape.is_hybrid), repeats, None)
-            n += _quality(q, c, baseline=v.name == q.baseline_variant,
-                          write_policy=v.hicache.write_policy if v.hicache is not None else None).recorded_requests
+            n += _quality(
+                q,
+                c,
+                baseline=v.name == q.baseline_variant,
+                write_policy=v.hicache.write_policy if v.hicache is not None else None,
+            ).recorded_requests
         out[v.name] = n
     return out
 
 
-__all__ = ["PoolEstimate", "RunEstimate", "VariantEstimate", "WorkEstimate", "churn_chunks", "estimate_run",
-           "predict_gpu_pool_tokens", "request_counts", "variant_pool"]
+__all__ = [
+    "PoolEstimate",
+    "RunEstimate",
+    "VariantEstimate",
+    "WorkEstimate",
+    "churn_chunks",
+    "estimate_run",
+    "predict_gpu_pool_tokens",
+    "request_counts",
+    "variant_pool",
+]

@@ -88,9 +88,12 @@ def scenario_expectations(manifest: dict) -> ScenarioExpectations:
     base = Path(path).parent if Path(path).parent.is_dir() else None
     try:
         scn = load_scenario_text(text, file=path, env=_AnyEnv(manifest.get("env")), base_dir=base)
-        return ScenarioExpectations(list(scn.expectations.checks), dict(scn.expectations.thresholds),
-                                    scn.quality.baseline_variant if scn.quality.enabled else None,
-                                    list(scn.gate))
+        return ScenarioExpectations(
+            list(scn.expectations.checks),
+            dict(scn.expectations.thresholds),
+            scn.quality.baseline_variant if scn.quality.enabled else None,
+            list(scn.gate),
+        )
     except ScenarioError as exc:
         problem = "; ".join(exc.lines) if hasattr(exc, "lines") else str(exc)
     except Exception as exc:  # noqa: BLE001 - any parse trouble: use the raw block below
@@ -196,20 +199,47 @@ def evaluate_check(check: Check, variant: str, summary: dict | None, status: dic
     expected_failure = status.get("expect") == "startup_failed"
     if state != "ok":
         declared = expected_failure and state == "startup_failed" and status.get("expect_met", True)
-        return CheckResult(check.text, variant, check.metric, check.op, check.value, None, "not_evaluable",
-                           not declared, f"variant state {state or 'missing'}"
-                           + (" (declared expect: startup_failed)" if declared else ""))
+        return CheckResult(
+            check.text,
+            variant,
+            check.metric,
+            check.op,
+            check.value,
+            None,
+            "not_evaluable",
+            not declared,
+            f"variant state {state or 'missing'}" + (" (declared expect: startup_failed)" if declared else ""),
+        )
     actual = lookup_metric(check.metric, summary, status)
     if actual is None:
-        return CheckResult(check.text, variant, check.metric, check.op, check.value, None, "not_evaluable",
-                           True, f"metric {check.metric} is missing")
+        return CheckResult(
+            check.text,
+            variant,
+            check.metric,
+            check.op,
+            check.value,
+            None,
+            "not_evaluable",
+            True,
+            f"metric {check.metric} is missing",
+        )
     ok = check.evaluate(actual)
-    return CheckResult(check.text, variant, check.metric, check.op, check.value, actual,
-                       "pass" if ok else "fail", not ok, "" if ok else f"{actual!r} {check.op} {check.value!r} is false")
+    return CheckResult(
+        check.text,
+        variant,
+        check.metric,
+        check.op,
+        check.value,
+        actual,
+        "pass" if ok else "fail",
+        not ok,
+        "" if ok else f"{actual!r} {check.op} {check.value!r} is false",
+    )
 
 
-def evaluate_checks(checks: list[Check], variants: list[tuple[str, dict | None, dict | None]],
-                    quality_baseline: str | None = None) -> list[CheckResult]:
+def evaluate_checks(
+    checks: list[Check], variants: list[tuple[str, dict | None, dict | None]], quality_baseline: str | None = None
+) -> list[CheckResult]:
     """All checks on the variants they apply to; ``variants`` = [(name, summary, status)]."""
     out: list[CheckResult] = []
     by_name = {n: (s, st) for n, s, st in variants}
@@ -217,12 +247,27 @@ def evaluate_checks(checks: list[Check], variants: list[tuple[str, dict | None, 
         if c.variant is not None:
             targets = [c.variant]
         else:
-            targets = [n for n, _, st in variants if (st or {}).get("expect", "ok") == "ok"
-                       and not (c.metric.startswith("quality.") and n == quality_baseline)]
+            targets = [
+                n
+                for n, _, st in variants
+                if (st or {}).get("expect", "ok") == "ok"
+                and not (c.metric.startswith("quality.") and n == quality_baseline)
+            ]
         for name in targets:
             if name not in by_name:  # left out of this run on purpose (--only, --shard)
-                out.append(CheckResult(c.text, name, c.metric, c.op, c.value, None, "skipped", False,
-                                       f"variant {name} is not in this run"))
+                out.append(
+                    CheckResult(
+                        c.text,
+                        name,
+                        c.metric,
+                        c.op,
+                        c.value,
+                        None,
+                        "skipped",
+                        False,
+                        f"variant {name} is not in this run",
+                    )
+                )
                 continue
             summary, status = by_name[name]
             out.append(evaluate_check(c, name, summary, status))

@@ -21,14 +21,29 @@ from harness.yaml_lines import YamlLoadError, load_yaml_text
 
 # Environment variables worth recording: sglang/HiCache knobs, CUDA/NCCL placement, threading.
 ENV_ALLOWLIST = (
-    "SGLANG_*", "SGL_*", "CUDA_*", "NCCL_*", "NVSHMEM_*", "TORCH_*", "PYTORCH_*", "HF_*",
-    "TRANSFORMERS_*", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONPATH", "LD_LIBRARY_PATH",
-    "KVCACHED_*", "HARNESS_*", "MODEL_PATH", "SGLANG_PYTHON",
+    "SGLANG_*",
+    "SGL_*",
+    "CUDA_*",
+    "NCCL_*",
+    "NVSHMEM_*",
+    "TORCH_*",
+    "PYTORCH_*",
+    "HF_*",
+    "TRANSFORMERS_*",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "PYTHONPATH",
+    "LD_LIBRARY_PATH",
+    "KVCACHED_*",
+    "HARNESS_*",
+    "MODEL_PATH",
+    "SGLANG_PYTHON",
 )
 
 
-def allowlisted_env(env: Mapping[str, str], extra: Mapping[str, str] | None = None,
-                    redactor: Redactor | None = None) -> dict[str, str]:
+def allowlisted_env(
+    env: Mapping[str, str], extra: Mapping[str, str] | None = None, redactor: Redactor | None = None
+) -> dict[str, str]:
     """The allowlisted part of ``env`` plus every key of ``extra`` (what the scenario set), with
     credential-named values and the run's known secret values (``redactor``) replaced."""
     keep = {k: v for k, v in env.items() if any(fnmatch.fnmatchcase(k, pat) for pat in ENV_ALLOWLIST)}
@@ -50,8 +65,7 @@ def run_redactor(scenario, argv: Sequence[str] = (), environ: Mapping[str, str] 
     for v in scenario.expand_variants():
         r.learn({"args": dict(v.args), "env": dict(v.env)})
     r.learn(list(argv), dict(os.environ if environ is None else environ))
-    r.values |= {line.strip() for v in r.values for line in v.splitlines()
-                 if len(line.strip()) >= MIN_SCRUB_LENGTH}
+    r.values |= {line.strip() for v in r.values for line in v.splitlines() if len(line.strip()) >= MIN_SCRUB_LENGTH}
     # A switch under a credential-looking name (HF_HUB_DISABLE_TOKEN=true) is no secret, and
     # scrubbing "true" from every text would garble the manifest and the logs.
     r.values -= {v for v in r.values if v.strip().lower() in _NOT_SECRET_VALUES}
@@ -66,8 +80,10 @@ def scrub_json(redactor: Redactor, node: Any) -> Any:
     a string under a credential name (``api_key``) replaced whole. Keys, numbers and booleans are
     never touched, so figures named like credentials (``kv_bytes_per_token``) survive."""
     if isinstance(node, Mapping):
-        return {k: (REDACTED if isinstance(v, str) and v and is_secret_name(str(k)) else scrub_json(redactor, v))
-                for k, v in node.items()}
+        return {
+            k: (REDACTED if isinstance(v, str) and v and is_secret_name(str(k)) else scrub_json(redactor, v))
+            for k, v in node.items()
+        }
     if isinstance(node, (list, tuple)):
         return [scrub_json(redactor, x) for x in node]
     if isinstance(node, str):
@@ -98,6 +114,7 @@ def host_fingerprint() -> dict:
 
 def git_state(path: Path) -> dict | None:
     """Commit, branch and dirty state of the git checkout holding ``path`` (None if not one)."""
+
     def git(*args: str) -> str | None:
         try:
             r = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True, timeout=10)
@@ -120,8 +137,13 @@ def sglang_version(python: str, env: Mapping[str, str] | None = None, timeout_s:
     """``sglang.__version__`` and its location as seen by the server's own interpreter."""
     code = "import sglang, os; print(sglang.__version__); print(os.path.dirname(sglang.__file__))"
     try:
-        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout_s,
-                           env=dict(env) if env is not None else None)
+        r = subprocess.run(
+            [python, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=dict(env) if env is not None else None,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"version": None, "error": str(exc)}
     if r.returncode != 0:

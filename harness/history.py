@@ -99,9 +99,15 @@ def _night(v: NightValues) -> np.ndarray:
     return a[np.isfinite(a)]
 
 
-def detect_change(values: Sequence[NightValues], threshold: float, higher_is_better: bool,
-                  min_before: int = MIN_BEFORE, persist: int = PERSIST, window: int = WINDOW,
-                  breaks: Sequence[int] = ()) -> ChangeDecision:
+def detect_change(
+    values: Sequence[NightValues],
+    threshold: float,
+    higher_is_better: bool,
+    min_before: int = MIN_BEFORE,
+    persist: int = PERSIST,
+    window: int = WINDOW,
+    breaks: Sequence[int] = (),
+) -> ChangeDecision:
     """Sustained, significant steps in a nightly series (see the module docstring). A night is
     a value, its per-repeat values, or None/NaN (a failed or missing night, skipped).
     ``breaks``: night indices where a new segment (configuration) starts."""
@@ -112,9 +118,13 @@ def detect_change(values: Sequence[NightValues], threshold: float, higher_is_bet
     longest = max((segment.count(s) for s in set(segment)), default=0)
     if longest < min_before + persist:
         where = " in one configuration" if len(set(segment)) > 1 else ""
-        return ChangeDecision("insufficient_history", [], n,
-                              f"{longest if cuts else n} nights with a value{where}; need {min_before + persist} "
-                              f"({min_before} before a step, {persist} to confirm it)")
+        return ChangeDecision(
+            "insufficient_history",
+            [],
+            n,
+            f"{longest if cuts else n} nights with a value{where}; need {min_before + persist} "
+            f"({min_before} before a step, {persist} to confirm it)",
+        )
     points: list[ChangePoint] = []
     j = 0
     while j < n:
@@ -122,31 +132,51 @@ def detect_change(values: Sequence[NightValues], threshold: float, higher_is_bet
         if j - start < min_before:
             j += 1
             continue
-        before = np.concatenate([a for _, a in nights[max(start, j - window):j]])
+        before = np.concatenate([a for _, a in nights[max(start, j - window) : j]])
         m = float(np.median(before))
         need = threshold * abs(m)
-        levels = [float(np.median(a)) - m for _, a in nights[j:j + window]]
+        levels = [float(np.median(a)) - m for _, a in nights[j : j + window]]
         sign = 1.0 if levels[0] > 0 else -1.0
         run = 0
-        while (run < len(levels) and segment[j + run] == segment[j] and need > 0
-               and sign * levels[run] >= need):
+        while run < len(levels) and segment[j + run] == segment[j] and need > 0 and sign * levels[run] >= need:
             run += 1
         if run >= persist:
-            after = np.concatenate([a for _, a in nights[j:j + run]])
+            after = np.concatenate([a for _, a in nights[j : j + run]])
             d = decide(before, after, higher_is_better, threshold)
             if d.state in ("regression", "improved"):
-                points.append(ChangePoint(nights[j][0], m, float(np.median(after)), float(d.change),
-                                          "regression" if d.state == "regression" else "improvement",
-                                          d.test, d.p_value, run))
+                points.append(
+                    ChangePoint(
+                        nights[j][0],
+                        m,
+                        float(np.median(after)),
+                        float(d.change),
+                        "regression" if d.state == "regression" else "improvement",
+                        d.test,
+                        d.p_value,
+                        run,
+                    )
+                )
                 j += window
                 continue
         j += 1
     if points:
-        return ChangeDecision("change", points, n, "; ".join(
-            f"{p.direction} of {p.change * 100:+.1f}% at night {p.index + 1} ({p.nights} nights, {p.test}"
-            f"{'' if p.p_value is None else f' p={p.p_value:.2g}'})" for p in points))
-    return ChangeDecision("stable", [], n, "no sustained, significant step beyond the threshold"
-                          + (f" (searched within {len(set(segment))} configurations)" if len(set(segment)) > 1 else ""))
+        return ChangeDecision(
+            "change",
+            points,
+            n,
+            "; ".join(
+                f"{p.direction} of {p.change * 100:+.1f}% at night {p.index + 1} ({p.nights} nights, {p.test}"
+                f"{'' if p.p_value is None else f' p={p.p_value:.2g}'})"
+                for p in points
+            ),
+        )
+    return ChangeDecision(
+        "stable",
+        [],
+        n,
+        "no sustained, significant step beyond the threshold"
+        + (f" (searched within {len(set(segment))} configurations)" if len(set(segment)) > 1 else ""),
+    )
 
 
 # ------------------------------------------------------------------------------------ collecting
@@ -179,8 +209,10 @@ def headline_samples(summary: dict | None, names_to_kinds: Mapping[str, str]) ->
     pooled = headline_values(summary, names_to_kinds)
     out: dict[str, list[float]] = {}
     for wl, w in ((summary or {}).get("workloads") or {}).items():
-        per = {**{f"{wl}.{k}": v for k, v in (w.get("derived_by_repeat") or {}).items()},
-               **{f"{wl}.{k}": v for k, v in (w.get("history_stats_by_repeat") or {}).items()}}
+        per = {
+            **{f"{wl}.{k}": v for k, v in (w.get("derived_by_repeat") or {}).items()},
+            **{f"{wl}.{k}": v for k, v in (w.get("history_stats_by_repeat") or {}).items()},
+        }
         for name, vs in per.items():
             if name in pooled and isinstance(vs, list):
                 out[name] = [float(v) for v in vs if isinstance(v, (int, float)) and math.isfinite(v)]
@@ -237,13 +269,21 @@ def config_markers(runs: Sequence[Mapping]) -> tuple[list[Marker], dict[str, lis
         scenario_changed = i > 0 and r.get("scenario_hash") != prev_scenario
         changed = [v for v, h in (r.get("config_hashes") or {}).items() if v in last_config and last_config[v] != h]
         if scenario_changed:
-            markers.append(Marker(i, r["run_id"], r.get("created_at"), "scenario text changed"
-                                  + (f"; config changed: {', '.join(changed)}" if changed else ""), None))
+            markers.append(
+                Marker(
+                    i,
+                    r["run_id"],
+                    r.get("created_at"),
+                    "scenario text changed" + (f"; config changed: {', '.join(changed)}" if changed else ""),
+                    None,
+                )
+            )
             for v in {*last_config, *(r.get("config_hashes") or {})}:
                 breaks.setdefault(v, []).append(i)
         elif changed:
-            markers.append(Marker(i, r["run_id"], r.get("created_at"), f"config changed: {', '.join(changed)}",
-                                  tuple(changed)))
+            markers.append(
+                Marker(i, r["run_id"], r.get("created_at"), f"config changed: {', '.join(changed)}", tuple(changed))
+            )
             for v in changed:
                 breaks.setdefault(v, []).append(i)
         prev_scenario = r.get("scenario_hash")
@@ -268,11 +308,18 @@ def collect(results_dir: Path, scenario: str) -> History:
         if run.manifest.get("shard"):
             continue  # one shard of a night: its merged run (if written here) stands for the night
         i = len(runs)
-        runs.append({"run_id": run.run_id, "created_at": run.manifest.get("created_at"), "path": str(p),
-                     "simulated": bool(run.manifest.get("simulated")),
-                     "scenario_hash": run.manifest["scenario"].get("hash"),
-                     "config_hashes": {e.get("name"): e.get("config_hash")
-                                       for e in run.manifest.get("variants", []) if isinstance(e, dict)}})
+        runs.append(
+            {
+                "run_id": run.run_id,
+                "created_at": run.manifest.get("created_at"),
+                "path": str(p),
+                "simulated": bool(run.manifest.get("simulated")),
+                "scenario_hash": run.manifest["scenario"].get("hash"),
+                "config_hashes": {
+                    e.get("name"): e.get("config_hash") for e in run.manifest.get("variants", []) if isinstance(e, dict)
+                },
+            }
+        )
         thresholds = {k: t.fraction for k, t in scenario_expectations(run.manifest).thresholds.items()}
         names_to_kinds = run_workload_kinds(run.manifest)
         vals: dict[str, dict[str, list[float]]] = {}

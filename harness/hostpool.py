@@ -130,10 +130,18 @@ def predict_host_pool(
     )
     if variant_hicache is None:
         return HostPoolPrediction(
-            hicache_enabled=False, source="off", ratio=None, size_gb=None,
-            kv_host_tokens=0, kv_host_bytes=0, mamba_host_slots=0 if hybrid else None,
-            mamba_host_bytes=0 if hybrid else None, total_bytes_per_rank=0, known=True,
-            note="HiCache off: no host pool", **common,
+            hicache_enabled=False,
+            source="off",
+            ratio=None,
+            size_gb=None,
+            kv_host_tokens=0,
+            kv_host_bytes=0,
+            mamba_host_slots=0 if hybrid else None,
+            mamba_host_bytes=0 if hybrid else None,
+            total_bytes_per_rank=0,
+            known=True,
+            note="HiCache off: no host pool",
+            **common,
         )
 
     size_gb = float(_hicache_field(variant_hicache, "size_gb") or 0.0)
@@ -177,10 +185,18 @@ def predict_host_pool(
     known = kv_bytes is not None and (not hybrid or mamba_bytes is not None)
     total = (kv_bytes + (mamba_bytes or 0)) if known else None
     return HostPoolPrediction(
-        hicache_enabled=True, source=source, ratio=ratio, size_gb=size_gb or None,
-        kv_host_tokens=kv_tokens, kv_host_bytes=kv_bytes,
-        mamba_host_slots=mamba_slots, mamba_host_bytes=mamba_bytes,
-        total_bytes_per_rank=total, known=known, note="; ".join(notes), **common,
+        hicache_enabled=True,
+        source=source,
+        ratio=ratio,
+        size_gb=size_gb or None,
+        kv_host_tokens=kv_tokens,
+        kv_host_bytes=kv_bytes,
+        mamba_host_slots=mamba_slots,
+        mamba_host_bytes=mamba_bytes,
+        total_bytes_per_rank=total,
+        known=known,
+        note="; ".join(notes),
+        **common,
     )
 
 
@@ -207,8 +223,9 @@ class PreflightResult:
         return d
 
 
-def budget_bytes_per_rank(mem_available_kib: int, reserve_gib: float = DEFAULT_RESERVE_GIB,
-                          ranks_on_host: int = 1) -> int:
+def budget_bytes_per_rank(
+    mem_available_kib: int, reserve_gib: float = DEFAULT_RESERVE_GIB, ranks_on_host: int = 1
+) -> int:
     """sglang: `(MemAvailable - 10 GiB) // ranks_per_host`."""
     return (int(mem_available_kib) * 1024 - int(reserve_gib * GIB)) // max(1, int(ranks_on_host))
 
@@ -222,16 +239,25 @@ def check_budget(
     """Would sglang accept this host pool with `mem_available_kib` of MemAvailable at load time?"""
     ranks_on_host = max(1, int(ranks_on_host))
     budget = budget_bytes_per_rank(mem_available_kib, reserve_gib, ranks_on_host)
-    how = (f"(MemAvailable {mem_available_kib / 1024**2:.2f} GiB - {reserve_gib:g} GiB reserve)"
-           f" / {ranks_on_host} rank{'s' if ranks_on_host != 1 else ''}")
-    common = dict(budget_gb=round(budget / GB, 3), mem_available_kib=int(mem_available_kib),
-                  reserve_gib=reserve_gib, ranks_on_host=ranks_on_host, prediction=prediction)
+    how = (
+        f"(MemAvailable {mem_available_kib / 1024**2:.2f} GiB - {reserve_gib:g} GiB reserve)"
+        f" / {ranks_on_host} rank{'s' if ranks_on_host != 1 else ''}"
+    )
+    common = dict(
+        budget_gb=round(budget / GB, 3),
+        mem_available_kib=int(mem_available_kib),
+        reserve_gib=reserve_gib,
+        ranks_on_host=ranks_on_host,
+        prediction=prediction,
+    )
     if not prediction.hicache_enabled:
-        return PreflightResult(fits=True, requested_gb=0.0, failing_pool=None,
-                               reason="HiCache off: no host pool requested", **common)
+        return PreflightResult(
+            fits=True, requested_gb=0.0, failing_pool=None, reason="HiCache off: no host pool requested", **common
+        )
     if not prediction.known or prediction.total_bytes_per_rank is None:
-        return PreflightResult(fits=None, requested_gb=None, failing_pool=None,
-                               reason=f"not checked: {prediction.note}", **common)
+        return PreflightResult(
+            fits=None, requested_gb=None, failing_pool=None, reason=f"not checked: {prediction.note}", **common
+        )
     requested = prediction.total_bytes_per_rank
     kv = prediction.kv_host_bytes or 0
     failing = None
@@ -240,15 +266,17 @@ def check_budget(
     elif requested > budget:
         failing = "mamba"
     if failing is None:
-        reason = (f"fits: {requested / GB:.2f} GB host pool per rank within the "
-                  f"{budget / GB:.2f} GB budget {how}")
+        reason = f"fits: {requested / GB:.2f} GB host pool per rank within the {budget / GB:.2f} GB budget {how}"
     else:
         want = kv if failing == "kv" else (prediction.mamba_host_bytes or 0)
         have = budget if failing == "kv" else budget - kv
-        reason = (f"does not fit: the {failing} host pool requests {want / GB:.2f} GB but only "
-                  f"{have / GB:.2f} GB is free of the {budget / GB:.2f} GB budget {how}")
-    return PreflightResult(fits=failing is None, requested_gb=round(requested / GB, 3),
-                           failing_pool=failing, reason=reason, **common)
+        reason = (
+            f"does not fit: the {failing} host pool requests {want / GB:.2f} GB but only "
+            f"{have / GB:.2f} GB is free of the {budget / GB:.2f} GB budget {how}"
+        )
+    return PreflightResult(
+        fits=failing is None, requested_gb=round(requested / GB, 3), failing_pool=failing, reason=reason, **common
+    )
 
 
 # ----------------------------------------------------------------------------- launch args
@@ -329,14 +357,21 @@ def preflight_variant(
 
     source = "host"
     sim = getattr(server, "sim", None)
-    if mem_available_kib is None and getattr(server, "backend", None) == "sim" \
-            and getattr(sim, "mem_available_gib", None) is not None:
+    if (
+        mem_available_kib is None
+        and getattr(server, "backend", None) == "sim"
+        and getattr(sim, "mem_available_gib", None) is not None
+    ):
         mem_available_kib = int(sim.mem_available_gib * 1024 * 1024)
         source = "sim.mem_available_gib"
     # After ready, judge against the MemAvailable read before launch: by then the server's own
     # pools have taken host memory, so a fresh reading would judge the pool against itself.
-    if mem_available_kib is None and stage == "after_ready" and before is not None \
-            and before.get("mem_available_source") == "host":
+    if (
+        mem_available_kib is None
+        and stage == "after_ready"
+        and before is not None
+        and before.get("mem_available_source") == "host"
+    ):
         mem_available_kib = int(before["mem_available_kib"])
         source = "host, read before launch"
     if mem_available_kib is None:
@@ -355,16 +390,25 @@ def preflight_variant(
     try:
         shape = load_model_shape(model_path)
     except Exception as e:  # ModelConfigError or unreadable path: say so, never block the run
-        record.update(fits=None, requested_gb=None, budget_gb=None, failing_pool=None,
-                      mem_available_kib=mem_available_kib, reserve_gib=reserve_gib,
-                      ranks_on_host=ranks_on_host, prediction=None,
-                      reason=f"not checked: model config unreadable ({e})")
+        record.update(
+            fits=None,
+            requested_gb=None,
+            budget_gb=None,
+            failing_pool=None,
+            mem_available_kib=mem_available_kib,
+            reserve_gib=reserve_gib,
+            ranks_on_host=ranks_on_host,
+            prediction=None,
+            reason=f"not checked: model config unreadable ({e})",
+        )
     else:
         prediction = predict_host_pool(
-            shape, getattr(variant, "hicache", None), tokens, tp_size,
+            shape,
+            getattr(variant, "hicache", None),
+            tokens,
+            tp_size,
             page_size=pool_args.page_size,
-            mamba_device_slots=mamba_device_slots if mamba_device_slots is not None
-            else pool_args.max_mamba_cache_size,
+            mamba_device_slots=mamba_device_slots if mamba_device_slots is not None else pool_args.max_mamba_cache_size,
             kv_dtype_bytes=kv_dtype_bytes_for(pool_args.kv_cache_dtype),
         )
         record.update(check_budget(prediction, mem_available_kib, reserve_gib, ranks_on_host).to_dict())

@@ -40,6 +40,7 @@ MAX_HEAD_BYTES = 64 << 10  # status line + headers
 DRAIN_BYTES = 64 << 10  # read after the consumer is DONE, to keep the connection
 DRAIN_S = 5.0
 
+
 def run(coro):
     """`asyncio.run(coro)` on uvloop when it is installed (it halves the client's CPU per chunk
     and most of its stamping delay: docs/client-fidelity.md), else on asyncio's own loop."""
@@ -184,7 +185,7 @@ class _Conn(asyncio.Protocol):
             st = self.state
             if st == _DATA or st == _LENGTH or st == _CLOSE:
                 take = n - pos if st == _CLOSE else min(self.remaining, n - pos)
-                piece = buf[pos:pos + take] if (pos or take < n) else buf
+                piece = buf[pos : pos + take] if (pos or take < n) else buf
                 pos += take
                 if st != _CLOSE:
                     self.remaining -= take
@@ -215,7 +216,7 @@ class _Conn(asyncio.Protocol):
             if st == _CRLF:
                 if n - pos < 2:
                     break
-                if buf[pos:pos + 2] != b"\r\n":
+                if buf[pos : pos + 2] != b"\r\n":
                     self._fail("protocol", "chunk not followed by CRLF")
                     return
                 pos += 2
@@ -386,8 +387,14 @@ class Pool:
     """Kept-alive connections to one server (`base_url`'s scheme, host and port; its path is
     a prefix of every request path). At most `max_connections` open; more requests wait."""
 
-    def __init__(self, base_url: str, *, max_connections: int = 4096, connect_timeout_s: float = 30.0,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_connections: int = 4096,
+        connect_timeout_s: float = 30.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"{base_url!r}: need an http:// or https:// URL with a host")
@@ -399,8 +406,9 @@ class Pool:
         self.max_connections = max_connections
         self.connect_timeout_s = connect_timeout_s
         extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-        self._fixed = (f"host: {host_header}\r\nuser-agent: hicache-harness\r\n"
-                       f"accept-encoding: identity\r\n{extra}").encode("latin-1")
+        self._fixed = (
+            f"host: {host_header}\r\nuser-agent: hicache-harness\r\naccept-encoding: identity\r\n{extra}"
+        ).encode("latin-1")
         self._idle: dict[_Conn, None] = {}  # insertion-ordered: popitem() takes the newest
         self._open = 0
         self._conns: set[_Conn] = set()
@@ -453,9 +461,10 @@ class Pool:
         self._conns.add(conn)
         self._open += 1
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: conn, self.host, self.port,
-                                                          ssl=True if self.ssl else None),
-                                   self.connect_timeout_s)
+            await asyncio.wait_for(
+                loop.create_connection(lambda: conn, self.host, self.port, ssl=True if self.ssl else None),
+                self.connect_timeout_s,
+            )
         except asyncio.TimeoutError:
             self._forget(conn)
             raise HttpError("timeout", "connect") from None
@@ -492,11 +501,15 @@ class Pool:
 
     def head_bytes(self, method: str, path: str, body_len: int, content_type: str | None) -> bytes:
         ct = f"content-type: {content_type}\r\n" if content_type else ""
-        return (f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1") + self._fixed
-                + f"{ct}content-length: {body_len}\r\n\r\n".encode("latin-1"))
+        return (
+            f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1")
+            + self._fixed
+            + f"{ct}content-length: {body_len}\r\n\r\n".encode("latin-1")
+        )
 
-    def start(self, method: str, path: str, body: bytes, consumer: Consumer, *,
-              content_type: str | None = "application/json") -> Exchange | None:
+    def start(
+        self, method: str, path: str, body: bytes, consumer: Consumer, *, content_type: str | None = "application/json"
+    ) -> Exchange | None:
         """Write the request now, on an idle connection, without yielding to the event loop (so a
         scheduled send goes out at its instant); None when no idle connection is at hand (then
         `request` opens or waits for one). Pass the exchange on to `request(started=...)`."""
@@ -514,8 +527,16 @@ class Pool:
         conn.send(ex, data)
         return ex
 
-    async def send(self, method: str, path: str, body: bytes, consumer: Consumer, *,
-                   content_type: str | None = "application/json", fresh: bool = False) -> Exchange:
+    async def send(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        consumer: Consumer,
+        *,
+        content_type: str | None = "application/json",
+        fresh: bool = False,
+    ) -> Exchange:
         """Get a connection (an idle one, a new one — `fresh`: always new — or wait for one) and
         write the request on it; the exchange's `waiter` resolves when it is over."""
         conn = await self._acquire(fresh)
@@ -525,10 +546,11 @@ class Pool:
     def stale(ex: Exchange) -> bool:
         """Whether a finished exchange failed the way a kept-alive connection the server had
         closed fails: reused, closed before any byte of an answer (worth one more try)."""
-        return (ex.error is not None and ex.error.kind == "connection" and ex.reused and not ex.got_bytes)
+        return ex.error is not None and ex.error.kind == "connection" and ex.reused and not ex.got_bytes
 
-    async def request(self, method: str, path: str, body: bytes, consumer: Consumer, *,
-                      content_type: str | None = "application/json") -> Exchange:
+    async def request(
+        self, method: str, path: str, body: bytes, consumer: Consumer, *, content_type: str | None = "application/json"
+    ) -> Exchange:
         """Send one request and return when the consumer is done (DONE, DROP or the body's end)
         or the exchange failed (`Exchange.error`); a stale keep-alive connection is retried once
         on a new one. Cancelling closes the connection."""

@@ -43,9 +43,7 @@ _ASSERTION = re.compile(r"\bAssertionError\b:?\s*(.*)")
 _ERROR_LINE = re.compile(r"^\s*(?:[\w.]+\.)?(\w+(?:Error|Exception))\b:?\s*(.*)$")
 
 _MAX_TOTAL = re.compile(r"max_total_num_tokens\s*=\s*(\d+)")
-_HOST_POOL_NEW = re.compile(
-    r"(?:Allocating\s+(\w+)\s+)?hierarchical KV host pool:\s*(\d+)\s*tokens,\s*([\d.]+)\s*GB"
-)
+_HOST_POOL_NEW = re.compile(r"(?:Allocating\s+(\w+)\s+)?hierarchical KV host pool:\s*(\d+)\s*tokens,\s*([\d.]+)\s*GB")
 _HOST_POOL_OLD = re.compile(r"Allocating\s+([\d.]+)\s*GB host memory for hierarchical KV cache")
 # sglang 0.5.x mamba host pool: "Allocating 2.55 GB host memory for hierarchical Mamba cache (layout=...)"
 _MAMBA_HOST_OLD = re.compile(r"Allocating\s+([\d.]+)\s*GB host memory for hierarchical Mamba cache")

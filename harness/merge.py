@@ -89,8 +89,13 @@ class Candidate:
         return self.entry["name"]
 
     def rank(self) -> tuple:
-        return (self.source.role(self.name) == "assigned", self.state in FINAL_STATES, self.source.complete,
-                self.source.manifest.get("created_at") or "", self.source.run_id)
+        return (
+            self.source.role(self.name) == "assigned",
+            self.state in FINAL_STATES,
+            self.source.complete,
+            self.source.manifest.get("created_at") or "",
+            self.source.run_id,
+        )
 
 
 @dataclass
@@ -132,10 +137,14 @@ def plan_merge(sources: list[Source]) -> MergePlan:
     """Check the inputs belong together and choose one copy of every variant (pure on the folders)."""
     hashes = {(s.manifest.get("scenario") or {}).get("hash") for s in sources}
     if len(hashes) != 1:
-        lines = [f"  {s.root}: scenario {(s.manifest.get('scenario') or {}).get('name')!r} "
-                 f"hash {(s.manifest.get('scenario') or {}).get('hash')}" for s in sources]
-        raise MergeRefused("runs of different scenarios (or different scenario texts) cannot be merged:\n"
-                           + "\n".join(lines))
+        lines = [
+            f"  {s.root}: scenario {(s.manifest.get('scenario') or {}).get('name')!r} "
+            f"hash {(s.manifest.get('scenario') or {}).get('hash')}"
+            for s in sources
+        ]
+        raise MergeRefused(
+            "runs of different scenarios (or different scenario texts) cannot be merged:\n" + "\n".join(lines)
+        )
     candidates: dict[str, list[Candidate]] = {}
     first_seen: list[str] = []
     for s in sources:
@@ -149,11 +158,14 @@ def plan_merge(sources: list[Source]) -> MergePlan:
     for name, cands in candidates.items():
         found = {c.entry.get("config_hash") for c in cands}
         if len(found) > 1:
-            conflicts.append(f"  variant {name!r}: " + ", ".join(
-                f"{c.entry.get('config_hash')} in {c.source.root}" for c in cands))
+            conflicts.append(
+                f"  variant {name!r}: " + ", ".join(f"{c.entry.get('config_hash')} in {c.source.root}" for c in cands)
+            )
     if conflicts:
-        raise MergeRefused("a variant has different server configurations in different runs "
-                           "(a ${VAR} expanded differently?):\n" + "\n".join(conflicts))
+        raise MergeRefused(
+            "a variant has different server configurations in different runs "
+            "(a ${VAR} expanded differently?):\n" + "\n".join(conflicts)
+        )
 
     order: list[str] = []
     for s in sorted(sources, key=lambda s: -len((s.shard or {}).get("all_variants") or [])):
@@ -174,8 +186,15 @@ def plan_merge(sources: list[Source]) -> MergePlan:
         ranked = sorted(cands, key=Candidate.rank, reverse=True)
         chosen[name] = ranked[0]
         for c in ranked[1:]:
-            dropped.append({"variant": name, "run_id": c.source.run_id, "role": c.source.role(name),
-                            "state": c.state, "kept_from": ranked[0].source.run_id})
+            dropped.append(
+                {
+                    "variant": name,
+                    "run_id": c.source.run_id,
+                    "role": c.source.role(name),
+                    "state": c.state,
+                    "kept_from": ranked[0].source.run_id,
+                }
+            )
     order = [n for n in order if n in chosen]
 
     problems: list[str] = []
@@ -196,8 +215,9 @@ def plan_merge(sources: list[Source]) -> MergePlan:
         if name not in chosen:
             problems.append(f"variant {name} is in no input run")
         elif chosen[name].state not in FINAL_STATES:
-            problems.append(f"variant {name} is not complete ({chosen[name].state}) in run "
-                            f"{chosen[name].source.run_id}")
+            problems.append(
+                f"variant {name} is not complete ({chosen[name].state}) in run {chosen[name].source.run_id}"
+            )
     return MergePlan(sources, order, chosen, dropped, problems)
 
 
@@ -245,8 +265,7 @@ def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] = ()) -> Pa
         variants=[{**plan.chosen[n].entry, "from_run": plan.chosen[n].source.run_id} for n in plan.order],
         merged_from=[s.run_id for s in plan.sources],
         shards=[_shard_entry(s, plan) for s in plan.sources],
-        merge={"complete": plan.complete, "problems": plan.problems, "dropped": plan.dropped,
-               "parity": PARITY_SCOPE},
+        merge={"complete": plan.complete, "problems": plan.problems, "dropped": plan.dropped, "parity": PARITY_SCOPE},
     )
     results.write_json_atomic(run.manifest, manifest)
     write_summary_csv(run, plan.order)  # parity stays as each shard judged it on its own host

@@ -44,8 +44,16 @@ from harness.records import RequestRecord
 
 Columns = Mapping[str, Any]  # input name → np.ndarray (one row per request or group) or a number
 
-REQUEST_FIELDS = ("sent_ns", "first_token_ns", "done_ns", "prompt_len", "prompt_tokens",
-                  "cached_tokens", "cached_device", "cached_host")
+REQUEST_FIELDS = (
+    "sent_ns",
+    "first_token_ns",
+    "done_ns",
+    "prompt_len",
+    "prompt_tokens",
+    "cached_tokens",
+    "cached_device",
+    "cached_host",
+)
 CHUNK_INPUTS = ("first_chunk_ns", "last_chunk_ns", "tokens_after_first", "itl_mean_ms")
 GROUP_INPUTS = ("first_sent_ns", "last_done_ns")
 
@@ -58,8 +66,9 @@ _NS_PER_S = 1e9
 # ---------------------------------------------------------------------------- chunk reductions
 
 
-def _scan_chunks(chunk_ns: Sequence[int], chunk_new: Sequence[int],
-                 gaps: list[float] | None = None) -> tuple[float, float, float, float]:
+def _scan_chunks(
+    chunk_ns: Sequence[int], chunk_new: Sequence[int], gaps: list[float] | None = None
+) -> tuple[float, float, float, float]:
     """`chunk_stats`, appending each ITL value to ``gaps`` when given (one pass: this runs once
     per request of a million-row run)."""
     first = prev = None
@@ -202,31 +211,67 @@ class Metric:
         return self.compared and (self.compared_when is None or self.compared_when(phase))
 
 
-METRICS: dict[str, Metric] = {m.name: m for m in [
-    Metric("ttft_ms", "ms", False, "time to first token", _ttft_ms, compared=True),
-    Metric("itl_ms", "ms", False, "inter-token latency (per token, pooled over chunks)",
-           lambda c: c["itl_mean_ms"]),
-    Metric("tpot_ms", "ms", False, "time per output token after the first", _tpot_ms, compared=True),
-    Metric("e2e_ms", "ms", False, "end-to-end request latency",
-           lambda c: (c["done_ns"] - c["sent_ns"]) / _NS_PER_MS),
-    Metric("prefill_tok_s", "tok/s", True, "uncached prompt tokens / TTFT", _prefill_tok_s,
-           compared=True, compared_when=_measures_prefill),
-    Metric("prefill_total_tok_s", "tok/s", True, "all prompt tokens / TTFT", _prefill_total_tok_s),
-    Metric("decode_tok_s", "tok/s", True, "output tokens after the first / decode time", _decode_tok_s,
-           compared=True),
-    Metric("host_hit_fraction", "fraction", True, "prompt tokens served from the host tier",
-           _fraction_of_prompt("cached_host")),
-    Metric("device_hit_fraction", "fraction", True, "prompt tokens served from the GPU tier",
-           _fraction_of_prompt("cached_device")),
-    Metric("cached_fraction", "fraction", True, "prompt tokens served from any cache tier",
-           _fraction_of_prompt("cached_tokens")),
-    Metric("pass_wall_s", "s", False, "wall time of one concurrent group (a pass)",
-           lambda c: (c["last_done_ns"] - c["first_sent_ns"]) / _NS_PER_S, per="group", compared=True),
-]}
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in [
+        Metric("ttft_ms", "ms", False, "time to first token", _ttft_ms, compared=True),
+        Metric(
+            "itl_ms", "ms", False, "inter-token latency (per token, pooled over chunks)", lambda c: c["itl_mean_ms"]
+        ),
+        Metric("tpot_ms", "ms", False, "time per output token after the first", _tpot_ms, compared=True),
+        Metric(
+            "e2e_ms", "ms", False, "end-to-end request latency", lambda c: (c["done_ns"] - c["sent_ns"]) / _NS_PER_MS
+        ),
+        Metric(
+            "prefill_tok_s",
+            "tok/s",
+            True,
+            "uncached prompt tokens / TTFT",
+            _prefill_tok_s,
+            compared=True,
+            compared_when=_measures_prefill,
+        ),
+        Metric("prefill_total_tok_s", "tok/s", True, "all prompt tokens / TTFT", _prefill_total_tok_s),
+        Metric(
+            "decode_tok_s", "tok/s", True, "output tokens after the first / decode time", _decode_tok_s, compared=True
+        ),
+        Metric(
+            "host_hit_fraction",
+            "fraction",
+            True,
+            "prompt tokens served from the host tier",
+            _fraction_of_prompt("cached_host"),
+        ),
+        Metric(
+            "device_hit_fraction",
+            "fraction",
+            True,
+            "prompt tokens served from the GPU tier",
+            _fraction_of_prompt("cached_device"),
+        ),
+        Metric(
+            "cached_fraction",
+            "fraction",
+            True,
+            "prompt tokens served from any cache tier",
+            _fraction_of_prompt("cached_tokens"),
+        ),
+        Metric(
+            "pass_wall_s",
+            "s",
+            False,
+            "wall time of one concurrent group (a pass)",
+            lambda c: (c["last_done_ns"] - c["first_sent_ns"]) / _NS_PER_S,
+            per="group",
+            compared=True,
+        ),
+    ]
+}
 REQUEST_METRICS = [m.name for m in METRICS.values() if m.per == "request"]
 # The per-record derivation of each request metric (what the summary applies to each record).
 DERIVATIONS: dict[str, Callable[[RequestRecord], float | None]] = {
-    name: METRICS[name].of_record for name in REQUEST_METRICS}
+    name: METRICS[name].of_record for name in REQUEST_METRICS
+}
 
 
 def request_metrics(columns: Columns) -> dict[str, np.ndarray]:
@@ -307,6 +352,15 @@ def group_walls(records: Iterable[RequestRecord]) -> list[GroupWall]:
     for g, rs in groups.items():
         done = [r.done_ns for r in rs if r.done_ns is not None]
         inputs = {"first_sent_ns": min(r.sent_ns for r in rs), "last_done_ns": max(done) if done else math.nan}
-        out.append(GroupWall(rs[0].workload, rs[0].phase, rs[0].repeat, g, len(rs),
-                             sum(1 for r in rs if r.error is not None), wall.value(inputs)))
+        out.append(
+            GroupWall(
+                rs[0].workload,
+                rs[0].phase,
+                rs[0].repeat,
+                g,
+                len(rs),
+                sum(1 for r in rs if r.error is not None),
+                wall.value(inputs),
+            )
+        )
     return out

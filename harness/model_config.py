@@ -25,17 +25,36 @@ from typing import Any
 
 # torch dtype name -> bytes per element.  Fractional entries are packed formats.
 DTYPE_BYTES: dict[str, float] = {
-    "float32": 4, "fp32": 4, "float": 4,
-    "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1,
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
     "fp4_e2m1": 0.5,
 }
 
 # sglang ``--kv-cache-dtype`` value -> bytes per KV element ("auto" = model dtype).
 # int2 is seed 000's fork: 2-bit codes plus fp32 scale/zero per 64 elements = 0.375 B.
 KV_CACHE_DTYPE_BYTES: dict[str, float | None] = {
-    "auto": None, "bf16": 2, "bfloat16": 2, "float16": 2, "fp16": 2,
-    "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1, "fp4_e2m1": 0.5, "int4": 0.5, "int2": 0.375,
+    "auto": None,
+    "bf16": 2,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+    "fp4_e2m1": 0.5,
+    "int4": 0.5,
+    "int2": 0.375,
 }
 
 _MAMBA_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "gdn", "linear"}
@@ -108,8 +127,10 @@ class ModelShape:
         """Short-convolution state bytes of one slot (conv_dim x (kernel-1)) per rank."""
         if not self.is_hybrid or self.linear_conv_kernel_dim <= 1:
             return 0
-        conv_dim = (2 * self.linear_num_key_heads * self.linear_key_head_dim
-                    + self.linear_num_value_heads * self.linear_value_head_dim)
+        conv_dim = (
+            2 * self.linear_num_key_heads * self.linear_key_head_dim
+            + self.linear_num_value_heads * self.linear_value_head_dim
+        )
         per_rank = conv_dim // max(1, tp_size)
         per_layer = per_rank * (self.linear_conv_kernel_dim - 1) * self.dtype_bytes
         return int(round(per_layer * self.num_mamba_layers))
@@ -121,8 +142,10 @@ class ModelShape:
     def approx_params(self) -> int:
         """Rough parameter count (embeddings + per-layer attention/MLP); feeds cost models only."""
         h = self.hidden_size
-        attn = h * (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim \
+        attn = (
+            h * (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim
             + self.num_attention_heads * self.head_dim * h
+        )
         mlp = 3 * h * self.intermediate_size
         return int(2 * self.vocab_size * h + self.num_layers * (attn + mlp))
 

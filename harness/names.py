@@ -10,10 +10,20 @@ import re
 
 # What a run folder holds beside its variants' folders (harness.results): a variant whose
 # folder name would be one of these (on a case-insensitive file system too) is refused.
-RUN_FOLDER_ENTRIES = frozenset({
-    "manifest.json", "summary.csv", "expectations.json", "comparison.json", "verdict.json",
-    "complete", "interrupted", ".lock", ".attempts", "report",
-})
+RUN_FOLDER_ENTRIES = frozenset(
+    {
+        "manifest.json",
+        "summary.csv",
+        "expectations.json",
+        "comparison.json",
+        "verdict.json",
+        "complete",
+        "interrupted",
+        ".lock",
+        ".attempts",
+        "report",
+    }
+)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.=+-]")
 

@@ -57,8 +57,9 @@ def parse_cuda_visible_devices(value: str | None) -> list[str] | None:
     return [part.strip() for part in value.split(",")]
 
 
-def resolve_visible(entries: Sequence[str], uuids: Sequence[str | None],
-                    mig_parent: Callable[[str], int | None] | None = None) -> tuple[list[int], str | None]:
+def resolve_visible(
+    entries: Sequence[str], uuids: Sequence[str | None], mig_parent: Callable[[str], int | None] | None = None
+) -> tuple[list[int], str | None]:
     """CUDA's reading of ``CUDA_VISIBLE_DEVICES`` entries → NVML indices in CUDA's order, and the
     first entry CUDA would stop at (None when every entry resolved).
 
@@ -130,13 +131,21 @@ class GpuSelection:
     uuids: tuple[str | None, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"indices": list(self.indices), "method": self.method, "how": self.how,
-                "cuda_visible_devices": self.cuda_visible_devices, "uuids": list(self.uuids)}
+        return {
+            "indices": list(self.indices),
+            "method": self.method,
+            "how": self.how,
+            "cuda_visible_devices": self.cuda_visible_devices,
+            "uuids": list(self.uuids),
+        }
 
 
-def select_gpus(uuids: Sequence[str | None], env: Mapping[str, str] | None = None,
-                argv: Sequence[str] | None = None,
-                mig_parent: Callable[[str], int | None] | None = None) -> GpuSelection:
+def select_gpus(
+    uuids: Sequence[str | None],
+    env: Mapping[str, str] | None = None,
+    argv: Sequence[str] | None = None,
+    mig_parent: Callable[[str], int | None] | None = None,
+) -> GpuSelection:
     """The GPUs a server started with ``env`` (its whole environment; default this process's)
     and ``argv`` will use, out of the host's GPUs (``uuids``, by NVML index).
 
@@ -252,7 +261,7 @@ class GpuReader:
         wanted = set(pids)
         out: dict[int, float] = {}
         listed = False
-        for i in (range(len(self._handles)) if indices is None else indices):
+        for i in range(len(self._handles)) if indices is None else indices:
             if not 0 <= i < len(self._handles):
                 continue
             try:
@@ -271,8 +280,9 @@ class GpuReader:
                 out[i] = round(mib, 1)
         return out if listed else None
 
-    def read(self, indices: Iterable[int] | None = None,
-             server_mem: Mapping[int, float] | None = None) -> list[GpuReading] | None:
+    def read(
+        self, indices: Iterable[int] | None = None, server_mem: Mapping[int, float] | None = None
+    ) -> list[GpuReading] | None:
         """Memory used and utilisation of the GPUs ``indices`` (NVML indices, default all).
         ``server_mem`` ({index: MiB} from :meth:`process_memory`) fills ``server_mem_mib``: 0.0 on a
         listed GPU where the server has no process, None when ``server_mem`` is None."""
@@ -280,7 +290,7 @@ class GpuReader:
             return None
         nv = self._nvml
         out: list[GpuReading] = []
-        for i in (range(len(self._handles)) if indices is None else indices):
+        for i in range(len(self._handles)) if indices is None else indices:
             if not 0 <= i < len(self._handles):
                 continue
             h = self._handles[i]
@@ -336,12 +346,14 @@ def gpu_inventory() -> list[dict]:
         for i in range(nv.nvmlDeviceGetCount()):
             h = nv.nvmlDeviceGetHandleByIndex(i)
             mem = nv.nvmlDeviceGetMemoryInfo(h)
-            gpus.append({
-                "index": i,
-                "name": _text(nv.nvmlDeviceGetName(h)),
-                "memory_total_mib": int(mem.total // 2**20),
-                "driver": driver,
-            })
+            gpus.append(
+                {
+                    "index": i,
+                    "name": _text(nv.nvmlDeviceGetName(h)),
+                    "memory_total_mib": int(mem.total // 2**20),
+                    "driver": driver,
+                }
+            )
         return gpus
     except Exception:  # noqa: BLE001
         return []

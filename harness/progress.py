@@ -45,9 +45,16 @@ class Progress:
     """The run's console progress (see the module docstring). Thread-safe: requests finish on the
     workloads' event loop while a ticker thread redraws the line."""
 
-    def __init__(self, total_variants: int, stream: TextIO | None = None, live: bool | None = None,
-                 heartbeat_s: float = 30.0, groups: bool | None = None, width: int | None = None,
-                 clock=time.monotonic):
+    def __init__(
+        self,
+        total_variants: int,
+        stream: TextIO | None = None,
+        live: bool | None = None,
+        heartbeat_s: float = 30.0,
+        groups: bool | None = None,
+        width: int | None = None,
+        clock=time.monotonic,
+    ):
         self.stream = stream or sys.stderr
         self.live = _isatty(self.stream) if live is None else live
         self.groups = (not self.live and os.environ.get("GITHUB_ACTIONS") == "true") if groups is None else groups
@@ -140,8 +147,10 @@ class Progress:
         """The status line; ``detail``: with the rate, the ETA and the time in the phase (the
         heartbeat and the live line; a phase-change line has only counts)."""
         now = self._clock()
-        parts = [f"[{fmt_duration(now - self.t0)}] variant {self._index}/{self.total} {self._variant}",
-                 self._phase + (f" {fmt_duration(now - self._phase_t0)}" if detail else "")]
+        parts = [
+            f"[{fmt_duration(now - self.t0)}] variant {self._index}/{self.total} {self._variant}",
+            self._phase + (f" {fmt_duration(now - self._phase_t0)}" if detail else ""),
+        ]
         if self._expected or self._done:
             req = f"requests {self._done}" + (f"/{self._expected}" if self._expected else "")
             if detail:

@@ -42,8 +42,10 @@ class PromptFactory:
 
     def _fresh_first(self, rng: np.random.Generator) -> int:
         if self.capacity <= 0:
-            raise ValueError(f"all {self.vocab_size - FIRST_REGULAR_ID} first tokens used: "
-                             "vocabulary too small for this many distinct prompts")
+            raise ValueError(
+                f"all {self.vocab_size - FIRST_REGULAR_ID} first tokens used: "
+                "vocabulary too small for this many distinct prompts"
+            )
         while True:
             t = int(rng.integers(FIRST_REGULAR_ID, self.vocab_size))
             if t not in self.used_first:
@@ -71,8 +73,7 @@ class PromptFactory:
         rng = np.random.default_rng(derive_seed(self.seed, "extend", key))
         return list(prefix) + rng.integers(FIRST_REGULAR_ID, self.vocab_size, size=n_tokens).tolist()
 
-    def shared_prefix(self, count: int, prefix_tokens: int, suffix_tokens: int, *,
-                      key: object) -> list[list[int]]:
+    def shared_prefix(self, count: int, prefix_tokens: int, suffix_tokens: int, *, key: object) -> list[list[int]]:
         """`count` prompts sharing one fresh prefix, each continued by its own suffix."""
         prefix = self.one(prefix_tokens, key=(key, "prefix"))
         return [self.extend(prefix, suffix_tokens, key=(key, "suffix", i)) for i in range(count)]

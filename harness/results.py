@@ -46,7 +46,6 @@ ATTEMPTS_DIR = ".attempts"  # earlier attempts of variants that --resume reran (
 log = logging.getLogger(__name__)
 
 
-
 class ResultsError(Exception):
     """A run folder or file that cannot be read as a run (the message names the file)."""
 
@@ -362,8 +361,10 @@ def hold_run_lock(root: Path) -> RunLock:
         except OSError:
             pass
         os.close(fd)
-        raise RunLocked(f"{root}: another harness process is writing this run ({holder or 'lock held'}); "
-                        f"wait for it to end or stop it first") from None
+        raise RunLocked(
+            f"{root}: another harness process is writing this run ({holder or 'lock held'}); "
+            f"wait for it to end or stop it first"
+        ) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {utc_now_iso()}\n".encode(), 0)
     _HELD[key] = [fd, 1]
@@ -397,14 +398,19 @@ def create_run_dir(results_dir: Path, scenario_name: str, run_id: str | None = N
 def check_schema(path: Path, data: dict) -> None:
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ResultsError(
-            f"{path}: schema_version {version!r}, this harness reads {SCHEMA_VERSION}"
-        )
+        raise ResultsError(f"{path}: schema_version {version!r}, this harness reads {SCHEMA_VERSION}")
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 def read_json_object(path: Path) -> dict:

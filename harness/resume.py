@@ -44,8 +44,8 @@ class ResumeRefused(ValueError):
 class ResumePlan:
     run_dir: Path
     manifest: dict
-    skip: list[str] = field(default_factory=list)     # complete: not rerun
-    rerun: list[str] = field(default_factory=list)    # manifest order
+    skip: list[str] = field(default_factory=list)  # complete: not rerun
+    rerun: list[str] = field(default_factory=list)  # manifest order
     why: dict[str, str] = field(default_factory=dict)  # rerun name -> state seen
     refusals: list[str] = field(default_factory=list)
 
@@ -74,14 +74,16 @@ def plan_resume(run_dir: Path, scenario, variants: list | None = None) -> Resume
         return ResumePlan(run_dir, {}, refusals=[f"{exc} (not a run folder this harness can resume)"])
     plan = ResumePlan(run_dir, manifest)
     if manifest.get("kind") != "run" or manifest.get("merged_from"):
-        plan.refusals.append(f"{run.manifest}: a merged run cannot be resumed; resume the shard run(s) "
-                             f"it was made from and merge again")
+        plan.refusals.append(
+            f"{run.manifest}: a merged run cannot be resumed; resume the shard run(s) it was made from and merge again"
+        )
         return plan
     old_hash = (manifest.get("scenario") or {}).get("hash")
     if old_hash != scenario.hash:
         plan.refusals.append(
             f"scenario changed since the run: {scenario.path or scenario.name} hashes {scenario.hash} now, "
-            f"the run was made from {old_hash} ({run.manifest}); start a new run instead")
+            f"the run was made from {old_hash} ({run.manifest}); start a new run instead"
+        )
         return plan
     by_name = {v.name: v for v in (variants if variants is not None else scenario.expand_variants())}
     for entry in manifest.get("variants", []):
@@ -94,7 +96,8 @@ def plan_resume(run_dir: Path, scenario, variants: list | None = None) -> Resume
         if entry.get("config_hash") != now:
             plan.refusals.append(
                 f"variant {name!r}: server configuration changed (config hash {entry.get('config_hash')} "
-                f"in the run, {now} now); a resumed run must not mix configurations — start a new run")
+                f"in the run, {now} now); a resumed run must not mix configurations — start a new run"
+            )
             continue
         try:  # a status that is not JSON at all is rerun; any other damage is the user's to look at
             results.check_variant_files(run, name, torn_status_ok=True)
@@ -110,8 +113,7 @@ def plan_resume(run_dir: Path, scenario, variants: list | None = None) -> Resume
     return plan
 
 
-def _selection_matches(scenario, only: list[str] | None, shard: tuple[int, int] | None,
-                       manifest: dict) -> str | None:
+def _selection_matches(scenario, only: list[str] | None, shard: tuple[int, int] | None, manifest: dict) -> str | None:
     """With --only or --shard given, the selection must be the run's; else a refusal message."""
     if not only and shard is None:
         return None
@@ -119,13 +121,16 @@ def _selection_matches(scenario, only: list[str] | None, shard: tuple[int, int] 
     want = sorted(v.name for v in variants)
     have = sorted(e["name"] for e in manifest.get("variants", []))
     if want != have:
-        return (f"--only/--shard select {', '.join(want) or 'nothing'} but the run holds "
-                f"{', '.join(have) or 'nothing'}; resume without them (the run keeps its own selection)")
+        return (
+            f"--only/--shard select {', '.join(want) or 'nothing'} but the run holds "
+            f"{', '.join(have) or 'nothing'}; resume without them (the run keeps its own selection)"
+        )
     return None
 
 
-def check_resume(scenario, run_dir: Path, only: list[str] | None = None,
-                 shard: tuple[int, int] | None = None) -> ResumePlan:
+def check_resume(
+    scenario, run_dir: Path, only: list[str] | None = None, shard: tuple[int, int] | None = None
+) -> ResumePlan:
     """The plan to resume ``run_dir`` with this scenario (and the --only/--shard given, which must
     select what the run holds); :class:`ResumeRefused` listing every reason it cannot be resumed."""
     plan = plan_resume(run_dir, scenario)
@@ -169,10 +174,12 @@ def reopen_run(plan: ResumePlan, scenario, harness_argv: list[str]) -> ReopenedR
             raise ResumeRefused(f"cannot resume {run.root}:\n  " + "\n  ".join(plan.refusals))
         redactor = fingerprint.run_redactor(scenario, harness_argv)
         orphans = clear_orphans(run.root.resolve().parent.parent)  # the run's results folder (GpuBusy: exit 2)
-        prior = [dataclasses.replace(read_status(run.variant(name).status).outcome(), name=name)
-                 for name in plan.skip]
-        moved = {name: str(p.relative_to(run.root)) for name in plan.rerun
-                 if (p := _move_aside(run, name, redactor)) is not None}
+        prior = [dataclasses.replace(read_status(run.variant(name).status).outcome(), name=name) for name in plan.skip]
+        moved = {
+            name: str(p.relative_to(run.root))
+            for name in plan.rerun
+            if (p := _move_aside(run, name, redactor)) is not None
+        }
         for marker in (run.interrupted, run.complete, run.summary_csv):
             marker.unlink(missing_ok=True)
         manifest = plan.manifest

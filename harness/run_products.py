@@ -35,16 +35,37 @@ from harness.yaml_lines import YamlLoadError, load_yaml_text
 PARITY_FILE = "parity.json"
 VERDICT_FILE = "verdict.json"
 EXPECTATIONS_FILE = "expectations.json"
-CSV_COLUMNS = ["variant", "workload", "phase", "metric", "unit", "higher_is_better", "n", "mean", "p50",
-               "p90", "p99", "min", "max", "n_errors"]
+CSV_COLUMNS = [
+    "variant",
+    "workload",
+    "phase",
+    "metric",
+    "unit",
+    "higher_is_better",
+    "n",
+    "mean",
+    "p50",
+    "p90",
+    "p99",
+    "min",
+    "max",
+    "n_errors",
+]
 
 
 # -- one variant -------------------------------------------------------------------------------
 
-def measured_summary(name: str, state: str, cause: str | None, requests: Sequence[RequestRecord],
-                     n_quality_records: int, sampling: dict | None,
-                     workload_kinds: Mapping[str, str] | None = None,
-                     workload_configs: Mapping[str, Any] | None = None) -> dict:
+
+def measured_summary(
+    name: str,
+    state: str,
+    cause: str | None,
+    requests: Sequence[RequestRecord],
+    n_quality_records: int,
+    sampling: dict | None,
+    workload_kinds: Mapping[str, str] | None = None,
+    workload_configs: Mapping[str, Any] | None = None,
+) -> dict:
     """The summary of a variant whose server served: per workload/phase statistics, its state and
     cause, the quality-row count and the sampling summary. A failed variant that measured nothing
     has ``workloads: null``, never zeros (P10)."""
@@ -59,8 +80,15 @@ def measured_summary(name: str, state: str, cause: str | None, requests: Sequenc
 
 def null_summary(name: str, state: str, cause: str | None) -> dict:
     """The summary of a variant that never served: null metrics and its cause, never zeros (P10)."""
-    return {"schema_version": results.SCHEMA_VERSION, "variant": name, "state": state, "cause": cause,
-            "workloads": None, "sampling": None, "quality": None}
+    return {
+        "schema_version": results.SCHEMA_VERSION,
+        "variant": name,
+        "state": state,
+        "cause": cause,
+        "workloads": None,
+        "sampling": None,
+        "quality": None,
+    }
 
 
 def sampling_summary(samples_path: Path, sampler_cpu_fraction: float, samples_written: int) -> dict:
@@ -78,21 +106,61 @@ def write_variant_summary(vpaths: results.VariantPaths, summary: dict) -> None:
 
 # -- the run -----------------------------------------------------------------------------------
 
+
 def parity_headline(report: dict) -> dict:
     """What the summary keeps of a parity report: the verdict, the ON-vs-OFF and OFF-vs-OFF
     (control) figures side by side, and the statistical test behind the verdict (``floor``)."""
-    keep = ("verdict", "baseline_noise", "reason", "host_hit_requests", "on_requests", "reasks",
-            "reasks_with_host_hit", "pairs", "unmatched_on", "errors", "tie_epsilon", "top_k", "alpha",
-            "host_keys", "on_lost", "on_gained", "mcnemar_p", "floor")
+    keep = (
+        "verdict",
+        "baseline_noise",
+        "reason",
+        "host_hit_requests",
+        "on_requests",
+        "reasks",
+        "reasks_with_host_hit",
+        "pairs",
+        "unmatched_on",
+        "errors",
+        "tie_epsilon",
+        "top_k",
+        "alpha",
+        "host_keys",
+        "on_lost",
+        "on_gained",
+        "mcnemar_p",
+        "floor",
+    )
     out = {k: report.get(k) for k in keep}
-    out["groups"] = [{k: g.get(k) for k in ("task", "length_target", "verdict", "pairs", "token_equal",
-                                              "tie_flips", "divergences", "outside_topk",
-                                              "first_divergence_min", "max_abs_dlogprob",
-                                              "host_hit_requests", "accuracy_on", "accuracy_off",
-                                              "on_lost", "on_gained", "mcnemar_p", "control_pairs",
-                                              "control_differing", "control_worst", "on_worse",
-                                              "control_worse", "p_value")}
-                     for g in report.get("groups", [])]
+    out["groups"] = [
+        {
+            k: g.get(k)
+            for k in (
+                "task",
+                "length_target",
+                "verdict",
+                "pairs",
+                "token_equal",
+                "tie_flips",
+                "divergences",
+                "outside_topk",
+                "first_divergence_min",
+                "max_abs_dlogprob",
+                "host_hit_requests",
+                "accuracy_on",
+                "accuracy_off",
+                "on_lost",
+                "on_gained",
+                "mcnemar_p",
+                "control_pairs",
+                "control_differing",
+                "control_worst",
+                "on_worse",
+                "control_worse",
+                "p_value",
+            )
+        }
+        for g in report.get("groups", [])
+    ]
     return out
 
 
@@ -155,6 +223,7 @@ def rows_to_csv(rows: list[dict]) -> str:
 
 # -- the verdict -------------------------------------------------------------------------------
 
+
 def stored_scenario(manifest: dict) -> dict:
     """The run's scenario as parsed YAML (the stored text), or {} when it cannot be read."""
     text = (manifest.get("scenario") or {}).get("text") or ""
@@ -164,8 +233,9 @@ def stored_scenario(manifest: dict) -> dict:
         return {}
 
 
-def judge_run(run_dir: Path, expectation_rows: Sequence[dict] | None = None,
-              policy: VerdictPolicy | None = None) -> RunVerdict:
+def judge_run(
+    run_dir: Path, expectation_rows: Sequence[dict] | None = None, policy: VerdictPolicy | None = None
+) -> RunVerdict:
     """The verdict of a run folder from its stored files: every variant the manifest lists (one
     without a status.json did not run), its rows of ``expectations.json`` and the scenario's
     ``verdict:`` rules (both read from the folder when not given)."""
@@ -187,5 +257,4 @@ def judge_run(run_dir: Path, expectation_rows: Sequence[dict] | None = None,
 
 
 def write_verdict(run: results.RunPaths, verdict: RunVerdict) -> None:
-    results.write_json_atomic(run.root / VERDICT_FILE, {"schema_version": results.SCHEMA_VERSION,
-                                                         **verdict.to_json()})
+    results.write_json_atomic(run.root / VERDICT_FILE, {"schema_version": results.SCHEMA_VERSION, **verdict.to_json()})

@@ -400,10 +400,14 @@ class Sampler:
         if own and not set(own) <= set(static.indices):
             idx = tuple(sorted(own))
             uuids = gpu.uuids
-            chosen = GpuSelection(idx, "processes",
-                                  f"the server's processes run on NVML {list(idx)} (the launch environment "
-                                  f"said {list(static.indices)}: {static.how})",
-                                  static.cuda_visible_devices, tuple(uuids[i] for i in idx))
+            chosen = GpuSelection(
+                idx,
+                "processes",
+                f"the server's processes run on NVML {list(idx)} (the launch environment "
+                f"said {list(static.indices)}: {static.how})",
+                static.cuda_visible_devices,
+                tuple(uuids[i] for i in idx),
+            )
         self.gpu_selection = chosen
         readings = gpu.read(chosen.indices, own if own else None)
         return None if readings is None else [g.to_dict() for g in readings]

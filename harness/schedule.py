@@ -57,8 +57,13 @@ def offsets_ns(rate_per_s: float, n: int, *, poisson: bool = False, seed: int = 
     return out
 
 
-async def send_schedule(send: Callable[..., Awaitable[R]], items: Iterable[tuple[int, tuple, dict]],
-                        *, start_ns: int | None = None, lead_ns: int = LEAD_NS) -> list[R]:
+async def send_schedule(
+    send: Callable[..., Awaitable[R]],
+    items: Iterable[tuple[int, tuple, dict]],
+    *,
+    start_ns: int | None = None,
+    lead_ns: int = LEAD_NS,
+) -> list[R]:
     """Call `send(start_ns + offset, *args, **kwargs)` for each `(offset, args, kwargs)`; the
     results in item order. Each call starts `lead_ns` before its instant (in time order), not all
     at once: building thousands of requests up front would itself make the first ones late.
@@ -96,15 +101,23 @@ class ScheduleLag:
     client_bound: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "max_ms": self.max_ms,
-                "limit_ms": self.limit_ms, "client_bound": self.client_bound}
+        return {
+            "n": self.n,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "max_ms": self.max_ms,
+            "limit_ms": self.limit_ms,
+            "client_bound": self.client_bound,
+        }
 
     def line(self) -> str:
         if not self.n:
             return "schedule lag: no scheduled requests"
         verdict = "CLIENT-BOUND" if self.client_bound else "kept"
-        return (f"schedule lag over {self.n} requests: p50 {self.p50_ms:.3f} ms, p99 {self.p99_ms:.3f} ms, "
-                f"max {self.max_ms:.3f} ms (limit p99 {self.limit_ms:g} ms): {verdict}")
+        return (
+            f"schedule lag over {self.n} requests: p50 {self.p50_ms:.3f} ms, p99 {self.p99_ms:.3f} ms, "
+            f"max {self.max_ms:.3f} ms (limit p99 {self.limit_ms:g} ms): {verdict}"
+        )
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -129,5 +142,6 @@ def schedule_lag(records: Iterable[Any], *, limit_ms: float = LAG_LIMIT_MS) -> S
         return ScheduleLag(0, None, None, None, limit_ms, False)
     lags.sort()
     p99 = _quantile(lags, 0.99)
-    return ScheduleLag(len(lags), round(_quantile(lags, 0.5), 6), round(p99, 6), round(lags[-1], 6),
-                       limit_ms, p99 > limit_ms)
+    return ScheduleLag(
+        len(lags), round(_quantile(lags, 0.5), 6), round(p99, 6), round(lags[-1], 6), limit_ms, p99 > limit_ms
+    )

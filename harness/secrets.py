@@ -94,8 +94,9 @@ class Redactor:
     def obj(self, node: Any) -> Any:
         """A JSON-ready tree with values under secret names and known secret values replaced."""
         if isinstance(node, Mapping):
-            return {k: (REDACTED if is_secret_name(str(k)) and node_is_value(v) else self.obj(v))
-                    for k, v in node.items()}
+            return {
+                k: (REDACTED if is_secret_name(str(k)) and node_is_value(v) else self.obj(v)) for k, v in node.items()
+            }
         if isinstance(node, list):
             return self.argv(node) if all(isinstance(x, str) for x in node) else [self.obj(x) for x in node]
         if isinstance(node, tuple):

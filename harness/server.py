@@ -112,8 +112,14 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
     if simulated:
         python, module = sys.executable, SIM_MODULE
         sim = variant.sim
-        sim_flags = ["--sim-time-scale", _fmt(sim.time_scale), "--sim-host-mem-scale", _fmt(sim.host_mem_scale),
-                     "--sim-startup-s", _fmt(sim.startup_s)]
+        sim_flags = [
+            "--sim-time-scale",
+            _fmt(sim.time_scale),
+            "--sim-host-mem-scale",
+            _fmt(sim.host_mem_scale),
+            "--sim-startup-s",
+            _fmt(sim.startup_s),
+        ]
         if sim.mem_available_gib is not None:
             sim_flags += ["--sim-mem-available-gib", _fmt(sim.mem_available_gib)]
         for fault in variant.all_sim_faults():
@@ -161,8 +167,13 @@ class _ProcKey:
 def harness_marker(run_dir: Path | None = None, variant: str | None = None) -> dict:
     """What :data:`MARKER_ENV` holds for a server this process starts."""
     me = psutil.Process()
-    return {"harness_pid": me.pid, "harness_started": me.create_time(), "host": socket.gethostname(),
-            "run": str(Path(run_dir).resolve()) if run_dir is not None else None, "variant": variant}
+    return {
+        "harness_pid": me.pid,
+        "harness_started": me.create_time(),
+        "host": socket.gethostname(),
+        "run": str(Path(run_dir).resolve()) if run_dir is not None else None,
+        "variant": variant,
+    }
 
 
 class ServerProcess:
@@ -171,8 +182,14 @@ class ServerProcess:
     ``run_dir``/``variant``: written into the server's marker (:data:`MARKER_ENV`), so that a
     later run can say which run an orphaned server belongs to."""
 
-    def __init__(self, spec: LaunchSpec, log_path: Path, poll_interval_s: float = 0.5,
-                 run_dir: Path | None = None, variant: str | None = None):
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        log_path: Path,
+        poll_interval_s: float = 0.5,
+        run_dir: Path | None = None,
+        variant: str | None = None,
+    ):
         self.spec = spec
         self.log_path = Path(log_path)
         self.poll_interval_s = poll_interval_s
@@ -318,8 +335,12 @@ class ServerProcess:
         """pid, session id, start time and host of the server, written to status.json (evidence;
         an orphan is found by its marker, :func:`find_marked_servers`)."""
         key = self._seen.get(self.pid) if self.pid is not None else None
-        return {"pid": self.pid, "sid": self._sid, "create_time": key.create_time if key else None,
-                "host": self.marker["host"]}
+        return {
+            "pid": self.pid,
+            "sid": self._sid,
+            "create_time": key.create_time if key else None,
+            "host": self.marker["host"],
+        }
 
     def stop(self, term_timeout_s: float = 30.0, kill_timeout_s: float = 10.0) -> StopResult:
         """SIGTERM the whole tree, wait, SIGKILL what is left, verify nothing survives."""
@@ -362,6 +383,7 @@ class ServerProcess:
 
 # -- servers left behind by earlier runs -------------------------------------------------------
 
+
 class GpuBusy(ValueError):
     """A GPU this run would use holds another run's server (the message names it)."""
 
@@ -389,8 +411,10 @@ class MarkedServer:
 
     def describe(self) -> str:
         harness = f"harness pid {self.marker.get('harness_pid')}"
-        return (f"pid {self.pid} (variant {self.marker.get('variant') or '?'} of run {self.run or '?'}, "
-                f"started by {harness}, {'still running' if self.harness_alive else 'gone'})")
+        return (
+            f"pid {self.pid} (variant {self.marker.get('variant') or '?'} of run {self.run or '?'}, "
+            f"started by {harness}, {'still running' if self.harness_alive else 'gone'})"
+        )
 
 
 def find_marked_servers() -> list[MarkedServer]:
@@ -430,6 +454,7 @@ def session_processes(sid: int) -> list[psutil.Process]:
 def stop_processes(procs: list[psutil.Process], term_timeout_s: float = 15.0) -> list[int]:
     """SIGTERM (then SIGCONT, for stopped ones) each of ``procs``, wait, SIGKILL what is left;
     returns the pids still alive after that."""
+
     def send(sig: int) -> None:
         for p in procs:
             try:
@@ -476,8 +501,9 @@ def clear_orphans(results_dir: Path, term_timeout_s: float = 15.0) -> list[dict]
         first = min(group, key=lambda m: m.pid)
         log.warning("stopping %s: its harness is gone", first.describe())
         survivors = stop_processes(list(procs.values()), term_timeout_s)
-        stopped.append({"pids": sorted(procs), "run": first.run, "variant": first.marker.get("variant"),
-                        "survivors": survivors})
+        stopped.append(
+            {"pids": sorted(procs), "run": first.run, "variant": first.marker.get("variant"), "survivors": survivors}
+        )
         others += [m for m in group if m.pid in survivors]  # still there: judged like any other
     _refuse_busy_gpus(others)
     return stopped
@@ -502,5 +528,6 @@ def _refuse_busy_gpus(servers: list[MarkedServer]) -> None:
         for gpu, mib in sorted(held.items()):
             busy.append(f"GPU {gpu}: {mib:.0f} MiB held by server {m.describe()}")
     if busy:
-        raise GpuBusy("a GPU this run would use is busy; stop that server (or wait for its run) first:\n  "
-                      + "\n  ".join(busy))
+        raise GpuBusy(
+            "a GPU this run would use is busy; stop that server (or wait for its run) first:\n  " + "\n  ".join(busy)
+        )

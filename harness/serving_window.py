@@ -90,9 +90,16 @@ class HangWatch:
     is the task that probes after a silence and watches the budget. ``on_hung(detail)`` is called
     once, with why, and only while ``alive()``: a dead server is the death watchdog's."""
 
-    def __init__(self, cfg, request_timeout_s: float, probe: Callable[[float], Awaitable[str | None]],
-                 alive: Callable[[], bool], on_hung: Callable[[dict], None],
-                 started: float | None = None, tick_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        cfg,
+        request_timeout_s: float,
+        probe: Callable[[float], Awaitable[str | None]],
+        alive: Callable[[], bool],
+        on_hung: Callable[[dict], None],
+        started: float | None = None,
+        tick_s: float = 0.25,
+    ) -> None:
         self.cfg = cfg  # scenario.server.watchdog
         self.request_timeout_s = request_timeout_s
         self.probe = probe  # (timeout_s) -> None when the server answered 200, else what went wrong
@@ -120,8 +127,11 @@ class HangWatch:
             if ran_s >= 0.9 * self.request_timeout_s:  # not cut short by a workload's timeout_s
                 self.timeouts_in_a_row += 1
                 if self.timeouts_in_a_row >= self.cfg.consecutive_timeouts:
-                    self.trip("consecutive_timeouts", timeouts=self.timeouts_in_a_row,
-                              request_timeout_s=self.request_timeout_s)
+                    self.trip(
+                        "consecutive_timeouts",
+                        timeouts=self.timeouts_in_a_row,
+                        request_timeout_s=self.request_timeout_s,
+                    )
         elif error not in _SILENT_ERRORS:
             self.timeouts_in_a_row = 0
 
@@ -143,15 +153,17 @@ class HangWatch:
                 elif self.last_progress < asked:  # still nothing finished while it waited
                     self.failed_probes.append(problem)
                     if len(self.failed_probes) >= cfg.failed_probes:
-                        self.trip("health_probe", probes=list(self.failed_probes),
-                                  silent_s=round(time.monotonic() - self.last_progress, 3))
+                        self.trip(
+                            "health_probe",
+                            probes=list(self.failed_probes),
+                            silent_s=round(time.monotonic() - self.last_progress, 3),
+                        )
             await asyncio.sleep(self.tick_s)
 
     def trip(self, detected_by: str, **detail) -> None:
         if self.verdict is not None or not self.alive():
             return
-        self.verdict = {"detected_by": detected_by, **detail,
-                        "after_s": round(time.monotonic() - self.started, 3)}
+        self.verdict = {"detected_by": detected_by, **detail, "after_s": round(time.monotonic() - self.started, 3)}
         log.warning("server given up as hung (%s): %s", detected_by, self.verdict)
         self.on_hung(self.verdict)
 
@@ -207,8 +219,9 @@ async def _smoke_request(client: StreamingClient, variant: str, vocab: int, reco
     return rec
 
 
-def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools,
-               info: ServerInfo | None = None) -> WindowResult:
+def run_window(
+    scenario, variant, spec, server, sampler, vpaths, progress, pools, info: ServerInfo | None = None
+) -> WindowResult:
     """Idle window, workloads, quality arm, final liveness on a ready server; never stops it.
     ``info``: the server's validated /get_server_info (the quality arm sizes its churn from it)."""
 
@@ -230,9 +243,14 @@ def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools
         if current:
             current[-1].mark_hung()
 
-    watch = HangWatch(scenario.server.watchdog, variant.request_timeout_s,
-                      lambda timeout_s: probe_health(spec.base_url, timeout_s), server.alive, give_up,
-                      started=window_started)
+    watch = HangWatch(
+        scenario.server.watchdog,
+        variant.request_timeout_s,
+        lambda timeout_s: probe_health(spec.base_url, timeout_s),
+        server.alive,
+        give_up,
+        started=window_started,
+    )
     requests = _Recorder(vpaths.requests, watch.note, lambda rec: progress.request_done())
     quality_rows = _Recorder(vpaths.quality, watch.note, lambda rec: progress.request_done())
 
@@ -241,11 +259,20 @@ def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools
 
     async def body() -> tuple[str, str | None, dict]:
         async with StreamingClient(spec.base_url, timeout_s=variant.request_timeout_s) as client:
+
             def make_ctx(repeat: int) -> WorkloadContext:
                 ctx = WorkloadContext(
-                    base_url=spec.base_url, client=client, variant=variant.name, repeat=repeat,
-                    pool_tokens=pool_tokens, vocab_size=vocab, seed=scenario.seed, record=requests,
-                    set_phase=phase, alive=server.alive, request_timeout_s=variant.request_timeout_s,
+                    base_url=spec.base_url,
+                    client=client,
+                    variant=variant.name,
+                    repeat=repeat,
+                    pool_tokens=pool_tokens,
+                    vocab_size=vocab,
+                    seed=scenario.seed,
+                    record=requests,
+                    set_phase=phase,
+                    alive=server.alive,
+                    request_timeout_s=variant.request_timeout_s,
                     scenario_dir=scenario.base_dir,
                 )
                 ctx.record_quality = quality_rows
@@ -266,9 +293,15 @@ def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools
                 if ctx.server_hung:
                     return hung(repeat=repeat)
                 outcome = await run_workloads(ctx, scenario.workloads)
-                detail = {"repeat": repeat, "completed": outcome.completed, "failed": outcome.failed,
-                          "timed_out": outcome.timed_out, "skipped": outcome.skipped,
-                          "n_requests": outcome.n_requests, "n_errors": outcome.n_errors}
+                detail = {
+                    "repeat": repeat,
+                    "completed": outcome.completed,
+                    "failed": outcome.failed,
+                    "timed_out": outcome.timed_out,
+                    "skipped": outcome.skipped,
+                    "n_requests": outcome.n_requests,
+                    "n_errors": outcome.n_errors,
+                }
                 if outcome.server_died:
                     return PARTIAL, logscan.SERVER_DIED, detail
                 if outcome.server_hung or watch.verdict is not None:
@@ -281,9 +314,13 @@ def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools
                 role = "off" if variant.name == scenario.quality.baseline_variant else "on"
                 ctx = make_ctx(0)
                 try:
-                    await quality_run.run_quality(ctx, scenario.quality, role,
-                                                  host_pool_tokens=pools.get("host_pool_tokens"),
-                                                  server_info=info.raw if info is not None else None)
+                    await quality_run.run_quality(
+                        ctx,
+                        scenario.quality,
+                        role,
+                        host_pool_tokens=pools.get("host_pool_tokens"),
+                        server_info=info.raw if info is not None else None,
+                    )
                 except Exception as exc:  # noqa: BLE001 - a harness-side error fails this variant, not the run
                     if ctx.server_hung:
                         return hung(when="quality")
@@ -310,8 +347,9 @@ def run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools
 
     if state == OK:
         phase("final_check")
-        cause, why = final_liveness(server, spec.base_url, scenario.server.liveness_idle_s,
-                                    scenario.server.watchdog.probe_timeout_s)
+        cause, why = final_liveness(
+            server, spec.base_url, scenario.server.liveness_idle_s, scenario.server.watchdog.probe_timeout_s
+        )
         if cause is not None:  # every answer was fine; the server was not, after them (P6)
             state, detail = FAILED, {"when": "after last response", "check": why}
             if cause == logscan.SERVER_HUNG:

@@ -44,8 +44,9 @@ def variant_cost(variant: Any, n_workloads: int = 1, repeats: int = 1, quality: 
     return 1.0 + max(1, n_workloads) * max(1, repeats) + (1.0 if quality else 0.0)
 
 
-def assign_shards(variants: Iterable[Any], n: int,
-                  cost: Mapping[str, float] | Callable[[Any], float] | None = None) -> list[list[str]]:
+def assign_shards(
+    variants: Iterable[Any], n: int, cost: Mapping[str, float] | Callable[[Any], float] | None = None
+) -> list[list[str]]:
     """Names of the variants of each of ``n`` shards (index 0 is shard 1/N).
 
     ``variants``: names or objects with ``.name`` (and optionally ``.expect``). ``cost``: a
@@ -93,9 +94,15 @@ class ShardPlan:
         return set(self.assigned) | set(self.support)
 
     def to_json(self) -> dict:
-        return {"index": self.index, "count": self.count, "rule": RULE, "assigned": self.assigned,
-                "support": self.support, "all_variants": self.all_variants,
-                "cost": round(sum(self.costs.get(n, 0.0) for n in self.assigned + self.support), 3)}
+        return {
+            "index": self.index,
+            "count": self.count,
+            "rule": RULE,
+            "assigned": self.assigned,
+            "support": self.support,
+            "all_variants": self.all_variants,
+            "cost": round(sum(self.costs.get(n, 0.0) for n in self.assigned + self.support), 3),
+        }
 
 
 def needs_baseline(scenario: Any, variants: Iterable[Any], baseline: str | None) -> bool:
@@ -118,8 +125,11 @@ def plan_shard(scenario: Any, variants: list[Any], index: int, count: int) -> Sh
     baseline = scenario.quality.baseline_variant
     by_name = {v.name: v for v in variants}
     support: list[str] = []
-    if (baseline in by_name and baseline not in assigned
-            and needs_baseline(scenario, [by_name[n] for n in assigned], baseline)):
+    if (
+        baseline in by_name
+        and baseline not in assigned
+        and needs_baseline(scenario, [by_name[n] for n in assigned], baseline)
+    ):
         support = [baseline]
     return ShardPlan(index, count, assigned, support, [v.name for v in variants], costs)
 
@@ -141,8 +151,9 @@ def select_variants(variants: list[Any], only: list[str] | None) -> list[Any]:
     return [v for v in variants if v.name in only]
 
 
-def select_run_variants(scenario: Any, only: list[str] | None = None,
-                        shard: tuple[int, int] | None = None) -> tuple[list[Any], ShardPlan | None]:
+def select_run_variants(
+    scenario: Any, only: list[str] | None = None, shard: tuple[int, int] | None = None
+) -> tuple[list[Any], ShardPlan | None]:
     """The variants one ``harness run`` runs: ``--only``, then shard I/N of those (its own plus
     the parity baseline it needs). The plan is None without ``--shard``."""
     variants = select_variants(scenario.expand_variants(), only)

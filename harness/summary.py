@@ -60,8 +60,15 @@ def stats(values: Iterable[float | None]) -> dict[str, float | int] | None:
     if a.size == 0:
         return None
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"n": int(a.size), "mean": float(a.mean()), "p50": float(p50), "p90": float(p90),
-            "p99": float(p99), "min": float(a.min()), "max": float(a.max())}
+    return {
+        "n": int(a.size),
+        "mean": float(a.mean()),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p99": float(p99),
+        "min": float(a.min()),
+        "max": float(a.max()),
+    }
 
 
 def _hits(rs: Sequence[RequestRecord]) -> dict[str, int]:
@@ -81,8 +88,14 @@ def _hits(rs: Sequence[RequestRecord]) -> dict[str, int]:
 PhaseFigures = Callable[[str, Sequence[RequestRecord]], Mapping[str, Any]]
 
 
-def _phase_summary(workload: str, phase: str, rs: list[RequestRecord],
-                   walls: list[M.GroupWall], filler: bool, figures: PhaseFigures | None = None) -> dict[str, Any]:
+def _phase_summary(
+    workload: str,
+    phase: str,
+    rs: list[RequestRecord],
+    walls: list[M.GroupWall],
+    filler: bool,
+    figures: PhaseFigures | None = None,
+) -> dict[str, Any]:
     measured = [r for r in rs if not r.warmup]
     ok = [r for r in measured if r.error is None]
     errors = Counter(r.error for r in measured if r.error is not None)
@@ -93,10 +106,17 @@ def _phase_summary(workload: str, phase: str, rs: list[RequestRecord],
         else:
             metrics[name] = stats(M.DERIVATIONS[name](r) for r in ok)
     metrics["pass_wall_s"] = stats(
-        w.wall_s for w in walls if w.workload == workload and w.phase == phase and w.n_errors == 0)
-    out = {"n": len(ok), "n_errors": sum(errors.values()), "errors": dict(errors),
-           "n_warmup": len(rs) - len(measured), "filler": filler,
-           "metrics": metrics, "hits": _hits(ok)}
+        w.wall_s for w in walls if w.workload == workload and w.phase == phase and w.n_errors == 0
+    )
+    out = {
+        "n": len(ok),
+        "n_errors": sum(errors.values()),
+        "errors": dict(errors),
+        "n_warmup": len(rs) - len(measured),
+        "filler": filler,
+        "metrics": metrics,
+        "hits": _hits(ok),
+    }
     if figures is not None:
         out["figures"] = dict(figures(phase, rs))
     return out
@@ -119,8 +139,9 @@ def _figures(kind: str, config: Any) -> PhaseFigures | None:
     return functools.partial(declared.phase_figures, config)
 
 
-def _phase_summaries(workload: str, records: list[RequestRecord], filler: frozenset[str],
-                     figures: PhaseFigures | None = None) -> dict[str, Any]:
+def _phase_summaries(
+    workload: str, records: list[RequestRecord], filler: frozenset[str], figures: PhaseFigures | None = None
+) -> dict[str, Any]:
     """{phase: its summary} of one workload's records."""
     walls = M.group_walls(records)
     phases: dict[str, list[RequestRecord]] = {}
@@ -129,8 +150,13 @@ def _phase_summaries(workload: str, records: list[RequestRecord], filler: frozen
     return {p: _phase_summary(workload, p, rs, walls, p in filler, figures) for p, rs in phases.items()}
 
 
-def by_repeat(kind: str, records: list[RequestRecord], repeats: Sequence[int],
-              filler: frozenset[str] = frozenset(), config: Any = None) -> tuple[dict[str, list], dict[str, list]]:
+def by_repeat(
+    kind: str,
+    records: list[RequestRecord],
+    repeats: Sequence[int],
+    filler: frozenset[str] = frozenset(),
+    config: Any = None,
+) -> tuple[dict[str, list], dict[str, list]]:
     """(derived_by_repeat, history_stats_by_repeat) of one workload's records: the kind's
     declarations applied to the records of each repeat alone, one value per entry of
     ``repeats`` (None where that repeat has no value). Nothing for an unknown kind.
@@ -154,8 +180,11 @@ def by_repeat(kind: str, records: list[RequestRecord], repeats: Sequence[int],
     return figures, stats_
 
 
-def summarize(records: Iterable[RequestRecord], workload_kinds: Mapping[str, str] | None = None,
-              workload_configs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def summarize(
+    records: Iterable[RequestRecord],
+    workload_kinds: Mapping[str, str] | None = None,
+    workload_configs: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Per workload and phase statistics of one variant's records (all repeats pooled), and the
     derived figures pooled and per repeat. ``workload_kinds``: {workload name: kind} (default:
     each workload is named after its kind); ``workload_configs``: {workload name: its config},
@@ -173,19 +202,36 @@ def summarize(records: Iterable[RequestRecord], workload_kinds: Mapping[str, str
         config = (workload_configs or {}).get(wl)
         ph = _phase_summaries(wl, recs, filler, _figures(kind, config))
         figures, stats_ = by_repeat(kind, recs, repeats, filler, config)
-        workloads[wl] = {"phases": ph, "derived": derived(kind, ph), "derived_by_repeat": figures,
-                         "history_stats_by_repeat": stats_}
+        workloads[wl] = {
+            "phases": ph,
+            "derived": derived(kind, ph),
+            "derived_by_repeat": figures,
+            "history_stats_by_repeat": stats_,
+        }
     measured = [r for r in records if not r.warmup]
     errors = Counter(r.error for r in measured if r.error is not None)
-    return {"summary_version": SUMMARY_VERSION, "n_requests": len(measured),
-            "n_errors": sum(errors.values()), "errors": dict(errors),
-            "repeats": repeats, "workloads": workloads}
+    return {
+        "summary_version": SUMMARY_VERSION,
+        "n_requests": len(measured),
+        "n_errors": sum(errors.values()),
+        "errors": dict(errors),
+        "repeats": repeats,
+        "workloads": workloads,
+    }
 
 
 def failed(cause: str | None, detail: Any = None) -> dict[str, Any]:
     """A variant that produced no usable rows: null metrics and the cause, never zeros."""
-    return {"summary_version": SUMMARY_VERSION, "n_requests": 0, "n_errors": 0, "errors": {},
-            "repeats": [], "workloads": None, "cause": cause, "cause_detail": detail}
+    return {
+        "summary_version": SUMMARY_VERSION,
+        "n_requests": 0,
+        "n_errors": 0,
+        "errors": {},
+        "repeats": [],
+        "workloads": None,
+        "cause": cause,
+        "cause_detail": detail,
+    }
 
 
 def summary_rows(variant: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -195,15 +241,32 @@ def summary_rows(variant: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
         for phase, p in w["phases"].items():
             for metric, s in p["metrics"].items():
                 meta = M.METRICS[metric]
-                row = {"variant": variant, "workload": wl, "phase": phase, "metric": metric,
-                       "unit": meta.unit, "higher_is_better": meta.higher_is_better,
-                       "n_errors": p["n_errors"]}
+                row = {
+                    "variant": variant,
+                    "workload": wl,
+                    "phase": phase,
+                    "metric": metric,
+                    "unit": meta.unit,
+                    "higher_is_better": meta.higher_is_better,
+                    "n_errors": p["n_errors"],
+                }
                 row.update({k: (s or {}).get(k) for k in STAT_KEYS})
                 rows.append(row)
         figures = derived_figures()
         for name, v in w["derived"].items():
             meta = figures[name]
-            rows.append({"variant": variant, "workload": wl, "phase": "*", "metric": name,
-                         "unit": meta.unit, "higher_is_better": meta.higher_is_better,
-                         "n_errors": None, **{k: None for k in STAT_KEYS}, "mean": v, "p50": v})
+            rows.append(
+                {
+                    "variant": variant,
+                    "workload": wl,
+                    "phase": "*",
+                    "metric": name,
+                    "unit": meta.unit,
+                    "higher_is_better": meta.higher_is_better,
+                    "n_errors": None,
+                    **{k: None for k in STAT_KEYS},
+                    "mean": v,
+                    "p50": v,
+                }
+            )
     return rows

@@ -69,8 +69,10 @@ class VerdictPolicy:
         if isinstance(rate, str) and rate.strip().endswith("%"):
             rate = float(rate.strip()[:-1]) / 100.0
         allowed = block.get("allow_not_exercised", False)
-        return cls(max_error_rate=float(rate),
-                   allow_not_exercised=allowed if isinstance(allowed, bool) else frozenset(map(str, allowed)))
+        return cls(
+            max_error_rate=float(rate),
+            allow_not_exercised=allowed if isinstance(allowed, bool) else frozenset(map(str, allowed)),
+        )
 
     def not_exercised_allowed(self, variant: str) -> bool:
         if isinstance(self.allow_not_exercised, bool):
@@ -85,8 +87,7 @@ class VariantVerdict:
     reasons: tuple[Reason, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"variant": self.variant, "outcome": self.outcome.value,
-                "reasons": [asdict(r) for r in self.reasons]}
+        return {"variant": self.variant, "outcome": self.outcome.value, "reasons": [asdict(r) for r in self.reasons]}
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,12 @@ class RunVerdict:
 
     @property
     def exit_code(self) -> ExitCode:
-        return {Outcome.PASS: ExitCode.OK, Outcome.FAIL: ExitCode.FAILED,
-                Outcome.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
-                Outcome.INTERRUPTED: ExitCode.INTERRUPTED}[self.outcome]
+        return {
+            Outcome.PASS: ExitCode.OK,
+            Outcome.FAIL: ExitCode.FAILED,
+            Outcome.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+            Outcome.INTERRUPTED: ExitCode.INTERRUPTED,
+        }[self.outcome]
 
     def headline(self) -> str:
         """One line: the outcome and its first reasons."""
@@ -110,16 +114,21 @@ class RunVerdict:
 
     def lines(self) -> list[str]:
         """For the console: one line per variant, then the run's verdict and its reasons."""
-        out = [f"  {v.outcome.value:<16} {v.variant}" + (f"  ({v.reasons[0].text})" if v.reasons else "")
-               for v in self.variants]
+        out = [
+            f"  {v.outcome.value:<16} {v.variant}" + (f"  ({v.reasons[0].text})" if v.reasons else "")
+            for v in self.variants
+        ]
         out.append(f"verdict: {self.outcome.value} (exit {int(self.exit_code)})")
         out.extend(f"  - {r.line()}" for r in self.reasons)
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"outcome": self.outcome.value, "exit_code": int(self.exit_code),
-                "reasons": [asdict(r) for r in self.reasons],
-                "variants": [v.to_json() for v in self.variants]}
+        return {
+            "outcome": self.outcome.value,
+            "exit_code": int(self.exit_code),
+            "reasons": [asdict(r) for r in self.reasons],
+            "variants": [v.to_json() for v in self.variants],
+        }
 
 
 def _dominant_error(errors: Mapping[str, int]) -> str:
@@ -133,18 +142,33 @@ def _startup(name: str, status: Mapping[str, Any]) -> VariantVerdict | None:
     declared_failure = status.get("expect") == "startup_failed"
     wanted_cause = status.get("expect_cause")
     if state in (None, "not_run", "running"):
-        return VariantVerdict(name, Outcome.FAIL, (Reason("not_run", f"did not run (state {state or 'missing'})", name),))
+        return VariantVerdict(
+            name, Outcome.FAIL, (Reason("not_run", f"did not run (state {state or 'missing'})", name),)
+        )
     if state == "interrupted":
         return VariantVerdict(name, Outcome.INTERRUPTED, (Reason("interrupted", "stopped by a signal", name),))
     if declared_failure:
         if state == "startup_failed" and (wanted_cause is None or wanted_cause == cause):
-            return VariantVerdict(name, Outcome.EXPECTED_FAILURE,
-                                  (Reason("expected_failure", f"failed to start as declared ({cause})", name),))
+            return VariantVerdict(
+                name,
+                Outcome.EXPECTED_FAILURE,
+                (Reason("expected_failure", f"failed to start as declared ({cause})", name),),
+            )
         if state == "startup_failed":
-            return VariantVerdict(name, Outcome.FAIL, (Reason(
-                "wrong_cause", f"failed to start with {cause}, declared {wanted_cause}", name),))
-        return VariantVerdict(name, Outcome.FAIL, (Reason(
-            "expected_startup_failure", f"declared expect: startup_failed, but it {state_words(state)}", name),))
+            return VariantVerdict(
+                name,
+                Outcome.FAIL,
+                (Reason("wrong_cause", f"failed to start with {cause}, declared {wanted_cause}", name),),
+            )
+        return VariantVerdict(
+            name,
+            Outcome.FAIL,
+            (
+                Reason(
+                    "expected_startup_failure", f"declared expect: startup_failed, but it {state_words(state)}", name
+                ),
+            ),
+        )
     if state != "ok":
         detail = f" ({cause})" if cause else ""
         return VariantVerdict(name, Outcome.FAIL, (Reason(state, f"{state_words(state)}{detail}", name),))
@@ -152,19 +176,31 @@ def _startup(name: str, status: Mapping[str, Any]) -> VariantVerdict | None:
 
 
 def state_words(state: str) -> str:
-    return {"ok": "ran", "startup_failed": "failed to start", "partial": "died mid-run",
-            "failed": "failed", "refused": "was refused by the preflight"}.get(state, state)
+    return {
+        "ok": "ran",
+        "startup_failed": "failed to start",
+        "partial": "died mid-run",
+        "failed": "failed",
+        "refused": "was refused by the preflight",
+    }.get(state, state)
 
 
-def variant_verdict(name: str, status: Mapping[str, Any] | None, summary: Mapping[str, Any] | None,
-                    expectation_rows: Iterable[Mapping[str, Any]] = (),
-                    policy: VerdictPolicy = VerdictPolicy()) -> VariantVerdict:
+def variant_verdict(
+    name: str,
+    status: Mapping[str, Any] | None,
+    summary: Mapping[str, Any] | None,
+    expectation_rows: Iterable[Mapping[str, Any]] = (),
+    policy: VerdictPolicy = VerdictPolicy(),
+) -> VariantVerdict:
     """The verdict of one variant from its stored status, summary and expectation rows."""
     status = status or {}
     decided = _startup(name, status)
     if decided is not None:
-        fails = [Reason("expectation_failed", f"check {r.get('check')} failed: {r.get('reason')}", name)
-                 for r in expectation_rows if r.get("outcome") == "fail"]
+        fails = [
+            Reason("expectation_failed", f"check {r.get('check')} failed: {r.get('reason')}", name)
+            for r in expectation_rows
+            if r.get("outcome") == "fail"
+        ]
         if decided.outcome is Outcome.FAIL and fails:
             return VariantVerdict(name, Outcome.FAIL, decided.reasons + tuple(fails))
         return decided
@@ -175,22 +211,39 @@ def variant_verdict(name: str, status: Mapping[str, Any] | None, summary: Mappin
     if n == 0:
         unknowns.append(Reason("no_requests", "no measured request", name))
     elif n_err / n > policy.max_error_rate:
-        failures.append(Reason("error_rate", f"{n_err} of {n} requests failed (> {policy.max_error_rate:.0%}): "
-                               f"{_dominant_error(summary.get('errors') or {'unknown': n_err})}", name))
+        failures.append(
+            Reason(
+                "error_rate",
+                f"{n_err} of {n} requests failed (> {policy.max_error_rate:.0%}): "
+                f"{_dominant_error(summary.get('errors') or {'unknown': n_err})}",
+                name,
+            )
+        )
     parity = ((summary.get("quality") or {}).get("parity")) or {}
     pv = parity.get("verdict")
     if pv == "FAIL":
         failures.append(Reason("parity_fail", f"quality parity FAIL: {parity.get('reason') or 'answers differ'}", name))
     elif pv == "INCONCLUSIVE":
-        unknowns.append(Reason("parity_inconclusive", f"quality parity INCONCLUSIVE: {parity.get('reason') or ''}".rstrip(": "), name))
+        unknowns.append(
+            Reason(
+                "parity_inconclusive", f"quality parity INCONCLUSIVE: {parity.get('reason') or ''}".rstrip(": "), name
+            )
+        )
     elif pv in ("NOT_EXERCISED", "NOT_COMPARABLE") and not policy.not_exercised_allowed(name):
-        unknowns.append(Reason("parity_" + pv.lower(), f"quality parity {pv}: {parity.get('reason') or ''}".rstrip(": "), name))
+        unknowns.append(
+            Reason("parity_" + pv.lower(), f"quality parity {pv}: {parity.get('reason') or ''}".rstrip(": "), name)
+        )
     for r in expectation_rows:
         if r.get("outcome") == "fail":
             failures.append(Reason("expectation_failed", f"check {r.get('check')} failed: {r.get('reason')}", name))
         elif r.get("outcome") == "not_evaluable" and r.get("failed", True):
-            unknowns.append(Reason("expectation_not_evaluable",
-                                   f"check {r.get('check')} could not be evaluated: {r.get('reason')}", name))
+            unknowns.append(
+                Reason(
+                    "expectation_not_evaluable",
+                    f"check {r.get('check')} could not be evaluated: {r.get('reason')}",
+                    name,
+                )
+            )
     if failures:
         return VariantVerdict(name, Outcome.FAIL, tuple(failures + unknowns))
     if unknowns:
@@ -202,12 +255,20 @@ def run_verdict(variants: Sequence[VariantVerdict], *, interrupted: bool = False
     """The run's verdict from its variants' (see the module docstring for the order). In an
     interrupted run a variant that never ran was not reached: INTERRUPTED, not FAIL."""
     if interrupted:
-        variants = [VariantVerdict(v.variant, Outcome.INTERRUPTED, (Reason(
-            "not_reached", "not reached: the run was interrupted", v.variant),))
-            if v.reasons and v.reasons[0].code == "not_run" else v for v in variants]
+        variants = [
+            VariantVerdict(
+                v.variant,
+                Outcome.INTERRUPTED,
+                (Reason("not_reached", "not reached: the run was interrupted", v.variant),),
+            )
+            if v.reasons and v.reasons[0].code == "not_run"
+            else v
+            for v in variants
+        ]
     rank = {Outcome.FAIL: 0, Outcome.INTERRUPTED: 1, Outcome.INCONCLUSIVE: 2}
-    reasons = tuple(r for v in sorted(variants, key=lambda v: rank.get(v.outcome, 3))
-                    for r in v.reasons if v.outcome in rank)
+    reasons = tuple(
+        r for v in sorted(variants, key=lambda v: rank.get(v.outcome, 3)) for r in v.reasons if v.outcome in rank
+    )
     outcomes = {v.outcome for v in variants}
     if Outcome.FAIL in outcomes:
         outcome = Outcome.FAIL

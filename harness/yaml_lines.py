@@ -106,9 +106,7 @@ class _Loader(yaml.SafeLoader):
     yaml_implicit_resolvers: dict = {}
 
 
-_Loader.add_implicit_resolver(
-    _T_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
+_Loader.add_implicit_resolver(_T_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 _Loader.add_implicit_resolver(
     _T_INT,
     re.compile(r"^(?:[-+]?[0-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+)$"),
@@ -161,8 +159,9 @@ def _scalar(node: ScalarNode, file: str) -> Any:
     except ValueError:
         raise YamlLoadError(file, line, f"{v!r} is not a valid {tag.rsplit(':', 1)[-1]}") from None
     raise YamlLoadError(
-        file, line, f"unsupported tag {tag!r} (only plain strings, numbers, booleans, null, lists "
-        "and mappings are allowed)"
+        file,
+        line,
+        f"unsupported tag {tag!r} (only plain strings, numbers, booleans, null, lists and mappings are allowed)",
     )
 
 
@@ -195,7 +194,8 @@ def _check_size(root: Node, file: str) -> None:
         memo[k] = total
         if total > MAX_NODES:
             raise YamlLoadError(
-                file, n.start_mark.line + 1,
+                file,
+                n.start_mark.line + 1,
                 f"document too large after alias expansion (more than {MAX_NODES} nodes): "
                 "refusing a possible YAML bomb",
             )
@@ -209,8 +209,7 @@ def _build(node: Node, path: PathT, lines: dict, file: str) -> Any:
         return _scalar(node, file)
     if isinstance(node, SequenceNode):
         if node.tag != _T_SEQ:
-            raise YamlLoadError(file, node.start_mark.line + 1, f"unsupported tag {node.tag!r}",
-                                format_path(path))
+            raise YamlLoadError(file, node.start_mark.line + 1, f"unsupported tag {node.tag!r}", format_path(path))
         out = []
         for i, item in enumerate(node.value):
             p = path + (i,)
@@ -219,8 +218,7 @@ def _build(node: Node, path: PathT, lines: dict, file: str) -> Any:
         return out
     if isinstance(node, MappingNode):
         if node.tag != _T_MAP:
-            raise YamlLoadError(file, node.start_mark.line + 1, f"unsupported tag {node.tag!r}",
-                                format_path(path))
+            raise YamlLoadError(file, node.start_mark.line + 1, f"unsupported tag {node.tag!r}", format_path(path))
         out: dict = {}
         explicit_line: dict[str, int] = {}
         merged: list[tuple[str, Any, int]] = []
@@ -230,8 +228,9 @@ def _build(node: Node, path: PathT, lines: dict, file: str) -> Any:
                 sources = vn.value if isinstance(vn, SequenceNode) else [vn]
                 for src in sources:
                     if not isinstance(src, MappingNode):
-                        raise YamlLoadError(file, kline, "'<<' merge needs a mapping or a list of "
-                                            "mappings", format_path(path))
+                        raise YamlLoadError(
+                            file, kline, "'<<' merge needs a mapping or a list of mappings", format_path(path)
+                        )
                     sub_lines: dict = {}
                     sub = _build(src, (), sub_lines, file)
                     for k, v in sub.items():
@@ -241,13 +240,16 @@ def _build(node: Node, path: PathT, lines: dict, file: str) -> Any:
                                 lines.setdefault(path + sp, sl)
                 continue
             if not isinstance(kn, ScalarNode):
-                raise YamlLoadError(file, kline, "mapping keys must be plain scalars, not lists or "
-                                    "mappings", format_path(path))
+                raise YamlLoadError(
+                    file, kline, "mapping keys must be plain scalars, not lists or mappings", format_path(path)
+                )
             key = kn.value
             p = path + (key,)
             if key in explicit_line:
                 raise YamlLoadError(
-                    file, kline, f"duplicate key {key!r} (first at line {explicit_line[key]})",
+                    file,
+                    kline,
+                    f"duplicate key {key!r} (first at line {explicit_line[key]})",
                     format_path(p),
                 )
             explicit_line[key] = kline
@@ -269,8 +271,7 @@ def _decode(raw: bytes, file: str) -> str:
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise YamlLoadError(
-            file, line, f"not valid UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start} "
-            "(save the file as UTF-8)"
+            file, line, f"not valid UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start} (save the file as UTF-8)"
         ) from None
 
 
@@ -314,8 +315,9 @@ def load_yaml_text(text: str | bytes, file: str = "<string>") -> LoadedYaml:
         raise YamlLoadError(file, line, f"YAML syntax error: {msg}") from None
     except yaml.reader.ReaderError as e:
         line = text.count("\n", 0, e.position) + 1 if e.position is not None else None
-        raise YamlLoadError(file, line, f"unacceptable character #x{e.character:04x} "
-                            "(control characters are not allowed)") from None
+        raise YamlLoadError(
+            file, line, f"unacceptable character #x{e.character:04x} (control characters are not allowed)"
+        ) from None
     except yaml.YAMLError as e:  # pragma: no cover - any other loader error
         raise YamlLoadError(file, None, f"YAML error: {e}") from None
     except RecursionError:  # the composer recurses once per nesting level
@@ -330,7 +332,8 @@ def load_yaml_text(text: str | bytes, file: str = "<string>") -> LoadedYaml:
     data = _build(root, (), lines, file)
     if not isinstance(data, dict):
         raise YamlLoadError(
-            file, root.start_mark.line + 1,
+            file,
+            root.start_mark.line + 1,
             f"the document must be a mapping (key: value lines), got {_kind(data)}",
         )
     return LoadedYaml(data=data, lines=lines, text=text, file=file)

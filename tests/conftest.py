@@ -50,6 +50,7 @@ SERVER_STOP_GRACE_S = 20.0
 
 # ------------------------------------------------------------------------------------ scenarios
 
+
 def write_scenario(dir_: Path, text: str, name: str | None = None) -> Path:
     """Write scenario ``text`` to ``dir_/<name>.yaml`` (``name`` defaults to the scenario's own
     ``name:``) next to a copy of ``scenarios/models/llama-tiny`` at ``dir_/models/llama-tiny``: the
@@ -68,14 +69,25 @@ def write_scenario(dir_: Path, text: str, name: str | None = None) -> Path:
     return path
 
 
-def sim_scenario(variants: str, workloads: str = "", *, name: str = "lifecycle", retries: int = 0,
-                 timeout_s: float = 20, max_total_tokens: int | str = 4096, liveness_idle_s: float = 0.1,
-                 time_scale: float = 0.05, startup_s: float = 0.05, preflight: str = "warn",
-                 extra: str = "") -> str:
+def sim_scenario(
+    variants: str,
+    workloads: str = "",
+    *,
+    name: str = "lifecycle",
+    retries: int = 0,
+    timeout_s: float = 20,
+    max_total_tokens: int | str = 4096,
+    liveness_idle_s: float = 0.1,
+    time_scale: float = 0.05,
+    startup_s: float = 0.05,
+    preflight: str = "warn",
+    extra: str = "",
+) -> str:
     """A simulated scenario's text: ``variants`` and ``workloads`` are YAML list items (dedented
     here), ``extra`` is appended as top-level YAML. The defaults keep a variant to about a second:
     a 20x faster cost model, a 0.1 s post-run liveness idle, sampling off, a 16 GiB host."""
-    text = textwrap.dedent(f"""\
+    text = (
+        textwrap.dedent(f"""\
         name: {name}
         server:
           backend: sim
@@ -90,7 +102,10 @@ def sim_scenario(variants: str, workloads: str = "", *, name: str = "lifecycle",
           sim: {{time_scale: {time_scale}, startup_s: {startup_s}, host_mem_scale: 0.001, mem_available_gib: 16}}
         sampling: {{enabled: false, cooldown_timeout_s: 1}}
         preflight: {{mode: "{preflight}"}}
-        """) + "variants:\n" + textwrap.indent(textwrap.dedent(variants), "  ")
+        """)
+        + "variants:\n"
+        + textwrap.indent(textwrap.dedent(variants), "  ")
+    )
     if workloads:
         text += "workloads:\n" + textwrap.indent(textwrap.dedent(workloads), "  ")
     return text + textwrap.dedent(extra)
@@ -110,20 +125,30 @@ quality:
 """
 
 
-def tiny_scenario(n_on: int = 3, quality: bool = False, max_total_tokens: int | str = 8192, name: str = "tiny",
-                  reverse: bool = False) -> str:
+def tiny_scenario(
+    n_on: int = 3, quality: bool = False, max_total_tokens: int | str = 8192, name: str = "tiny", reverse: bool = False
+) -> str:
     """The shard/merge/resume scenario: ``off`` then ``on-r2`` .. ``on-r<n_on+1>`` (HiCache ratio
     r), two cold 256-token prompts each, optionally a one-sample quality arm; about a second a
     variant on an idle machine."""
     variants = ['- name: "off"'] + [f"- name: on-r{r}\n  hicache: {{ratio: {r}}}" for r in range(2, 2 + n_on)]
     if reverse:
         variants.reverse()
-    return sim_scenario("\n".join(variants) + "\n", "- kind: cold_prefill\n  n: 2\n  prompt_tokens: 256\n",
-                        name=name, timeout_s=30, max_total_tokens=max_total_tokens, time_scale=0.01, startup_s=0,
-                        preflight="off", extra=TINY_QUALITY if quality else "")
+    return sim_scenario(
+        "\n".join(variants) + "\n",
+        "- kind: cold_prefill\n  n: 2\n  prompt_tokens: 256\n",
+        name=name,
+        timeout_s=30,
+        max_total_tokens=max_total_tokens,
+        time_scale=0.01,
+        startup_s=0,
+        preflight="off",
+        extra=TINY_QUALITY if quality else "",
+    )
 
 
 # ------------------------------------------------------------------------------------- the CLI
+
 
 def harness_command(*args: object) -> list[str]:
     """``python -m harness ARGS``, as a user runs it."""
@@ -138,18 +163,26 @@ def harness_env(extra: dict | None = None) -> dict:
     return env
 
 
-def run_harness(*args: object, env: dict | None = None, cwd: Path = REPO,
-                timeout: float = 300) -> subprocess.CompletedProcess:
+def run_harness(
+    *args: object, env: dict | None = None, cwd: Path = REPO, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """Run ``harness ARGS`` to completion in a subprocess; stdout and stderr captured apart.
     ``timeout`` only keeps a hung run from hanging the suite."""
-    return subprocess.run(harness_command(*args), cwd=cwd, env=harness_env(env), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        harness_command(*args), cwd=cwd, env=harness_env(env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def start_harness(*args: object, env: dict | None = None, cwd: Path = REPO) -> subprocess.Popen:
     """Start ``harness ARGS`` in the background; stdout and stderr together on ``proc.stdout``."""
-    return subprocess.Popen(harness_command(*args), cwd=cwd, env=harness_env(env), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        harness_command(*args),
+        cwd=cwd,
+        env=harness_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def harness_bin(dir_: Path) -> Path:
@@ -158,13 +191,13 @@ def harness_bin(dir_: Path) -> Path:
     b = Path(dir_) / "bin"
     b.mkdir(exist_ok=True)
     exe = b / "harness"
-    exe.write_text(f"#!/bin/sh\nPYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}} "
-                   f"exec {sys.executable} -m harness \"$@\"\n")
+    exe.write_text(f'#!/bin/sh\nPYTHONPATH={REPO}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} -m harness "$@"\n')
     exe.chmod(0o755)
     return b
 
 
 # ----------------------------------------------------------------------------------- run folders
+
 
 def run_dirs(results_dir: Path) -> list[Path]:
     return sorted(p.parent for p in Path(results_dir).glob("*/*/manifest.json"))
@@ -193,15 +226,18 @@ def wait_for(pred, timeout: float = 120.0, what: str = "condition") -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def wait_state(results_dir: Path, variant: str, state: str, proc: subprocess.Popen | None = None,
-               timeout: float = 120.0) -> Path:
+def wait_state(
+    results_dir: Path, variant: str, state: str, proc: subprocess.Popen | None = None, timeout: float = 120.0
+) -> Path:
     """Wait until some run under ``results_dir`` has ``variant`` in ``state``; return that run."""
     found: list[Path] = []
 
     def pred() -> bool:
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"harness exited ({proc.returncode}) before {variant} was {state}: "
-                                 f"{proc.stdout.read() if proc.stdout else ''}")
+            raise AssertionError(
+                f"harness exited ({proc.returncode}) before {variant} was {state}: "
+                f"{proc.stdout.read() if proc.stdout else ''}"
+            )
         for r in run_dirs(results_dir):
             if status_state(r, variant) == state:
                 found.append(r)
@@ -242,6 +278,7 @@ def shape(run_dir: Path) -> dict[str, tuple[str, int]]:
 
 # ------------------------------------------------------------------------------------- processes
 
+
 def kill_hard(proc: subprocess.Popen) -> None:
     """SIGKILL the harness like the OOM killer would, then reap the servers it orphaned (they run
     in their own sessions), each by its own id. The harness is stopped (SIGSTOP) before its
@@ -268,8 +305,9 @@ def _server_pids(root: Path) -> set[int]:
     log, and the identity each status.json records."""
     pids: set[int] = set()
     for log in Path(root).rglob("server*.log"):
-        pids.update(int(m.group(1)) for m in
-                    re.finditer(r"Started server process \[(\d+)\]", log.read_text(errors="replace")))
+        pids.update(
+            int(m.group(1)) for m in re.finditer(r"Started server process \[(\d+)\]", log.read_text(errors="replace"))
+        )
     for status in Path(root).rglob("status.json"):
         try:
             pid = json.loads(status.read_text()).get("server", {}).get("pid")
@@ -302,8 +340,11 @@ def _started_by(nodeid: str, pids: set[int]) -> list[psutil.Process]:
         try:
             p = psutil.Process(pid)
             env = p.environ()
-            if (env.get(_SESSION_VAR) == _SESSION and env.get("PYTEST_CURRENT_TEST") == want
-                    and p.status() != psutil.STATUS_ZOMBIE):
+            if (
+                env.get(_SESSION_VAR) == _SESSION
+                and env.get("PYTEST_CURRENT_TEST") == want
+                and p.status() != psutil.STATUS_ZOMBIE
+            ):
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -354,6 +395,7 @@ os.environ[_SESSION_VAR] = _SESSION
 
 
 # -------------------------------------------------------------------------------------- fixtures
+
 
 @pytest.fixture(autouse=True)
 def no_leaked_servers(request):

@@ -18,14 +18,29 @@ from harness.summary import summarize
 MS = 1_000_000
 
 
-def make_record(*, workload: str = "w", phase: str = "p", variant: str = "v", repeat: int = 0,
-                index: int = 0, sent_ns: int = 1_000 * MS, ttft_ms: float | None = 100.0,
-                output_tokens: int = 1, itl_ms: float = 10.0, tokens_per_chunk: int = 1,
-                prompt_tokens: int = 1000, cached_tokens: int | None = 0,
-                cached_device: int | None = None, cached_host: int | None = None,
-                cached_storage: int | None = None, warmup: bool = False,
-                concurrency_group: str | None = None, error: str | None = None,
-                finish_reason: str | None = "length", done_gap_ms: float = 0.0) -> RequestRecord:
+def make_record(
+    *,
+    workload: str = "w",
+    phase: str = "p",
+    variant: str = "v",
+    repeat: int = 0,
+    index: int = 0,
+    sent_ns: int = 1_000 * MS,
+    ttft_ms: float | None = 100.0,
+    output_tokens: int = 1,
+    itl_ms: float = 10.0,
+    tokens_per_chunk: int = 1,
+    prompt_tokens: int = 1000,
+    cached_tokens: int | None = 0,
+    cached_device: int | None = None,
+    cached_host: int | None = None,
+    cached_storage: int | None = None,
+    warmup: bool = False,
+    concurrency_group: str | None = None,
+    error: str | None = None,
+    finish_reason: str | None = "length",
+    done_gap_ms: float = 0.0,
+) -> RequestRecord:
     """A finished request. Tiers default to "all cached tokens on device" when `cached_tokens`
     is given and no tier is; pass explicit tiers (or None) to override."""
     chunk_ns: list[int] = []
@@ -47,16 +62,34 @@ def make_record(*, workload: str = "w", phase: str = "p", variant: str = "v", re
         cached_device, cached_host = cached_tokens, 0
         cached_storage = 0 if cached_storage is None else cached_storage
     return RequestRecord(
-        variant=variant, workload=workload, phase=phase, repeat=repeat, index=index,
-        rid=f"{workload}-{phase}-{repeat}-{index}", warmup=warmup,
-        concurrency_group=concurrency_group, prompt_len=prompt_tokens, input_hash="0" * 64,
-        wall_start=1.7e9, sent_ns=sent_ns, first_token_ns=first, chunk_ns=chunk_ns,
-        chunk_new_tokens=chunk_new, done_ns=done, prompt_tokens=prompt_tokens,
+        variant=variant,
+        workload=workload,
+        phase=phase,
+        repeat=repeat,
+        index=index,
+        rid=f"{workload}-{phase}-{repeat}-{index}",
+        warmup=warmup,
+        concurrency_group=concurrency_group,
+        prompt_len=prompt_tokens,
+        input_hash="0" * 64,
+        wall_start=1.7e9,
+        sent_ns=sent_ns,
+        first_token_ns=first,
+        chunk_ns=chunk_ns,
+        chunk_new_tokens=chunk_new,
+        done_ns=done,
+        prompt_tokens=prompt_tokens,
         completion_tokens=output_tokens if ttft_ms is not None else None,
-        cached_tokens=cached_tokens, cached_device=cached_device, cached_host=cached_host,
-        cached_storage=cached_storage, output_ids=list(range(3, 3 + (output_tokens if first else 0))),
-        text=None, output_logprobs=None, top_logprobs=None,
-        finish_reason=finish_reason if error is None else None, error=error,
+        cached_tokens=cached_tokens,
+        cached_device=cached_device,
+        cached_host=cached_host,
+        cached_storage=cached_storage,
+        output_ids=list(range(3, 3 + (output_tokens if first else 0))),
+        text=None,
+        output_logprobs=None,
+        top_logprobs=None,
+        finish_reason=finish_reason if error is None else None,
+        error=error,
     )
 
 
@@ -90,17 +123,36 @@ def noisy(center: float, n: int, sd: float = 0.01, seed: int = 0) -> list[float]
     return list(center * (1 + rng.normal(0, sd, n)))
 
 
-def cold_records(ttft_ms: list[float], variant: str = "on", workload: str = "cold_prefill",
-                 phase: str = "cold") -> list[RequestRecord]:
+def cold_records(
+    ttft_ms: list[float], variant: str = "on", workload: str = "cold_prefill", phase: str = "cold"
+) -> list[RequestRecord]:
     """One 8000-token request per repeat with the given TTFTs (a cold_prefill phase)."""
-    return [make_record(variant=variant, workload=workload, phase=phase, repeat=i, index=0,
-                        sent_ns=(1000 + i * 10_000) * MS, ttft_ms=t, prompt_tokens=8000)
-            for i, t in enumerate(ttft_ms)]
+    return [
+        make_record(
+            variant=variant,
+            workload=workload,
+            phase=phase,
+            repeat=i,
+            index=0,
+            sent_ns=(1000 + i * 10_000) * MS,
+            ttft_ms=t,
+            prompt_tokens=8000,
+        )
+        for i, t in enumerate(ttft_ms)
+    ]
 
 
-def write_run(results_dir: Path, run_id: str, variants: dict, *, scenario: str = "synth",
-              text: str = SCENARIO_TEXT, complete: bool = True, expect: dict[str, str] | None = None,
-              summaries: dict[str, dict] | None = None) -> Path:
+def write_run(
+    results_dir: Path,
+    run_id: str,
+    variants: dict,
+    *,
+    scenario: str = "synth",
+    text: str = SCENARIO_TEXT,
+    complete: bool = True,
+    expect: dict[str, str] | None = None,
+    summaries: dict[str, dict] | None = None,
+) -> Path:
     """A real run folder (manifest, status.json, summary.json from `harness.summary.summarize`,
     requests.jsonl, COMPLETE) under ``results_dir/<scenario>/<run_id>``. ``variants``: name →
     request records (state ok) or a failure cause string (state startup_failed). ``summaries``
@@ -108,23 +160,49 @@ def write_run(results_dir: Path, run_id: str, variants: dict, *, scenario: str =
     root = Path(results_dir) / scenario / run_id
     root.mkdir(parents=True)
     expect = expect or {}
-    manifest = {"schema_version": 1, "kind": "run",
-                "scenario": {"name": scenario, "path": "scenarios/synth.yaml", "text": text, "hash": "h"},
-                "harness_version": "0", "backend": "sim", "simulated": True, "created_at": run_id,
-                "variants": [{"name": n, "config_hash": "c", "argv": [], "env": {},
-                              "hicache": None if n == "off" else {"ratio": 2}, "expect": expect.get(n, "ok")}
-                             for n in variants]}
+    manifest = {
+        "schema_version": 1,
+        "kind": "run",
+        "scenario": {"name": scenario, "path": "scenarios/synth.yaml", "text": text, "hash": "h"},
+        "harness_version": "0",
+        "backend": "sim",
+        "simulated": True,
+        "created_at": run_id,
+        "variants": [
+            {
+                "name": n,
+                "config_hash": "c",
+                "argv": [],
+                "env": {},
+                "hicache": None if n == "off" else {"ratio": 2},
+                "expect": expect.get(n, "ok"),
+            }
+            for n in variants
+        ],
+    }
     results.write_json_atomic(root / "manifest.json", manifest)
     for name, recs in variants.items():
         vdir = root / results.safe_name(name)
         exp = expect.get(name, "ok")
         if isinstance(recs, str):
-            status = {"schema_version": 1, "variant": name, "state": "startup_failed", "cause": recs,
-                      "expect": exp, "expect_met": exp == "startup_failed"}
+            status = {
+                "schema_version": 1,
+                "variant": name,
+                "state": "startup_failed",
+                "cause": recs,
+                "expect": exp,
+                "expect_met": exp == "startup_failed",
+            }
             summary = {"schema_version": 1, "workloads": None}
         else:
-            status = {"schema_version": 1, "variant": name, "state": "ok", "cause": None, "expect": exp,
-                      "expect_met": exp == "ok"}
+            status = {
+                "schema_version": 1,
+                "variant": name,
+                "state": "ok",
+                "cause": None,
+                "expect": exp,
+                "expect_met": exp == "ok",
+            }
             summary = summarize(recs)
             with results.JsonlWriter(vdir / "requests.jsonl", fsync=False) as w:
                 for r in recs:

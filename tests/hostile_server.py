@@ -27,11 +27,21 @@ BLOCK = 64 << 10
 PROMPT = 64  # prompt_tokens the good answer reports
 
 GOOD_INFO = {
-    "version": "0.5.17-hostile", "max_total_num_tokens": 4096, "max_req_input_len": 4095,
-    "context_len": 8192, "context_length": None, "page_size": 1, "enable_hierarchical_cache": True,
-    "hicache_ratio": 2.0, "hicache_size": 0, "hicache_write_policy": "write_through",
-    "hicache_mem_layout": "page_first", "hicache_io_backend": "kernel", "hicache_storage_backend": None,
-    "max_mamba_cache_size": None, "internal_states": [{}],
+    "version": "0.5.17-hostile",
+    "max_total_num_tokens": 4096,
+    "max_req_input_len": 4095,
+    "context_len": 8192,
+    "context_length": None,
+    "page_size": 1,
+    "enable_hierarchical_cache": True,
+    "hicache_ratio": 2.0,
+    "hicache_size": 0,
+    "hicache_write_policy": "write_through",
+    "hicache_mem_layout": "page_first",
+    "hicache_io_backend": "kernel",
+    "hicache_storage_backend": None,
+    "max_mamba_cache_size": None,
+    "internal_states": [{}],
 }
 GOOD_METRICS = (
     "# HELP sglang:prompt_tokens_total Prefill tokens.\n# TYPE sglang:prompt_tokens_total counter\n"
@@ -42,21 +52,28 @@ GOOD_METRICS = (
 
 
 def _meta(n: int, last: bool, **override: Any) -> dict:
-    m = {"id": "r", "prompt_tokens": PROMPT, "completion_tokens": n, "cached_tokens": 32,
-         "cached_tokens_details": {"device": 16, "host": 16},
-         "finish_reason": {"type": "length", "length": n} if last else None}
+    m = {
+        "id": "r",
+        "prompt_tokens": PROMPT,
+        "completion_tokens": n,
+        "cached_tokens": 32,
+        "cached_tokens_details": {"device": 16, "host": 16},
+        "finish_reason": {"type": "length", "length": n} if last else None,
+    }
     m.update(override)
     return m
 
 
-def _chunks(meta_override: dict | None = None, ids: Callable[[int], list] | None = None,
-            n: int = 3) -> list[bytes]:
+def _chunks(meta_override: dict | None = None, ids: Callable[[int], list] | None = None, n: int = 3) -> list[bytes]:
     """An sglang-shaped stream: cumulative ids, the override applied to the last chunk's meta."""
     out = []
     for i in range(1, n + 1):
         last = i == n
-        obj = {"text": "x" * i, "output_ids": ids(i) if ids else list(range(5, 5 + i)),
-               "meta_info": _meta(i, last, **(meta_override or {}) if last else {})}
+        obj = {
+            "text": "x" * i,
+            "output_ids": ids(i) if ids else list(range(5, 5 + i)),
+            "meta_info": _meta(i, last, **(meta_override or {}) if last else {}),
+        }
         out.append(b"data: " + json.dumps(obj).encode() + b"\n\n")
     return out + [b"data: [DONE]\n\n"]
 
@@ -86,26 +103,56 @@ SSE, JSON_T, TEXT = "text/event-stream", "application/json", "text/plain; versio
 CASES: dict[str, dict[str, Callable[[], Body]]] = {
     "ok": {},
     "list_server_info": {"info": lambda: (200, JSON_T, [b'[{"max_total_num_tokens": 4096}]'])},
-    "string_pool": {"info": lambda: (200, JSON_T, [json.dumps({**GOOD_INFO, "max_total_num_tokens": "lots"}).encode()])},
+    "string_pool": {
+        "info": lambda: (200, JSON_T, [json.dumps({**GOOD_INFO, "max_total_num_tokens": "lots"}).encode()])
+    },
     "nan_server_info": {"info": lambda: (200, JSON_T, [b'{"max_total_num_tokens": 4096, "hicache_ratio": NaN}'])},
-    "nan_meta": {"generate": lambda: (200, SSE, _raw_chunk(
-        '{"output_ids": [5], "meta_info": {"prompt_tokens": 64, "completion_tokens": 1, "cached_tokens": NaN,'
-        ' "finish_reason": {"type": "length", "length": 1}}}'))},
-    "infinity_tier": {"generate": lambda: (200, SSE, _raw_chunk(
-        '{"output_ids": [5], "meta_info": {"prompt_tokens": 64, "completion_tokens": 1, "cached_tokens": 32,'
-        ' "cached_tokens_details": {"device": 0, "host": Infinity}, "finish_reason": null}}'))},
+    "nan_meta": {
+        "generate": lambda: (
+            200,
+            SSE,
+            _raw_chunk(
+                '{"output_ids": [5], "meta_info": {"prompt_tokens": 64, "completion_tokens": 1, "cached_tokens": NaN,'
+                ' "finish_reason": {"type": "length", "length": 1}}}'
+            ),
+        )
+    },
+    "infinity_tier": {
+        "generate": lambda: (
+            200,
+            SSE,
+            _raw_chunk(
+                '{"output_ids": [5], "meta_info": {"prompt_tokens": 64, "completion_tokens": 1, "cached_tokens": 32,'
+                ' "cached_tokens_details": {"device": 0, "host": Infinity}, "finish_reason": null}}'
+            ),
+        )
+    },
     "negative_cached": {"generate": lambda: (200, SSE, _chunks({"cached_tokens": -5, "cached_tokens_details": None}))},
-    "cached_over_prompt": {"generate": lambda: (200, SSE, _chunks(
-        {"cached_tokens": 1_000_000, "cached_tokens_details": {"device": 0, "host": 1_000_000}}))},
-    "absurd_cached": {"generate": lambda: (200, SSE, _chunks(
-        {"cached_tokens": 64_000_000_000, "cached_tokens_details": {"device": 0, "host": 64_000_000_000}}))},
-    "tiers_over_cached": {"generate": lambda: (200, SSE, _chunks({"cached_tokens_details": {"device": 30, "host": 30}}))},
+    "cached_over_prompt": {
+        "generate": lambda: (
+            200,
+            SSE,
+            _chunks({"cached_tokens": 1_000_000, "cached_tokens_details": {"device": 0, "host": 1_000_000}}),
+        )
+    },
+    "absurd_cached": {
+        "generate": lambda: (
+            200,
+            SSE,
+            _chunks({"cached_tokens": 64_000_000_000, "cached_tokens_details": {"device": 0, "host": 64_000_000_000}}),
+        )
+    },
+    "tiers_over_cached": {
+        "generate": lambda: (200, SSE, _chunks({"cached_tokens_details": {"device": 30, "host": 30}}))
+    },
     "string_prompt_tokens": {"generate": lambda: (200, SSE, _chunks({"prompt_tokens": "64"}))},
     "bad_output_id": {"generate": lambda: (200, SSE, _chunks(ids=lambda i: [5, -1, 7][:i]))},
     "list_meta": {"generate": lambda: (200, SSE, _raw_chunk('{"output_ids": [5], "meta_info": [1, 2]}'))},
     "many_chunks": {"generate": lambda: (200, SSE, _many_chunks())},
-    "long_line": {ep: (lambda: (200, SSE, _endless(b'data: {"text": "'))) for ep in
-                  ("generate", "completions", "info", "metrics", "health", "flush")},
+    "long_line": {
+        ep: (lambda: (200, SSE, _endless(b'data: {"text": "')))
+        for ep in ("generate", "completions", "info", "metrics", "health", "flush")
+    },
     "garbage_metrics": {"metrics": lambda: (200, TEXT, [b"<html>502 Bad Gateway</html>\n"])},
     "nan_counter": {"metrics": lambda: (200, TEXT, [GOOD_METRICS.replace("64.0", "NaN").encode()])},
     "negative_counter": {"metrics": lambda: (200, TEXT, [GOOD_METRICS.replace("64.0", "-3").encode()])},
@@ -114,18 +161,30 @@ CASES: dict[str, dict[str, Callable[[], Body]]] = {
 
 GOOD: dict[str, Callable[[], Body]] = {
     "generate": lambda: (200, SSE, _chunks()),
-    "completions": lambda: (200, SSE, [
-        b'data: {"choices": [{"text": "ab", "finish_reason": "length"}]}\n\n',
-        b'data: {"choices": [], "usage": {"prompt_tokens": 64, "completion_tokens": 2,'
-        b' "prompt_tokens_details": {"cached_tokens": 0}}}\n\n', b"data: [DONE]\n\n"]),
+    "completions": lambda: (
+        200,
+        SSE,
+        [
+            b'data: {"choices": [{"text": "ab", "finish_reason": "length"}]}\n\n',
+            b'data: {"choices": [], "usage": {"prompt_tokens": 64, "completion_tokens": 2,'
+            b' "prompt_tokens_details": {"cached_tokens": 0}}}\n\n',
+            b"data: [DONE]\n\n",
+        ],
+    ),
     "info": lambda: (200, JSON_T, [json.dumps(GOOD_INFO).encode()]),
     "metrics": lambda: (200, TEXT, [GOOD_METRICS.encode()]),
     "health": lambda: (200, TEXT, [b""]),
     "flush": lambda: (200, TEXT, [b"Cache flushed."]),
 }
-ENDPOINTS = {"/generate": "generate", "/v1/completions": "completions", "/get_server_info": "info",
-             "/server_info": "info", "/metrics": "metrics", "/health_generate": "health",
-             "/flush_cache": "flush"}
+ENDPOINTS = {
+    "/generate": "generate",
+    "/v1/completions": "completions",
+    "/get_server_info": "info",
+    "/server_info": "info",
+    "/metrics": "metrics",
+    "/health_generate": "health",
+    "/flush_cache": "flush",
+}
 
 
 class Stats:
@@ -159,7 +218,7 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         case = self.default_case
         if path.startswith("/case/"):
-            case, _, rest = path[len("/case/"):].partition("/")
+            case, _, rest = path[len("/case/") :].partition("/")
             path = "/" + rest
         return case, ENDPOINTS.get(path) or ("stats" if path == "/stats" else None)
 

@@ -44,19 +44,34 @@ def sim(pool: int = 65536, *extra: str, time_scale: float = 0.1) -> Sim:
     return Sim(["--max-total-tokens", str(pool), "--skip-tokenizer-init", *extra], time_scale=time_scale)
 
 
-def run_on(server: Sim, workloads: Sequence[Any], *, repeat: int = 0, scenario_dir: Path | None = DATASETS,
-           timeout_s: float = 120.0,
-           during: Callable[[], Awaitable[None]] | None = None) -> tuple[WorkloadsOutcome, list[RequestRecord]]:
+def run_on(
+    server: Sim,
+    workloads: Sequence[Any],
+    *,
+    repeat: int = 0,
+    scenario_dir: Path | None = DATASETS,
+    timeout_s: float = 120.0,
+    during: Callable[[], Awaitable[None]] | None = None,
+) -> tuple[WorkloadsOutcome, list[RequestRecord]]:
     """Run ``workloads`` on ``server`` (one repeat); ``during``: a coroutine run on the same event
     loop meanwhile (cancelled at the end)."""
     records: list[RequestRecord] = []
 
     async def go() -> WorkloadsOutcome:
         async with StreamingClient(server.url, timeout_s=timeout_s) as client:
-            ctx = WorkloadContext(base_url=server.url, client=client, variant="v", repeat=repeat,
-                                  pool_tokens=server.info["max_total_num_tokens"], vocab_size=32000, seed=0,
-                                  record=records.append, alive=server.alive, request_timeout_s=timeout_s,
-                                  scenario_dir=scenario_dir)
+            ctx = WorkloadContext(
+                base_url=server.url,
+                client=client,
+                variant="v",
+                repeat=repeat,
+                pool_tokens=server.info["max_total_num_tokens"],
+                vocab_size=32000,
+                seed=0,
+                record=records.append,
+                alive=server.alive,
+                request_timeout_s=timeout_s,
+                scenario_dir=scenario_dir,
+            )
             side = asyncio.ensure_future(during()) if during is not None else None
             try:
                 return await run_workloads(ctx, workloads)
@@ -75,8 +90,9 @@ def summary_of(records: Sequence[RequestRecord], workloads: Sequence[Any]) -> di
 
 def max_in_flight(records: Sequence[RequestRecord]) -> int:
     """The most requests between their send and their last byte at one instant."""
-    events = sorted([(r.sent_ns, 1) for r in records] + [(r.done_ns, -1) for r in records if r.done_ns],
-                    key=lambda e: (e[0], e[1]))  # an end before a start at the same ns
+    events = sorted(
+        [(r.sent_ns, 1) for r in records] + [(r.done_ns, -1) for r in records if r.done_ns], key=lambda e: (e[0], e[1])
+    )  # an end before a start at the same ns
     most = now = 0
     for _, step in events:
         now += step

@@ -60,8 +60,9 @@ def test_one_phase_key_joins_requests_and_samples(golden_run):
     sampled = set(smp["phase_key"].dropna())
     for key in ("cold_prefill/cold", "parallel_prefixes/pass2", "repeat_prefill/repeat_after_evict"):
         assert key in sampled and key in set(run.requests["phase_key"])
-    joined = run.requests.merge(smp.groupby(["variant", "phase_key"]).size().rename("ticks").reset_index(),
-                                on=["variant", "phase_key"])
+    joined = run.requests.merge(
+        smp.groupby(["variant", "phase_key"]).size().rename("ticks").reset_index(), on=["variant", "phase_key"]
+    )
     assert len(joined) and (joined["ticks"] > 0).all()
     q = run.quality
     assert set(q["phase_key"]) <= {"quality_cold", "quality_reask"} and set(q["phase_key"]) <= sampled
@@ -113,8 +114,9 @@ def test_load_comparison(golden_run, capsys):
     from harness.commands.compare import cli_main as compare_main
 
     cand, base = golden_run("regressed"), golden_run("healthy")
-    compare_main(Namespace(run=str(cand), baseline=str(base), results_dir=str(cand.parent.parent), junit=None,
-                           markdown=None))
+    compare_main(
+        Namespace(run=str(cand), baseline=str(base), results_dir=str(cand.parent.parent), junit=None, markdown=None)
+    )
     capsys.readouterr()
     comp = api.load_comparison(cand)
     raw = json.loads((cand / "comparison.json").read_text())
@@ -152,9 +154,18 @@ def test_load_parquet_or_one_line(golden_run, tmp_path, capsys):
 def test_the_example_notebook_runs_against_the_golden_run(tmp_path):
     """What .ci/notebook.sh runs: the notebook's code cells, in order, as one script."""
     nb = ROOT / "examples" / "explore_a_run.ipynb"
-    r = subprocess.run([sys.executable, str(ROOT / "examples" / "run_notebook.py"), str(nb),
-                        str(ROOT / "tests" / "golden" / "runs" / "healthy")],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "run_notebook.py"),
+            str(nb),
+            str(ROOT / "tests" / "golden" / "runs" / "healthy"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "second_pass_speedup" in r.stdout
 
@@ -167,30 +178,87 @@ def test_github_annotations_point_at_the_scenario_lines(golden_run):
     text = manifest["scenario"]["text"]
     check = next(c for c in ("on-r2: parallel_prefixes.second_pass_speedup >= 1.1",) if c in text)
     comparison = {
-        "verdict": "FAIL", "simulated": True, "candidate": {"run_id": "healthy"}, "baseline": None, "reasons": [],
-        "metrics": [{"variant": "on-r2", "workload": "parallel_prefixes", "phase": "pass2", "metric": "ttft_ms",
-                     "unit": "ms", "higher_is_better": False, "baseline_p50": 10.0, "candidate_p50": 15.0,
-                     "n_baseline": 9, "n_candidate": 9, "change": 0.5, "threshold": 0.05, "test": "mann_whitney",
-                     "p_value": 0.001, "state": "regression", "note": ""},
-                    {"variant": "off", "workload": "decode", "phase": "decode", "metric": "tpot_ms", "unit": "ms",
-                     "higher_is_better": False, "baseline_p50": 1.0, "candidate_p50": 1.0, "n_baseline": 3,
-                     "n_candidate": 3, "change": 0.0, "threshold": 0.05, "test": "welch_t_log", "p_value": 0.9,
-                     "state": "unchanged", "note": ""}],
-        "variants": [{"variant": "off", "baseline_state": "ok", "candidate_state": "failed", "state": "introduced_failure",
-                      "note": "server died"}],
-        "expectations": [{"check": check, "variant": "on-r2", "metric": "parallel_prefixes.second_pass_speedup",
-                          "op": ">=", "actual": 0.9, "outcome": "fail", "failed": True, "reason": "0.9 >= 1.1 is false"}],
+        "verdict": "FAIL",
+        "simulated": True,
+        "candidate": {"run_id": "healthy"},
+        "baseline": None,
+        "reasons": [],
+        "metrics": [
+            {
+                "variant": "on-r2",
+                "workload": "parallel_prefixes",
+                "phase": "pass2",
+                "metric": "ttft_ms",
+                "unit": "ms",
+                "higher_is_better": False,
+                "baseline_p50": 10.0,
+                "candidate_p50": 15.0,
+                "n_baseline": 9,
+                "n_candidate": 9,
+                "change": 0.5,
+                "threshold": 0.05,
+                "test": "mann_whitney",
+                "p_value": 0.001,
+                "state": "regression",
+                "note": "",
+            },
+            {
+                "variant": "off",
+                "workload": "decode",
+                "phase": "decode",
+                "metric": "tpot_ms",
+                "unit": "ms",
+                "higher_is_better": False,
+                "baseline_p50": 1.0,
+                "candidate_p50": 1.0,
+                "n_baseline": 3,
+                "n_candidate": 3,
+                "change": 0.0,
+                "threshold": 0.05,
+                "test": "welch_t_log",
+                "p_value": 0.9,
+                "state": "unchanged",
+                "note": "",
+            },
+        ],
+        "variants": [
+            {
+                "variant": "off",
+                "baseline_state": "ok",
+                "candidate_state": "failed",
+                "state": "introduced_failure",
+                "note": "server died",
+            }
+        ],
+        "expectations": [
+            {
+                "check": check,
+                "variant": "on-r2",
+                "metric": "parallel_prefixes.second_pass_speedup",
+                "op": ">=",
+                "actual": 0.9,
+                "outcome": "fail",
+                "failed": True,
+                "reason": "0.9 >= 1.1 is false",
+            }
+        ],
     }
     (run / "comparison.json").write_text(json.dumps(comparison))
-    r = subprocess.run([sys.executable, str(ROOT / ".github" / "scripts" / "annotate.py"), str(run)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / ".github" / "scripts" / "annotate.py"), str(run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()
     assert len(out) == 3, out
     scenario_file = manifest["scenario"]["path"]
     lines = text.splitlines()
     regression, expectation, variant = out
-    assert regression.startswith(f"::error file={scenario_file},line=") and "parallel_prefixes.pass2.ttft_ms" in regression
+    assert (
+        regression.startswith(f"::error file={scenario_file},line=") and "parallel_prefixes.pass2.ttft_ms" in regression
+    )
     line = int(regression.split("line=")[1].split(",")[0])
     assert "parallel_prefixes" in lines[line - 1]
     assert "title=regression%3A on-r2 ttft_ms [SIMULATED]" in regression and "+50.0%" in regression
@@ -199,6 +267,10 @@ def test_github_annotations_point_at_the_scenario_lines(golden_run):
     line = int(variant.split("line=")[1].split(",")[0])
     assert "name: off" in lines[line - 1] and "introduced_failure" in variant
     (run / "comparison.json").unlink()
-    r = subprocess.run([sys.executable, str(ROOT / ".github" / "scripts" / "annotate.py"), str(run)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / ".github" / "scripts" / "annotate.py"), str(run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and r.stdout.startswith("::warning::no comparison to annotate")

@@ -23,8 +23,11 @@ MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
 
 
 def _is_type_checking(node: ast.If) -> bool:
-    return isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING" or (
-        isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
+    return (
+        isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
+    )
 
 
 def imports_of(name: str) -> set[str]:
@@ -146,8 +149,11 @@ def test_no_module_outside_a_kind_names_a_workload_kind():
 def test_architecture_doc_lists_every_module():
     doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     listed = set(re.findall(r"`(harness/[\w/]+\.py)`", doc))
-    missing = sorted(str(p.relative_to(ROOT)) for p in MODULES.values()
-                     if p.name not in ("__init__.py", "__main__.py") and str(p.relative_to(ROOT)) not in listed)
+    missing = sorted(
+        str(p.relative_to(ROOT))
+        for p in MODULES.values()
+        if p.name not in ("__init__.py", "__main__.py") and str(p.relative_to(ROOT)) not in listed
+    )
     assert missing == [], "docs/architecture.md's module table lacks: " + ", ".join(missing)
     gone = sorted(p for p in listed if not (ROOT / p).exists())
     assert gone == [], "docs/architecture.md names modules that do not exist: " + ", ".join(gone)

@@ -48,13 +48,19 @@ def test_help_as_typed():
 BAD = {
     "syntax.yaml": ("name: x\nserver: {backend: sim\n", ":"),
     "unknown.yaml": ("name: x\nserver: {backend: sim, model_path: m, bogus: 1}\n", "server.bogus"),
-    "enum.yaml": ("name: x\nserver: {backend: sim, model_path: m}\nvariants:\n  - name: a\n"
-                  "    hicache: {mem_layout: page-first}\n", "variants[0].hicache.mem_layout"),
+    "enum.yaml": (
+        "name: x\nserver: {backend: sim, model_path: m}\nvariants:\n  - name: a\n"
+        "    hicache: {mem_layout: page-first}\n",
+        "variants[0].hicache.mem_layout",
+    ),
     "list.yaml": ("- a\n- b\n", "mapping"),
-    "bomb.yaml": ("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-                  "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-                  "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
-                  "g: [*f, *f, *f, *f, *f, *f, *f, *f, *f]\n", ""),
+    "bomb.yaml": (
+        "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+        "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n"
+        "g: [*f, *f, *f, *f, *f, *f, *f, *f, *f]\n",
+        "",
+    ),
 }
 
 

@@ -24,8 +24,13 @@ def sse(objs, done=True):
 
 
 def meta(completion, prompt=10, cached=0, details=None, finish=None, **extra):
-    m = {"prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": cached,
-         "finish_reason": finish, **extra}
+    m = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "cached_tokens": cached,
+        "finish_reason": finish,
+        **extra,
+    }
     if details is not ...:
         m["cached_tokens_details"] = details
     return m
@@ -116,8 +121,7 @@ def serve(handler, delay_s=0.0):
 
 
 def make_client(chunks_or_handler, delay_s=0.0, status=200, **kw):
-    handler = chunks_or_handler if callable(chunks_or_handler) else (
-        lambda request: Answer(status, chunks_or_handler))
+    handler = chunks_or_handler if callable(chunks_or_handler) else (lambda request: Answer(status, chunks_or_handler))
     url, _, _ = serve(handler, delay_s)
     return StreamingClient(url, **kw)
 
@@ -194,8 +198,10 @@ def test_text_incremental_mode():
     ],
 )
 def test_cached_tokens_details(cached, details, want):
-    last = {"output_ids": [5], "meta_info": meta(1, prompt=1024, cached=cached, details=details,
-                                                  finish={"type": "length", "length": 1})}
+    last = {
+        "output_ids": [5],
+        "meta_info": meta(1, prompt=1024, cached=cached, details=details, finish={"type": "length", "length": 1}),
+    }
     rec = run(one(make_client(sse([last]))))
     assert rec.cached_tokens == cached
     assert (rec.cached_device, rec.cached_host, rec.cached_storage) == want
@@ -210,14 +216,14 @@ def test_missing_cached_tokens_is_none():
 @pytest.mark.parametrize("incremental", [False, True])
 def test_logprobs_shapes(incremental):
     lp = [[-0.1, 5, None], [-0.2, 5, None], [-0.3, 9, None]]
-    top = [[[-0.1, 5, None], [-2.0, 6, None]], [[-0.2, 5, None], [-1.5, 7, None]],
-           [[-0.3, 9, None], [-1.1, 8, None]]]
+    top = [[[-0.1, 5, None], [-2.0, 6, None]], [[-0.2, 5, None], [-1.5, 7, None]], [[-0.3, 9, None], [-1.1, 8, None]]]
     chunks = []
     for i in range(3):
         sl = slice(i, i + 1) if incremental else slice(0, i + 1)
         ids = [5, 5, 9][sl]
-        chunks.append({"output_ids": ids, "meta_info": meta(
-            i + 1, output_token_logprobs=lp[sl], output_top_logprobs=top[sl])})
+        chunks.append(
+            {"output_ids": ids, "meta_info": meta(i + 1, output_token_logprobs=lp[sl], output_top_logprobs=top[sl])}
+        )
     req = GenerateRequest(input_ids=[3, 4], max_new_tokens=3, return_logprob=True, top_logprobs_num=2)
     rec = run(one(make_client(sse(chunks)), req))
     assert rec.output_ids == [5, 5, 9]
@@ -273,6 +279,7 @@ def test_connection_refused_is_a_record():
     async def go():
         async with StreamingClient("http://127.0.0.1:9", timeout_s=5) as c:
             return await c.generate(GenerateRequest(input_ids=[3]), Labels())
+
     rec = run(go())
     assert rec.error == "connection"
 
@@ -288,64 +295,90 @@ def test_abort_signal_marks_in_flight_and_unsent():
         late = await client.generate(GenerateRequest(input_ids=[3]), abort=abort)
         await client.aclose()
         return rec, late
+
     rec, late = run(go())
     assert rec.error == "server_died" and late.error == "server_died"
     assert late.chunk_ns == []
 
 
 def test_completions_api():
-    chunks = [{"choices": [{"text": "He", "finish_reason": None}]},
-              {"choices": [{"text": "llo", "finish_reason": "length"}]},
-              {"choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 2,
-                                        "prompt_tokens_details": {"cached_tokens": 0}}}]
+    chunks = [
+        {"choices": [{"text": "He", "finish_reason": None}]},
+        {"choices": [{"text": "llo", "finish_reason": "length"}]},
+        {
+            "choices": [],
+            "usage": {"prompt_tokens": 2, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 0}},
+        },
+    ]
     rec = run(one(make_client(sse(chunks), api="completions")))
     assert rec.error is None and rec.text == "Hello" and rec.chunk_new_tokens == [1, 1, 0]
     assert rec.finish_reason == "length" and rec.cached_tokens == 0 and rec.cached_host == 0
 
 
-
 # ---------------------------------------------------------------- answers checked where they enter
+
 
 def test_a_line_split_over_many_reads_is_joined():
     line = f"data: {json.dumps(CUMULATIVE[2])}\n\n"
-    pieces = sse(CUMULATIVE[:2], done=False) + [line[i:i + 7] for i in range(0, len(line), 7)] + ["data: [DONE]\n\n"]
+    pieces = sse(CUMULATIVE[:2], done=False) + [line[i : i + 7] for i in range(0, len(line), 7)] + ["data: [DONE]\n\n"]
     rec = run(one(make_client(pieces)))
     assert rec.error is None and rec.output_ids == [5, 5, 9] and len(rec.chunk_ns) == 3
 
 
-@pytest.mark.parametrize("pieces", [
-    ["data: {\"text\": \"" + "a" * 5000],  # no newline, one read
-    ["data: {\"text\": \"" + "a" * 5000 + "\"}\n\n", "data: [DONE]\n\n"],  # a whole line, too long
-    ["data: {\"text\": \""] + ["a" * 100] * 60,  # no newline, many reads
-])
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ['data: {"text": "' + "a" * 5000],  # no newline, one read
+        ['data: {"text": "' + "a" * 5000 + '"}\n\n', "data: [DONE]\n\n"],  # a whole line, too long
+        ['data: {"text": "'] + ["a" * 100] * 60,  # no newline, many reads
+    ],
+)
 def test_a_line_over_the_bound_ends_the_request(pieces):
     rec = run(one(make_client(pieces, max_line_bytes=4096)))
     assert rec.error == "protocol: line longer than 4096 bytes"
     assert rec.sent_ns > 0 and rec.done_ns is None
 
 
-@pytest.mark.parametrize("line, reason", [
-    ('{"output_ids": [5], "meta_info": {"cached_tokens": NaN}}', "NaN is not valid JSON"),
-    ('{"output_ids": [5], "meta_info": {"prompt_tokens": -Infinity}}', "-Infinity is not valid JSON"),
-    ('[1, 2]', "chunk is a list, not an object"),
-    ('{"output_ids": [5.0]}', "output id 5.0 is not a token id"),
-    ('{"output_ids": [2147483648]}', "output id 2147483648 is not a token id"),
-    ('{"output_ids": [true]}', "output id True is not a token id"),
-    ('{"output_ids": [5], "meta_info": {"prompt_tokens": 4, "cached_tokens": true}}', "cached_tokens is True"),
-    ('{"output_ids": [5], "meta_info": {"completion_tokens": 9999}}', "completion_tokens 9999 is more than the 1027 possible"),
-    ('{"output_ids": [5], "meta_info": {"cached_tokens": 4, "cached_tokens_details": [4]}}',
-     "cached_tokens_details is [4], not an object"),
-    ('{"output_ids": [5], "meta_info": {"cached_tokens": 4, "cached_tokens_details": {"host": "4"}}}',
-     "cached_tokens_details.host is '4'"),
-    ('{"output_ids": [5], "meta_info": {"output_token_logprobs": [["nan", 5, null]]}}',
-     "output_token_logprobs holds 'nan', not a finite logprob"),
-    ('{"output_ids": [5], "meta_info": {"output_token_logprobs": [[1e999, 5, null]]}}',
-     "output_token_logprobs holds inf"),
-    ('{"output_ids": [5], "meta_info": {"output_top_logprobs": [[[-0.1, -7, null]]]}}',
-     "output_top_logprobs holds token id -7"),
-    ('{"output_ids": [5], "meta_info": {"output_top_logprobs": [[[-0.1]]]}}',
-     "output_top_logprobs holds [-0.1], not [logprob, id, ...]"),
-])
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        ('{"output_ids": [5], "meta_info": {"cached_tokens": NaN}}', "NaN is not valid JSON"),
+        ('{"output_ids": [5], "meta_info": {"prompt_tokens": -Infinity}}', "-Infinity is not valid JSON"),
+        ("[1, 2]", "chunk is a list, not an object"),
+        ('{"output_ids": [5.0]}', "output id 5.0 is not a token id"),
+        ('{"output_ids": [2147483648]}', "output id 2147483648 is not a token id"),
+        ('{"output_ids": [true]}', "output id True is not a token id"),
+        ('{"output_ids": [5], "meta_info": {"prompt_tokens": 4, "cached_tokens": true}}', "cached_tokens is True"),
+        (
+            '{"output_ids": [5], "meta_info": {"completion_tokens": 9999}}',
+            "completion_tokens 9999 is more than the 1027 possible",
+        ),
+        (
+            '{"output_ids": [5], "meta_info": {"cached_tokens": 4, "cached_tokens_details": [4]}}',
+            "cached_tokens_details is [4], not an object",
+        ),
+        (
+            '{"output_ids": [5], "meta_info": {"cached_tokens": 4, "cached_tokens_details": {"host": "4"}}}',
+            "cached_tokens_details.host is '4'",
+        ),
+        (
+            '{"output_ids": [5], "meta_info": {"output_token_logprobs": [["nan", 5, null]]}}',
+            "output_token_logprobs holds 'nan', not a finite logprob",
+        ),
+        (
+            '{"output_ids": [5], "meta_info": {"output_token_logprobs": [[1e999, 5, null]]}}',
+            "output_token_logprobs holds inf",
+        ),
+        (
+            '{"output_ids": [5], "meta_info": {"output_top_logprobs": [[[-0.1, -7, null]]]}}',
+            "output_top_logprobs holds token id -7",
+        ),
+        (
+            '{"output_ids": [5], "meta_info": {"output_top_logprobs": [[[-0.1]]]}}',
+            "output_top_logprobs holds [-0.1], not [logprob, id, ...]",
+        ),
+    ],
+)
 def test_a_bad_chunk_is_a_protocol_error_with_its_reason(line, reason):
     rec = run(one(make_client([f"data: {line}\n\n", "data: [DONE]\n\n"])))
     assert rec.error.startswith("protocol: ") and reason in rec.error, rec.error
@@ -374,6 +407,7 @@ def test_a_compressed_stream_is_refused():
     def handler(request):
         seen.append(request.headers["accept-encoding"])
         return Answer(200, ["".join(sse(CUMULATIVE))], {"content-encoding": "br"})
+
     rec = run(one(make_client(handler)))
     assert rec.error == "protocol: compressed stream (content-encoding: 'br')"
     assert seen == ["identity"]
@@ -402,12 +436,14 @@ def test_cumulative_text_whose_tail_the_detokenizer_revised():
     acc = StreamAccumulator(max_new_tokens=400)
     texts = ["a", "ab\ufffd", "abé"] + ["abé" + "x" * i for i in range(1, 300)]
     for i, text in enumerate(texts):
-        acc.feed({"output_ids": list(range(3, 4 + i)), "text": text,
-                  "meta_info": {"completion_tokens": i + 1}}, 100 + i)
+        acc.feed(
+            {"output_ids": list(range(3, 4 + i)), "text": text, "meta_info": {"completion_tokens": i + 1}}, 100 + i
+        )
     assert acc.error is None and acc.text == texts[-1] and len(acc.output_ids) == len(texts)
 
 
 # ---------------------------------------------------------------- connections and stamps
+
 
 def test_requests_reuse_one_connection():
     """The reader reads each answer to its end (past data: [DONE]), so sequential requests share
@@ -418,9 +454,11 @@ def test_requests_reuse_one_connection():
         async with StreamingClient(url) as client:
             recs = [await client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3)) for _ in range(5)]
             for _ in range(2):
-                recs += await asyncio.gather(*(client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3))
-                                               for _ in range(4)))
+                recs += await asyncio.gather(
+                    *(client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3)) for _ in range(4))
+                )
             return recs
+
     recs = run(go())
     assert all(r.error is None for r in recs) and len(seen) == 13
     assert len(set(ports[:5])) == 1
@@ -431,6 +469,7 @@ def test_sent_ns_is_stamped_after_the_connection_is_set_up(monkeypatch):
     """Opening a connection (here made 0.3 s slow) is not server time: sent_ns is stamped when
     the request is written, so TTFT excludes it."""
     from harness import http1
+
     slow_connect = http1.Pool._connect
 
     async def connect(self):
@@ -445,6 +484,7 @@ def test_sent_ns_is_stamped_after_the_connection_is_set_up(monkeypatch):
             t0 = time.perf_counter_ns()
             rec = await client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3))
             return t0, rec
+
     t0, rec = run(go())
     assert rec.error is None
     assert rec.sent_ns - t0 >= 300_000_000  # stamped after the set-up ...
@@ -463,6 +503,7 @@ def test_generate_at_sends_at_its_instant_and_records_the_schedule():
             asap = await client.generate_at(past, GenerateRequest(input_ids=[3], max_new_tokens=3))
             plain = await client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3))
             return due, late, past, asap, plain
+
     due, late, past, asap, plain = run(go())
     assert late.error is None and late.scheduled_ns == due and late.sent_ns >= due
     assert asap.scheduled_ns == past and asap.sent_ns >= past
@@ -485,6 +526,7 @@ def test_a_timed_out_or_cancelled_request_frees_its_connection():
                 await task
             ok = await client.generate(GenerateRequest(input_ids=[3], max_new_tokens=3), timeout_s=10)
             return late, ok
+
     late, ok = run(go())
     assert late.error == "timeout" and ok.error is None and ok.output_ids == [5, 5, 9]
     assert len(set(ports)) == 3  # each unfinished answer's connection was closed, not reused

@@ -35,9 +35,13 @@ A, B, C3, D, E = (f"2026010{i}T000000Z-{c * 6}" for i, c in zip(range(1, 6), "ab
 
 
 def args(run: Path, baseline: str | Path, results_dir: Path, junit=None, markdown=None) -> argparse.Namespace:
-    return argparse.Namespace(run=str(run), baseline=str(baseline), results_dir=str(results_dir),
-                              junit=None if junit is None else str(junit),
-                              markdown=None if markdown is None else str(markdown))
+    return argparse.Namespace(
+        run=str(run),
+        baseline=str(baseline),
+        results_dir=str(results_dir),
+        junit=None if junit is None else str(junit),
+        markdown=None if markdown is None else str(markdown),
+    )
 
 
 def rows(comp: C.Comparison, metric: str = "ttft_ms", variant: str = "on") -> list[C.MetricRow]:
@@ -61,7 +65,7 @@ def edit_json(path: Path, change) -> None:
 
 
 def with_gate(*gates: str) -> str:
-    return SCENARIO_TEXT + "gate:\n" + "".join(f"  - \"{g}\"\n" for g in gates)
+    return SCENARIO_TEXT + "gate:\n" + "".join(f'  - "{g}"\n' for g in gates)
 
 
 # ---------------------------------------------------------------------------------- pure parts
@@ -95,7 +99,12 @@ def test_one_value_a_side_cannot_be_judged():
 
 def test_the_test_is_chosen_by_n():
     rng = np.random.default_rng(0)
-    for n, test in ((2, "welch_t_log"), (4, "welch_t_log"), (MIN_MANN_WHITNEY - 1, "yuen_t_log"), (MIN_MANN_WHITNEY, "mann_whitney")):
+    for n, test in (
+        (2, "welch_t_log"),
+        (4, "welch_t_log"),
+        (MIN_MANN_WHITNEY - 1, "yuen_t_log"),
+        (MIN_MANN_WHITNEY, "mann_whitney"),
+    ):
         b, c = 100 * (1 + 0.01 * rng.normal(size=n)), 100 * (1 + 0.01 * rng.normal(size=n))
         assert C.decide(b, c, False, 0.05).test == test, n
     assert C.decide([0.0, 1.0], [0.0, 1.0], True, 0.05).test == "welch_t"  # a value ≤ 0: no logs
@@ -119,6 +128,7 @@ def test_minimum_detectable_effect_shrinks_with_n_and_grows_with_spread():
     # Welch on logs: exp(t(0.975, df) × se) - 1 for two constant-spread samples
     d = C.decide([100.0, 110.0], [100.0, 110.0], False, 0.05)
     from scipy import stats
+
     se = np.sqrt(2 * np.var(np.log([100, 110]), ddof=1) / 2)
     assert d.mde == pytest.approx(np.expm1(stats.t.ppf(0.975, 2) * se))
 
@@ -171,10 +181,27 @@ def test_variant_states():
 
 
 def test_gate_matches():
-    row = C.MetricRow("on", "cold_prefill", "cold", "ttft_ms", "ms", False, 1, 1, 1, 1, 0, 0.05, "", "", None,
-                      "unchanged")
-    fig = C.MetricRow("on", "parallel_prefixes", "*", "second_pass_speedup", "ratio", True, 1, 1, 1, 1, 0, 0.05,
-                      "", "", None, "unchanged")
+    row = C.MetricRow(
+        "on", "cold_prefill", "cold", "ttft_ms", "ms", False, 1, 1, 1, 1, 0, 0.05, "", "", None, "unchanged"
+    )
+    fig = C.MetricRow(
+        "on",
+        "parallel_prefixes",
+        "*",
+        "second_pass_speedup",
+        "ratio",
+        True,
+        1,
+        1,
+        1,
+        1,
+        0,
+        0.05,
+        "",
+        "",
+        None,
+        "unchanged",
+    )
     assert C.gate_matches(Gate.parse("cold_prefill.cold.ttft_ms"), row)
     assert C.gate_matches(Gate.parse("on: cold_prefill.cold.ttft_ms"), row)
     assert not C.gate_matches(Gate.parse("off: cold_prefill.cold.ttft_ms"), row)
@@ -192,14 +219,18 @@ def test_parity_rows():
     assert C.parity_row("on", s("FAIL"), s("PASS")).state == "unchanged"
     assert C.parity_row("on", None, s("NOT_EXERCISED")).state == "inconclusive"
     from harness.verdict import VerdictPolicy
+
     allowed = VerdictPolicy(allow_not_exercised=frozenset({"on"}))
     assert C.parity_row("on", None, s("NOT_EXERCISED"), allowed).state == "unchanged"
     assert C.parity_row("on", s("PASS"), {}) is None
 
 
 def test_markdown_escapes_names():
-    comp = C.Comparison("FAIL", candidate={"scenario": "s", "run_id": "r"},
-                        variants=[C.VariantRow("a|<b>", "ok", "startup_failed", "introduced_failure", "x")])
+    comp = C.Comparison(
+        "FAIL",
+        candidate={"scenario": "s", "run_id": "r"},
+        variants=[C.VariantRow("a|<b>", "ok", "startup_failed", "introduced_failure", "x")],
+    )
     md = C.to_markdown(comp)
     assert "a\\|&lt;b&gt;" in md and "<b>" not in md
 
@@ -212,8 +243,10 @@ def test_compared_metrics_are_the_declared_ones(tmp_path):
     prefill_tok_s only where the median prompt is long and mostly computed."""
     recs = [make_record(workload="w", phase="long", index=i, prompt_tokens=4000, output_tokens=3) for i in range(3)]
     recs += [make_record(workload="w", phase="short", index=i, prompt_tokens=100, output_tokens=3) for i in range(3)]
-    recs += [make_record(workload="w", phase="hit", index=i, prompt_tokens=4000, cached_tokens=3000,
-                         output_tokens=3) for i in range(3)]
+    recs += [
+        make_record(workload="w", phase="hit", index=i, prompt_tokens=4000, cached_tokens=3000, output_tokens=3)
+        for i in range(3)
+    ]
     got = {(ph, m) for _, ph, m in metric_samples(frame(tmp_path, recs), {})}
     per_request = {m.name for m in METRICS.values() if m.compared and m.per == "request"}
     assert {m for ph, m in got if ph == "long"} == per_request
@@ -251,8 +284,12 @@ def test_derived_figures_are_compared_per_repeat(golden_run):
     names = run_workload_kinds(base.manifest)
     (variant,) = [v for v in base.variants if v.name == "on-r2"]
     declared = {(wl, d.name) for wl, k in names.items() for d in kinds()[k].derived if d.compared}
-    held = {(wl, name) for wl, w in variant.summary["workloads"].items()
-            for name, value in w["derived"].items() if value is not None}
+    held = {
+        (wl, name)
+        for wl, w in variant.summary["workloads"].items()
+        for name, value in w["derived"].items()
+        if value is not None
+    }
     got = [m for m in comp.metrics if m.phase == "*" and m.variant == "on-r2" and m.sample == "repeat"]
     assert got and {(m.workload, m.metric) for m in got} == declared & held
     repeats = len(variant.summary["repeats"])
@@ -264,18 +301,24 @@ def test_stored_derived_by_repeat_is_used(tmp_path):
     base = write_run(tmp_path, A, {"on": cold_records(noisy(100, 4))})
     cand = write_run(tmp_path, B, {"on": cold_records(noisy(100, 4))})
     for run, values in ((base, [2.0, 2.02, 1.98, 2.01]), (cand, [1.0, 1.01, 0.99, 1.0])):
+
         def put(s, values=values):
             s["workloads"]["cold_prefill"]["derived_by_repeat"] = {"made_up": [9.0], "prefill_tok_s": values}
+
         edit_json(run / "on" / "summary.json", put)
-    (row,) = [m for m in C.compare_runs(results.load_run(base), results.load_run(cand)).metrics if m.phase == "*"] or [None]
+    (row,) = [m for m in C.compare_runs(results.load_run(base), results.load_run(cand)).metrics if m.phase == "*"] or [
+        None
+    ]
     assert row is None  # cold_prefill's figures are not declared compared: nothing read from them
     # a kind whose figure is compared: repeat_prefill's host_speedup, per repeat
     text = SCENARIO_TEXT.replace("kind: cold_prefill", "kind: repeat_prefill")
     base = write_run(tmp_path / "2", A, {"on": cold_records(noisy(100, 4), workload="repeat_prefill")}, text=text)
     cand = write_run(tmp_path / "2", B, {"on": cold_records(noisy(100, 4), workload="repeat_prefill")}, text=text)
     for run, values in ((base, [2.0, 2.02, 1.98, 2.01]), (cand, [1.0, 1.01, 0.99, 1.0])):
+
         def put(s, values=values):
             s["workloads"]["repeat_prefill"]["derived_by_repeat"] = {"host_speedup": values}
+
         edit_json(run / "on" / "summary.json", put)
     comp = C.compare_runs(results.load_run(base), results.load_run(cand))
     (row,) = [m for m in comp.metrics if m.phase == "*"]
@@ -353,14 +396,17 @@ def test_bad_input_names_the_file(golden_run, tmp_path, capsys):
     assert "manifest.json" in err and "99" in err
 
 
-@pytest.mark.parametrize(("file", "content"), [
-    ("manifest.json", [1, 2]),
-    ("manifest.json", {"schema_version": 1, "scenario": {"name": "golden"}, "variants": [1]}),
-    ("manifest.json", {"schema_version": 1, "variants": []}),
-    ("on-r2/status.json", []),
-    ("on-r2/summary.json", "hello"),
-    ("on-r2/summary.json", {"workloads": [1]}),
-])
+@pytest.mark.parametrize(
+    ("file", "content"),
+    [
+        ("manifest.json", [1, 2]),
+        ("manifest.json", {"schema_version": 1, "scenario": {"name": "golden"}, "variants": [1]}),
+        ("manifest.json", {"schema_version": 1, "variants": []}),
+        ("on-r2/status.json", []),
+        ("on-r2/summary.json", "hello"),
+        ("on-r2/summary.json", {"workloads": [1]}),
+    ],
+)
 @pytest.mark.parametrize("side", ["candidate", "baseline"])
 def test_damaged_files_exit_2_naming_the_file(golden_run, capsys, file, content, side):
     base, cand = golden_run("healthy"), golden_run("merged")
@@ -374,7 +420,7 @@ def test_damaged_files_exit_2_naming_the_file(golden_run, capsys, file, content,
 def test_damaged_request_rows_exit_2_naming_the_file(golden_run, capsys):
     base, cand = golden_run("healthy"), golden_run("merged")
     with open(cand / "on-r2" / "requests.jsonl", "a") as f:
-        f.write("[1, 2, 3]\n{\"rid\": 1}\n")
+        f.write('[1, 2, 3]\n{"rid": 1}\n')
     assert cli_main(args(cand, base, cand.parent)) == ExitCode.BAD_INPUT
     err = capsys.readouterr().err
     assert "requests.jsonl" in err and "Traceback" not in err
@@ -395,6 +441,7 @@ def test_harness_error_exits_3(golden_run, tmp_path, monkeypatch):
 
     def boom(*a, **k):
         raise RuntimeError("bug")
+
     monkeypatch.setattr("harness.commands.compare.compare_runs", boom)
     assert cli_main(args(run, run, tmp_path)) == 3
 
@@ -403,9 +450,12 @@ def test_harness_error_exits_3(golden_run, tmp_path, monkeypatch):
 
 
 def test_ten_percent_ttft_regression_with_8_repeats(tmp_path):
-    base = write_run(tmp_path, A, {"off": cold_records(noisy(100, 8), "off"), "on": cold_records(noisy(100, 8, seed=1))})
-    cand = write_run(tmp_path, B, {"off": cold_records(noisy(100, 8, seed=5), "off"),
-                                   "on": cold_records(noisy(110, 8, seed=2))})
+    base = write_run(
+        tmp_path, A, {"off": cold_records(noisy(100, 8), "off"), "on": cold_records(noisy(100, 8, seed=1))}
+    )
+    cand = write_run(
+        tmp_path, B, {"off": cold_records(noisy(100, 8, seed=5), "off"), "on": cold_records(noisy(110, 8, seed=2))}
+    )
     comp = C.compare_runs(results.load_run(base), results.load_run(cand))
     (ttft,) = rows(comp)
     assert ttft.state == "regression" and ttft.test == "mann_whitney" and ttft.p_value < 0.05
@@ -413,7 +463,9 @@ def test_ten_percent_ttft_regression_with_8_repeats(tmp_path):
     assert ttft.ci_low < ttft.change < ttft.ci_high and 0 < ttft.mde < 0.05
     assert {m.state for m in rows(comp, variant="off")} <= {"unchanged"}
     assert sorted((m.variant, m.metric) for m in comp.metrics if m.state == "regression") == [
-        ("on", "prefill_tok_s"), ("on", "ttft_ms")]
+        ("on", "prefill_tok_s"),
+        ("on", "ttft_ms"),
+    ]
     assert comp.outcome == "FAIL" and cli_main(args(cand, base, tmp_path)) == ExitCode.FAILED
 
 
@@ -451,10 +503,15 @@ def test_introduced_failure_fails(tmp_path):
 
 
 def two_runs(tmp_path, text, on_cand=110.0):
-    base = write_run(tmp_path, A, {"off": cold_records(noisy(100, 8), "off"), "on": cold_records(noisy(100, 8, seed=1))},
-                     text=text)
-    cand = write_run(tmp_path, B, {"off": cold_records(noisy(100, 8, seed=5), "off"),
-                                   "on": cold_records(noisy(on_cand, 8, seed=2))}, text=text)
+    base = write_run(
+        tmp_path, A, {"off": cold_records(noisy(100, 8), "off"), "on": cold_records(noisy(100, 8, seed=1))}, text=text
+    )
+    cand = write_run(
+        tmp_path,
+        B,
+        {"off": cold_records(noisy(100, 8, seed=5), "off"), "on": cold_records(noisy(on_cand, 8, seed=2))},
+        text=text,
+    )
     return base, cand
 
 
@@ -483,8 +540,9 @@ def test_a_gate_that_names_nothing_measured_is_inconclusive(tmp_path):
 
 def test_the_gate_is_read_from_the_candidates_stored_scenario(tmp_path):
     base = write_run(tmp_path, A, {"on": cold_records(noisy(100, 8, seed=1))}, text=SCENARIO_TEXT)
-    cand = write_run(tmp_path, B, {"on": cold_records(noisy(100, 8, seed=2))},
-                     text=with_gate("on: cold_prefill.cold.ttft_ms"))
+    cand = write_run(
+        tmp_path, B, {"on": cold_records(noisy(100, 8, seed=2))}, text=with_gate("on: cold_prefill.cold.ttft_ms")
+    )
     edit_json(cand / "manifest.json", lambda m: m["scenario"].update(hash="h"))  # same hash: comparable
     C.compare_runs(results.load_run(base), results.load_run(cand))
     comp = C.compare_runs(results.load_run(base), results.load_run(cand))
@@ -506,9 +564,12 @@ def test_a_baseline_of_another_scenario_is_refused(tmp_path, capsys):
 
 def test_a_variant_whose_config_changed_is_not_compared(tmp_path):
     base = write_run(tmp_path, A, {"off": cold_records(noisy(100, 8), "off"), "on": cold_records(noisy(100, 8))})
-    cand = write_run(tmp_path, B, {"off": cold_records(noisy(100, 8, seed=3), "off"),
-                                   "on": cold_records(noisy(150, 8))})
-    edit_json(cand / "manifest.json", lambda m: [v.update(config_hash="new") for v in m["variants"] if v["name"] == "on"])
+    cand = write_run(
+        tmp_path, B, {"off": cold_records(noisy(100, 8, seed=3), "off"), "on": cold_records(noisy(150, 8))}
+    )
+    edit_json(
+        cand / "manifest.json", lambda m: [v.update(config_hash="new") for v in m["variants"] if v["name"] == "on"]
+    )
     comp = C.compare_runs(results.load_run(base), results.load_run(cand))
     on = next(v for v in comp.variants if v.variant == "on")
     assert (on.state, on.config_changed) == ("not_comparable", True) and "config changed" in on.note
@@ -552,9 +613,15 @@ def test_latest_is_the_newest_passing_run_of_the_same_config(tmp_path, capsys):
     data = comparison(cand)
     assert data["baseline"]["run_id"] == good.name
     err = capsys.readouterr().err
-    assert f"baseline {good.name}: the newest earlier run of synth with the same scenario and config whose " \
-           "verdict is PASS (verdict.json)" in err
-    for run, why in ((failed, "verdict FAIL"), (unsure, "verdict INCONCLUSIVE"), (other_config, "config changed for on")):
+    assert (
+        f"baseline {good.name}: the newest earlier run of synth with the same scenario and config whose "
+        "verdict is PASS (verdict.json)" in err
+    )
+    for run, why in (
+        (failed, "verdict FAIL"),
+        (unsure, "verdict INCONCLUSIVE"),
+        (other_config, "config changed for on"),
+    ):
         assert f"{run.name} ({why}" in err
     assert data["baseline_choice"][0].startswith(f"baseline {good.name}")
 

@@ -67,13 +67,16 @@ def test_a_mooncake_trace_is_sorted_by_its_clock():
     assert all(r.input_length and r.output_length and r.hash_ids for r in rs)
 
 
-@pytest.mark.parametrize("line,message", [
-    ('{"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [1]}', "row 2: timestamp"),
-    ('{"timestamp": 5, "output_length": 1, "hash_ids": [1]}', "row 2: input_length"),
-    ('{"timestamp": 5, "input_length": 5, "hash_ids": [1, "x"]}', "row 2: hash_ids"),
-    ('{"timestamp": 5, "input_length": 2.5}', "row 2: input_length"),
-    ("not json", ":2: not a JSON line"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ('{"timestamp": -1, "input_length": 5, "output_length": 1, "hash_ids": [1]}', "row 2: timestamp"),
+        ('{"timestamp": 5, "output_length": 1, "hash_ids": [1]}', "row 2: input_length"),
+        ('{"timestamp": 5, "input_length": 5, "hash_ids": [1, "x"]}', "row 2: hash_ids"),
+        ('{"timestamp": 5, "input_length": 2.5}', "row 2: input_length"),
+        ("not json", ":2: not a JSON line"),
+    ],
+)
 def test_a_bad_trace_row_names_its_row(tmp_path, line, message):
     p = tmp_path / "t.jsonl"
     p.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [0]}\n' + line + "\n")
@@ -121,7 +124,7 @@ def test_a_shared_document_is_tokenized_once_and_prefixes_every_question():
     parts = D.PartIds(Counting())
     ids = [parts.ids(r) for r in rs[:3]]
     doc = parts.of(rs[0].parts[0])
-    assert all(i[:len(doc)] == doc for i in ids) and ids[0] != ids[1]
+    assert all(i[: len(doc)] == doc for i in ids) and ids[0] != ids[1]
     assert calls.count(rs[0].parts[0]) == 1 and parts.length(rs[1]) == len(ids[1])
 
 
@@ -134,22 +137,26 @@ def test_trace_blocks_share_exactly_what_the_hash_ids_share():
     longer = D.trace_input_ids(D.DatasetRequest(index=2, input_length=700, hash_ids=(7,)), 512, 32000, "s")
     assert longer[:512] == ia[:512] and len(longer) == 700  # past its blocks: ids of its own
     assert D.trace_input_ids(a, 512, 32000, "other repeat")[:512] != ia[:512]
-    assert D.trace_offsets_ns([D.DatasetRequest(0, timestamp_ms=1000.0), D.DatasetRequest(1, timestamp_ms=1500.0)],
-                              speed=2.0) == [0, 250 * MS]
+    assert D.trace_offsets_ns(
+        [D.DatasetRequest(0, timestamp_ms=1000.0), D.DatasetRequest(1, timestamp_ms=1500.0)], speed=2.0
+    ) == [0, 250 * MS]
 
 
 # -------------------------------------------------------------------------------- the kind
 
 
-@pytest.mark.parametrize("fields,message", [
-    (dict(format="sharegpt", arrivals="trace"), "only the mooncake format"),
-    (dict(format="mooncake", arrivals="trace", rate=2), "leave out rate"),
-    (dict(format="mooncake", arrivals="trace", max_concurrency=[1, 2]), "one number"),
-    (dict(format="mooncake", arrivals="trace", order="shuffled"), "keeps the trace's order"),
-    (dict(format="sharegpt", rate=2, speed=2), "needs arrivals: trace"),
-    (dict(format="sharegpt"), "give a rate"),
-    (dict(format="sharegpt", rate=1, output_tokens=300), "over max_output_tokens"),
-])
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(format="sharegpt", arrivals="trace"), "only the mooncake format"),
+        (dict(format="mooncake", arrivals="trace", rate=2), "leave out rate"),
+        (dict(format="mooncake", arrivals="trace", max_concurrency=[1, 2]), "one number"),
+        (dict(format="mooncake", arrivals="trace", order="shuffled"), "keeps the trace's order"),
+        (dict(format="sharegpt", rate=2, speed=2), "needs arrivals: trace"),
+        (dict(format="sharegpt"), "give a rate"),
+        (dict(format="sharegpt", rate=1, output_tokens=300), "over max_output_tokens"),
+    ],
+)
 def test_bad_replay_configs_are_refused(fields, message):
     with pytest.raises(ValidationError, match=message):
         workload(kind="dataset_replay", path="x.json", **fields)
@@ -158,18 +165,22 @@ def test_bad_replay_configs_are_refused(fields, message):
 def test_a_replays_longest_request_is_its_prompt_limit_and_output():
     w = workload(kind="dataset_replay", format="mooncake", path="t.jsonl", arrivals="trace")
     assert w.longest_request_tokens(10_000) == 5000 + 256
-    w = workload(kind="dataset_replay", format="sharegpt", path="s.json", rate=1, max_prompt_tokens=2000,
-                 output_tokens=32)
+    w = workload(
+        kind="dataset_replay", format="sharegpt", path="s.json", rate=1, max_prompt_tokens=2000, output_tokens=32
+    )
     assert w.longest_request_tokens(10_000) == 2032
 
 
-TRACE = dict(kind="dataset_replay", format="mooncake", path="mooncake_mini.jsonl", arrivals="trace",
-             max_prompt_tokens=4096)
+TRACE = dict(
+    kind="dataset_replay", format="mooncake", path="mooncake_mini.jsonl", arrivals="trace", max_prompt_tokens=4096
+)
 
 
 def _lag_line(fig):
-    return (f"lag p50 {fig['lag_p50_ms']:.3f} ms, p99 {fig['lag_p99_ms']:.3f} ms, max {fig['lag_max_ms']:.3f} ms, "
-            f"client_bound {fig['client_bound']}")
+    return (
+        f"lag p50 {fig['lag_p50_ms']:.3f} ms, p99 {fig['lag_p99_ms']:.3f} ms, max {fig['lag_max_ms']:.3f} ms, "
+        f"client_bound {fig['client_bound']}"
+    )
 
 
 def test_a_trace_is_replayed_on_its_own_clock():
@@ -181,8 +192,9 @@ def test_a_trace_is_replayed_on_its_own_clock():
     records.sort(key=lambda r: r.index)
     t0 = records[0].scheduled_ns
     # each request is due at its timestamp on the trace's clock, and never sent before it
-    assert [r.scheduled_ns - t0 for r in records] == [round((q.timestamp_ms - trace[0].timestamp_ms) * MS)
-                                                      for q in trace]
+    assert [r.scheduled_ns - t0 for r in records] == [
+        round((q.timestamp_ms - trace[0].timestamp_ms) * MS) for q in trace
+    ]
     assert all(r.sent_ns >= r.scheduled_ns for r in records)
     assert [r.prompt_len for r in records] == [q.input_length for q in trace]
     assert sum(1 for r in records if (r.cached_tokens or 0) > 0) > 50  # the shared "system prompt" blocks
@@ -195,6 +207,7 @@ def test_a_trace_is_replayed_on_its_own_clock():
 def test_a_trace_whose_client_falls_behind_is_reported_client_bound(caplog):
     """The mini trace with its event loop blocked 4 ms of every 6: the lag is past 1 ms and the
     run says so (phase figures, derived figures, console) instead of reporting the load as kept."""
+
     async def hog():
         while True:
             time.sleep(0.004)  # noqa: ASYNC251 - blocking the loop is the point
@@ -211,8 +224,15 @@ def test_a_trace_whose_client_falls_behind_is_reported_client_bound(caplog):
 
 
 def test_document_questions_find_the_document_cached():
-    w = workload(kind="dataset_replay", format="doc_qa", path="loogle_mini.jsonl", tokenizer="tokenizer.json",
-                 mode="text", max_concurrency=1, output_tokens=4)
+    w = workload(
+        kind="dataset_replay",
+        format="doc_qa",
+        path="loogle_mini.jsonl",
+        tokenizer="tokenizer.json",
+        mode="text",
+        max_concurrency=1,
+        output_tokens=4,
+    )
     with sim() as s:
         outcome, records = run_on(s, [w])
     assert outcome.ok and len(records) == 9
@@ -229,10 +249,25 @@ def test_document_questions_find_the_document_cached():
 
 
 def test_text_mode_without_a_tokenizer_fails_and_auto_says_it_falls_back(caplog, tmp_path):
-    text = workload(kind="dataset_replay", format="sharegpt", path="sharegpt_mini.json", mode="text",
-                    tokenizer=str(tmp_path), rate=50, arrivals="constant")
-    auto = workload(kind="dataset_replay", name="auto", format="sharegpt", path="sharegpt_mini.json",
-                    tokenizer=str(tmp_path), rate=50, arrivals="constant", max_requests=4)
+    text = workload(
+        kind="dataset_replay",
+        format="sharegpt",
+        path="sharegpt_mini.json",
+        mode="text",
+        tokenizer=str(tmp_path),
+        rate=50,
+        arrivals="constant",
+    )
+    auto = workload(
+        kind="dataset_replay",
+        name="auto",
+        format="sharegpt",
+        path="sharegpt_mini.json",
+        tokenizer=str(tmp_path),
+        rate=50,
+        arrivals="constant",
+        max_requests=4,
+    )
     with sim() as s, caplog.at_level(logging.WARNING):
         outcome, records = run_on(s, [text, auto])
     assert "needs a tokenizer" in outcome.failed["dataset_replay"]
@@ -250,7 +285,7 @@ def test_prompts_over_the_limit_are_skipped_and_counted(caplog):
         outcome, records = run_on(s, [w])
     assert outcome.ok and len(records) == 30 and all(r.prompt_len <= 600 for r in records)
     first_30 = [q for q in trace if q.input_length <= 600][:30]
-    skipped = sum(1 for q in trace[:trace.index(first_30[-1]) + 1] if q.input_length > 600)
+    skipped = sum(1 for q in trace[: trace.index(first_30[-1]) + 1] if q.input_length > 600)
     assert f"skipped {skipped} of the file's requests" in caplog.text
 
 

@@ -128,8 +128,12 @@ def test_token_arithmetic_by_hand(small):
     }
     for name, (requests, sent, computed, expected) in rows.items():
         w = work(on, name)
-        assert (w.requests, w.sent_tokens, w.computed_tokens, w.expected_tokens) == \
-            (requests, sent, computed, expected), name
+        assert (w.requests, w.sent_tokens, w.computed_tokens, w.expected_tokens) == (
+            requests,
+            sent,
+            computed,
+            expected,
+        ), name
     assert on.sent_tokens == 198_576 and on.computed_tokens == 178_136 and on.expected_tokens == 138_136
     # OFF: no host tier (expected = upper bound) and the control pass: the asks again, its
     # re-asks GPU hits (2 x 3 x 3000 sent, 2 x 3000 computed); the planner churns once before it
@@ -168,8 +172,9 @@ def test_to_lines_is_a_table_with_the_limit(small):
     assert lines[0].startswith("estimate for est: prefill 1000 tok/s, decode 100 tok/s, 10 s per server start")
     assert "variant" in lines[1] and "prefill tokens" in lines[1] and "est. min" in lines[1]
     assert any(line.startswith("on ") and "198,576" in line and "20,001 (2x)" in line for line in lines)
-    assert any(line.startswith("big ") and "startup_failed:host_memory" in line and "2 starts" in line
-               for line in lines)
+    assert any(
+        line.startswith("big ") and "startup_failed:host_memory" in line and "2 starts" in line for line in lines
+    )
     assert any(line.startswith("total") for line in lines)
     assert run.over_limit and any("OVER the 5-minute limit" in line for line in lines)
     assert not estimate_run(small, prefill_tok_s=1000, limit_minutes=600).over_limit
@@ -215,10 +220,13 @@ def test_ratio_one_has_no_room_for_host_only_pages(tmp_path):
 
 
 def test_quality_churn_outside_the_window_is_named(tmp_path):
-    text = _variant_text("{ratio: 1}", "  []").replace("variants:\n", "variants:\n  - name: off\n") + """
+    text = (
+        _variant_text("{ratio: 1}", "  []").replace("variants:\n", "variants:\n  - name: off\n")
+        + """
 quality: {enabled: true, tasks: [needle], lengths: [3000], samples_per_task: 1, churn_tokens: 8000,
           reasks: 1, mode: token_ids, control: false}
 """
+    )
     run = estimate_run(load(tmp_path, text), prefill_tok_s=1000)
     on = by_name(run)["on"]
     assert len(on.all_warnings) == 1 and on.all_warnings[0].startswith("quality: ")
@@ -238,12 +246,14 @@ workloads: [{{kind: cold_prefill, prompt_tokens: 12000, warmup: 0}}]
     run = estimate_run(load(tmp_path, text), prefill_tok_s=1000, gpu_pool_tokens=10_000)
     assert run.variants[0].all_warnings == (
         "cold_prefill: a 12,000-token prompt exceeds what the server accepts "
-        "(min(context, GPU pool) - 1 = 9,999): it will be refused",)
+        "(min(context, GPU pool) - 1 = 9,999): it will be refused",
+    )
 
 
 def test_hybrid_lengths_on_a_multiple_of_64(tmp_path):
-    text = _variant_text("{ratio: 2, mem_layout: page_first}",
-                         "  - {kind: parallel_prefixes, k: 4, prompt_tokens: 3072}").replace("llama-tiny", "qwen3next-tiny")
+    text = _variant_text(
+        "{ratio: 2, mem_layout: page_first}", "  - {kind: parallel_prefixes, k: 4, prompt_tokens: 3072}"
+    ).replace("llama-tiny", "qwen3next-tiny")
     ws = estimate_run(load(tmp_path, text), prefill_tok_s=1000).variants[0].all_warnings
     assert any("3,072 is a multiple of 64 on a hybrid model" in w for w in ws)
 
@@ -303,16 +313,25 @@ def test_speeds_from_the_scenario_block_and_required(small):
     class WithBlock:  # a scenario that has the proposed `estimate:` block
         def __init__(self, s):
             self._s = s
-            self.estimate = type("E", (), {"prefill_tok_s": 1000, "decode_tok_s": 100, "startup_s": 10,
-                                           "gpu_pool_tokens": None, "gpu_mem_gib": None,
-                                           "mem_available_gib": None, "limit_minutes": 90})()
+            self.estimate = type(
+                "E",
+                (),
+                {
+                    "prefill_tok_s": 1000,
+                    "decode_tok_s": 100,
+                    "startup_s": 10,
+                    "gpu_pool_tokens": None,
+                    "gpu_mem_gib": None,
+                    "mem_available_gib": None,
+                    "limit_minutes": 90,
+                },
+            )()
 
         def __getattr__(self, name):
             return getattr(self._s, name)
 
     run = estimate_run(WithBlock(small))
-    assert run.seconds == pytest.approx(estimate_run(small, prefill_tok_s=1000, decode_tok_s=100,
-                                                     startup_s=10).seconds)
+    assert run.seconds == pytest.approx(estimate_run(small, prefill_tok_s=1000, decode_tok_s=100, startup_s=10).seconds)
     assert run.limit_minutes == 90
     with pytest.raises(ValueError, match="prefill_tok_s"):
         estimate_run(small)
@@ -343,10 +362,14 @@ def test_nightly_scenario_fits_90_minutes_at_seed_000_speed():
 
 
 def test_sim_twin_matches_the_nightly_sizes():
-    nightly = estimate_run(load_scenario(ROOT / "scenarios" / "wsl_tp2.yaml",
-                                         {"MODEL_PATH": str(MODELS / "hybrid-gdn-27b")}), **SEED000)
+    nightly = estimate_run(
+        load_scenario(ROOT / "scenarios" / "wsl_tp2.yaml", {"MODEL_PATH": str(MODELS / "hybrid-gdn-27b")}), **SEED000
+    )
     twin = estimate_run(load_scenario(ROOT / "scenarios" / "wsl_tp2_sim.yaml", {}), **SEED000)
     assert [v.name for v in twin.variants] == [v.name for v in nightly.variants]
     for a, b in zip(nightly.variants, twin.variants):
-        assert (a.pool.gpu_tokens, a.pool.host_tokens, a.sent_tokens) == (b.pool.gpu_tokens, b.pool.host_tokens,
-                                                                         b.sent_tokens), a.name
+        assert (a.pool.gpu_tokens, a.pool.host_tokens, a.sent_tokens) == (
+            b.pool.gpu_tokens,
+            b.pool.host_tokens,
+            b.sent_tokens,
+        ), a.name

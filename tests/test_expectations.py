@@ -17,13 +17,17 @@ OK = {"state": "ok", "expect": "ok", "expect_met": True, "pools": {"host_pool_gb
 
 
 def summary():
-    recs = [make_record(workload="parallel_prefixes", phase=p, concurrency_group=f"{p}-0", index=i,
-                        ttft_ms=t) for p, t in (("pass1", 300), ("pass2", 100)) for i in range(2)]
+    recs = [
+        make_record(workload="parallel_prefixes", phase=p, concurrency_group=f"{p}-0", index=i, ttft_ms=t)
+        for p, t in (("pass1", 300), ("pass2", 100))
+        for i in range(2)
+    ]
     recs += [make_record(workload="short_ttft", phase="alone", ttft_ms=12.0)]
     s = summarize(recs)
     s["quality"] = {"parity": {"verdict": "PASS"}}
-    s["sampling"] = {"phases": {"idle": {"max_pswpin_kib_s": 0.0},
-                                "parallel_prefixes/pass2": {"min_mem_available_kib": 1000}}}
+    s["sampling"] = {
+        "phases": {"idle": {"max_pswpin_kib_s": 0.0}, "parallel_prefixes/pass2": {"min_mem_available_kib": 1000}}
+    }
     return s
 
 
@@ -45,22 +49,31 @@ def test_pass_fail_not_evaluable():
     s = summary()
     failed = {"state": "startup_failed", "cause": "cuda_fault", "expect": "ok", "expect_met": False}
     declared = {"state": "startup_failed", "cause": "assertion", "expect": "startup_failed", "expect_met": True}
-    checks = [Check.parse("on: parallel_prefixes.second_pass_speedup >= 2"),
-              Check.parse("on: parallel_prefixes.second_pass_speedup >= 5"),
-              Check.parse("on: decode.decode_tok_s >= 1"),
-              Check.parse("bad: quality.parity == PASS"),
-              Check.parse("gdn: quality.parity == PASS"),
-              Check.parse("gone: quality.parity == PASS")]
+    checks = [
+        Check.parse("on: parallel_prefixes.second_pass_speedup >= 2"),
+        Check.parse("on: parallel_prefixes.second_pass_speedup >= 5"),
+        Check.parse("on: decode.decode_tok_s >= 1"),
+        Check.parse("bad: quality.parity == PASS"),
+        Check.parse("gdn: quality.parity == PASS"),
+        Check.parse("gone: quality.parity == PASS"),
+    ]
     out = evaluate_checks(checks, [("on", s, OK), ("bad", None, failed), ("gdn", None, declared)])
     got = [(r.variant, r.outcome, r.failed) for r in out]
-    assert got == [("on", "pass", False), ("on", "fail", True), ("on", "not_evaluable", True),
-                   ("bad", "not_evaluable", True), ("gdn", "not_evaluable", False), ("gone", "skipped", False)]
+    assert got == [
+        ("on", "pass", False),
+        ("on", "fail", True),
+        ("on", "not_evaluable", True),
+        ("bad", "not_evaluable", True),
+        ("gdn", "not_evaluable", False),
+        ("gone", "skipped", False),
+    ]
 
 
 def test_check_without_variant_skips_the_quality_baseline():
     s = summary()
-    out = evaluate_checks([Check.parse("quality.parity == PASS")], [("off", {}, OK), ("on", s, OK)],
-                          quality_baseline="off")
+    out = evaluate_checks(
+        [Check.parse("quality.parity == PASS")], [("off", {}, OK), ("on", s, OK)], quality_baseline="off"
+    )
     assert [(r.variant, r.outcome) for r in out] == [("on", "pass")]
 
 
@@ -82,12 +95,15 @@ def test_the_gate_is_read_from_the_stored_scenario():
     from harness.expectations import scenario_expectations
     from tests.factories import SCENARIO_TEXT
 
-    text = SCENARIO_TEXT + "gate:\n  - \"on: cold_prefill.cold.ttft_ms\"\n  - cold_prefill.cold.ttft_ms\n"
+    text = SCENARIO_TEXT + 'gate:\n  - "on: cold_prefill.cold.ttft_ms"\n  - cold_prefill.cold.ttft_ms\n'
     full = scenario_expectations({"scenario": {"text": text, "path": "scenarios/synth.yaml"}})
-    raw = scenario_expectations({"scenario": {"text": text.replace("models/llama-tiny", "\"${NOPE_UNSET}\""),
-                                              "path": "scenarios/synth.yaml"}})
+    raw = scenario_expectations(
+        {"scenario": {"text": text.replace("models/llama-tiny", '"${NOPE_UNSET}"'), "path": "scenarios/synth.yaml"}}
+    )
     assert raw.source == "yaml" and full.source == "scenario"
     for exp in (full, raw):
-        assert [(g.variant, g.metric) for g in exp.gate] == [("on", "cold_prefill.cold.ttft_ms"),
-                                                             (None, "cold_prefill.cold.ttft_ms")]
+        assert [(g.variant, g.metric) for g in exp.gate] == [
+            ("on", "cold_prefill.cold.ttft_ms"),
+            (None, "cold_prefill.cold.ttft_ms"),
+        ]
     assert scenario_expectations({"scenario": {"text": "[1, 2]"}}).gate == []

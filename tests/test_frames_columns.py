@@ -52,8 +52,12 @@ def test_labels_of_every_kind_survive_the_copy(tmp_path, always_copy):
     path = tmp_path / "requests.jsonl"
     rows = []
     for i in range(6000):
-        r = make_record(index=i, warmup=(i % 3 == 0),
-                        concurrency_group=None if i % 2 else f"g{i % 5}", error=None if i % 7 else "timeout")
+        r = make_record(
+            index=i,
+            warmup=(i % 3 == 0),
+            concurrency_group=None if i % 2 else f"g{i % 5}",
+            error=None if i % 7 else "timeout",
+        )
         d = r.to_dict()
         d["rid"] = f"rid-é-{i}"
         if i == 5:
@@ -99,8 +103,9 @@ def test_a_copy_holds_inputs_only_and_metrics_are_recomputed(golden_run, tmp_pat
     frames.requests_frame(path, "v")
     with np.load(frames.columns_path(path)) as z:
         assert not set(M.REQUEST_METRICS) & set(z.files)
-    fixed = M.Metric("ttft_ms", "ms", False, "a changed definition", lambda c: c["first_token_ns"] * 0 + 7.0,
-                     compared=True)
+    fixed = M.Metric(
+        "ttft_ms", "ms", False, "a changed definition", lambda c: c["first_token_ns"] * 0 + 7.0, compared=True
+    )
     monkeypatch.setitem(M.METRICS, "ttft_ms", fixed)
     df = frames.requests_frame(path, "v")
     assert (df["ttft_ms"] == 7.0).all()

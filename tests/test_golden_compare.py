@@ -35,8 +35,11 @@ from harness.records import RequestRecord
 from harness.summary import summarize
 from tests.conftest import GOLDEN_EXPECTED, GOLDEN_RUNS
 
-COMPARISONS = [("regressed", ExitCode.INCONCLUSIVE), ("healthy", ExitCode.INCONCLUSIVE),
-               ("slower_build", ExitCode.FAILED)]
+COMPARISONS = [
+    ("regressed", ExitCode.INCONCLUSIVE),
+    ("healthy", ExitCode.INCONCLUSIVE),
+    ("slower_build", ExitCode.FAILED),
+]
 _ENV = ("GOLDEN_MODEL", "SIM_TIME_SCALE", "GITHUB_STEP_SUMMARY")
 
 
@@ -45,7 +48,9 @@ def golden_tree(root: Path) -> None:
     runs/<name>), plus ``slower_build``: ``regressed`` with ``healthy``'s variant config hashes."""
     shutil.copytree(GOLDEN_RUNS, root / "runs")
     shutil.copytree(root / "runs" / "regressed", root / "runs" / "slower_build")
-    hashes = {v["name"]: v["config_hash"] for v in json.loads((root / "runs/healthy/manifest.json").read_text())["variants"]}
+    hashes = {
+        v["name"]: v["config_hash"] for v in json.loads((root / "runs/healthy/manifest.json").read_text())["variants"]
+    }
     path = root / "runs/slower_build/manifest.json"
     manifest = json.loads(path.read_text())
     for v in manifest["variants"]:
@@ -58,12 +63,25 @@ def run_compare(candidate: str) -> tuple[int, dict[str, str]]:
     (exit code, {expected file name: its text})."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = harness(["compare", f"runs/{candidate}", "--baseline", "runs/healthy",
-                        "--junit", "out.junit.xml", "--markdown", "out.md"])
+        code = harness(
+            [
+                "compare",
+                f"runs/{candidate}",
+                "--baseline",
+                "runs/healthy",
+                "--junit",
+                "out.junit.xml",
+                "--markdown",
+                "out.md",
+            ]
+        )
     name = f"{candidate}_vs_healthy"
-    return code, {f"{name}.comparison.json": Path(f"runs/{candidate}/comparison.json").read_text(),
-                  f"{name}.md": Path("out.md").read_text(), f"{name}.junit.xml": Path("out.junit.xml").read_text(),
-                  f"{name}.console.txt": out.getvalue()}
+    return code, {
+        f"{name}.comparison.json": Path(f"runs/{candidate}/comparison.json").read_text(),
+        f"{name}.md": Path("out.md").read_text(),
+        f"{name}.junit.xml": Path("out.junit.xml").read_text(),
+        f"{name}.console.txt": out.getvalue(),
+    }
 
 
 def golden_history(root: Path) -> str:
@@ -71,10 +89,15 @@ def golden_history(root: Path) -> str:
     for name in ("healthy", "merged", "regressed", "interrupted"):
         shutil.copytree(GOLDEN_RUNS / name, root / "golden" / name)
     h = collect(root, "golden")
-    got = {"decisions": {m: {v: dataclasses.asdict(d) for v, d in by_v.items()} for m, by_v in h.decisions.items()},
-           "failed": h.failed, "markers": [dataclasses.asdict(mk) for mk in h.markers],
-           "runs": [r["run_id"] for r in h.runs], "samples": h.samples, "series": h.series,
-           "thresholds": h.thresholds}
+    got = {
+        "decisions": {m: {v: dataclasses.asdict(d) for v, d in by_v.items()} for m, by_v in h.decisions.items()},
+        "failed": h.failed,
+        "markers": [dataclasses.asdict(mk) for mk in h.markers],
+        "runs": [r["run_id"] for r in h.runs],
+        "samples": h.samples,
+        "series": h.series,
+        "thresholds": h.thresholds,
+    }
     return json.dumps(got, indent=1, sort_keys=True)
 
 

@@ -71,8 +71,9 @@ def test_tokenizer_round_trips_and_splits_symbols(tok, train):
     # digits and capital letters are single tokens (copied symbol by symbol)
     for text in (" 3944856", " TJCTS", " LB-7300"):
         pieces = [tok.id_to_token(i) for i in tok.encode(text).ids]
-        assert all(len(p.replace("Ġ", "")) <= 1 or not any(c.isdigit() or c.isupper() for c in p)
-                   for p in pieces), pieces
+        assert all(len(p.replace("Ġ", "")) <= 1 or not any(c.isdigit() or c.isupper() for c in p) for p in pieces), (
+            pieces
+        )
 
 
 @pytest.mark.parametrize("task", ["needle", "multi_needle", "variable_tracking", "ordered_codes", "aggregation"])
@@ -84,7 +85,7 @@ def test_training_target_is_what_the_harness_scores_correct(tok, train, task):
     from harness.quality.tasks import generate
 
     ex = train.make_example(tok, task, 1500, seed=train.TRAIN_SEED_BASE + 5)
-    assert ex.answer[-train.EOS_TAIL:] == [train.EOS] * train.EOS_TAIL
+    assert ex.answer[-train.EOS_TAIL :] == [train.EOS] * train.EOS_TAIL
     s = generate(task, 1500, 0, train.TRAIN_SEED_BASE + 5, filler_units=0)
     text = as_tokenizer(tok).decode(ex.answer + [train.EOS] * 30)
     assert text == train.answer_text(s)
@@ -142,8 +143,9 @@ def test_harness_reads_the_model_folder_in_text_mode(tok, train, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 1024, "max_position_embeddings": 16384}))
     t = load_tokenizer(tmp_path)
     assert t is not None and model_vocab_size(tmp_path) == 1024
-    plan = plan_quality({"tasks": list(train.DEFAULT_TASKS), "lengths": [4000], "samples_per_task": 2,
-                         "mode": "text"}, 20480, True)
+    plan = plan_quality(
+        {"tasks": list(train.DEFAULT_TASKS), "lengths": [4000], "samples_per_task": 2, "mode": "text"}, 20480, True
+    )
     prompts = build_prompts(plan, 7, t, 1024)
     assert len(prompts) == 8
     assert all(0.97 * 4000 <= p.n_tokens <= 4000 and max(p.input_ids) < 1024 for p in prompts)
@@ -158,7 +160,8 @@ def test_hybrid_config_is_what_sglang_reads(hybrid):
     cfg = hybrid.sglang_config(src)
     assert cfg["full_attention_interval"] == 4
     assert cfg["layer_types"] == ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + [
-        "full_attention"]
+        "full_attention"
+    ]
     assert cfg["mlp_only_layers"] == [] and cfg["decoder_sparse_step"] == 1
     assert cfg["architectures"] == ["Qwen3NextForCausalLM"] and cfg["torch_dtype"] == "bfloat16"
     # a transformers-saved config (layer_types, no interval) is recovered
@@ -200,24 +203,43 @@ def test_hybrid_tensor_list(hybrid):
 
 
 def _harness(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], check=False, cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
 
 
 def _llama_dir(tmp_path: Path) -> Path:
     d = tmp_path / "answering"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 384, "intermediate_size": 1024,
-        "num_hidden_layers": 4, "num_attention_heads": 6, "num_key_value_heads": 6, "head_dim": 64,
-        "max_position_embeddings": 16384, "vocab_size": 1024, "torch_dtype": "bfloat16"}))
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 384,
+                "intermediate_size": 1024,
+                "num_hidden_layers": 4,
+                "num_attention_heads": 6,
+                "num_key_value_heads": 6,
+                "head_dim": 64,
+                "max_position_embeddings": 16384,
+                "vocab_size": 1024,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
     return d
 
 
 def test_answering_scenario_validates_and_broken_variant_gets_its_pythonpath(tmp_path):
     d = _llama_dir(tmp_path)
-    env = {"ANSWERING_MODEL_PATH": str(d), "PYTHONPATH": f"{ROOT}{os.pathsep}/opt/site",
-           "BROKEN_SGLANG": "/opt/broken"}
+    env = {"ANSWERING_MODEL_PATH": str(d), "PYTHONPATH": f"{ROOT}{os.pathsep}/opt/site", "BROKEN_SGLANG": "/opt/broken"}
     v = _harness("validate", "scenarios/gpu/h200_answering.yaml", env=env)
     assert v.returncode == 0, v.stdout + v.stderr
     r = _harness("run", "scenarios/gpu/h200_answering.yaml", "--dry-run", env=env)
@@ -235,8 +257,9 @@ def test_hybrid_parity_scenario_validates_with_non_aligned_sizes(tmp_path, hybri
 
     d = tmp_path / "hyb"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps(hybrid.sglang_config(
-        json.loads((QWEN3NEXT_TINY / "config.json").read_text()))))
+    (d / "config.json").write_text(
+        json.dumps(hybrid.sglang_config(json.loads((QWEN3NEXT_TINY / "config.json").read_text())))
+    )
     v = _harness("validate", "scenarios/gpu/h200_hybrid_parity.yaml", env={"HYBRID_MODEL_PATH": str(d)})
     assert v.returncode == 0, v.stdout + v.stderr
     doc = yaml.safe_load((GPU / "h200_hybrid_parity.yaml").read_text())
@@ -271,8 +294,8 @@ def test_tiny_training_saves_a_model_transformers_reloads_and_decodes(train, tmp
     fp = fit_sample(generate("needle", 512, 0, 7), tok)
     ids = torch.tensor([list(fp.input_ids)])
     gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False, pad_token_id=0)
-    assert gen.shape[1] == ids.shape[1] + 8 or train.EOS in gen[0, ids.shape[1]:].tolist()
-    assert isinstance(tok.decode(gen[0, ids.shape[1]:].tolist()), str)
+    assert gen.shape[1] == ids.shape[1] + 8 or train.EOS in gen[0, ids.shape[1] :].tolist()
+    assert isinstance(tok.decode(gen[0, ids.shape[1] :].tolist()), str)
 
 
 @pytest.mark.slow
@@ -284,9 +307,21 @@ def test_hybrid_checkpoint_has_exactly_the_expected_tensors(hybrid, tmp_path):
     src = tmp_path / "cfg"
     src.mkdir()
     small = json.loads((QWEN3NEXT_TINY / "config.json").read_text())
-    small.update(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, head_dim=64, linear_key_head_dim=32,
-                 linear_value_head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4, moe_intermediate_size=64,
-                 shared_expert_intermediate_size=64, vocab_size=512, num_hidden_layers=4, full_attention_interval=2)
+    small.update(
+        hidden_size=128,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        linear_key_head_dim=32,
+        linear_value_head_dim=32,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        moe_intermediate_size=64,
+        shared_expert_intermediate_size=64,
+        vocab_size=512,
+        num_hidden_layers=4,
+        full_attention_interval=2,
+    )
     (src / "config.json").write_text(json.dumps(small))
     cfg = hybrid.write_model(src, tmp_path / "out", seed=1)
     got = load_file(str(tmp_path / "out" / "model.safetensors"))

@@ -34,11 +34,25 @@ MODELS = REPO / "scenarios" / "models"
 
 # ------------------------------------------------------------------------------ the rules
 
+
 def _record(error: str | None = None, ran_s: float = 0.0, chunks: int = 0) -> RequestRecord:
     now = time.perf_counter_ns()
-    return RequestRecord(variant="v", workload="w", phase="p", repeat=0, index=0, rid="r", warmup=False,
-                         concurrency_group=None, prompt_len=4, input_hash="h", wall_start=time.time(),
-                         sent_ns=now - int(ran_s * 1e9), chunk_ns=[now] * chunks, error=error)
+    return RequestRecord(
+        variant="v",
+        workload="w",
+        phase="p",
+        repeat=0,
+        index=0,
+        rid="r",
+        warmup=False,
+        concurrency_group=None,
+        prompt_len=4,
+        input_hash="h",
+        wall_start=time.time(),
+        sent_ns=now - int(ran_s * 1e9),
+        chunk_ns=[now] * chunks,
+        error=error,
+    )
 
 
 class Script:
@@ -60,8 +74,7 @@ class Script:
 def _watch(probe=None, alive=lambda: True, **cfg) -> tuple[HangWatch, list[dict]]:
     given_up: list[dict] = []
     defaults = {"probe_after_s": 0.05, "probe_timeout_s": 1, "failed_probes": 2, "consecutive_timeouts": 3}
-    watch = HangWatch(Watchdog(**{**defaults, **cfg}), 10.0, probe or Script(), alive, given_up.append,
-                      tick_s=0.01)
+    watch = HangWatch(Watchdog(**{**defaults, **cfg}), 10.0, probe or Script(), alive, given_up.append, tick_s=0.01)
     return watch, given_up
 
 
@@ -138,12 +151,14 @@ def test_a_dead_server_is_never_called_hung():
 
 # ------------------------------------------------------------------------------ with the simulator
 
+
 def _scenario(tmp_path: Path, variants: str, workloads: str, watchdog: str, request_timeout_s: float = 600) -> Path:
-    text = textwrap.dedent(f"""\
+    text = (
+        textwrap.dedent(f"""\
         name: hang
         server:
           backend: sim
-          model_path: {MODELS / 'llama-tiny'}
+          model_path: {MODELS / "llama-tiny"}
           args: {{--max-total-tokens: 4096, --skip-tokenizer-init: true}}
           startup_timeout_s: 20
           startup_retries: 0
@@ -153,8 +168,12 @@ def _scenario(tmp_path: Path, variants: str, workloads: str, watchdog: str, requ
           sim: {{time_scale: 0.05, startup_s: 0.05, host_mem_scale: 0.001, mem_available_gib: 16}}
         sampling: {{enabled: false, cooldown_timeout_s: 2}}
         preflight: {{mode: warn}}
-        """) + "variants:\n" + textwrap.indent(textwrap.dedent(variants), "  ") \
-        + "workloads:\n" + textwrap.indent(textwrap.dedent(workloads), "  ")
+        """)
+        + "variants:\n"
+        + textwrap.indent(textwrap.dedent(variants), "  ")
+        + "workloads:\n"
+        + textwrap.indent(textwrap.dedent(workloads), "  ")
+    )
     path = tmp_path / "hang.yaml"
     path.write_text(text)
     return path
@@ -172,8 +191,9 @@ SEQUENTIAL = """\
 
 
 def _run(path: Path, tmp_path: Path):
-    outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False,
-                                                           live_progress=False))
+    outcome = run_scenario(
+        load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
+    )
     return outcome, results.load_run(outcome.run_dir)
 
 
@@ -193,11 +213,16 @@ def _errors(rows: list[dict]) -> list:
 
 
 def test_a_deadlocked_scheduler_is_given_up_by_the_health_probe_and_the_run_goes_on(tmp_path):
-    path = _scenario(tmp_path, """\
+    path = _scenario(
+        tmp_path,
+        """\
         - name: stuck
           sim_faults: [hang_at_request=3]
         - name: healthy
-        """, SEQUENTIAL, "{probe_after_s: 0.5, probe_timeout_s: 1, failed_probes: 2}")
+        """,
+        SEQUENTIAL,
+        "{probe_after_s: 0.5, probe_timeout_s: 1, failed_probes: 2}",
+    )
     outcome, loaded = _run(path, tmp_path)
     stuck = loaded.variant("stuck")
     assert stuck.status["state"] == "partial" and stuck.status["cause"] == logscan.SERVER_HUNG
@@ -213,10 +238,16 @@ def test_a_deadlocked_scheduler_is_given_up_by_the_health_probe_and_the_run_goes
 
 
 def test_consecutive_request_timeouts_trip_the_breaker(tmp_path):
-    path = _scenario(tmp_path, """\
+    path = _scenario(
+        tmp_path,
+        """\
         - name: stuck
           sim_faults: [hang_at_request=2]
-        """, SEQUENTIAL, "{probe_after_s: 1000, consecutive_timeouts: 2}", request_timeout_s=1)
+        """,
+        SEQUENTIAL,
+        "{probe_after_s: 1000, consecutive_timeouts: 2}",
+        request_timeout_s=1,
+    )
     _, loaded = _run(path, tmp_path)
     status = loaded.variant("stuck").status
     assert status["cause"] == logscan.SERVER_HUNG and status["cause_detail"]["detected_by"] == "consecutive_timeouts"
@@ -225,12 +256,17 @@ def test_consecutive_request_timeouts_trip_the_breaker(tmp_path):
 
 
 def test_the_variant_budget_ends_a_variant_that_runs_too_long(tmp_path):
-    path = _scenario(tmp_path, "- name: slow\n", """\
+    path = _scenario(
+        tmp_path,
+        "- name: slow\n",
+        """\
         - kind: decode
           batch: 1
           prompt_tokens: 64
           output_tokens: 4000
-        """, "{variant_budget_s: 0.5}")
+        """,
+        "{variant_budget_s: 0.5}",
+    )
     _, loaded = _run(path, tmp_path)
     status = loaded.variant("slow").status
     assert status["cause"] == logscan.SERVER_HUNG and status["cause_detail"]["detected_by"] == "variant_budget_s"
@@ -241,19 +277,29 @@ def test_a_sigstopped_server_is_given_up_continued_and_stopped(tmp_path):
     """SIGSTOP the simulator's process mid-workload from outside (the harness runs as its own
     process, as in CI): the probe gives it up, the stop continues it so it acts on SIGTERM
     (nothing needed SIGKILL), and the next variant runs."""
-    path = _scenario(tmp_path, """\
+    path = _scenario(
+        tmp_path,
+        """\
         - name: frozen
         - name: healthy
-        """, """\
+        """,
+        """\
         - kind: decode
           batch: 1
           prompt_tokens: 64
           output_tokens: 4000
-        """, "{probe_after_s: 0.5, probe_timeout_s: 1, failed_probes: 2}")
+        """,
+        "{probe_after_s: 0.5, probe_timeout_s: 1, failed_probes: 2}",
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(path), "--results-dir",
-                             str(tmp_path / "results"), "--no-report"], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", str(path), "--results-dir", str(tmp_path / "results"), "--no-report"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         status_path, pid = None, None
         deadline = time.monotonic() + 60

@@ -92,11 +92,25 @@ def test_history_uses_the_scenarios_ttft_threshold(tmp_path):
     results_dir = tmp_path / "results"
     for night in range(8):
         ttft = 100.0 if night < 4 else 120.0
-        summary = {"schema_version": 1, "workloads": {"short_ttft": {"derived": {}, "phases": {
-            "alone": {"metrics": {"ttft_ms": {"p50": 10.0}}},
-            "during_long": {"metrics": {"ttft_ms": {"p50": ttft}}}}}}}
-        write_run(results_dir, f"202601{night + 1:02d}T000000Z-aaaaaa", {"on": cold_records([10.0] * 3)},
-                  text=text, summaries={"on": summary})
+        summary = {
+            "schema_version": 1,
+            "workloads": {
+                "short_ttft": {
+                    "derived": {},
+                    "phases": {
+                        "alone": {"metrics": {"ttft_ms": {"p50": 10.0}}},
+                        "during_long": {"metrics": {"ttft_ms": {"p50": ttft}}},
+                    },
+                }
+            },
+        }
+        write_run(
+            results_dir,
+            f"202601{night + 1:02d}T000000Z-aaaaaa",
+            {"on": cold_records([10.0] * 3)},
+            text=text,
+            summaries={"on": summary},
+        )
     h = H.collect(results_dir, "synth")
     assert h.thresholds["ttft_p50"] == pytest.approx(0.3)
     assert h.decisions["short_ttft.during_long.ttft_ms_p50"]["on"].state == "stable"
@@ -107,11 +121,17 @@ def test_headline_values_are_what_the_kinds_declare():
     expectations name them; a workload of a kind nobody declares has none."""
     for name, kind in kinds().items():
         phases = {s.phase: {"metrics": {s.metric: {s.stat: 1.0}}} for s in kind.history_stats}
-        summary = {"workloads": {"w": {"derived": {d.name: 2.0 for d in kind.derived}, "phases": phases},
-                                 "x": {"derived": {"made_up": 3.0}, "phases": {}}}}
+        summary = {
+            "workloads": {
+                "w": {"derived": {d.name: 2.0 for d in kind.derived}, "phases": phases},
+                "x": {"derived": {"made_up": 3.0}, "phases": {}},
+            }
+        }
         got = H.headline_values(summary, {"w": name, "x": "no_such_kind"})
-        assert got == {**{f"w.{d.name}": 2.0 for d in kind.derived},
-                       **{f"w.{s.phase}.{s.metric}_{s.stat}": 1.0 for s in kind.history_stats}}, name
+        assert got == {
+            **{f"w.{d.name}": 2.0 for d in kind.derived},
+            **{f"w.{s.phase}.{s.metric}_{s.stat}": 1.0 for s in kind.history_stats},
+        }, name
 
 
 def test_metric_direction_reads_the_declarations():
@@ -173,26 +193,38 @@ def test_a_step_across_a_configuration_marker_is_not_flagged():
 
 
 def test_config_markers():
-    runs = [{"run_id": "r1", "scenario_hash": "s1", "config_hashes": {"off": "a", "on": "b"}},
-            {"run_id": "r2", "scenario_hash": "s1", "config_hashes": {"off": "a", "on": "b"}},
-            {"run_id": "r3", "scenario_hash": "s1", "config_hashes": {"off": "a", "on": "B"}, "created_at": "d3"},
-            {"run_id": "r4", "scenario_hash": "s2", "config_hashes": {"off": "a", "on": "B"}},
-            {"run_id": "r5", "scenario_hash": "s2", "config_hashes": {"off": "a"}},  # on left out (--only)
-            {"run_id": "r6", "scenario_hash": "s2", "config_hashes": {"off": "a", "on": "B"}}]
+    runs = [
+        {"run_id": "r1", "scenario_hash": "s1", "config_hashes": {"off": "a", "on": "b"}},
+        {"run_id": "r2", "scenario_hash": "s1", "config_hashes": {"off": "a", "on": "b"}},
+        {"run_id": "r3", "scenario_hash": "s1", "config_hashes": {"off": "a", "on": "B"}, "created_at": "d3"},
+        {"run_id": "r4", "scenario_hash": "s2", "config_hashes": {"off": "a", "on": "B"}},
+        {"run_id": "r5", "scenario_hash": "s2", "config_hashes": {"off": "a"}},  # on left out (--only)
+        {"run_id": "r6", "scenario_hash": "s2", "config_hashes": {"off": "a", "on": "B"}},
+    ]
     markers, breaks = H.config_markers(runs)
     assert [(m.index, m.what, m.variants) for m in markers] == [
-        (2, "config changed: on", ("on",)), (3, "scenario text changed", None)]
+        (2, "config changed: on", ("on",)),
+        (3, "scenario text changed", None),
+    ]
     assert markers[0].created_at == "d3" and breaks == {"on": [2, 3], "off": [3]}
 
 
 def test_headline_samples_are_the_per_repeat_values():
-    summary = {"workloads": {"pp": {"derived": {"second_pass_speedup": 2.0},
-                                    "derived_by_repeat": {"second_pass_speedup": [1.9, None, 2.1]},
-                                    "phases": {}},
-                             "old": {"derived": {"second_pass_speedup": 3.0}, "phases": {}}}}
+    summary = {
+        "workloads": {
+            "pp": {
+                "derived": {"second_pass_speedup": 2.0},
+                "derived_by_repeat": {"second_pass_speedup": [1.9, None, 2.1]},
+                "phases": {},
+            },
+            "old": {"derived": {"second_pass_speedup": 3.0}, "phases": {}},
+        }
+    }
     kinds_ = {"pp": "parallel_prefixes", "old": "parallel_prefixes"}
-    assert H.headline_samples(summary, kinds_) == {"pp.second_pass_speedup": [1.9, 2.1],
-                                                   "old.second_pass_speedup": [3.0]}
+    assert H.headline_samples(summary, kinds_) == {
+        "pp.second_pass_speedup": [1.9, 2.1],
+        "old.second_pass_speedup": [3.0],
+    }
 
 
 def test_history_markers_and_simulated_labels_on_the_page(tmp_path):
@@ -201,8 +233,9 @@ def test_history_markers_and_simulated_labels_on_the_page(tmp_path):
     results_dir, reports_dir = tmp_path / "results", tmp_path / "reports"
     for night in range(10):
         ttft = 100 if night < 5 else 115
-        run = write_run(results_dir, f"202601{night + 1:02d}T000000Z-aaaaaa",
-                        {"on": cold_records(noisy(ttft, 4, seed=night))})
+        run = write_run(
+            results_dir, f"202601{night + 1:02d}T000000Z-aaaaaa", {"on": cold_records(noisy(ttft, 4, seed=night))}
+        )
         if night >= 5:
             m = json.loads((run / "manifest.json").read_text())
             m["scenario"]["hash"] = "edited"
@@ -212,7 +245,10 @@ def test_history_markers_and_simulated_labels_on_the_page(tmp_path):
     assert h.simulated and all(r["simulated"] for r in h.runs)
     d = h.decisions["cold_prefill.prefill_total_tok_s"]["on"]
     assert d.state == "stable"
-    assert h.samples["cold_prefill.prefill_total_tok_s"]["on"][0] and len(h.samples["cold_prefill.prefill_total_tok_s"]["on"][0]) == 4
+    assert (
+        h.samples["cold_prefill.prefill_total_tok_s"]["on"][0]
+        and len(h.samples["cold_prefill.prefill_total_tok_s"]["on"][0]) == 4
+    )
     a = argparse.Namespace(scenario="synth", results_dir=str(results_dir), reports_dir=str(reports_dir))
     assert cli_main(a) == 0
     html = (reports_dir / "synth" / "history.html").read_text()

@@ -33,8 +33,9 @@ GOLDEN_INFOS = sorted((HERE / "golden" / "runs").glob("*/*/server_info.json"))
 @pytest.fixture(scope="module")
 def hostile():
     """Base URL of a hostile server process; `url(case)` is the base URL of one case."""
-    proc = subprocess.Popen([sys.executable, str(HERE / "hostile_server.py"), "--port", "0"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "hostile_server.py"), "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("PORT "), line
@@ -56,8 +57,11 @@ def stats(base: str) -> dict:
 def generate(url: str, *, api: str = "generate", max_new_tokens: int = 3, timeout_s: float = 20.0):
     async def go():
         async with StreamingClient(url, timeout_s=timeout_s, api=api) as client:
-            return await client.generate(GenerateRequest(input_ids=list(range(3, 67)), max_new_tokens=max_new_tokens),
-                                         Labels(workload="w", phase="p"))
+            return await client.generate(
+                GenerateRequest(input_ids=list(range(3, 67)), max_new_tokens=max_new_tokens),
+                Labels(workload="w", phase="p"),
+            )
+
     return asyncio.run(go())
 
 
@@ -110,8 +114,10 @@ BAD_STREAMS = {
     "negative_cached": ("cached_tokens is -5, not a token count", ["cached_tokens", "cached_host"]),
     "cached_over_prompt": ("cached_tokens 1000000 exceeds prompt_tokens 64", ["cached_tokens", "cached_host"]),
     "absurd_cached": ("cached_tokens is 64000000000, not a token count", ["cached_tokens", "cached_host"]),
-    "tiers_over_cached": ("cached_tokens_details sum to 60, more than cached_tokens 32",
-                          ["cached_device", "cached_host", "cached_storage"]),
+    "tiers_over_cached": (
+        "cached_tokens_details sum to 60, more than cached_tokens 32",
+        ["cached_device", "cached_host", "cached_storage"],
+    ),
     "string_prompt_tokens": ("prompt_tokens is '64', not a token count", ["prompt_tokens"]),
     "bad_output_id": ("output id -1 is not a token id", []),
     "list_meta": ("meta_info is [1, 2], not an object", ["prompt_tokens", "cached_tokens"]),
@@ -162,9 +168,11 @@ def test_an_endless_line_is_cut_at_the_bound_with_bounded_memory(hostile, api):
 
 def test_control_calls_read_bounded_bodies(hostile):
     """/flush_cache and /health_generate: only the status counts; an endless body is not read."""
+
     async def flush():
         async with StreamingClient(case_url(hostile, "long_line")) as client:
             return await client.flush_cache(attempts=1)
+
     with PeakRss() as rss:
         assert asyncio.run(flush()) is True
         with httpx.Client(trust_env=False) as c:
@@ -184,12 +192,15 @@ def test_server_info_good_answer(hostile):
     assert info.raw["internal_states"] == [{}]
 
 
-@pytest.mark.parametrize("case, reason", [
-    ("list_server_info", "server info is a JSON list, not an object"),
-    ("string_pool", "max_total_num_tokens is 'lots'; expected an integer"),
-    ("nan_server_info", "server info is not valid JSON (NaN is not valid JSON"),
-    ("long_line", "answer longer than"),
-])
+@pytest.mark.parametrize(
+    "case, reason",
+    [
+        ("list_server_info", "server info is a JSON list, not an object"),
+        ("string_pool", "max_total_num_tokens is 'lots'; expected an integer"),
+        ("nan_server_info", "server info is not valid JSON (NaN is not valid JSON"),
+        ("long_line", "answer longer than"),
+    ],
+)
 def test_a_bad_server_info_raises_server_answer_error(hostile, case, reason):
     with PeakRss() as rss:
         with pytest.raises(ServerAnswerError) as err:
@@ -204,25 +215,28 @@ def test_no_server_info_endpoint_is_unknown_not_an_error(hostile):
     assert fetch_server_info("http://127.0.0.1:9") is None  # nothing listening
 
 
-@pytest.mark.parametrize("obj, reason", [
-    ("text", "server info is a JSON string"),
-    (None, "server info is a JSON null"),
-    ({"max_total_num_tokens": True}, "max_total_num_tokens is True"),
-    ({"max_total_num_tokens": 4096.0}, "max_total_num_tokens is 4096.0"),
-    ({"max_total_num_tokens": 0}, "max_total_num_tokens is 0"),
-    ({"max_total_num_tokens": -1}, "max_total_num_tokens is -1"),
-    ({"max_total_num_tokens": 2**40}, "max_total_num_tokens is 1099511627776"),
-    ({"max_total_num_tokens": float("nan")}, "max_total_num_tokens is nan"),
-    ({"context_len": 4096, "max_req_input_len": 8000}, "max_req_input_len 8000 exceeds the context length 4096"),
-    ({"page_size": "16"}, "page_size is '16'"),
-    ({"hicache_ratio": 0}, "hicache_ratio is 0"),
-    ({"hicache_ratio": float("inf")}, "hicache_ratio is inf"),
-    ({"hicache_size": -1}, "hicache_size is -1"),
-    ({"enable_hierarchical_cache": "yes"}, "enable_hierarchical_cache is 'yes'"),
-    ({"hicache_write_policy": 3}, "hicache_write_policy is 3"),
-    ({"version": "v" * 1000}, "version is 'vvvv"),
-    ({"max_mamba_cache_size": -2}, "max_mamba_cache_size is -2"),
-])
+@pytest.mark.parametrize(
+    "obj, reason",
+    [
+        ("text", "server info is a JSON string"),
+        (None, "server info is a JSON null"),
+        ({"max_total_num_tokens": True}, "max_total_num_tokens is True"),
+        ({"max_total_num_tokens": 4096.0}, "max_total_num_tokens is 4096.0"),
+        ({"max_total_num_tokens": 0}, "max_total_num_tokens is 0"),
+        ({"max_total_num_tokens": -1}, "max_total_num_tokens is -1"),
+        ({"max_total_num_tokens": 2**40}, "max_total_num_tokens is 1099511627776"),
+        ({"max_total_num_tokens": float("nan")}, "max_total_num_tokens is nan"),
+        ({"context_len": 4096, "max_req_input_len": 8000}, "max_req_input_len 8000 exceeds the context length 4096"),
+        ({"page_size": "16"}, "page_size is '16'"),
+        ({"hicache_ratio": 0}, "hicache_ratio is 0"),
+        ({"hicache_ratio": float("inf")}, "hicache_ratio is inf"),
+        ({"hicache_size": -1}, "hicache_size is -1"),
+        ({"enable_hierarchical_cache": "yes"}, "enable_hierarchical_cache is 'yes'"),
+        ({"hicache_write_policy": 3}, "hicache_write_policy is 3"),
+        ({"version": "v" * 1000}, "version is 'vvvv"),
+        ({"max_mamba_cache_size": -2}, "max_mamba_cache_size is -2"),
+    ],
+)
 def test_server_info_parse_rejects_wrong_types_and_ranges(obj, reason):
     with pytest.raises(ServerAnswerError) as err:
         ServerInfo.parse(obj)
@@ -246,17 +260,19 @@ def test_server_info_parse_reads_the_stored_answers(path):
 # ----------------------------------------------------------------------------- /metrics
 
 
-@pytest.mark.parametrize("case, reason", [
-    ("garbage_metrics", "no sglang: series"),
-    ("nan_counter", "counter sglang:prompt_tokens_total{model_name=\"m\"} is nan"),
-    ("negative_counter", "is -3.0"),
-    ("binary_metrics", "UnicodeDecodeError"),
-    ("long_line", "answer longer than"),
-])
+@pytest.mark.parametrize(
+    "case, reason",
+    [
+        ("garbage_metrics", "no sglang: series"),
+        ("nan_counter", 'counter sglang:prompt_tokens_total{model_name="m"} is nan'),
+        ("negative_counter", "is -3.0"),
+        ("binary_metrics", "UnicodeDecodeError"),
+        ("long_line", "answer longer than"),
+    ],
+)
 def test_a_bad_metrics_answer_is_a_skipped_sample_with_a_reason(hostile, case, reason):
     samples: list[dict] = []
-    sampler = Sampler(None, case_url(hostile, case), samples.append, interval_s=0.05, gpu=False,
-                      metrics_timeout_s=2.0)
+    sampler = Sampler(None, case_url(hostile, case), samples.append, interval_s=0.05, gpu=False, metrics_timeout_s=2.0)
     with PeakRss() as rss:
         sampler.start()
         time.sleep(0.3)
@@ -272,8 +288,10 @@ def test_good_metrics_answer_and_a_nan_gauge(hostile):
     samples: list[dict] = []
     with Sampler(None, case_url(hostile, "ok"), samples.append, interval_s=0.05, gpu=False):
         time.sleep(0.2)
-    assert samples and samples[-1]["counters"] == {'sglang:prompt_tokens_total{model_name="m"}': 64.0,
-                                                   'sglang:token_usage{model_name="m"}': 0.25}
+    assert samples and samples[-1]["counters"] == {
+        'sglang:prompt_tokens_total{model_name="m"}': 64.0,
+        'sglang:token_usage{model_name="m"}': 0.25,
+    }
     # a non-finite gauge is legal Prometheus text: dropped, the rest kept
     kept = checked_metric_values({"sglang:token_usage": math.nan, "sglang:prompt_tokens_total": 5.0})
     assert kept == {"sglang:prompt_tokens_total": 5.0}

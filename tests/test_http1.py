@@ -115,6 +115,7 @@ def raw_server():
         s = RawServer(script)
         servers.append(s)
         return s
+
     yield make
     for s in servers:
         s.close()
@@ -138,7 +139,7 @@ def test_chunked_body_split_at_every_byte_is_reassembled(raw_server):
 
     def script(conn, head, n):
         for i in range(len(HEAD + body)):
-            conn.sendall((HEAD + body)[i:i + 1])
+            conn.sendall((HEAD + body)[i : i + 1])
             time.sleep(0.0005)
 
     server = raw_server(script)
@@ -195,6 +196,7 @@ def test_reads_are_stamped_before_any_is_parsed(raw_server):
 def test_done_consumer_reads_the_rest_so_the_connection_is_reused(raw_server):
     """A consumer that is DONE before the body's end ([DONE], then the terminator later): the
     request returns at the body's end and the next request uses the same connection."""
+
     def script(conn, head, n):
         conn.sendall(HEAD + b"%x\r\n%b\r\n" % (14, b"data: [DONE]\n\n"))
         time.sleep(0.02)
@@ -242,6 +244,7 @@ def test_a_connection_the_server_closed_while_idle_is_not_used(raw_server):
 def test_a_reused_connection_that_closes_before_answering_is_retried_once(raw_server):
     """The server closes a kept-alive connection just as the next request goes out (it read the
     request but never answered): the request goes once more on a new connection."""
+
     def script(conn, head, n):
         if n == 1:
             return "close"  # the second request on a connection: closed unanswered
@@ -286,11 +289,14 @@ def test_content_length_and_close_delimited_bodies(raw_server):
     assert (eb.status, b.body, eb.error) == (200, b"until the end", None) and b.ended is not None
 
 
-@pytest.mark.parametrize("reply, kind", [
-    (b"SPDY/9 200 OK\r\n\r\n", "protocol"),
-    (HEAD + b"zz\r\nxx\r\n", "protocol"),
-    (HEAD + b"5\r\nabc", "connection"),  # closed mid-chunk
-])
+@pytest.mark.parametrize(
+    "reply, kind",
+    [
+        (b"SPDY/9 200 OK\r\n\r\n", "protocol"),
+        (HEAD + b"zz\r\nxx\r\n", "protocol"),
+        (HEAD + b"5\r\nabc", "connection"),  # closed mid-chunk
+    ],
+)
 def test_broken_answers_are_errors(raw_server, reply, kind):
     def script(conn, head, n):
         conn.sendall(reply)

@@ -29,8 +29,9 @@ def test_groups_frame(golden_run):
     measured = req[(req["warmup"] != True) & req["concurrency_group"].notna()]
     keys = ["variant", "workload", "phase", "concurrency_group"]
     sizes = measured.groupby(keys).size()
-    pd.testing.assert_series_equal(g.set_index(keys)["n"].sort_index(), sizes.sort_index(),
-                                   check_names=False, check_dtype=False)
+    pd.testing.assert_series_equal(
+        g.set_index(keys)["n"].sort_index(), sizes.sort_index(), check_names=False, check_dtype=False
+    )
     assert (g["pass_wall_s"] > 0).all()
     spanning = measured.groupby(["variant", "concurrency_group"])["phase"].nunique()
     assert (spanning > 1).any()  # a group over two phases (short_ttft: the long prefill and the shorts): a row each
@@ -39,11 +40,22 @@ def test_groups_frame(golden_run):
 
 def test_torn_last_line_is_skipped(tmp_path):
     path = tmp_path / "samples.jsonl"
-    path.write_text(json.dumps({"t_ns": 1_000_000_000, "phase": "idle", "mem_available_kib": 5,
-                                "gpus": [{"index": 0, "mem_used_mib": 10}, {"index": 1, "mem_used_mib": 20}],
-                                "counters": {'sglang:load_back_bytes_total{tp_rank="0"}': 7.0,
-                                             'sglang:load_back_bytes_total{tp_rank="1"}': 3.0}})
-                    + "\n" + '{"t_ns": 2')
+    path.write_text(
+        json.dumps(
+            {
+                "t_ns": 1_000_000_000,
+                "phase": "idle",
+                "mem_available_kib": 5,
+                "gpus": [{"index": 0, "mem_used_mib": 10}, {"index": 1, "mem_used_mib": 20}],
+                "counters": {
+                    'sglang:load_back_bytes_total{tp_rank="0"}': 7.0,
+                    'sglang:load_back_bytes_total{tp_rank="1"}': 3.0,
+                },
+            }
+        )
+        + "\n"
+        + '{"t_ns": 2'
+    )
     df = samples_frame(path, "v")
     assert len(df) == 1 and df["gpu_mem_used_mib"][0] == 30 and df["load_back_bytes"][0] == 10
     assert np.isnan(df["cached_kib"][0])  # missing is NaN, never 0

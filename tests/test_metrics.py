@@ -78,8 +78,10 @@ def test_prompt_tokens_fall_back_to_what_was_sent():
 
 def test_group_walls():
     base = 10_000 * MS
-    rs = [make_record(sent_ns=base + i * MS, ttft_ms=100.0 * (i + 1), concurrency_group="g1",
-                      phase="pass1") for i in range(4)]
+    rs = [
+        make_record(sent_ns=base + i * MS, ttft_ms=100.0 * (i + 1), concurrency_group="g1", phase="pass1")
+        for i in range(4)
+    ]
     rs.append(make_record(sent_ns=base, ttft_ms=5.0, concurrency_group="g1", warmup=True))
     (w,) = m.group_walls(rs)
     assert w.n == 4 and w.phase == "pass1"
@@ -117,8 +119,9 @@ def _edge_cases() -> list[RequestRecord]:
     add(make_record(output_tokens=5, error="server_died"))  # chunks and an error
     add(make_record(prompt_tokens=100, cached_tokens=150))  # cached > prompt
     add(make_record(cached_tokens=None))  # no cache report at all
-    add(make_record(cached_tokens=800, cached_device=None, cached_host=None), cached_device=None,
-        cached_host=None)  # tiers not reported
+    add(
+        make_record(cached_tokens=800, cached_device=None, cached_host=None), cached_device=None, cached_host=None
+    )  # tiers not reported
     add(make_record(cached_tokens=0, cached_host=10, cached_device=5))
     add(make_record(prompt_tokens=1000), prompt_tokens=None, prompt_len=700)  # server count missing
     add(make_record(prompt_tokens=0, ttft_ms=5.0))  # no prompt tokens: fractions undefined
@@ -131,8 +134,15 @@ def _edge_cases() -> list[RequestRecord]:
     for i in range(3):
         add(make_record(phase="pass1", concurrency_group="w/pass1/r0", sent_ns=(5 + i) * MS, ttft_ms=50.0 + i))
         add(make_record(phase="pass2", concurrency_group="w/pass2/r0", sent_ns=(9 + i) * MS, ttft_ms=20.0 + i))
-        add(make_record(phase="pass1", concurrency_group="w/pass1/r1", sent_ns=(1 + i) * MS,
-                        ttft_ms=30.0, error="timeout" if i == 1 else None))
+        add(
+            make_record(
+                phase="pass1",
+                concurrency_group="w/pass1/r1",
+                sent_ns=(1 + i) * MS,
+                ttft_ms=30.0,
+                error="timeout" if i == 1 else None,
+            )
+        )
         add(make_failed(phase="pass1", concurrency_group="w/pass1/r2", sent_ns=i * MS))
     add(make_record(phase="pass1", concurrency_group="w/pass1/r0", warmup=True, ttft_ms=1.0))
     return rs
@@ -168,8 +178,11 @@ def per_record_and_vectorised(name: str, recs: list[RequestRecord], path: Path) 
         return np.array([_nan(metric.of_record(r)) for r in recs]), req[name].to_numpy(dtype=float)
     assert metric.per == "group", f"{name}: a new kind of metric needs its two paths compared here"
     phases = {(r.workload, r.phase) for r in recs}
-    walls = {(w.workload, w.phase, w.group): _nan(w.wall_s) for wl, ph in phases
-             for w in m.group_walls(r for r in recs if (r.workload, r.phase) == (wl, ph))}
+    walls = {
+        (w.workload, w.phase, w.group): _nan(w.wall_s)
+        for wl, ph in phases
+        for w in m.group_walls(r for r in recs if (r.workload, r.phase) == (wl, ph))
+    }
     g = groups_frame(req)
     keys = list(zip(g["workload"], g["phase"], g["concurrency_group"]))
     assert set(keys) == set(walls)

@@ -38,11 +38,20 @@ def test_qwen3next_tiny_interval_split():
 
 
 def test_layer_types_list_and_tp_replication():
-    cfg = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
-           "num_key_value_heads": 2, "head_dim": 16, "torch_dtype": "float16",
-           "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
-           "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
-           "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4}
+    cfg = {
+        "num_hidden_layers": 4,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "torch_dtype": "float16",
+        "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 8,
+        "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4,
+    }
     s = shape_from_dict(cfg)
     assert s.full_attention_layers == (1, 3) and s.mamba_layers == (0, 2)
     # tp 4 > 2 kv heads: heads are replicated, one per rank

@@ -13,8 +13,7 @@ from harness.workloads.multi_turn_clients import first_host_round, ttft_growth
 from tests.factories import MS, make_record
 from tests.sim_workloads import max_in_flight, run_on, sim, summary_of, workload
 
-CLIENTS = dict(kind="multi_turn_clients", clients=6, rounds=6, first_turn_tokens=600, turn_tokens=200,
-               output_tokens=16)
+CLIENTS = dict(kind="multi_turn_clients", clients=6, rounds=6, first_turn_tokens=600, turn_tokens=200, output_tokens=16)
 
 
 def by_client(records):
@@ -37,8 +36,16 @@ def test_config_sizes_and_pace():
 
 def test_figures_per_round():
     def rec(k, ttft, device, host):
-        return make_record(workload="m", phase=f"round{k}", ttft_ms=ttft, prompt_tokens=1000,
-                           cached_tokens=device + host, cached_device=device, cached_host=host)
+        return make_record(
+            workload="m",
+            phase=f"round{k}",
+            ttft_ms=ttft,
+            prompt_tokens=1000,
+            cached_tokens=device + host,
+            cached_device=device,
+            cached_host=host,
+        )
+
     records = [rec(1, 100, 0, 0), rec(2, 40, 900, 0), rec(3, 60, 300, 700), rec(4, 80, 0, 1000)]
     w = summarize(records, {"m": "multi_turn_clients"})["workloads"]["m"]
     assert first_host_round(w["phases"]) == 3.0  # host tokens outnumber GPU tokens from round 3
@@ -61,7 +68,9 @@ def test_later_rounds_come_from_the_host_tier_with_hicache_and_are_recomputed_wi
         assert [r.phase for r in rounds] == [f"round{k}" for k in range(1, 7)]
         assert all(b.prompt_len == a.prompt_len + 16 + 200 for a, b in zip(rounds, rounds[1:]))
         # the next round is due one think time after the answer came, and never sent before that
-        assert all(b.scheduled_ns == a.done_ns + 20 * MS and b.sent_ns >= b.scheduled_ns for a, b in zip(rounds, rounds[1:]))
+        assert all(
+            b.scheduled_ns == a.done_ns + 20 * MS and b.sent_ns >= b.scheduled_ns for a, b in zip(rounds, rounds[1:])
+        )
     _, off = results["off"]
     hits = {arm: {ph: p["hits"]["host_tokens"] for ph, p in s["phases"].items()} for arm, (_, s) in results.items()}
     assert hits["on"]["round1"] == 0 and sum(hits["on"][f"round{k}"] for k in range(3, 7)) > 0, hits

@@ -35,8 +35,16 @@ from tests.sim_workloads import max_in_flight, run_on, sim, summary_of, workload
 
 def test_arrivals_keep_the_mean_rate_and_burstiness_shapes_the_gaps():
     const = arrival_offsets_ns("constant", 4.0, seed=0, duration_s=2.0)
-    assert const == [0, 250_000_000, 500_000_000, 750_000_000, 1_000_000_000, 1_250_000_000,
-                     1_500_000_000, 1_750_000_000]
+    assert const == [
+        0,
+        250_000_000,
+        500_000_000,
+        750_000_000,
+        1_000_000_000,
+        1_250_000_000,
+        1_500_000_000,
+        1_750_000_000,
+    ]
     assert arrival_offsets_ns("constant", 4.0, seed=0, limit=3) == const[:3]
 
     def cv(process, burstiness=1.0):
@@ -49,15 +57,16 @@ def test_arrivals_keep_the_mean_rate_and_burstiness_shapes_the_gaps():
     assert cv("gamma", 1.0) == pytest.approx(1.0, abs=0.05)  # shape 1 is Poisson
     assert cv("gamma", 0.25) == pytest.approx(2.0, abs=0.2)  # burstier: CV = 1/sqrt(shape)
     assert cv("gamma", 4.0) == pytest.approx(0.5, abs=0.05)
-    assert arrival_offsets_ns("poisson", 50, seed=1, duration_s=1) == arrival_offsets_ns("poisson", 50, seed=1, duration_s=1)
+    assert arrival_offsets_ns("poisson", 50, seed=1, duration_s=1) == arrival_offsets_ns(
+        "poisson", 50, seed=1, duration_s=1
+    )
     assert all(o < 1e9 for o in arrival_offsets_ns("poisson", 50, seed=1, duration_s=1))
     with pytest.raises(ValueError):
         arrival_offsets_ns("poisson", 0, seed=0, limit=3)
 
 
 def test_warmup_and_cooldown_windows_mark_requests():
-    plan = plan_window([0, 400 * MS, 1000 * MS, 1500 * MS, 1999 * MS], warmup_s=0.5, cooldown_s=0.5,
-                       end_ns=2000 * MS)
+    plan = plan_window([0, 400 * MS, 1000 * MS, 1500 * MS, 1999 * MS], warmup_s=0.5, cooldown_s=0.5, end_ns=2000 * MS)
     assert [p.warmup for p in plan] == [True, True, False, True, True]
     assert [p.index for p in plan] == [0, 1, 2, 3, 4]
 
@@ -80,25 +89,30 @@ def test_load_points_of_a_config():
     assert workload(kind="open_loop", rate=1, prompt_tokens="0.5x pool").longest_request_tokens(4000) == 2064
 
 
-@pytest.mark.parametrize("fields,message", [
-    (dict(), "give a rate"),
-    (dict(rate=[1, 2], max_concurrency=[1, 2]), "one axis at a time"),
-    (dict(rate=[2, 2]), "must differ"),
-    (dict(rate=1, burstiness=0.5), "burstiness shapes gamma"),
-    (dict(rate=1, duration_s=5, warmup_s=3, cooldown_s=2), "nothing of duration_s"),
-    (dict(rate=10_000, duration_s=1000), "more than"),
-    (dict(rate=1, prompt_tokens=100, prefix_tokens=100), "shorter than prompt_tokens"),
-    (dict(rate=1, slo={}), "at least one of"),
-    (dict(rate=1, slo_percentile=80), "slo_percentile"),
-])
+@pytest.mark.parametrize(
+    "fields,message",
+    [
+        (dict(), "give a rate"),
+        (dict(rate=[1, 2], max_concurrency=[1, 2]), "one axis at a time"),
+        (dict(rate=[2, 2]), "must differ"),
+        (dict(rate=1, burstiness=0.5), "burstiness shapes gamma"),
+        (dict(rate=1, duration_s=5, warmup_s=3, cooldown_s=2), "nothing of duration_s"),
+        (dict(rate=10_000, duration_s=1000), "more than"),
+        (dict(rate=1, prompt_tokens=100, prefix_tokens=100), "shorter than prompt_tokens"),
+        (dict(rate=1, slo={}), "at least one of"),
+        (dict(rate=1, slo_percentile=80), "slo_percentile"),
+    ],
+)
 def test_bad_load_configs_are_refused(fields, message):
     with pytest.raises(ValidationError, match=message):
         workload(kind="open_loop", **fields)
 
 
 def test_the_knee_and_goodput_are_gateable_and_the_shares_are_not():
-    base = ("name: t\nserver: {backend: sglang, model_path: /m}\nvariants: [{name: off}]\n"
-            "workloads:\n  - {kind: open_loop, rate: [1, 2], slo: {ttft_ms: 100}}\n")
+    base = (
+        "name: t\nserver: {backend: sglang, model_path: /m}\nvariants: [{name: off}]\n"
+        "workloads:\n  - {kind: open_loop, rate: [1, 2], slo: {ttft_ms: 100}}\n"
+    )
     s = load_scenario_text(base + "gate: [open_loop.knee_rate, open_loop.goodput_rps]\n", "g.yaml", env={})
     assert [g.metric for g in s.gate] == ["open_loop.knee_rate", "open_loop.goodput_rps"]
     with pytest.raises(Exception, match="compares no derived figure 'slo_met_fraction'"):
@@ -122,14 +136,16 @@ def test_slots_serve_first_come_first_served_and_say_when_a_slot_freed():
         assert waiters[2].result() == 222
         slots.release(333)
         assert slots.free == 1 and await slots.acquire() is None
+
     asyncio.run(go())
 
 
 def _lagged(lags_ms, warmup=False, phase="rate_4"):
     out = []
     for i, lag in enumerate(lags_ms):
-        r = make_record(workload="open_loop", phase=phase, index=i, sent_ns=(1000 + 100 * i) * MS + int(lag * MS),
-                        warmup=warmup)
+        r = make_record(
+            workload="open_loop", phase=phase, index=i, sent_ns=(1000 + 100 * i) * MS + int(lag * MS), warmup=warmup
+        )
         r.scheduled_ns = (1000 + 100 * i) * MS
         out.append(r)
     return out
@@ -148,11 +164,13 @@ def test_lag_figures_flag_a_client_that_fell_behind():
 
 def test_slo_attainment_goodput_and_the_percentile():
     slo = SLO(ttft_ms=100, tpot_ms=20)
-    rs = ([make_record(ttft_ms=50, output_tokens=5, itl_ms=10) for _ in range(6)]  # meets both
-          + [make_record(ttft_ms=150, output_tokens=5, itl_ms=10)]  # TTFT over
-          + [make_record(ttft_ms=50, output_tokens=5, itl_ms=30)]  # TPOT over
-          + [make_record(ttft_ms=50, output_tokens=1)]  # no TPOT: meets the TPOT limit
-          + [make_failed()])  # meets nothing
+    rs = (
+        [make_record(ttft_ms=50, output_tokens=5, itl_ms=10) for _ in range(6)]  # meets both
+        + [make_record(ttft_ms=150, output_tokens=5, itl_ms=10)]  # TTFT over
+        + [make_record(ttft_ms=50, output_tokens=5, itl_ms=30)]  # TPOT over
+        + [make_record(ttft_ms=50, output_tokens=1)]  # no TPOT: meets the TPOT limit
+        + [make_failed()]
+    )  # meets nothing
     f = slo_figures(rs, slo, 90, window_s=2.0)
     assert (f["slo_n"], f["slo_good"]) == (10, 7)
     assert f["slo_met_fraction"] == pytest.approx(0.7) and f["goodput_rps"] == pytest.approx(3.5)
@@ -177,8 +195,14 @@ def test_the_summary_keeps_each_points_figures_and_derives_the_knee():
     for repeat in (0, 1):
         for phase, ttft in (("rate_1", 100), ("rate_2", 150), ("rate_4", 400)):
             for i in range(5):
-                r = make_record(workload="open_loop", phase=phase, repeat=repeat, index=i, ttft_ms=ttft,
-                                sent_ns=(1000 + 10 * i) * MS)
+                r = make_record(
+                    workload="open_loop",
+                    phase=phase,
+                    repeat=repeat,
+                    index=i,
+                    ttft_ms=ttft,
+                    sent_ns=(1000 + 10 * i) * MS,
+                )
                 r.scheduled_ns = r.sent_ns
                 records.append(r)
     w = summarize(records, {"open_loop": "open_loop"}, {"open_loop": cfg})["workloads"]["open_loop"]
@@ -211,8 +235,9 @@ def test_the_step_cost_grows_with_the_batch_and_is_a_sim_flag():
 
 
 def test_requests_go_out_on_their_schedule_with_warmup_left_out():
-    w = workload(kind="open_loop", arrivals="constant", rate=20, duration_s=1.5, warmup_s=0.5, prompt_tokens=200,
-                 output_tokens=2)
+    w = workload(
+        kind="open_loop", arrivals="constant", rate=20, duration_s=1.5, warmup_s=0.5, prompt_tokens=200, output_tokens=2
+    )
     with sim() as s:
         outcome, records = run_on(s, [w])
     assert outcome.ok and len(records) == 30
@@ -228,8 +253,15 @@ def test_requests_go_out_on_their_schedule_with_warmup_left_out():
 
 
 def test_the_cap_bounds_requests_in_flight_and_shows_as_a_lower_achieved_rate():
-    w = workload(kind="open_loop", arrivals="constant", rate=200, max_concurrency=2, duration_s=0.3,
-                 prompt_tokens=3000, output_tokens=4)
+    w = workload(
+        kind="open_loop",
+        arrivals="constant",
+        rate=200,
+        max_concurrency=2,
+        duration_s=0.3,
+        prompt_tokens=3000,
+        output_tokens=4,
+    )
     with sim(time_scale=0.5) as s:
         outcome, records = run_on(s, [w])
     assert outcome.ok and len(records) == 60
@@ -264,19 +296,35 @@ def test_the_knee_moves_down_when_the_simulated_cost_model_doubles():
     """A rate sweep (2, 8, 32 req/s of 2000-token prompts, TTFT p90 <= 320 ms): at --sim-time-scale
     2 the server keeps up with 8 req/s, at 4 (every modelled duration doubled) only with 2. The SLO
     sits between the two runs' p90 at 8 req/s (~2x margin each way on an idle machine)."""
-    sweep = dict(kind="open_loop", rate=[2, 8, 32], duration_s=2.5, warmup_s=0.5, prompt_tokens=2000,
-                 output_tokens=1, slo={"ttft_ms": 320})
+    sweep = dict(
+        kind="open_loop",
+        rate=[2, 8, 32],
+        duration_s=2.5,
+        warmup_s=0.5,
+        prompt_tokens=2000,
+        output_tokens=1,
+        slo={"ttft_ms": 320},
+    )
     fast, slow = _sweep_knee(2.0, **sweep), _sweep_knee(4.0, **sweep)
-    p90 = {name: {ph: p["metrics"]["ttft_ms"]["p90"] for ph, p in w["phases"].items()}
-           for name, w in (("x2", fast), ("x4", slow))}
+    p90 = {
+        name: {ph: p["metrics"]["ttft_ms"]["p90"] for ph, p in w["phases"].items()}
+        for name, w in (("x2", fast), ("x4", slow))
+    }
     assert fast["derived"]["knee_rate"] is not None, p90
     assert slow["derived"]["knee_rate"] is None or slow["derived"]["knee_rate"] < fast["derived"]["knee_rate"], p90
     assert fast["derived"]["goodput_rps"] > slow["derived"]["goodput_rps"], p90
 
 
 def test_the_step_cost_knob_gives_tpot_a_concurrency_knee():
-    sweep = dict(kind="open_loop", max_concurrency=[1, 8], duration_s=1.2, warmup_s=0.2, prompt_tokens=100,
-                 output_tokens=16, slo={"tpot_ms": 25})
+    sweep = dict(
+        kind="open_loop",
+        max_concurrency=[1, 8],
+        duration_s=1.2,
+        warmup_s=0.2,
+        prompt_tokens=100,
+        output_tokens=16,
+        slo={"tpot_ms": 25},
+    )
     with sim(65536, "--sim-step-ms-per-request", "5", time_scale=1.0) as s:
         assert s.info["sim"]["step_ms_per_request"] == 5.0
         outcome, records = run_on(s, [workload(**sweep)])
@@ -286,8 +334,10 @@ def test_the_step_cost_knob_gives_tpot_a_concurrency_knee():
         outcome, records = run_on(s, [workload(**sweep)])
     assert outcome.ok
     flat = summary_of(records, [workload(**sweep)])["open_loop"]
-    tpot = {name: {ph: p["metrics"]["tpot_ms"]["p50"] for ph, p in w["phases"].items()}
-            for name, w in (("steep", steep), ("flat", flat))}
+    tpot = {
+        name: {ph: p["metrics"]["tpot_ms"]["p50"] for ph, p in w["phases"].items()}
+        for name, w in (("steep", steep), ("flat", flat))
+    }
     # 4 ms + 5 ms per running request: ~9 ms at 1, ~44 ms at 8; without the knob ~4 ms at both
     assert tpot["steep"]["conc_8"] > 2.5 * tpot["steep"]["conc_1"], tpot
     assert steep["derived"]["knee_concurrency"] == 1.0 and flat["derived"]["knee_concurrency"] == 8.0, tpot

@@ -33,8 +33,14 @@ def dist_name(requirement: str) -> str:
     return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].strip().lower()
 
 
-IMPORT_NAME = {"matplotlib": "matplotlib", "jinja2": "jinja2", "starlette": "starlette", "uvicorn": "uvicorn",
-               "scipy": "scipy", "tokenizers": "tokenizers"}
+IMPORT_NAME = {
+    "matplotlib": "matplotlib",
+    "jinja2": "jinja2",
+    "starlette": "starlette",
+    "uvicorn": "uvicorn",
+    "scipy": "scipy",
+    "tokenizers": "tokenizers",
+}
 
 
 def test_extras_in_pyproject_are_the_ones_the_code_asks_for():
@@ -80,22 +86,45 @@ raise SystemExit(main(sys.argv[2:]))
 
 def harness_without(blocked: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``harness ARGS`` in a Python where the modules ``blocked`` (comma-separated) are not installed."""
-    return subprocess.run([sys.executable, "-c", BLOCKING_MAIN, blocked, *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKING_MAIN, blocked, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd or ROOT,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("blocked,args,line", [
-    ("jinja2,matplotlib", ["report", "RUN"],
-     "harness report needs the [report] extra: pip install 'hicache-harness[report]'"),
-    ("matplotlib", ["history", "sim_smoke"],
-     "harness history needs the [report] extra: pip install 'hicache-harness[report]'"),
-    ("scipy", ["compare", "RUN", "--baseline", "latest"],
-     "harness compare needs the [stats] extra: pip install 'hicache-harness[stats]'"),
-    ("starlette,uvicorn", ["sim", "--model-path", "m"],
-     "harness sim needs the [sim] extra: pip install 'hicache-harness[sim]'"),
-    ("uvicorn", ["run", "scenarios/sim_smoke.yaml"],
-     "harness run with backend: sim needs the [sim] extra: pip install 'hicache-harness[sim]'"),
-])
+@pytest.mark.parametrize(
+    "blocked,args,line",
+    [
+        (
+            "jinja2,matplotlib",
+            ["report", "RUN"],
+            "harness report needs the [report] extra: pip install 'hicache-harness[report]'",
+        ),
+        (
+            "matplotlib",
+            ["history", "sim_smoke"],
+            "harness history needs the [report] extra: pip install 'hicache-harness[report]'",
+        ),
+        (
+            "scipy",
+            ["compare", "RUN", "--baseline", "latest"],
+            "harness compare needs the [stats] extra: pip install 'hicache-harness[stats]'",
+        ),
+        (
+            "starlette,uvicorn",
+            ["sim", "--model-path", "m"],
+            "harness sim needs the [sim] extra: pip install 'hicache-harness[sim]'",
+        ),
+        (
+            "uvicorn",
+            ["run", "scenarios/sim_smoke.yaml"],
+            "harness run with backend: sim needs the [sim] extra: pip install 'hicache-harness[sim]'",
+        ),
+    ],
+)
 def test_a_missing_extra_is_one_line_and_exit_2(golden_run, blocked, args, line):
     run = golden_run("healthy")
     r = harness_without(blocked, *[str(run) if a == "RUN" else a for a in args])
@@ -137,8 +166,13 @@ def test_the_bundled_smoke_scenario_resolves_from_any_folder(tmp_path, monkeypat
     (tmp_path / "scenarios" / "sim_smoke.yaml").write_text("name: mine\n")
     assert resolve_scenario_path("scenarios/sim_smoke.yaml") == (Path("scenarios/sim_smoke.yaml"), False)
     assert resolve_scenario_path("elsewhere/sim_smoke.yaml")[1] is False
-    r = subprocess.run([sys.executable, "-m", "harness", "validate", "sim_smoke.yaml"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "harness", "validate", "sim_smoke.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "using the one this package ships" in r.stderr and ": ok" in r.stdout
 

@@ -45,8 +45,9 @@ def test_llama_tiny_ratio2_matches_sglang_0517_log(llama_tiny):
 def test_seed000_hybrid_tp2_int2(gdn27b):
     # seed 000: "hierarchical KV host pool: 420001 tokens, 2.58 GB", then the mamba pool
     # "Requesting 2.55 GB but only have 0.59 GB free" (65 slots of 39.2 MB)
-    p = predict_host_pool(gdn27b, {"ratio": 2}, 210000, 2, mamba_device_slots=32,
-                          kv_dtype_bytes=kv_dtype_bytes_for("int2"))
+    p = predict_host_pool(
+        gdn27b, {"ratio": 2}, 210000, 2, mamba_device_slots=32, kv_dtype_bytes=kv_dtype_bytes_for("int2")
+    )
     assert p.kv_host_tokens == 420001
     assert round(p.kv_host_bytes / 1e9, 2) == 2.58
     assert p.mamba_host_slots == 65
@@ -70,13 +71,11 @@ def test_size_gb_overrides_ratio_and_aligns_to_pages(llama_tiny):
 def test_hybrid_size_gb_split(gdn27b):
     kv_bpt = gdn27b.kv_bytes_per_token(1)
     m_bps = gdn27b.mamba_bytes_per_slot(1)
-    prop = predict_host_pool(gdn27b, {"size_gb": 10}, 100000, 1, mamba_device_slots=16,
-                             size_split="proportional")
+    prop = predict_host_pool(gdn27b, {"size_gb": 10}, 100000, 1, mamba_device_slots=16, size_split="proportional")
     kv_dev, m_dev = 100000 * kv_bpt, 16 * m_bps
     assert prop.kv_host_tokens == int(10 * kv_dev / (kv_dev + m_dev) * 1e9 // kv_bpt) + 1
     assert prop.total_bytes_per_rank <= 10e9 + kv_bpt + m_bps
-    each = predict_host_pool(gdn27b, {"size_gb": 10}, 100000, 1, mamba_device_slots=16,
-                             size_split="each")
+    each = predict_host_pool(gdn27b, {"size_gb": 10}, 100000, 1, mamba_device_slots=16, size_split="each")
     assert each.kv_host_tokens == int(10e9 // kv_bpt) + 1
     assert each.mamba_host_slots == int(10e9 // m_bps) + 1
     assert predict_host_pool(gdn27b, {"size_gb": 10}, None, 1).known  # "each" needs no device pool
@@ -114,8 +113,14 @@ def test_budget_rule_divides_by_ranks(llama_tiny):
 
 
 def test_pool_args_from_scenario_args():
-    a = pool_args_from_server_args({"--max-total-tokens": 20480, "--page-size": 64,
-                                    "--attention-backend": "triton", "--kv-cache-dtype": "fp8_e4m3"})
+    a = pool_args_from_server_args(
+        {
+            "--max-total-tokens": 20480,
+            "--page-size": 64,
+            "--attention-backend": "triton",
+            "--kv-cache-dtype": "fp8_e4m3",
+        }
+    )
     assert a.max_total_tokens == 20480 and a.page_size == 64 and a.kv_cache_dtype == "fp8_e4m3"
     assert kv_dtype_bytes_for(a.kv_cache_dtype) == 1
     b = pool_args_from_server_args({"--skip-tokenizer-init": True})
@@ -130,17 +135,29 @@ def test_cooldown_clean_when_memory_comes_back():
     gpu = iter([{0: 9000.0}, {0: 5000.0}, {0: 600.0}, {0: 500.0}])
     base = cooldown.Baseline(mem_available_kib=20 * KIB_PER_GIB, gpu_mem_used_mib={0: 500.0}, wall_time=0)
     slept = []
-    r = cooldown.wait(base, timeout_s=60, mem_tolerance_gib=1.0, gpu_tolerance_mib=256,
-                      read_mem_available=lambda: next(readings) * KIB_PER_GIB,
-                      read_gpu=lambda: next(gpu), sleep=slept.append, poll_s=0.01)
+    r = cooldown.wait(
+        base,
+        timeout_s=60,
+        mem_tolerance_gib=1.0,
+        gpu_tolerance_mib=256,
+        read_mem_available=lambda: next(readings) * KIB_PER_GIB,
+        read_gpu=lambda: next(gpu),
+        sleep=slept.append,
+        poll_s=0.01,
+    )
     assert r.clean and r.polls == 4 and r.still_high_gpus == []
 
 
 def test_cooldown_not_clean_is_bounded_and_reports_gpu():
     base = cooldown.Baseline(mem_available_kib=20 * KIB_PER_GIB, gpu_mem_used_mib={0: 500.0}, wall_time=0)
-    r = cooldown.wait(base, timeout_s=0.3, mem_tolerance_gib=1.0, poll_s=0.05,
-                      read_mem_available=lambda: 20 * KIB_PER_GIB,
-                      read_gpu=lambda: {0: 30000.0})
+    r = cooldown.wait(
+        base,
+        timeout_s=0.3,
+        mem_tolerance_gib=1.0,
+        poll_s=0.05,
+        read_mem_available=lambda: 20 * KIB_PER_GIB,
+        read_gpu=lambda: {0: 30000.0},
+    )
     assert not r.clean and r.still_high_gpus == [0]
     assert r.waited_s >= 0.3 and "GPU 0" in r.reason  # gave up at its timeout, naming the GPU
 
@@ -185,8 +202,13 @@ def _scenario(mode="warn", backend="sim", mem_gib=None, ranks=None, tp=1):
 
     return NS(
         preflight=NS(mode=mode, reserve_gib=10, ranks_on_host=ranks),
-        server=NS(backend=backend, model_path=str(MODELS / "llama-tiny"), tp_size=tp, args={},
-                  sim=NS(mem_available_gib=mem_gib)),
+        server=NS(
+            backend=backend,
+            model_path=str(MODELS / "llama-tiny"),
+            tp_size=tp,
+            args={},
+            sim=NS(mem_available_gib=mem_gib),
+        ),
     )
 
 

@@ -69,9 +69,17 @@ def test_load_back_fraction():
     assert bandwidth.load_back_fraction(55.3e9, 2.0, 55.3) == pytest.approx(0.5)
     assert bandwidth.load_back_fraction(0, 1.0, 55.3) == 0.0
     for bad in [
-        (None, 1.0, 55.3), (1e9, None, 55.3), (1e9, 1.0, None),
-        (1e9, 0.0, 55.3), (1e9, -1.0, 55.3), (1e9, 1.0, 0.0), (-1, 1.0, 55.3),
-        (float("nan"), 1.0, 55.3), (1e9, float("inf"), 55.3), ("x", 1.0, 55.3), (True, 1.0, 55.3),
+        (None, 1.0, 55.3),
+        (1e9, None, 55.3),
+        (1e9, 1.0, None),
+        (1e9, 0.0, 55.3),
+        (1e9, -1.0, 55.3),
+        (1e9, 1.0, 0.0),
+        (-1, 1.0, 55.3),
+        (float("nan"), 1.0, 55.3),
+        (1e9, float("inf"), 55.3),
+        ("x", 1.0, 55.3),
+        (True, 1.0, 55.3),
     ]:
         assert bandwidth.load_back_fraction(*bad) is None, bad
 
@@ -142,13 +150,13 @@ def test_torch_hidden_from_find_spec(monkeypatch):
 def test_cli_writes_json_without_torch(tmp_path):
     """`python -m harness.probe --json f` with torch hidden: exit 0, the no-GPU result."""
     out = tmp_path / "sub" / "probe_run.json"
-    code = (
-        "import sys; sys.modules['torch'] = None; "
-        "from harness.probe.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
+    code = "import sys; sys.modules['torch'] = None; from harness.probe.cli import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.run(
         [sys.executable, "-c", code, "--json", str(out), "--quick"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -162,7 +170,10 @@ def test_module_cli_without_gpu(tmp_path):
     out = tmp_path / "probe_run.json"
     proc = subprocess.run(
         [sys.executable, "-m", "harness.probe", "--json", str(out), "--quick"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -205,15 +216,26 @@ def test_worker_timeout_is_hard():
 
 
 H200_ENV = {
-    "torch_version": "2.11.0+cu130", "cuda_runtime": "13.0", "cuda_available": True,
-    "device_count": 1, "driver_version": "13.0", "nvidia_driver": "580.95.05",
+    "torch_version": "2.11.0+cu130",
+    "cuda_runtime": "13.0",
+    "cuda_available": True,
+    "device_count": 1,
+    "driver_version": "13.0",
+    "nvidia_driver": "580.95.05",
     "cupy_version": "13.6.0",
-    "devices": [{
-        "index": 0, "name": "NVIDIA H200", "total_mem_gib": 139.8, "compute_capability": "9.0",
-        "pageable_memory_access": 0, "pageable_memory_access_uses_host_page_tables": 0,
-        "can_use_host_pointer_for_registered_mem": 1, "attribute_source": "cupy",
-        "attribute_error": None,
-    }],
+    "devices": [
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "total_mem_gib": 139.8,
+            "compute_capability": "9.0",
+            "pageable_memory_access": 0,
+            "pageable_memory_access_uses_host_page_tables": 0,
+            "can_use_host_pointer_for_registered_mem": 1,
+            "attribute_source": "cupy",
+            "attribute_error": None,
+        }
+    ],
 }
 BW = {"pinned": (55.3, 55.3), "registered": (55.1, 55.5), "pageable": (7.2, 14.5)}
 
@@ -226,8 +248,12 @@ def fake_runner(fail_flags=(), env=H200_ENV, calls=None):
             return {"ok": True, "value": env, "error": None}
         if name == "kwrite_register":
             if params["flags"] in fail_flags:
-                return {"ok": False, "value": None, "stage": "sync",
-                        "error": "sync: CUDARuntimeError: cudaErrorIllegalAddress"}
+                return {
+                    "ok": False,
+                    "value": None,
+                    "stage": "sync",
+                    "error": "sync: CUDARuntimeError: cudaErrorIllegalAddress",
+                }
             return {"ok": True, "value": {"flags": params["flags"]}, "error": None}
         if name == "kwrite_hostalloc":
             return {"ok": True, "value": {}, "error": None}
@@ -253,8 +279,12 @@ def test_assembly_all_ok():
     assert all(v["ok"] for v in res["host_register_kernel_write"].values())
     assert res["host_alloc_kernel_write"]["ok"] is True
     assert res["bandwidth_gbs"] == {
-        "pinned_h2d": 55.3, "pinned_d2h": 55.3, "registered_h2d": 55.1,
-        "registered_d2h": 55.5, "pageable_h2d": 7.2, "pageable_d2h": 14.5,
+        "pinned_h2d": 55.3,
+        "pinned_d2h": 55.3,
+        "registered_h2d": 55.1,
+        "registered_d2h": 55.5,
+        "pageable_h2d": 7.2,
+        "pageable_d2h": 14.5,
     }
     assert res["register_seconds"]["seconds"] == 0.4
     assert res["torch_version"] == "2.11.0+cu130" and res["nvidia_driver"] == "580.95.05"
@@ -307,9 +337,11 @@ def _fake_cupy(write=True, corrupt=False):
         hostRegister=lambda ptr, size, flags: None,
         hostUnregister=lambda ptr: None,
         pointerGetAttributes=lambda ptr: types.SimpleNamespace(
-            device=0, devicePointer=ptr, hostPointer=ptr, memoryType=1),
+            device=0, devicePointer=ptr, hostPointer=ptr, memoryType=1
+        ),
         deviceSynchronize=lambda: None,
-        malloc=lambda n: 1, free=lambda p: None,
+        malloc=lambda n: 1,
+        free=lambda p: None,
         deviceGetAttribute=lambda attr, dev: {88: 1, 100: 0, 91: 1}[attr],
         driverGetVersion=lambda: 13000,
     )
@@ -401,7 +433,10 @@ def test_gpu_cli(tmp_path):
     out = tmp_path / "probe_run.json"
     proc = subprocess.run(
         [sys.executable, "-m", "harness.probe", "--json", str(out), "--quick"],
-        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["gpu_present"] is True

@@ -18,8 +18,9 @@ def bpe():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=1500, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  special_tokens=["<s>"])
+    trainer = trainers.BpeTrainer(
+        vocab_size=1500, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=["<s>"]
+    )
     extra = [generate(t, 2000, i, 0, filler_units=5).prompt_text for t in TASKS for i in range(3)]
     tok.train_from_iterator(filler_corpus(1500) + extra, trainer)
     return tok

@@ -31,13 +31,22 @@ def top_for(tokens, margin=1.0, second=None):
     return rows
 
 
-def rec(role, ids, *, ask=1, index=0, task="needle", length=1000, host=500, correct=None, top=None, lps=None,
-        **extra):
+def rec(role, ids, *, ask=1, index=0, task="needle", length=1000, host=500, correct=None, top=None, lps=None, **extra):
     return QualityRecord(
-        variant=role, arm_role=role, task=task, length_target=length, index=index, seed=0, ask=ask,
-        output_ids=list(ids), output_logprobs=lps if lps is not None else [-0.1] * len(ids),
-        top_logprobs=top if top is not None else top_for(ids), cached_host=host if role == "on" else 0,
-        correct=correct, prompt_tokens=length, **extra,
+        variant=role,
+        arm_role=role,
+        task=task,
+        length_target=length,
+        index=index,
+        seed=0,
+        ask=ask,
+        output_ids=list(ids),
+        output_logprobs=lps if lps is not None else [-0.1] * len(ids),
+        top_logprobs=top if top is not None else top_for(ids),
+        cached_host=host if role == "on" else 0,
+        correct=correct,
+        prompt_tokens=length,
+        **extra,
     )
 
 
@@ -51,6 +60,7 @@ BAD = [999] + TOK[1:]  # a first token outside OFF's top-5
 
 
 # --- one pair -------------------------------------------------------------------------------
+
 
 def test_identical_is_pass_exactly_even_without_a_control():
     on, off = arms(TOK)
@@ -97,11 +107,12 @@ def test_a_single_difference_decides_nothing():
 
 # --- the test against the control -------------------------------------------------------------
 
+
 def test_sign_test_and_minimum_keys():
     assert sign_test_p(0, 0) == 1.0
     assert sign_test_p(7, 0) == pytest.approx(1 / 128)
     assert sign_test_p(3, 3) == pytest.approx(42 / 64)
-    assert min_keys(0.01) == 7 and min_keys(0.05) == 5 and 0.5 ** min_keys(0.01) < 0.01 <= 0.5 ** 6
+    assert min_keys(0.01) == 7 and min_keys(0.05) == 5 and 0.5 ** min_keys(0.01) < 0.01 <= 0.5**6
 
 
 def keyed(role, ids, n, **kw):
@@ -114,7 +125,7 @@ def test_corrupt_on_every_key_is_fail_with_the_numbers_in_the_report():
     assert r.verdict == "FAIL" and "token 0" in r.reason and "outside the other's top-k" in r.reason
     f = r.floor
     assert (f.keys, f.on_worse, f.control_worse, f.ties) == (n, n, 0, 0)
-    assert f.p_value == pytest.approx(0.5 ** n) and f.significant
+    assert f.p_value == pytest.approx(0.5**n) and f.significant
     assert f.on.pairs == f.control.pairs == n and f.control.differing == 0 and f.on.outside_topk == n
     d = r.to_dict()
     assert d["floor"]["test"].startswith("paired sign test") and d["floor"]["p_value"] == f.p_value
@@ -172,16 +183,22 @@ def test_mcnemar_known_table():
 
 def test_per_task_length_groups_and_overall():
     n = 8
-    on = (keyed("on", TOK, n, task="needle") + keyed("on", BAD, n, task="aggregation")
-          + keyed("on", TOK, n, task="needle", length=2000, host=0))
-    off = keyed("off", TOK, n, task="needle") + keyed("off", TOK, n, task="aggregation") + keyed(
-        "off", TOK, n, task="needle", length=2000)
+    on = (
+        keyed("on", TOK, n, task="needle")
+        + keyed("on", BAD, n, task="aggregation")
+        + keyed("on", TOK, n, task="needle", length=2000, host=0)
+    )
+    off = (
+        keyed("off", TOK, n, task="needle")
+        + keyed("off", TOK, n, task="aggregation")
+        + keyed("off", TOK, n, task="needle", length=2000)
+    )
     ctrl = [rec("control", r.output_ids, index=r.index, task=r.task, length=r.length_target) for r in off]
     r = evaluate_parity(on, off, ctrl)
     verdicts = {(g.task, g.length_target): g.verdict for g in r.groups}
     assert verdicts == {("aggregation", 1000): "FAIL", ("needle", 1000): "PASS", ("needle", 2000): "NOT_EXERCISED"}
     assert r.verdict == "FAIL"
-    r2 = evaluate_parity(on[:n] + on[2 * n:], off[:n] + off[2 * n:], ctrl[:n] + ctrl[2 * n:])
+    r2 = evaluate_parity(on[:n] + on[2 * n :], off[:n] + off[2 * n :], ctrl[:n] + ctrl[2 * n :])
     assert r2.verdict == "PASS" and r2.not_exercised_groups == (("needle", 2000),)
     assert "not exercised" in r2.reason
 
@@ -212,8 +229,18 @@ def test_no_exercised_group_is_never_pass():
 
 # --- NOT_EXERCISED says why --------------------------------------------------------------------
 
-PLAN = dict(tokens=6144, chunk=4096, requested=6144, device_pool=8192, host_pool=16385, max_input=None,
-            prompt=1008, low=8320, high=15249, note="")
+PLAN = dict(
+    tokens=6144,
+    chunk=4096,
+    requested=6144,
+    device_pool=8192,
+    host_pool=16385,
+    max_input=None,
+    prompt=1008,
+    low=8320,
+    high=15249,
+    note="",
+)
 
 
 def reasks(n=4, **kw):
@@ -231,26 +258,68 @@ def test_zero_host_hits_is_not_exercised_never_pass():
     assert r2.verdict == "NOT_EXERCISED" and "does not report cache tiers" in r2.reason
 
 
-@pytest.mark.parametrize("kw, expect", [
-    (dict(churn_plan={**PLAN, "tokens": 0, "note": "churn disabled (quality.churn_tokens 0): every re-ask is a "
-                                                    "GPU-cache hit"}, cached_device=1000, cached_tokens=1000),
-     "churn disabled"),
-    (dict(churn_plan={**PLAN, "max_input": 2046}, cached_device=1000, cached_tokens=1000,
-          churn={"tokens": 6144, "accepted": 0, "requests": 2, "failed": 2, "error": "http_400 (churn request of "
-                 "4096 tokens)", "chunk": 4096}),
-     "churn requests rejected: http_400 (churn request of 4096 tokens) (8 of 8 failed; the server takes at most "
-     "2047 tokens per prompt)"),
-    (dict(churn_plan=PLAN, cached_device=1000, cached_tokens=1000,
-          churn={"tokens": 6144, "accepted": 6144, "requests": 2, "failed": 0, "error": None, "chunk": 4096}),
-     "0 of 4 re-asks hit the host tier: churn 6144 tokens < GPU pool 8192: the re-asks were GPU-cache hits"),
-    (dict(churn_plan={**PLAN, "host_pool": 8193, "high": 7057, "note": "no churn can push ..."}, cached_tokens=0,
-          cached_device=0, churn={"tokens": 8320, "accepted": 8320, "requests": 3, "failed": 0, "chunk": 4096}),
-     "no churn can push ..."),
-    (dict(churn_plan={**PLAN, "host_pool": 9000, "low": None, "high": None}, cached_tokens=0, cached_device=0,
-          churn={"tokens": 12288, "accepted": 12288, "requests": 3, "failed": 0, "chunk": 4096}),
-     "churn 12288 + prompt 1000 tokens > host pool 9000: the host tier evicted the prompts too"),
-    (dict(error="http_400"), "every re-ask failed (http_400 x4)"),
-])
+@pytest.mark.parametrize(
+    "kw, expect",
+    [
+        (
+            dict(
+                churn_plan={
+                    **PLAN,
+                    "tokens": 0,
+                    "note": "churn disabled (quality.churn_tokens 0): every re-ask is a GPU-cache hit",
+                },
+                cached_device=1000,
+                cached_tokens=1000,
+            ),
+            "churn disabled",
+        ),
+        (
+            dict(
+                churn_plan={**PLAN, "max_input": 2046},
+                cached_device=1000,
+                cached_tokens=1000,
+                churn={
+                    "tokens": 6144,
+                    "accepted": 0,
+                    "requests": 2,
+                    "failed": 2,
+                    "error": "http_400 (churn request of 4096 tokens)",
+                    "chunk": 4096,
+                },
+            ),
+            "churn requests rejected: http_400 (churn request of 4096 tokens) (8 of 8 failed; the server takes at most "
+            "2047 tokens per prompt)",
+        ),
+        (
+            dict(
+                churn_plan=PLAN,
+                cached_device=1000,
+                cached_tokens=1000,
+                churn={"tokens": 6144, "accepted": 6144, "requests": 2, "failed": 0, "error": None, "chunk": 4096},
+            ),
+            "0 of 4 re-asks hit the host tier: churn 6144 tokens < GPU pool 8192: the re-asks were GPU-cache hits",
+        ),
+        (
+            dict(
+                churn_plan={**PLAN, "host_pool": 8193, "high": 7057, "note": "no churn can push ..."},
+                cached_tokens=0,
+                cached_device=0,
+                churn={"tokens": 8320, "accepted": 8320, "requests": 3, "failed": 0, "chunk": 4096},
+            ),
+            "no churn can push ...",
+        ),
+        (
+            dict(
+                churn_plan={**PLAN, "host_pool": 9000, "low": None, "high": None},
+                cached_tokens=0,
+                cached_device=0,
+                churn={"tokens": 12288, "accepted": 12288, "requests": 3, "failed": 0, "chunk": 4096},
+            ),
+            "churn 12288 + prompt 1000 tokens > host pool 9000: the host tier evicted the prompts too",
+        ),
+        (dict(error="http_400"), "every re-ask failed (http_400 x4)"),
+    ],
+)
 def test_not_exercised_names_the_cause(kw, expect):
     on = reasks(host=0, **kw)
     assert expect in host_miss_cause(on)
@@ -297,13 +366,29 @@ def synthetic_arms(seed: int, *, nondeterministic: bool, corrupt: bool = False, 
                 key = dict(task=f"t{t}", length_target=1000, index=i, seed=seed, ask=ask, prompt_tokens=1000)
                 cached = ask > 0
                 off.append(QualityRecord(variant="off", arm_role="off", cached_host=0, **key, **answer(state)))
-                on.append(QualityRecord(
-                    variant="on", arm_role="on", cached_host=1000 if cached else 0, **key,
-                    **answer(state, random.Random(rng.getrandbits(64)) if cached and nondeterministic else None,
-                             corrupt=cached and corrupt)))
-                ctrl.append(QualityRecord(
-                    variant="off", arm_role="control", cached_host=0, cached_device=1000 if cached else 0, **key,
-                    **answer(state, random.Random(rng.getrandbits(64)) if cached and nondeterministic else None)))
+                on.append(
+                    QualityRecord(
+                        variant="on",
+                        arm_role="on",
+                        cached_host=1000 if cached else 0,
+                        **key,
+                        **answer(
+                            state,
+                            random.Random(rng.getrandbits(64)) if cached and nondeterministic else None,
+                            corrupt=cached and corrupt,
+                        ),
+                    )
+                )
+                ctrl.append(
+                    QualityRecord(
+                        variant="off",
+                        arm_role="control",
+                        cached_host=0,
+                        cached_device=1000 if cached else 0,
+                        **key,
+                        **answer(state, random.Random(rng.getrandbits(64)) if cached and nondeterministic else None),
+                    )
+                )
     return on, off, (ctrl if control else [])
 
 

@@ -36,8 +36,15 @@ class TinyServer:
         ids = tuple(req.input_ids)
         self.sent.append((list(ids), labels))
         if self.max_input is not None and len(ids) > self.max_input:
-            return RequestRecord(variant=labels.variant, workload=labels.workload, phase=labels.phase,
-                                 repeat=labels.repeat, index=labels.index, rid=f"r{len(self.sent)}", error="http_400")
+            return RequestRecord(
+                variant=labels.variant,
+                workload=labels.workload,
+                phase=labels.phase,
+                repeat=labels.repeat,
+                index=labels.index,
+                rid=f"r{len(self.sent)}",
+                error="http_400",
+            )
         dev = host = 0
         if ids in self.last_seen:
             since = self.tokens - self.last_seen[ids]
@@ -50,11 +57,21 @@ class TinyServer:
         h = hashlib.sha256(repr(ids).encode()).digest()
         out = [3 + b for b in h[: req.max_new_tokens]]
         top = [[[t, -0.1], [t + 1, -2.0]] for t in out] if req.top_logprobs_num else None
-        return RequestRecord(variant=labels.variant, workload=labels.workload, phase=labels.phase,
-                             repeat=labels.repeat, index=labels.index, rid=f"r{len(self.sent)}",
-                             output_ids=out, output_logprobs=[-0.1] * len(out) if req.return_logprob else None,
-                             top_logprobs=top, cached_tokens=dev + host, cached_device=dev, cached_host=host,
-                             finish_reason="length")
+        return RequestRecord(
+            variant=labels.variant,
+            workload=labels.workload,
+            phase=labels.phase,
+            repeat=labels.repeat,
+            index=labels.index,
+            rid=f"r{len(self.sent)}",
+            output_ids=out,
+            output_logprobs=[-0.1] * len(out) if req.return_logprob else None,
+            top_logprobs=top,
+            cached_tokens=dev + host,
+            cached_device=dev,
+            cached_host=host,
+            finish_reason="length",
+        )
 
 
 @dataclass
@@ -74,8 +91,17 @@ class Ctx:
         self.phases.append(p)
 
 
-CFG = dict(tasks=["needle", "aggregation"], lengths=["0.25x pool"], samples_per_task=2, max_new_tokens=4,
-           churn_tokens="1.5x pool", reasks=2, top_logprobs=5, mode="auto", control=True)
+CFG = dict(
+    tasks=["needle", "aggregation"],
+    lengths=["0.25x pool"],
+    samples_per_task=2,
+    max_new_tokens=4,
+    churn_tokens="1.5x pool",
+    reasks=2,
+    top_logprobs=5,
+    mode="auto",
+    control=True,
+)
 
 
 def run(ctx, cfg, role, **kw):
@@ -187,6 +213,7 @@ def test_stops_when_the_server_is_gone():
 
 # --- churn sizing --------------------------------------------------------------------------------
 
+
 def test_churn_window_from_the_pools():
     p = plan_churn(6144, device_pool=4096, host_pool=8193, max_input=None, prompt_tokens=1008)
     assert (p.low, p.high, p.tokens, p.chunk) == (4160, 7121, 6144, 2048) and "as configured" in p.note
@@ -195,12 +222,15 @@ def test_churn_window_from_the_pools():
     small = plan_churn(1000, device_pool=4096, host_pool=8193, max_input=None, prompt_tokens=1008)
     assert small.tokens == 4160
     # write-back copies to the host only on eviction: the whole host pool is free for evicted prompts
-    wb = plan_churn(20000, device_pool=4096, host_pool=4097, max_input=None, prompt_tokens=1008,
-                    write_policy="write_back")
+    wb = plan_churn(
+        20000, device_pool=4096, host_pool=4097, max_input=None, prompt_tokens=1008, write_policy="write_back"
+    )
     assert wb.can_reach_host and wb.tokens == 4097 + 4096 - 1008 - 64
     # the baseline only needs the GPU pool emptied; no upper bound
-    assert plan_churn(20000, device_pool=4096, host_pool=0, max_input=None, prompt_tokens=1008,
-                      needs_host=False).tokens == 20000
+    assert (
+        plan_churn(20000, device_pool=4096, host_pool=0, max_input=None, prompt_tokens=1008, needs_host=False).tokens
+        == 20000
+    )
     assert plan_churn(0, device_pool=4096, host_pool=8193, max_input=None, prompt_tokens=1008).tokens == 0
 
 
@@ -212,24 +242,37 @@ def test_churn_chunks_follow_the_context_length():
 def test_ratio_one_host_pool_says_why_no_churn_works():
     p = plan_churn(6144, device_pool=4096, host_pool=4097, max_input=None, prompt_tokens=1008)
     assert not p.can_reach_host and p.tokens == p.low == 4160
-    assert "no churn can push a 1008-token prompt out of the GPU pool (4096 tokens) and keep it in the host pool" in p.note
+    assert (
+        "no churn can push a 1008-token prompt out of the GPU pool (4096 tokens) and keep it in the host pool" in p.note
+    )
     assert "only 1 host tokens are left" in p.note and "--hicache-ratio >= 1.28" in p.note
 
 
 def test_server_limits_from_server_info():
-    sim = {"max_total_num_tokens": 8192, "max_req_input_len": 2047, "host_pool_tokens": 16385,
-           "hicache_write_policy": "write_through"}
+    sim = {
+        "max_total_num_tokens": 8192,
+        "max_req_input_len": 2047,
+        "host_pool_tokens": 16385,
+        "hicache_write_policy": "write_through",
+    }
     assert server_limits(sim, None, None) == ServerLimits(8192, 16385, 2046, "write_through")
-    real = {"max_total_num_tokens": 8192, "context_length": None, "max_req_input_len": 8191,
-            "enable_hierarchical_cache": True, "hicache_ratio": 1.5, "hicache_size": 0}
+    real = {
+        "max_total_num_tokens": 8192,
+        "context_length": None,
+        "max_req_input_len": 8191,
+        "enable_hierarchical_cache": True,
+        "hicache_ratio": 1.5,
+        "hicache_size": 0,
+    }
     assert server_limits(real, 8192, None).host_pool == 12288
     assert server_limits(real, 8192, 12353).host_pool == 12353  # the log's figure wins
     assert server_limits({**real, "enable_hierarchical_cache": False}, 8192, None).host_pool == 0
     assert server_limits({"context_len": 4096}, 8192, None).max_input == 4094
     assert server_limits(None, 8192, None) == ServerLimits(8192, None, None, None)
     # an answer the harness cannot use (harness.server_info refuses it) reads as unknown
-    assert server_limits({"max_req_input_len": "lots", "hicache_ratio": -1}, 8192, None) == \
-        ServerLimits(8192, None, None, None)
+    assert server_limits({"max_req_input_len": "lots", "hicache_ratio": -1}, 8192, None) == ServerLimits(
+        8192, None, None, None
+    )
 
 
 def test_pool_over_twice_the_context_still_reaches_the_host():

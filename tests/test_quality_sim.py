@@ -19,12 +19,29 @@ pytestmark = pytest.mark.skipif(not (MODELS / "llama-tiny" / "config.json").exis
 
 POOL = 4096
 TASKS = ["needle", "multi_needle", "variable_tracking", "aggregation", "ordered_codes"]
-CFG = dict(tasks=TASKS, lengths=[1000], samples_per_task=1, max_new_tokens=8, churn_tokens="1.5x pool", reasks=2,
-           top_logprobs=5, tie_epsilon=0.05, mode="auto", control=True)  # 10 host-path keys (>= 7 to decide)
+CFG = dict(
+    tasks=TASKS,
+    lengths=[1000],
+    samples_per_task=1,
+    max_new_tokens=8,
+    churn_tokens="1.5x pool",
+    reasks=2,
+    top_logprobs=5,
+    tie_epsilon=0.05,
+    mode="auto",
+    control=True,
+)  # 10 host-path keys (>= 7 to decide)
 
 
-def sim_args(*, hicache: bool, deterministic: bool = True, faults: tuple[str, ...] = (), pool: int = POOL,
-             ratio: float = 2, extra: tuple[str, ...] = ()) -> list[str]:
+def sim_args(
+    *,
+    hicache: bool,
+    deterministic: bool = True,
+    faults: tuple[str, ...] = (),
+    pool: int = POOL,
+    ratio: float = 2,
+    extra: tuple[str, ...] = (),
+) -> list[str]:
     argv = ["--max-total-tokens", str(pool), "--skip-tokenizer-init", "--sim-mem-available-gib", "64", *extra]
     if deterministic:
         argv.append("--enable-deterministic-inference")
@@ -42,8 +59,9 @@ SPECS = {
     # a healthy server without deterministic inference, both arms (different noise streams)
     "ties": sim_args(hicache=True, deterministic=False, faults=("near_tie_flips",), extra=("--random-seed", "1")),
     "off_ties": sim_args(hicache=False, deterministic=False, faults=("near_tie_flips",), extra=("--random-seed", "2")),
-    "corrupt_ties": sim_args(hicache=True, deterministic=False, faults=("near_tie_flips", "corrupt_host_load"),
-                             extra=("--random-seed", "3")),
+    "corrupt_ties": sim_args(
+        hicache=True, deterministic=False, faults=("near_tie_flips", "corrupt_host_load"), extra=("--random-seed", "3")
+    ),
     # GPU pool more than twice the context length: half-pool churn requests would all be refused
     "on_big": sim_args(hicache=True, pool=4 * POOL, extra=("--context-length", "2048")),
     "off_big": sim_args(hicache=False, pool=4 * POOL, extra=("--context-length", "2048")),

@@ -11,6 +11,7 @@ from harness.quality.tasks import TASKS, Answer, filler_corpus, generate, sample
 
 # ---- reference solvers: recover the answer from the prompt text only -------------------------
 
+
 def solve_needle(prompt: str) -> Answer:
     key = re.search(r"magic number for (\S+) mentioned", prompt).group(1)
     return Answer("str", re.search(rf"magic numbers for {re.escape(key)} is: (\d+)\.", prompt).group(1))

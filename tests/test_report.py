@@ -45,9 +45,18 @@ def healthy_report(golden_run, tmp_path) -> Path:
 
 
 def chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
-    base = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={tmp / 'profile'}"]
+    base = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp / 'profile'}",
+    ]
     return subprocess.run(base + args, check=False, capture_output=True, text=True, timeout=90)
 
 
@@ -139,7 +148,12 @@ def _poison(run: Path) -> Path:
     rows = [json.loads(line) for line in q_path.read_text().splitlines()]
     for r in rows:
         if (r["task"], r["length_target"], r["index"], r["seed"], r["ask"]) == (
-                c["task"], c["length_target"], c["index"], c["seed"], c["ask"]) and r["arm_role"] == "on":
+            c["task"],
+            c["length_target"],
+            c["index"],
+            c["seed"],
+            c["ask"],
+        ) and r["arm_role"] == "on":
             r["text"] = f"the answer is {XSS}"
     q_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return run
@@ -174,7 +188,7 @@ def test_report_shows_a_comparison(golden_run, tmp_path):
     comparison = json.loads((run / "comparison.json").read_text())
     html = write_report(run, tmp_path / "reports").read_text()
     assert "No comparison yet" not in html
-    section = html[html.index('<section id="comparison"'):]
+    section = html[html.index('<section id="comparison"') :]
     shown = [m for m in comparison["metrics"] if m["state"] != "unchanged"]
     rows = re.findall(r'<tr><td class="label">[^<]*</td><td class="label">[^<]*/[^<]*</td>', section)
     assert len(rows) == len(shown) and (shown or "all compared metrics unchanged" in section)
@@ -185,8 +199,9 @@ def banner_of(html: str) -> tuple[str, list[str]]:
     outcome = re.search(r'id="run-verdict">([A-Z_]+)<', html).group(1)
     ul = re.search(r'<ul id="verdict-reasons">(.*?)</ul>', html, re.DOTALL)
     reasons = re.findall(r"<li>(.*?)</li>", ul.group(1)) if ul else []
-    return outcome, [r.replace("&lt;", "<").replace("&gt;", ">").replace("&#39;", "'").replace("&amp;", "&")
-                     for r in reasons]
+    return outcome, [
+        r.replace("&lt;", "<").replace("&gt;", ">").replace("&#39;", "'").replace("&amp;", "&") for r in reasons
+    ]
 
 
 def judged(run: Path) -> tuple[str, list[str]]:
@@ -217,9 +232,17 @@ def test_the_comparison_verdict_is_shown_beside_the_run_verdict(golden_run, tmp_
     assert re.search(rf'id="comparison-verdict">{stored}</span> <b>comparison verdict</b> against healthy', html)
 
 
-@pytest.mark.parametrize("verdict, css", [("regression", "FAIL"), ("FAIL", "FAIL"), ("pass", "PASS"),
-                                          ("PASS", "PASS"), ("INCONCLUSIVE", "INCONCLUSIVE"),
-                                          ("no_baseline", "EXPECTED")])
+@pytest.mark.parametrize(
+    "verdict, css",
+    [
+        ("regression", "FAIL"),
+        ("FAIL", "FAIL"),
+        ("pass", "PASS"),
+        ("PASS", "PASS"),
+        ("INCONCLUSIVE", "INCONCLUSIVE"),
+        ("no_baseline", "EXPECTED"),
+    ],
+)
 def test_a_comparison_verdict_is_coloured_by_what_it_says(golden_run, tmp_path, verdict, css):
     run = golden_run("regressed")
     comparison = json.loads((GOLDEN_EXPECTED / "regressed_vs_healthy.comparison.json").read_text())
@@ -230,14 +253,17 @@ def test_a_comparison_verdict_is_coloured_by_what_it_says(golden_run, tmp_path, 
     assert f'<span class="verdict small {css}" id="comparison-verdict">{verdict}</span>' in html
     listed = re.search(r'<ul class="muted" id="comparison-reasons">(.*?)</ul>', html).group(1)
     assert re.findall(r"<li>(.*?)</li>", listed) == [f"comparison: on-r2: reason {i}" for i in range(5)] + [
-        "comparison: (+2 more)"]
+        "comparison: (+2 more)"
+    ]
 
 
 def test_interrupted_run_reports_what_it_has(golden_run, tmp_path):
     run = golden_run("interrupted")
     html = write_report(run, tmp_path / "reports").read_text()
-    assert banner_of(html) == ("INTERRUPTED", ["on-r2: stopped by a signal",
-                                               "on-200gb: not reached: the run was interrupted"])
+    assert banner_of(html) == (
+        "INTERRUPTED",
+        ["on-r2: stopped by a signal", "on-200gb: not reached: the run was interrupted"],
+    )
     # on-r2 stopped mid-workload: a failure in every HiCache cell, its samples until it stopped
     assert '<td class="fail">interrupted</td>' in html
     assert "samples until it stopped" in html
@@ -258,15 +284,44 @@ def test_a_stored_verdict_that_disagrees_is_named(golden_run, tmp_path):
 
 FLOOR_FAIL = {
     "test": "paired sign test (exact binomial, one-sided): ON-vs-OFF vs OFF-vs-OFF per (sample, ask)",
-    "alpha": 0.01, "min_keys": 7, "keys": 20, "on_worse": 14, "control_worse": 1, "ties": 5,
-    "p_value": 0.000488, "significant": True, "worse_keys": [],
-    "on": {"pairs": 20, "differing": 15, "token_equal": 5, "tie_flips": 1, "divergences": 14, "outside_topk": 11,
-           "first_divergence_median": 2, "first_divergence_min": 0, "dlogprob_median": 0.41, "dlogprob_max": 3.7},
-    "control": {"pairs": 20, "differing": 2, "token_equal": 18, "tie_flips": 2, "divergences": 0, "outside_topk": 0,
-                "first_divergence_median": 17, "first_divergence_min": 9, "dlogprob_median": 0.0, "dlogprob_max": 0.02},
+    "alpha": 0.01,
+    "min_keys": 7,
+    "keys": 20,
+    "on_worse": 14,
+    "control_worse": 1,
+    "ties": 5,
+    "p_value": 0.000488,
+    "significant": True,
+    "worse_keys": [],
+    "on": {
+        "pairs": 20,
+        "differing": 15,
+        "token_equal": 5,
+        "tie_flips": 1,
+        "divergences": 14,
+        "outside_topk": 11,
+        "first_divergence_median": 2,
+        "first_divergence_min": 0,
+        "dlogprob_median": 0.41,
+        "dlogprob_max": 3.7,
+    },
+    "control": {
+        "pairs": 20,
+        "differing": 2,
+        "token_equal": 18,
+        "tie_flips": 2,
+        "divergences": 0,
+        "outside_topk": 0,
+        "first_divergence_median": 17,
+        "first_divergence_min": 9,
+        "dlogprob_median": 0.0,
+        "dlogprob_max": 0.02,
+    },
 }
-FAIL_REASON = ("paired sign test over 20 (sample, ask) keys: ON further from OFF in 14, control further in 1, "
-               "tied 5; p=0.000488 (alpha 0.01); differing pairs ON 15/20 vs control 2/20")
+FAIL_REASON = (
+    "paired sign test over 20 (sample, ask) keys: ON further from OFF in 14, control further in 1, "
+    "tied 5; p=0.000488 (alpha 0.01); differing pairs ON 15/20 vs control 2/20"
+)
 
 
 def _set_parity(run: Path, verdict: str, reason: str, floor: dict | None, group_verdict: str | None = None) -> None:
@@ -276,8 +331,17 @@ def _set_parity(run: Path, verdict: str, reason: str, floor: dict | None, group_
     p = s["quality"]["parity"]
     p.update(verdict=verdict, reason=reason, floor=floor, alpha=0.01)
     for i, g in enumerate(p["groups"]):
-        g.update(verdict=group_verdict or verdict, pairs=10, token_equal=10 - 7 - i, control_pairs=10,
-                 control_differing=1 + i, control_worst="tie_flip", on_worse=7 - i, control_worse=i, p_value=0.0078 + i)
+        g.update(
+            verdict=group_verdict or verdict,
+            pairs=10,
+            token_equal=10 - 7 - i,
+            control_pairs=10,
+            control_differing=1 + i,
+            control_worst="tie_flip",
+            on_worse=7 - i,
+            control_worse=i,
+            p_value=0.0078 + i,
+        )
     path.write_text(json.dumps(s))
 
 
@@ -288,11 +352,13 @@ def test_a_parity_fail_fails_the_banner_and_shows_the_control_next_to_on(golden_
     outcome, reasons = banner_of(html)
     assert (outcome, reasons) == judged(run) and outcome == "FAIL"
     assert reasons == [f"on-r2: quality parity FAIL: {FAIL_REASON}"]
-    q = html[html.index('<section id="quality"'):html.index('<section id="failures"')]
+    q = html[html.index('<section id="quality"') : html.index('<section id="failures"')]
     assert '<span class="bad parity-verdict">FAIL</span>' in q
     # the spreads side by side: (label, ON vs OFF, OFF vs OFF)
-    rows = {label: (on, ctl) for label, on, ctl in
-            re.findall(r'<tr><td class="label">([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td></tr>', q)}
+    rows = {
+        label: (on, ctl)
+        for label, on, ctl in re.findall(r'<tr><td class="label">([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td></tr>', q)
+    }
     assert "<th>ON vs OFF</th><th>OFF vs OFF (control)</th>" in q
     assert rows["pairs that differ"] == ("15", "2") and rows["divergences"] == ("14", "0")
     assert rows["first divergence, median"] == ("2", "17") and rows["|Δlogprob|, max"] == ("3.7", "0.02")
@@ -301,25 +367,36 @@ def test_a_parity_fail_fails_the_banner_and_shows_the_control_next_to_on(golden_
     assert "n ON 20, control 20" in q and "<b>p = 0.000488</b> (alpha 0.01): significant" in q
     assert "ON further from OFF in 14, control further in 1, tied 5" in q
     # per group: ON-vs-OFF differing next to the control's, keys each way, the group's p, its reason
-    assert re.search(r'<td class="bad">FAIL</td><td>7 / 10</td><td>1 / 10</td><td>tie_flip</td><td>7 / 0</td>'
-                     r'<td>0.0078</td>', q)
+    assert re.search(
+        r'<td class="bad">FAIL</td><td>7 / 10</td><td>1 / 10</td><td>tie_flip</td><td>7 / 0</td>'
+        r"<td>0.0078</td>",
+        q,
+    )
     assert "token-equal" in q  # the group's reason, read from parity.json (the summary does not keep it)
     # the HiCache table's parity cell is red
-    assert '<td class="bad">FAIL</td>' in html[html.index('<section id="hicache"'):html.index('<section id="memory"')]
+    assert '<td class="bad">FAIL</td>' in html[html.index('<section id="hicache"') : html.index('<section id="memory"')]
 
 
 @pytest.mark.parametrize("verdict", ["INCONCLUSIVE", "NOT_EXERCISED"])
 def test_a_parity_that_cannot_tell_is_neither_green_nor_red(golden_run, tmp_path, verdict):
     run = golden_run("healthy")
-    floor = {**FLOOR_FAIL, "keys": 4, "on_worse": 2, "control_worse": 1, "ties": 1, "p_value": 0.5, "significant": False}
+    floor = {
+        **FLOOR_FAIL,
+        "keys": 4,
+        "on_worse": 2,
+        "control_worse": 1,
+        "ties": 1,
+        "p_value": 0.5,
+        "significant": False,
+    }
     _set_parity(run, verdict, "fewer than 7 paired host-hit keys", floor)
     html = write_report(run, tmp_path / "reports").read_text()
     assert banner_of(html) == judged(run)
     assert banner_of(html)[0] == "INCONCLUSIVE"
-    q = html[html.index('<section id="quality"'):html.index('<section id="failures"')]
+    q = html[html.index('<section id="quality"') : html.index('<section id="failures"')]
     assert f'<span class="unknown parity-verdict">{verdict}</span> <span class="muted">(cannot tell)</span>' in q
     assert f'<td class="unknown">{verdict}</td>' in q
-    hicache = html[html.index('<section id="hicache"'):html.index('<section id="memory"')]
+    hicache = html[html.index('<section id="hicache"') : html.index('<section id="memory"')]
     assert f'<td class="unknown">{verdict}<br><span class="sub">cannot tell</span></td>' in hicache
     assert "good" not in re.search(r'<tr><td class="label">quality parity</td>.*?</tr>', hicache).group(0)
 
@@ -331,6 +408,7 @@ def test_a_parity_without_control_figures_says_so(golden_run, tmp_path):
 
 
 # -- deltas: coloured only when significant, n shown ------------------------------------------
+
 
 def test_delta_test_picks_its_test_by_n():
     rng = __import__("numpy").random.default_rng(1)
@@ -410,10 +488,15 @@ def _set_repeats(run: Path, name: str, workload: str, figure: str, values: list[
     path.write_text(json.dumps(s))
 
 
-@pytest.mark.parametrize("off, on, css", [([1.0, 1.1, 0.9], [4.0, 4.2, 3.9], "good"),
-                                          ([1.0, 1.1, 0.9], [0.5, 0.4, 0.45], "bad"),
-                                          ([1.0, 4.1, 0.9], [4.0, 1.2, 3.9], "ns"),
-                                          ([1.0, 1.1], [4.0, 4.2], "")])
+@pytest.mark.parametrize(
+    "off, on, css",
+    [
+        ([1.0, 1.1, 0.9], [4.0, 4.2, 3.9], "good"),
+        ([1.0, 1.1, 0.9], [0.5, 0.4, 0.45], "bad"),
+        ([1.0, 4.1, 0.9], [4.0, 1.2, 3.9], "ns"),
+        ([1.0, 1.1], [4.0, 4.2], ""),
+    ],
+)
 def test_a_derived_figure_is_judged_on_its_repeats(golden_run, off, on, css):
     run = golden_run("healthy")
     wl = "parallel_prefixes"
@@ -435,7 +518,7 @@ def test_the_baseline_of_a_host_tier_figure_is_labelled_no_hicache(golden_run):
 
 def test_an_expected_failure_is_neutral_in_the_tables(golden_run, tmp_path):
     html = write_report(golden_run("healthy"), tmp_path / "reports").read_text()
-    hicache = html[html.index('<section id="hicache"'):html.index('<section id="memory"')]
+    hicache = html[html.index('<section id="hicache"') : html.index('<section id="memory"')]
     assert '<td class="expected" title="failed as the scenario declared">startup_failed: host_memory</td>' in hicache
     assert '<td class="fail">startup_failed' not in hicache
 
@@ -452,8 +535,11 @@ def test_the_gpu_memory_series_names_the_gpus_sampled(golden_run, tmp_path):
     (run / "off" / "samples.jsonl").write_text("\n".join(out) + "\n")
     s = json.loads((run / "off" / "summary.json").read_text())
     for ph in s["sampling"]["phases"].values():
-        ph.update(gpus_sampled=["2", "3"], gpu_selection={"indices": [2, 3], "method": "cuda_visible_devices", "how": how},
-                  peak_gpu_mem_used_mib={"2": 1100.0, "3": 900.0})
+        ph.update(
+            gpus_sampled=["2", "3"],
+            gpu_selection={"indices": [2, 3], "method": "cuda_visible_devices", "how": how},
+            peak_gpu_mem_used_mib={"2": 1100.0, "3": 900.0},
+        )
     (run / "off" / "summary.json").write_text(json.dumps(s))
     html = write_report(run, tmp_path / "reports").read_text()
     assert f'<p class="muted gpu-label">GPU memory used (sum of GPUs 2, 3): {how}</p>' in html
@@ -463,11 +549,19 @@ def test_the_gpu_memory_series_names_the_gpus_sampled(golden_run, tmp_path):
 
 # -- damaged files -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("rel, text", [("manifest.json", "[1,2]"), ("on-r2/status.json", "[]"),
-                                       ("on-r2/summary.json", '"hello"'), ("expectations.json", "[]"),
-                                       ("manifest.json", '{"schema_version": 1, "variants": []}'),
-                                       ("on-r2/summary.json", '{"workloads": [1]}'),
-                                       ("on-r2/summary.json", '{"quality": {"parity": "PASS"}}')])
+
+@pytest.mark.parametrize(
+    "rel, text",
+    [
+        ("manifest.json", "[1,2]"),
+        ("on-r2/status.json", "[]"),
+        ("on-r2/summary.json", '"hello"'),
+        ("expectations.json", "[]"),
+        ("manifest.json", '{"schema_version": 1, "variants": []}'),
+        ("on-r2/summary.json", '{"workloads": [1]}'),
+        ("on-r2/summary.json", '{"quality": {"parity": "PASS"}}'),
+    ],
+)
 def test_a_damaged_file_exits_2_naming_it(golden_run, tmp_path, capsys, rel, text):
     from argparse import Namespace
 
@@ -487,9 +581,9 @@ def test_a_missing_variant_folder_is_missing_never_a_pass(golden_run, tmp_path):
     html = write_report(run, tmp_path / "reports").read_text()
     assert banner_of(html) == judged(run) == ("FAIL", ["on-r2: did not run (state missing)"])
     assert re.search(r'<span class="verdict small FAIL"[^>]*>FAIL</span> on-r2', html)
-    hicache = html[html.index('<section id="hicache"'):html.index('<section id="memory"')]
+    hicache = html[html.index('<section id="hicache"') : html.index('<section id="memory"')]
     assert hicache.count('<td class="fail">missing: no variant folder</td>') == len(hicache_table(load_view(run))[0])
-    assert "<h3>on-r2: <span class=\"fail\">missing (no variant folder) — UNEXPECTED</span></h3>" in html
+    assert '<h3>on-r2: <span class="fail">missing (no variant folder) — UNEXPECTED</span></h3>' in html
 
 
 def test_merged_run_has_the_table_of_a_single_run(golden_run):
@@ -502,14 +596,21 @@ def test_merged_run_has_the_table_of_a_single_run(golden_run):
 def test_hicache_table_rows_are_the_declared_rows_of_each_workload(golden_run):
     run = golden_run("healthy")
     view = load_view(run)
-    assert set(view.workload_kinds.values()) == {"cold_prefill", "repeat_prefill", "parallel_prefixes",
-                                                  "short_ttft", "decode", "multi_turn"}
+    assert set(view.workload_kinds.values()) == {
+        "cold_prefill",
+        "repeat_prefill",
+        "parallel_prefixes",
+        "short_ttft",
+        "decode",
+        "multi_turn",
+    }
     assert not kinds()["multi_turn"].report_rows  # a kind that declares none adds none
     rows, base = hicache_table(view)
     assert base == "off"
     workload_rows = declared_labels(run)
-    assert len(workload_rows) == sum(len(k.report_rows) for k in kinds().values()
-                                     if k.name in view.workload_kinds.values())
+    assert len(workload_rows) == sum(
+        len(k.report_rows) for k in kinds().values() if k.name in view.workload_kinds.values()
+    )
     assert [r.label for r in rows] == workload_rows + TRAILING_ROWS
     by_label = {r.label: r for r in rows}
     assert by_label["cold prefill (cold_prefill)"].unit == "tok/s"

@@ -92,10 +92,16 @@ def test_sigkill_during_writes_leaves_parseable_files(tmp_path):
 
 
 def _hold_in_another_process(root: Path) -> subprocess.Popen:
-    code = ("import sys, time; from harness import results; lock = results.hold_run_lock(sys.argv[1]); "
-            "print('held', flush=True); time.sleep(60)")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[1])
+    code = (
+        "import sys, time; from harness import results; lock = results.hold_run_lock(sys.argv[1]); "
+        "print('held', flush=True); time.sleep(60)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(root)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -104,7 +110,9 @@ def test_run_lock_refuses_a_second_writer_and_names_it(tmp_path):
     other = _hold_in_another_process(tmp_path)
     try:
         assert results.run_is_locked(tmp_path)
-        with pytest.raises(results.RunLocked, match=rf"another harness process is writing this run \(pid {other.pid} on "):
+        with pytest.raises(
+            results.RunLocked, match=rf"another harness process is writing this run \(pid {other.pid} on "
+        ):
             results.hold_run_lock(tmp_path)
     finally:
         other.kill()
@@ -121,9 +129,17 @@ def test_run_lock_is_reentrant_within_a_process_and_released_by_the_last_hold(tm
     inner.close()
     inner.close()  # closing twice counts once
     assert results.run_is_locked(tmp_path)
-    other = subprocess.run([sys.executable, "-c", "import sys; from harness import results; "
-                            "results.hold_run_lock(sys.argv[1])", str(tmp_path)],
-                           capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    other = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from harness import results; results.hold_run_lock(sys.argv[1])",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert other.returncode != 0 and "another harness process is writing this run" in other.stderr
     outer.close()
     assert not results.run_is_locked(tmp_path)
@@ -131,8 +147,10 @@ def test_run_lock_is_reentrant_within_a_process_and_released_by_the_last_hold(tm
 
 def test_rewrite_lines_atomic_transforms_whole_lines_and_keeps_bytes_and_mode(tmp_path):
     path = tmp_path / "server.log"
-    lines = [f"line {i} secret-{i % 7}\n".encode() for i in range(5000)] + [b"\xff\xfe not utf-8 secret-3\n",
-                                                                           b"no newline at the end secret-1"]
+    lines = [f"line {i} secret-{i % 7}\n".encode() for i in range(5000)] + [
+        b"\xff\xfe not utf-8 secret-3\n",
+        b"no newline at the end secret-1",
+    ]
     path.write_bytes(b"".join(lines))
     os.chmod(path, 0o640)
     seen = []

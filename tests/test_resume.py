@@ -221,14 +221,24 @@ def test_killed_shard_resumed_then_merged(scenario, reference, tmp_path):
 
 # ---------------------------------------------------------------------- plan_resume on hand-made states
 
+
 def test_plan_resume_states(tmp_path):
     path = write_scenario(tmp_path, tiny_scenario(n_on=8))
     scn = load_scenario(path)
     variants = scn.expand_variants()
     run = results.create_run_dir(tmp_path / "out", scn.name)
     results.write_json_atomic(run.manifest, build_manifest(scn, variants, ["harness"], True))
-    states = ["ok", "startup_failed", "refused", "failed", "partial", "interrupted", "running",
-              "no_summary", "unreadable"]  # the 10th variant: missing
+    states = [
+        "ok",
+        "startup_failed",
+        "refused",
+        "failed",
+        "partial",
+        "interrupted",
+        "running",
+        "no_summary",
+        "unreadable",
+    ]  # the 10th variant: missing
     for v, state in zip(variants, states):
         vp = run.variant(v.name)
         vp.root.mkdir()
@@ -278,14 +288,20 @@ def test_resume_stops_the_server_a_sigkilled_harness_left_running(scenario, tmp_
     assert any(identity["pid"] in o["pids"] for o in resumed["orphans_stopped"])
 
 
-@pytest.mark.parametrize("file, content, says", [
-    ("manifest.json", [1, 2], "expected a JSON object, found a list"),
-    ("manifest.json", {"schema_version": 1, "kind": "run", "scenario": {"name": "t"}, "variants": {"a": 1}},
-     "'variants' must be a list"),
-    ("off/status.json", [], "expected a JSON object, found a list"),
-    ("off/summary.json", "hello", "expected a JSON object, found a string"),
-    ("off/summary.json", "torn", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "file, content, says",
+    [
+        ("manifest.json", [1, 2], "expected a JSON object, found a list"),
+        (
+            "manifest.json",
+            {"schema_version": 1, "kind": "run", "scenario": {"name": "t"}, "variants": {"a": 1}},
+            "'variants' must be a list",
+        ),
+        ("off/status.json", [], "expected a JSON object, found a list"),
+        ("off/summary.json", "hello", "expected a JSON object, found a string"),
+        ("off/summary.json", "torn", "not valid JSON"),
+    ],
+)
 def test_damaged_result_files_refuse_the_resume_naming_the_file(tmp_path, file, content, says):
     """``--resume`` of a run with a damaged file: exit 2 naming the file, no traceback, nothing
     moved or started."""

@@ -16,10 +16,16 @@ from tests.conftest import sim_scenario, write_scenario
 
 
 def test_allowlisted_env_is_redacted():
-    env = {"HF_TOKEN": "hf_secret", "SGLANG_HICACHE_HOST_ALLOC": "pin", "MY_API_KEY": "k", "DB_PASSWORD": "p",
-           "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0,1", "SGLANG_NOTE": "uses hf_secret"}
-    kept = fingerprint.allowlisted_env(env, {"AWS_SECRET_ACCESS_KEY": "s"},
-                                       redactor=Redactor().learn(env))
+    env = {
+        "HF_TOKEN": "hf_secret",
+        "SGLANG_HICACHE_HOST_ALLOC": "pin",
+        "MY_API_KEY": "k",
+        "DB_PASSWORD": "p",
+        "HOME": "/root",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "SGLANG_NOTE": "uses hf_secret",
+    }
+    kept = fingerprint.allowlisted_env(env, {"AWS_SECRET_ACCESS_KEY": "s"}, redactor=Redactor().learn(env))
     assert kept["SGLANG_HICACHE_HOST_ALLOC"] == "pin" and kept["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert kept["HF_TOKEN"] == REDACTED and kept["AWS_SECRET_ACCESS_KEY"] == REDACTED
     assert kept["SGLANG_NOTE"] == "uses ***"  # a known secret value under an ordinary name
@@ -30,10 +36,25 @@ def test_results_json_keeps_figures_named_like_credentials():
     """The run's scrubbing replaces secret values and strings under credential names, never a
     number: ``kv_bytes_per_token`` is a figure, not a token."""
     r = Redactor(values={"k-123456"})
-    out = fingerprint.scrub_json(r, {"kv_bytes_per_token": 131072, "api_key": "k-123456", "admin_api_key": "other",
-                                     "log": ["api_key='k-123456'"], "hf_token": None, "ok": True})
-    assert out == {"kv_bytes_per_token": 131072, "api_key": REDACTED, "admin_api_key": REDACTED,
-                   "log": ["api_key='***'"], "hf_token": None, "ok": True}
+    out = fingerprint.scrub_json(
+        r,
+        {
+            "kv_bytes_per_token": 131072,
+            "api_key": "k-123456",
+            "admin_api_key": "other",
+            "log": ["api_key='k-123456'"],
+            "hf_token": None,
+            "ok": True,
+        },
+    )
+    assert out == {
+        "kv_bytes_per_token": 131072,
+        "api_key": REDACTED,
+        "admin_api_key": REDACTED,
+        "log": ["api_key='***'"],
+        "hf_token": None,
+        "ok": True,
+    }
 
 
 def test_wsl_detection():
@@ -43,12 +64,16 @@ def test_wsl_detection():
 
 def test_manifest_fingerprint_and_no_secret_in_any_file(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_do_not_leak")
-    path = write_scenario(tmp_path, sim_scenario("""\
+    path = write_scenario(
+        tmp_path,
+        sim_scenario("""\
         - name: off
           env: {SGLANG_TEST_TOKEN: also_secret, SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB: "1"}
-        """))
-    outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False,
-                                                           live_progress=False))
+        """),
+    )
+    outcome = run_scenario(
+        load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
+    )
     manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
     assert manifest["schema_version"] == results.SCHEMA_VERSION and manifest["simulated"] is True
     assert manifest["scenario"]["hash"] and "variants:" in manifest["scenario"]["text"]
@@ -65,14 +90,18 @@ def test_manifest_fingerprint_and_no_secret_in_any_file(tmp_path, monkeypatch):
 
 
 def test_preflight_strict_refuses_before_launch_with_numbers(tmp_path):
-    path = write_scenario(tmp_path, sim_scenario("""\
+    path = write_scenario(
+        tmp_path,
+        sim_scenario("""\
         - name: huge
           hicache: {size_gb: 500}
-        """))
+        """),
+    )
     scenario = load_scenario(path)
     scenario.preflight.mode = "strict"
-    outcome = run_scenario(scenario, RunOptions(results_dir=tmp_path / "results", write_report=False,
-                                                live_progress=False))
+    outcome = run_scenario(
+        scenario, RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
+    )
     status = json.loads((outcome.run_dir / "huge" / "status.json").read_text())
     assert status["state"] == "refused" and status["cause"] == "preflight"
     assert status["cause_detail"]["requested_gb"] > status["cause_detail"]["budget_gb"]
@@ -95,8 +124,9 @@ def test_unclean_cooldown_marks_the_next_variant(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cooldown, "wait", first_unclean)
     path = write_scenario(tmp_path, sim_scenario("- name: a\n- name: b\n"))
-    outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False,
-                                                           live_progress=False))
+    outcome = run_scenario(
+        load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
+    )
     a = json.loads((outcome.run_dir / "a" / "status.json").read_text())
     b = json.loads((outcome.run_dir / "b" / "status.json").read_text())
     assert a["env_not_clean"] is False and b["env_not_clean"] is True
@@ -116,14 +146,19 @@ def test_progress_plain_lines_when_not_a_terminal():
 
 def test_preflight_mode_option_overrides_the_scenario(tmp_path):
     """RunOptions.preflight_mode (``--preflight strict``) overrides scenario.preflight.mode."""
-    path = write_scenario(tmp_path, sim_scenario("""\
+    path = write_scenario(
+        tmp_path,
+        sim_scenario("""\
         - name: huge
           hicache: {size_gb: 500}
-        """))
+        """),
+    )
     scenario = load_scenario(path)
     assert scenario.preflight.mode == "warn"
-    outcome = run_scenario(scenario, RunOptions(results_dir=tmp_path / "results", write_report=False,
-                                                live_progress=False, preflight_mode="strict"))
+    outcome = run_scenario(
+        scenario,
+        RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False, preflight_mode="strict"),
+    )
     status = json.loads((outcome.run_dir / "huge" / "status.json").read_text())
     assert status["state"] == "refused" and status["cause"] == "preflight"
 
@@ -131,12 +166,18 @@ def test_preflight_mode_option_overrides_the_scenario(tmp_path):
 def test_the_run_redactor_learns_values_not_switches(tmp_path):
     """Secret values come from the scenario as written, the variants as expanded, the argv and
     the environment; a switch under a credential name (``true``) is not scrubbed from every text."""
-    path = write_scenario(tmp_path, sim_scenario("""\
+    path = write_scenario(
+        tmp_path,
+        sim_scenario("""\
         - name: a
           env: {HF_TOKEN: "${PLANTED:-hf_from_default}", MULTI_SECRET: "line-one-secret\\nline-two-secret"}
-        """))
-    r = fingerprint.run_redactor(load_scenario(path), ["harness", "--api-key=argv-key-1"],
-                                 environ={"HF_HUB_DISABLE_TOKEN": "true", "GITHUB_TOKEN": "ghs_abcdef", "HOME": "/root"})
+        """),
+    )
+    r = fingerprint.run_redactor(
+        load_scenario(path),
+        ["harness", "--api-key=argv-key-1"],
+        environ={"HF_HUB_DISABLE_TOKEN": "true", "GITHUB_TOKEN": "ghs_abcdef", "HOME": "/root"},
+    )
     assert {"hf_from_default", "argv-key-1", "ghs_abcdef", "line-one-secret", "line-two-secret"} <= r.values
     assert "true" not in r.values and "/root" not in r.values
     assert r.text("--enable-metrics: true; token ghs_abcdef") == "--enable-metrics: true; token ***"

@@ -24,9 +24,21 @@ from harness.sampling import (
 )
 
 SAMPLE_FIELDS = {
-    "t_ns", "wall_time", "phase", "mem_available_kib", "mem_free_kib", "cached_kib", "mlocked_kib",
-    "shmem_kib", "swap_total_kib", "swap_free_kib", "pswpin_kib_s", "pswpout_kib_s",
-    "pgmajfault_s", "server_rss_kib", "counters",
+    "t_ns",
+    "wall_time",
+    "phase",
+    "mem_available_kib",
+    "mem_free_kib",
+    "cached_kib",
+    "mlocked_kib",
+    "shmem_kib",
+    "swap_total_kib",
+    "swap_free_kib",
+    "pswpin_kib_s",
+    "pswpout_kib_s",
+    "pgmajfault_s",
+    "server_rss_kib",
+    "counters",
 }
 
 METRICS_TEXT = """\
@@ -71,10 +83,20 @@ def test_parse_metrics_keeps_sglang_series_and_drops_buckets():
 def mk(t_s: float, phase: str, counters=None, **kw) -> dict:
     """A Sample as the sampler writes it (fields of docs/architecture.md)."""
     s = {
-        "t_ns": int(t_s * 1e9), "wall_time": 1.7e9 + t_s, "phase": phase,
-        "mem_available_kib": 10_000_000, "mem_free_kib": 5_000_000, "cached_kib": 1_000_000,
-        "mlocked_kib": 0, "shmem_kib": 0, "swap_total_kib": 0, "swap_free_kib": 0,
-        "pswpin_kib_s": 0.0, "pswpout_kib_s": 0.0, "pgmajfault_s": 0.0, "server_rss_kib": 100,
+        "t_ns": int(t_s * 1e9),
+        "wall_time": 1.7e9 + t_s,
+        "phase": phase,
+        "mem_available_kib": 10_000_000,
+        "mem_free_kib": 5_000_000,
+        "cached_kib": 1_000_000,
+        "mlocked_kib": 0,
+        "shmem_kib": 0,
+        "swap_total_kib": 0,
+        "swap_free_kib": 0,
+        "pswpin_kib_s": 0.0,
+        "pswpout_kib_s": 0.0,
+        "pgmajfault_s": 0.0,
+        "server_rss_kib": 100,
         "counters": counters,
     }
     s.update(kw)
@@ -92,11 +114,14 @@ def test_summarize_phases_deltas_and_missing_counters():
         mk(0.5, "startup", {P: 0}, mem_available_kib=9_000_000),
         mk(1.0, "idle", {P: 0}, pswpin_kib_s=547.0, cached_kib=600_000),
         mk(1.5, "idle", {P: 0}, pswpin_kib_s=172.0),
-        mk(2.0, "cold", {P: 500}, server_rss_kib=900,
-           gpus=[{"index": 0, "mem_used_mib": 7000.0, "util_pct": 90.0}]),
+        mk(2.0, "cold", {P: 500}, server_rss_kib=900, gpus=[{"index": 0, "mem_used_mib": 7000.0, "util_pct": 90.0}]),
         # host counter appears for the first time (missing before = 0)
-        mk(2.5, "cold", {P: 1000, H: 300, "sglang:token_usage": 0.5},
-           gpus=[{"index": 0, "mem_used_mib": 7100.0, "util_pct": 40.0}]),
+        mk(
+            2.5,
+            "cold",
+            {P: 1000, H: 300, "sglang:token_usage": 0.5},
+            gpus=[{"index": 0, "mem_used_mib": 7100.0, "util_pct": 40.0}],
+        ),
         mk(3.0, "second_pass", {P: 1000, H: 300, D: 10, "sglang:token_usage": 0.2}),
         mk(4.0, "second_pass", {P: 1800, H: 900, D: 10}, pswpout_kib_s=12.0),
     ]
@@ -243,8 +268,7 @@ def test_sampler_survives_bad_writer_dead_pid_and_no_server():
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    s = Sampler(dead.pid, "http://127.0.0.1:9", bad_writer, interval_s=0.05,
-                metrics_timeout_s=0.2, gpu=False)
+    s = Sampler(dead.pid, "http://127.0.0.1:9", bad_writer, interval_s=0.05, metrics_timeout_s=0.2, gpu=False)
     s.start()
     time.sleep(0.2)
     assert s.stop(timeout_s=5)  # the thread ended (within stop's own timeout)
@@ -383,18 +407,21 @@ def fake_nvml(monkeypatch):
     return fake
 
 
-@pytest.mark.parametrize("value, visible, stop", [
-    ("1", [1], None),
-    ("2,0", [2, 0], None),                      # CUDA's order is the variable's order
-    ("GPU-cccc", [3], None),                    # a unique UUID prefix
-    ("gpu-aaaa1111-0000", [0], None),           # UUIDs compare case-insensitively
-    ("0, GPU-bbbb", [0], "GPU-bbbb"),           # an ambiguous prefix stops CUDA there
-    ("0,2,-1,1", [0, 2], "-1"),                 # CUDA's own example: 1 stays hidden
-    ("1,1", [1], "1"),                          # a repeated device is invalid
-    ("7", [], "7"),                             # out of range
-    ("", [], ""),                               # set but empty: no GPU
-    ("MIG-xyz", [3], None),                     # a MIG device: its parent GPU
-])
+@pytest.mark.parametrize(
+    "value, visible, stop",
+    [
+        ("1", [1], None),
+        ("2,0", [2, 0], None),  # CUDA's order is the variable's order
+        ("GPU-cccc", [3], None),  # a unique UUID prefix
+        ("gpu-aaaa1111-0000", [0], None),  # UUIDs compare case-insensitively
+        ("0, GPU-bbbb", [0], "GPU-bbbb"),  # an ambiguous prefix stops CUDA there
+        ("0,2,-1,1", [0, 2], "-1"),  # CUDA's own example: 1 stays hidden
+        ("1,1", [1], "1"),  # a repeated device is invalid
+        ("7", [], "7"),  # out of range
+        ("", [], ""),  # set but empty: no GPU
+        ("MIG-xyz", [3], None),  # a MIG device: its parent GPU
+    ],
+)
 def test_cuda_visible_devices_map_to_nvml_indices(fake_nvml, value, visible, stop):
     reader = nvml.GpuReader()
     try:
@@ -434,14 +461,21 @@ def _run_sampler(sampler, ticks: float = 0.25) -> None:
 def test_sampler_reads_only_the_variants_gpus(fake_nvml, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")  # the harness's own view: not the server's
     out: list[dict] = []
-    s = Sampler(None, None, out.append, interval_s=0.05, gpu="auto",
-                launch_env={"CUDA_VISIBLE_DEVICES": "GPU-bbbb3333"}, launch_argv=["--tp-size", "1"])
+    s = Sampler(
+        None,
+        None,
+        out.append,
+        interval_s=0.05,
+        gpu="auto",
+        launch_env={"CUDA_VISIBLE_DEVICES": "GPU-bbbb3333"},
+        launch_argv=["--tp-size", "1"],
+    )
     _run_sampler(s)
     assert len(out) >= 3
     assert all([g["index"] for g in x["gpus"]] == [2] for x in out)
-    assert set(fake_nvml.memory_reads) == {2}               # the other GPUs are never read
+    assert set(fake_nvml.memory_reads) == {2}  # the other GPUs are never read
     assert out[0]["gpus"][0]["mem_used_mib"] == 3072.0
-    assert "server_mem_mib" not in out[0]["gpus"][0]        # no server pid: nothing to attribute
+    assert "server_mem_mib" not in out[0]["gpus"][0]  # no server pid: nothing to attribute
     # the choice is recorded once, on the first sample
     assert out[0]["gpu_selection"]["indices"] == [2]
     assert out[0]["gpu_selection"]["method"] == "cuda_visible_devices"
@@ -452,7 +486,7 @@ def test_sampler_reads_only_the_variants_gpus(fake_nvml, monkeypatch):
     for phase in ("startup", "work"):
         assert summ[phase]["gpus_sampled"] == ["2"]
         assert summ[phase]["peak_gpu_mem_used_mib"] == {"2": 3072.0}
-        assert summ[phase]["gpu_selection"]["indices"] == [2]   # carried into later phases
+        assert summ[phase]["gpu_selection"]["indices"] == [2]  # carried into later phases
 
 
 def test_sampler_follows_the_server_processes(fake_nvml):
@@ -466,7 +500,7 @@ def test_sampler_follows_the_server_processes(fake_nvml):
     assert s.gpu_selection.method == "processes" and s.gpu_selection.indices == (3,)
     first = out[0]
     assert [g["index"] for g in first["gpus"]] == [3]
-    assert first["gpus"][0]["server_mem_mib"] == 5120.0          # only the server's own process
+    assert first["gpus"][0]["server_mem_mib"] == 5120.0  # only the server's own process
     assert first["gpu_selection"]["method"] == "processes"
     assert "NVML [3]" in first["gpu_selection"]["how"] and "[0]" in first["gpu_selection"]["how"]
     summ = summarize_samples(out)
@@ -478,8 +512,14 @@ def test_sampler_keeps_the_launch_choice_when_processes_confirm_it(fake_nvml):
     me = os.getpid()
     fake_nvml.procs = {1: [(me, None)]}  # NVML without per-process memory: the share reads 0
     out: list[dict] = []
-    s = Sampler(me, None, out.append, interval_s=0.05, launch_env={"CUDA_VISIBLE_DEVICES": "1,2"},
-                launch_argv=["--tp-size", "2"])
+    s = Sampler(
+        me,
+        None,
+        out.append,
+        interval_s=0.05,
+        launch_env={"CUDA_VISIBLE_DEVICES": "1,2"},
+        launch_argv=["--tp-size", "2"],
+    )
     _run_sampler(s)
     assert s.gpu_selection.method == "cuda_visible_devices" and s.gpu_selection.indices == (1, 2)
     assert [(g["index"], g["server_mem_mib"]) for g in out[-1]["gpus"]] == [(1, 0.0), (2, 0.0)]

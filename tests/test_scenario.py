@@ -73,23 +73,32 @@ def one_error(tmp_path, body, env=None):
 
 # ------------------------------------------------------------------------- fixture files
 
-@pytest.mark.parametrize("fixture,line,path,msg", [
-    ("bad_syntax.yaml", 5, None, "YAML syntax error"),
-    ("bad_unknown_top.yaml", 7, "workload", "unknown key 'workload' (did you mean 'workloads'?)"),
-    ("bad_unknown_nested.yaml", 10, "variants[1].hicache.mem_layuot", "unknown key 'mem_layuot'"),
-    ("bad_type.yaml", 5, "server.tp_size", "expected an integer, got 'two'"),
-    ("bad_missing.yaml", 2, "server.model_path", "required key is missing"),
-    ("bad_dup_variant.yaml", 9, "variants[2].name", "duplicate variant name 'off' (first at variants[0], line 6)"),
-    ("bad_dup_key.yaml", 7, "server.args.--max-total-tokens", "duplicate key '--max-total-tokens' (first at line 6)"),
-    ("bad_ratio.yaml", 9, "variants[1].hicache.ratio", "must be > 0, got 0"),
-    ("bad_length.yaml", 11, "workloads[1].output_tokens", "must be >= 1, got -5"),
-    ("bad_nonutf8.yaml", 2, None, "not valid UTF-8: byte 0xe9 at offset"),
-    ("bad_empty.yaml", 1, None, "empty document"),
-    ("bad_list.yaml", 1, None, "must be a mapping (key: value lines), got a list"),
-    ("bad_scalar.yaml", 1, None, "got a scalar"),
-    ("bad_multidoc.yaml", 3, None, "more than one YAML document"),
-    ("bad_bomb.yaml", None, None, "YAML bomb"),
-])
+
+@pytest.mark.parametrize(
+    "fixture,line,path,msg",
+    [
+        ("bad_syntax.yaml", 5, None, "YAML syntax error"),
+        ("bad_unknown_top.yaml", 7, "workload", "unknown key 'workload' (did you mean 'workloads'?)"),
+        ("bad_unknown_nested.yaml", 10, "variants[1].hicache.mem_layuot", "unknown key 'mem_layuot'"),
+        ("bad_type.yaml", 5, "server.tp_size", "expected an integer, got 'two'"),
+        ("bad_missing.yaml", 2, "server.model_path", "required key is missing"),
+        ("bad_dup_variant.yaml", 9, "variants[2].name", "duplicate variant name 'off' (first at variants[0], line 6)"),
+        (
+            "bad_dup_key.yaml",
+            7,
+            "server.args.--max-total-tokens",
+            "duplicate key '--max-total-tokens' (first at line 6)",
+        ),
+        ("bad_ratio.yaml", 9, "variants[1].hicache.ratio", "must be > 0, got 0"),
+        ("bad_length.yaml", 11, "workloads[1].output_tokens", "must be >= 1, got -5"),
+        ("bad_nonutf8.yaml", 2, None, "not valid UTF-8: byte 0xe9 at offset"),
+        ("bad_empty.yaml", 1, None, "empty document"),
+        ("bad_list.yaml", 1, None, "must be a mapping (key: value lines), got a list"),
+        ("bad_scalar.yaml", 1, None, "got a scalar"),
+        ("bad_multidoc.yaml", 3, None, "more than one YAML document"),
+        ("bad_bomb.yaml", None, None, "YAML bomb"),
+    ],
+)
 def test_bad_fixture(fixture, line, path, msg):
     errs = errors_of(FIX / fixture)
     # every error is reported in one pass (a fixture may have others, e.g. its model path): find its own
@@ -123,75 +132,171 @@ def test_bomb_is_fast():
 
 # ------------------------------------------------------------------------- inline bad inputs
 
-@pytest.mark.parametrize("extra,line,path,msg", [
-    # workloads: discriminated union, its tag is not part of the path
-    ("workloads:\n  - kind: decode\n    batch: 1\n    bogus: 3\n", 10, "workloads[0].bogus", "unknown key 'bogus'"),
-    ("workloads:\n  - kind: warm_prefill\n", 8, "workloads[0].kind", "unknown kind 'warm_prefill'"),
-    ("workloads:\n  - n: 2\n", 8, "workloads[0].kind", "missing 'kind'"),
-    ("workloads:\n  - kind: cold_prefill\n", 8, "workloads[0].prompt_tokens", "required key is missing"),
-    ("workloads:\n  - kind: cold_prefill\n    prompt_tokens: 0\n", 9, "workloads[0].prompt_tokens", "must be >= 1 token"),
-    ("workloads:\n  - kind: cold_prefill\n    prompt_tokens: \"0x pool\"\n", 9, "workloads[0].prompt_tokens", "must be > 0"),
-    ("workloads:\n  - kind: cold_prefill\n    prompt_tokens: lots\n", 9, "workloads[0].prompt_tokens", "\"<fraction>x pool\""),
-    ("workloads:\n  - kind: parallel_prefixes\n    k: 0\n    prompt_tokens: 10\n", 9, "workloads[0].k", "must be >= 1"),
-    ("workloads:\n  - kind: decode\n  - kind: decode\n", 9, "workloads[1]", "duplicate workload name 'decode'"),
-    ("repeats: 0\n", 7, "repeats", "must be >= 1"),
-    ("repeats: true\n", 7, "repeats", "expected a number, got true"),
-    ("seed: -1\n", 7, "seed", "must be >= 0"),
-    ("sampling:\n  interval_s: 0\n", 8, "sampling.interval_s", "must be > 0"),
-    ("sampling:\n  gpu: maybe\n", 8, "sampling.gpu", "expected auto, true or false"),
-    ("preflight:\n  mode: loud\n", 8, "preflight.mode", "expected one of warn, strict, off, got 'loud'"),
-    ("quality:\n  tasks: [needle, haystack]\n", 8, "quality.tasks[1]", "expected one of needle"),
-    ("quality:\n  lengths: []\n", 8, "quality.lengths", "at least 1"),
-    ("quality:\n  enabled: true\n  baseline_variant: of\n", 9, "quality.baseline_variant", "no variant named 'of'"),
-    ("expectations:\n  thresholds:\n    ttft_p50: 5\n", 9, "expectations.thresholds.ttft_p50", "percentage"),
-    ("expectations:\n  checks:\n    - \"on: ttft_p50 ~ 3\"\n", 9, "expectations.checks[0]", "cannot parse check"),
-    ("expectations:\n  checks:\n    - \"ofF: status.ready_s <= 3\"\n", 9, "expectations.checks[0]", "unknown variant 'ofF'"),
-    ("expectations:\n  checks:\n    - \"off: quality.parity >= PASS\"\n", 9, "expectations.checks[0]", "needs a number"),
-])
+
+@pytest.mark.parametrize(
+    "extra,line,path,msg",
+    [
+        # workloads: discriminated union, its tag is not part of the path
+        ("workloads:\n  - kind: decode\n    batch: 1\n    bogus: 3\n", 10, "workloads[0].bogus", "unknown key 'bogus'"),
+        ("workloads:\n  - kind: warm_prefill\n", 8, "workloads[0].kind", "unknown kind 'warm_prefill'"),
+        ("workloads:\n  - n: 2\n", 8, "workloads[0].kind", "missing 'kind'"),
+        ("workloads:\n  - kind: cold_prefill\n", 8, "workloads[0].prompt_tokens", "required key is missing"),
+        (
+            "workloads:\n  - kind: cold_prefill\n    prompt_tokens: 0\n",
+            9,
+            "workloads[0].prompt_tokens",
+            "must be >= 1 token",
+        ),
+        (
+            'workloads:\n  - kind: cold_prefill\n    prompt_tokens: "0x pool"\n',
+            9,
+            "workloads[0].prompt_tokens",
+            "must be > 0",
+        ),
+        (
+            "workloads:\n  - kind: cold_prefill\n    prompt_tokens: lots\n",
+            9,
+            "workloads[0].prompt_tokens",
+            '"<fraction>x pool"',
+        ),
+        (
+            "workloads:\n  - kind: parallel_prefixes\n    k: 0\n    prompt_tokens: 10\n",
+            9,
+            "workloads[0].k",
+            "must be >= 1",
+        ),
+        ("workloads:\n  - kind: decode\n  - kind: decode\n", 9, "workloads[1]", "duplicate workload name 'decode'"),
+        ("repeats: 0\n", 7, "repeats", "must be >= 1"),
+        ("repeats: true\n", 7, "repeats", "expected a number, got true"),
+        ("seed: -1\n", 7, "seed", "must be >= 0"),
+        ("sampling:\n  interval_s: 0\n", 8, "sampling.interval_s", "must be > 0"),
+        ("sampling:\n  gpu: maybe\n", 8, "sampling.gpu", "expected auto, true or false"),
+        ("preflight:\n  mode: loud\n", 8, "preflight.mode", "expected one of warn, strict, off, got 'loud'"),
+        ("quality:\n  tasks: [needle, haystack]\n", 8, "quality.tasks[1]", "expected one of needle"),
+        ("quality:\n  lengths: []\n", 8, "quality.lengths", "at least 1"),
+        ("quality:\n  enabled: true\n  baseline_variant: of\n", 9, "quality.baseline_variant", "no variant named 'of'"),
+        ("expectations:\n  thresholds:\n    ttft_p50: 5\n", 9, "expectations.thresholds.ttft_p50", "percentage"),
+        ('expectations:\n  checks:\n    - "on: ttft_p50 ~ 3"\n', 9, "expectations.checks[0]", "cannot parse check"),
+        (
+            'expectations:\n  checks:\n    - "ofF: status.ready_s <= 3"\n',
+            9,
+            "expectations.checks[0]",
+            "unknown variant 'ofF'",
+        ),
+        (
+            'expectations:\n  checks:\n    - "off: quality.parity >= PASS"\n',
+            9,
+            "expectations.checks[0]",
+            "needs a number",
+        ),
+    ],
+)
 def test_inline_bad(tmp_path, extra, line, path, msg):
     got_line, got_path, got_msg = one_error(tmp_path, BASE + extra)
     assert (got_line, got_path) == (line, path), got_msg
     assert msg in got_msg
 
 
-@pytest.mark.parametrize("body,line,path,msg", [
-    ("name: t\nserver:\n  backend: sglang\n  model_path: m\n  sim: {time_scale: 0.1}\nvariants:\n  - name: off\n",
-     5, "server.sim", "only allowed with backend: sim"),
-    ("name: t\nserver:\n  backend: sglang\n  model_path: m\nvariants:\n  - name: off\n    sim_faults: [hang_at_startup]\n",
-     7, "variants[0].sim_faults", "only allowed with backend: sim"),
-    (BASE + "  - name: on\n    hicache: {}\n    expect_cause: assertion\n", 9, "variants[1].expect_cause",
-     "only allowed with expect: startup_failed"),
-    (BASE + "  - name: on\n    expect: startup_failed\n    expect_cause: host-memory\n", 9,
-     "variants[1].expect_cause", "expected one of host_memory"),
-    (BASE + "  - name: ''\n", 7, "variants[1].name", "must not be empty"),
-    (BASE + "  - name: a/b\n", 7, "variants[1].name", "not a valid name"),
-    (BASE + "  - name: 'a:b'\n", 7, "variants[1].name", "not a valid name"),
-    (BASE + "  - name: on\n    hicache: {ratio: -1}\n", 8, "variants[1].hicache.ratio", "must be > 0"),
-    (BASE + "  - name: on\n    hicache: {size_gb: 0}\n", 8, "variants[1].hicache.size_gb", "must be > 0"),
-    (BASE + "  - name: on\n    hicache: {ratio: .inf}\n", 8, "variants[1].hicache.ratio", "finite"),
-    (BASE + "  - name: on\n    hicache: {write_policy: write_around}\n", 8, "variants[1].hicache.write_policy",
-     "expected one of write_through, write_back, write_through_selective, got 'write_around'"),
-    (BASE + "  - name: on\n    hicache: 3\n", 8, "variants[1].hicache", "expected a mapping"),
-    (BASE + "  - name: on\n    args: {max-total-tokens: 5}\n", 8, "variants[1].args.max-total-tokens", "start with '--'"),
-    (BASE + "  - name: on\n    args: {--hicache-ratio: 5}\n", 8, "variants[1].args.--hicache-ratio", "set hicache.ratio"),
-    (BASE + "  - name: on\n    args: {--port: 5}\n", 8, "variants[1].args.--port", "harness picks the port"),
-    (BASE + "  - name: on\n    args: {--foo: {a: 1}}\n", 8, "variants[1].args.--foo", "expected a flag value"),
-    (BASE + "  - name: on\n    env: {SGLANG_X: true}\n", 8, "variants[1].env.SGLANG_X", "environment values are strings"),
-    ("name: t\nserver:\n  backend: sim\n  model_path: m\n  tp_size: 0\nvariants:\n  - name: off\n", 5,
-     "server.tp_size", "must be >= 1"),
-    ("name: t\nserver:\n  backend: cuda\n  model_path: m\nvariants:\n  - name: off\n", 3, "server.backend",
-     "expected one of sglang, sim, got 'cuda'"),
-    ("name: t\nserver:\n  backend: sim\n  model_path: m\n", 1, "variants", "no variants"),
-    ("name: 'bad name'\nserver:\n  backend: sim\n  model_path: m\nvariants:\n  - name: off\n", 1, "name",
-     "not a valid scenario name"),
-    ("name: t\nserver:\n  backend: sim\n  model_path: m\n  sim:\n    host_mem_scale: 2\nvariants:\n  - name: off\n",
-     6, "server.sim.host_mem_scale", "must be <= 1"),
-    ("name: t\nserver:\n  backend: sim\n  model_path: m\n  sim:\n    faults: ['crash at 3']\nvariants:\n  - name: off\n",
-     6, "server.sim.faults[0]", "unknown fault 'crash at 3'"),
-    ("name: t\nserver:\n  backend: sim\n  model_path: m\nvariants:\n  - name: off\n    sim_faults: [crash_at_reqest=3]\n",
-     7, "variants[0].sim_faults[0]", "did you mean 'crash_at_request'?"),
-    ("name: t\nserver: [1]\nvariants:\n  - name: off\n", 2, "server", "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "body,line,path,msg",
+    [
+        (
+            "name: t\nserver:\n  backend: sglang\n  model_path: m\n  sim: {time_scale: 0.1}\nvariants:\n  - name: off\n",
+            5,
+            "server.sim",
+            "only allowed with backend: sim",
+        ),
+        (
+            "name: t\nserver:\n  backend: sglang\n  model_path: m\nvariants:\n  - name: off\n    sim_faults: [hang_at_startup]\n",
+            7,
+            "variants[0].sim_faults",
+            "only allowed with backend: sim",
+        ),
+        (
+            BASE + "  - name: on\n    hicache: {}\n    expect_cause: assertion\n",
+            9,
+            "variants[1].expect_cause",
+            "only allowed with expect: startup_failed",
+        ),
+        (
+            BASE + "  - name: on\n    expect: startup_failed\n    expect_cause: host-memory\n",
+            9,
+            "variants[1].expect_cause",
+            "expected one of host_memory",
+        ),
+        (BASE + "  - name: ''\n", 7, "variants[1].name", "must not be empty"),
+        (BASE + "  - name: a/b\n", 7, "variants[1].name", "not a valid name"),
+        (BASE + "  - name: 'a:b'\n", 7, "variants[1].name", "not a valid name"),
+        (BASE + "  - name: on\n    hicache: {ratio: -1}\n", 8, "variants[1].hicache.ratio", "must be > 0"),
+        (BASE + "  - name: on\n    hicache: {size_gb: 0}\n", 8, "variants[1].hicache.size_gb", "must be > 0"),
+        (BASE + "  - name: on\n    hicache: {ratio: .inf}\n", 8, "variants[1].hicache.ratio", "finite"),
+        (
+            BASE + "  - name: on\n    hicache: {write_policy: write_around}\n",
+            8,
+            "variants[1].hicache.write_policy",
+            "expected one of write_through, write_back, write_through_selective, got 'write_around'",
+        ),
+        (BASE + "  - name: on\n    hicache: 3\n", 8, "variants[1].hicache", "expected a mapping"),
+        (
+            BASE + "  - name: on\n    args: {max-total-tokens: 5}\n",
+            8,
+            "variants[1].args.max-total-tokens",
+            "start with '--'",
+        ),
+        (
+            BASE + "  - name: on\n    args: {--hicache-ratio: 5}\n",
+            8,
+            "variants[1].args.--hicache-ratio",
+            "set hicache.ratio",
+        ),
+        (BASE + "  - name: on\n    args: {--port: 5}\n", 8, "variants[1].args.--port", "harness picks the port"),
+        (BASE + "  - name: on\n    args: {--foo: {a: 1}}\n", 8, "variants[1].args.--foo", "expected a flag value"),
+        (
+            BASE + "  - name: on\n    env: {SGLANG_X: true}\n",
+            8,
+            "variants[1].env.SGLANG_X",
+            "environment values are strings",
+        ),
+        (
+            "name: t\nserver:\n  backend: sim\n  model_path: m\n  tp_size: 0\nvariants:\n  - name: off\n",
+            5,
+            "server.tp_size",
+            "must be >= 1",
+        ),
+        (
+            "name: t\nserver:\n  backend: cuda\n  model_path: m\nvariants:\n  - name: off\n",
+            3,
+            "server.backend",
+            "expected one of sglang, sim, got 'cuda'",
+        ),
+        ("name: t\nserver:\n  backend: sim\n  model_path: m\n", 1, "variants", "no variants"),
+        (
+            "name: 'bad name'\nserver:\n  backend: sim\n  model_path: m\nvariants:\n  - name: off\n",
+            1,
+            "name",
+            "not a valid scenario name",
+        ),
+        (
+            "name: t\nserver:\n  backend: sim\n  model_path: m\n  sim:\n    host_mem_scale: 2\nvariants:\n  - name: off\n",
+            6,
+            "server.sim.host_mem_scale",
+            "must be <= 1",
+        ),
+        (
+            "name: t\nserver:\n  backend: sim\n  model_path: m\n  sim:\n    faults: ['crash at 3']\nvariants:\n  - name: off\n",
+            6,
+            "server.sim.faults[0]",
+            "unknown fault 'crash at 3'",
+        ),
+        (
+            "name: t\nserver:\n  backend: sim\n  model_path: m\nvariants:\n  - name: off\n    sim_faults: [crash_at_reqest=3]\n",
+            7,
+            "variants[0].sim_faults[0]",
+            "did you mean 'crash_at_request'?",
+        ),
+        ("name: t\nserver: [1]\nvariants:\n  - name: off\n", 2, "server", "expected a mapping"),
+    ],
+)
 def test_inline_bad_full(tmp_path, body, line, path, msg):
     got_line, got_path, got_msg = one_error(tmp_path, body)
     assert (got_line, got_path) == (line, path), got_msg
@@ -218,8 +323,11 @@ def test_quality_baseline_defaults_to_first_off(tmp_path):
 
 # ---------------------------------------------------------------------------- ${VAR} expansion
 
+
 def test_env_expansion(tmp_path):
-    p = write(tmp_path, """\
+    p = write(
+        tmp_path,
+        """\
         name: t
         description: "costs $$5 and $HOME stays; ${WHO:-nobody}"
         server:
@@ -230,7 +338,8 @@ def test_env_expansion(tmp_path):
           env: {A: "${EMPTY:-dflt}", B: "${EMPTY:-}"}  # ${EMPTY} alone: set but empty is an error
         variants:
           - name: off
-        """)
+        """,
+    )
     s = load_scenario(p, {"MODEL": "/models/x", "TP": "2", "EMPTY": ""})
     assert s.description == "costs $5 and $HOME stays; nobody"
     assert s.server.python == "python3"
@@ -242,8 +351,10 @@ def test_env_expansion(tmp_path):
 def test_env_unset_names_key_and_line(tmp_path):
     p = write(tmp_path, SGLANG_BASE.replace("model_path: m", "model_path: ${MODEL_PATH}"))
     errs = errors_of(p, {})
-    assert errs == [f"{p}:4 server.model_path: environment variable MODEL_PATH is not set "
-                    "(give a default with ${MODEL_PATH:-default})"]
+    assert errs == [
+        f"{p}:4 server.model_path: environment variable MODEL_PATH is not set "
+        "(give a default with ${MODEL_PATH:-default})"
+    ]
     assert load_scenario(p, {"MODEL_PATH": "/m"}).server.model_path == "/m"
 
 
@@ -268,6 +379,7 @@ def test_env_defaults_to_os_environ(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------ matrix
 
+
 def test_matrix_names_and_count():
     s = load_scenario(FIX / "good_matrix.yaml", {})
     vs = s.expand_variants()
@@ -278,13 +390,19 @@ def test_matrix_names_and_count():
     assert v.hicache.ratio == 2 and v.hicache.mem_layout == "page_first_direct"
     assert v.hicache.write_policy == "write_through"
     assert v.env == {"SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB": "1"}
-    assert v.matrix_values == {"hicache.ratio": 2, "hicache.mem_layout": "page_first_direct",
-                               "env.SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB": "1"}
+    assert v.matrix_values == {
+        "hicache.ratio": 2,
+        "hicache.mem_layout": "page_first_direct",
+        "env.SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB": "1",
+    }
     assert v.args == {"--max-total-tokens": 20480}
 
 
 def test_matrix_default_labels(tmp_path):
-    p = write(tmp_path, SGLANG_BASE + """\
+    p = write(
+        tmp_path,
+        SGLANG_BASE
+        + """\
 matrix:
   - prefix: x
     axes:
@@ -295,11 +413,13 @@ matrix:
       model_path: [models/a, /abs/b]
     labels:
       model_path: "m{}"
-""")
+""",
+    )
     names = [v.name for v in load_scenario(p, {}).expand_variants()]
     assert names[1:] == [
         f"x-{s}gb-HOST_ALLOC_pin-{o}-chunked-prefill-size_4096-m{m}"
-        for s in ("4", "1.5") for o in ("disable-overlap-schedule", "no-disable-overlap-schedule")
+        for s in ("4", "1.5")
+        for o in ("disable-overlap-schedule", "no-disable-overlap-schedule")
         for m in ("a", "b")
     ]
     v = load_scenario(p, {}).variant("x-4gb-HOST_ALLOC_pin-no-disable-overlap-schedule-chunked-prefill-size_4096-mb")
@@ -333,8 +453,11 @@ def test_matrix_empty_axis(tmp_path):
 
 # ------------------------------------------------------------------------------ variants
 
+
 def test_variant_merge_and_shorthand(tmp_path):
-    p = write(tmp_path, """\
+    p = write(
+        tmp_path,
+        """\
         name: t
         server:
           backend: sglang
@@ -347,7 +470,8 @@ def test_variant_merge_and_shorthand(tmp_path):
             hicache: true
             args: {--b: false, --a: 2, --d: [1, 2]}
             env: {E2: null, E3: 3}
-        """)
+        """,
+    )
     s = load_scenario(p, {})
     off, on = s.expand_variants()
     assert off.hicache is None and off.args == {"--a": 1, "--b": True, "--c": "x"}
@@ -362,7 +486,9 @@ def test_relative_paths_resolve_against_scenario_dir(tmp_path):
     for d in ("sub/models/llama-tiny", "elsewhere"):
         (tmp_path / d).mkdir(parents=True)
         (tmp_path / d / "config.json").write_text((tmp_path / "m" / "config.json").read_text())
-    p = write(tmp_path / "sub", """\
+    p = write(
+        tmp_path / "sub",
+        """\
         name: t
         server:
           backend: sim
@@ -371,7 +497,8 @@ def test_relative_paths_resolve_against_scenario_dir(tmp_path):
           - name: off
           - name: other
             model_path: ../elsewhere
-        """)
+        """,
+    )
     s = load_scenario(p, {})
     assert s.variant("off").model_path == str(tmp_path / "sub" / "models" / "llama-tiny")
     assert s.variant("other").model_path == str(tmp_path / "elsewhere")
@@ -380,13 +507,17 @@ def test_relative_paths_resolve_against_scenario_dir(tmp_path):
 
 
 def test_expect_and_sim_faults(tmp_path):
-    p = write(tmp_path, BASE + "  - name: bad\n    hicache: {mem_layout: layer_first}\n    expect: startup_failed\n"
-              "    expect_cause: assertion\n    sim_faults: [crash_at_request=3]\n")
+    p = write(
+        tmp_path,
+        BASE + "  - name: bad\n    hicache: {mem_layout: layer_first}\n    expect: startup_failed\n"
+        "    expect_cause: assertion\n    sim_faults: [crash_at_request=3]\n",
+    )
     v = load_scenario(p, {}).variant("bad")
     assert (v.expect, v.expect_cause, v.sim_faults) == ("startup_failed", "assertion", ["crash_at_request=3"])
 
 
 # ------------------------------------------------------------------------------ types
+
 
 def test_token_size():
     assert TokenSize.parse(75000).resolve(10) == 75000
@@ -414,8 +545,10 @@ def test_check_parse_and_evaluate():
 
 
 def test_workload_types_and_defaults(tmp_path):
-    p = write(tmp_path, BASE + "workloads:\n  - kind: cold_prefill\n    name: cold\n    prompt_tokens: 0.5x pool\n"
-              "  - kind: decode\n")
+    p = write(
+        tmp_path,
+        BASE + "workloads:\n  - kind: cold_prefill\n    name: cold\n    prompt_tokens: 0.5x pool\n  - kind: decode\n",
+    )
     s = load_scenario(p, {})
     cold, dec = s.workloads
     assert isinstance(cold, ColdPrefill) and cold.name == "cold" and cold.prompt_tokens.resolve(1000) == 500
@@ -434,6 +567,7 @@ def test_thresholds_parsed(tmp_path):
 
 
 # ------------------------------------------------------------------------------ hashes
+
 
 def _hashes(tmp_path, body, name="s.yaml"):
     s = load_scenario(write(tmp_path, body, name), {})
@@ -457,8 +591,10 @@ variants:
 
 def test_config_hash_stable_under_irrelevant_changes(tmp_path):
     h1 = _hashes(tmp_path, HASH_BASE)
-    changed = (HASH_BASE.replace("description: first", "description: second")
-               .replace("description: a", "description: b") + "repeats: 3\nworkloads:\n  - kind: decode\n")
+    changed = (
+        HASH_BASE.replace("description: first", "description: second").replace("description: a", "description: b")
+        + "repeats: 3\nworkloads:\n  - kind: decode\n"
+    )
     assert _hashes(tmp_path, changed, "other.yaml") == h1
     (tmp_path / "elsewhere").mkdir()
     assert _hashes(tmp_path / "elsewhere", HASH_BASE) == h1  # another checkout folder
@@ -482,11 +618,15 @@ def test_scenario_hash():
 
 # ------------------------------------------------------------------------------ shipped
 
-@pytest.mark.parametrize("name,env", [
-    ("sim_smoke.yaml", {}),
-    ("wsl_tp2.yaml", {"MODEL_PATH": "/models/gdn-27b"}),
-    ("h200_smoke.yaml", {}),
-])
+
+@pytest.mark.parametrize(
+    "name,env",
+    [
+        ("sim_smoke.yaml", {}),
+        ("wsl_tp2.yaml", {"MODEL_PATH": "/models/gdn-27b"}),
+        ("h200_smoke.yaml", {}),
+    ],
+)
 def test_shipped_scenarios_load(name, env):
     s = load_scenario(ROOT / "scenarios" / name, env)
     vs = s.expand_variants()
@@ -505,8 +645,13 @@ def test_sim_smoke_contents():
     assert {v.expect_cause for v in bad} == {"assertion", "host_memory"}
     lf = next(v for v in bad if v.expect_cause == "assertion")
     assert lf.hicache.mem_layout == "layer_first" and "qwen3next" in lf.model_path
-    assert [w.kind for w in s.workloads] == ["cold_prefill", "repeat_prefill", "parallel_prefixes",
-                                            "short_ttft", "decode"]
+    assert [w.kind for w in s.workloads] == [
+        "cold_prefill",
+        "repeat_prefill",
+        "parallel_prefixes",
+        "short_ttft",
+        "decode",
+    ]
 
 
 def test_wsl_needs_model_path():
@@ -519,6 +664,7 @@ def test_json_schema():
     assert "name" not in sch["required"] and "server" in sch["required"]
     assert set(sch["properties"]) >= {"server", "variants", "matrix", "workloads", "sampling", "quality"}
     import json
+
     json.dumps(sch)
 
 
@@ -550,7 +696,9 @@ def test_doc_example_validates():
 def test_variant_names_sharing_a_results_folder_are_rejected(tmp_path):
     """``on@1`` and ``on_1`` are different names but one results folder (results.safe_name): the
     second variant would append to the first one's requests.jsonl and overwrite its status."""
-    line, path, msg = one_error(tmp_path, """\
+    line, path, msg = one_error(
+        tmp_path,
+        """\
         name: t
         server:
           backend: sim
@@ -558,7 +706,8 @@ def test_variant_names_sharing_a_results_folder_are_rejected(tmp_path):
         variants:
           - name: on@1
           - name: on_1
-        """)
+        """,
+    )
     assert (line, path) == (7, "variants[1].name")
     assert "'on_1' and 'on@1' would share the results folder 'on_1'" in msg
 
@@ -568,11 +717,15 @@ def test_env_set_but_empty_names_the_variable(tmp_path):
     p = write(tmp_path, SGLANG_BASE.replace("model_path: m", "model_path: ${MODEL_PATH}"))
     assert errors_of(p, {"MODEL_PATH": ""}) == [
         f"{p}:4 server.model_path: environment variable MODEL_PATH is set but empty (give it a value, "
-        "or a default with ${MODEL_PATH:-default})"]
+        "or a default with ${MODEL_PATH:-default})"
+    ]
 
 
 def test_gate_names_are_checked_against_the_declarations(tmp_path):
-    p = write(tmp_path, BASE + """\
+    p = write(
+        tmp_path,
+        BASE
+        + """\
 workloads:
   - {kind: parallel_prefixes, k: 2, prompt_tokens: 100}
   - {kind: cold_prefill, prompt_tokens: 100}
@@ -584,7 +737,8 @@ gate:
   - "of: cold_prefill.cold.ttft_ms"
   - cold_prefill.cold.ttft
   - quality.parity
-""")
+""",
+    )
     errs = errors_of(p)
     assert [e.split(" ", 1)[1] for e in errs] == [
         "gate[2]: parallel_prefixes compares no derived figure 'second_pass_speedpu' (did you mean "
@@ -594,6 +748,12 @@ gate:
         "gate[5]: no compared metric 'ttft' (did you mean 'ttft_ms'?)",
         "gate[6]: quality.parity gates nothing: quality is not enabled",
     ]
-    good = load_scenario(write(tmp_path, BASE + "workloads: [{kind: cold_prefill, prompt_tokens: 100}]\n"
-                               "gate: [cold_prefill.cold.ttft_ms]\n", "g.yaml"), {})
+    good = load_scenario(
+        write(
+            tmp_path,
+            BASE + "workloads: [{kind: cold_prefill, prompt_tokens: 100}]\ngate: [cold_prefill.cold.ttft_ms]\n",
+            "g.yaml",
+        ),
+        {},
+    )
     assert [(g.variant, g.metric) for g in good.gate] == [(None, "cold_prefill.cold.ttft_ms")]

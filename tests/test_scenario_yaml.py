@@ -34,9 +34,25 @@ def test_lines_for_keys_and_items():
 def test_yaml12_core_scalars():
     y = load_yaml_text(
         "a: off\nb: on\nc: yes\nd: true\ne: False\nf: 010\ng: 0x10\nh: 1_000\ni: 1.5\nj: 1e3\n"
-        "k: ~\nl: 2024-01-01\nm: '12'\nn:\n", "f.yaml")
-    assert y.data == {"a": "off", "b": "on", "c": "yes", "d": True, "e": False, "f": 10, "g": 16,
-                      "h": 1000, "i": 1.5, "j": 1000.0, "k": None, "l": "2024-01-01", "m": "12", "n": None}
+        "k: ~\nl: 2024-01-01\nm: '12'\nn:\n",
+        "f.yaml",
+    )
+    assert y.data == {
+        "a": "off",
+        "b": "on",
+        "c": "yes",
+        "d": True,
+        "e": False,
+        "f": 10,
+        "g": 16,
+        "h": 1000,
+        "i": 1.5,
+        "j": 1000.0,
+        "k": None,
+        "l": "2024-01-01",
+        "m": "12",
+        "n": None,
+    }
 
 
 def test_merge_keys_explicit_wins():
@@ -77,14 +93,17 @@ def test_control_character_rejected():
     assert e.line == 2 and "control" in e.message
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("", "empty document"),
-    ("# only a comment\n", "empty document"),
-    ("---\n", "got null"),
-    ("- a\n- b\n", "got a list"),
-    ("42\n", "got a scalar"),
-    ("a: 1\n---\nb: 2\n", "more than one YAML document"),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("", "empty document"),
+        ("# only a comment\n", "empty document"),
+        ("---\n", "got null"),
+        ("- a\n- b\n", "got a list"),
+        ("42\n", "got a scalar"),
+        ("a: 1\n---\nb: 2\n", "more than one YAML document"),
+    ],
+)
 def test_not_a_single_mapping(text, needle):
     e = err(text)
     assert needle in e.message

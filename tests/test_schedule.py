@@ -12,8 +12,9 @@ from harness.schedule import ScheduleLag, offsets_ns, schedule_lag, send_schedul
 
 
 def rec(sent, sched):
-    return RequestRecord(variant="v", workload="w", phase="p", repeat=0, index=0, rid="r",
-                         sent_ns=sent, scheduled_ns=sched)
+    return RequestRecord(
+        variant="v", workload="w", phase="p", repeat=0, index=0, rid="r", sent_ns=sent, scheduled_ns=sched
+    )
 
 
 def test_lag_is_sent_minus_scheduled_and_flags_a_client_bound_run():
@@ -56,8 +57,10 @@ def test_sleep_until_never_returns_early_and_send_schedule_keeps_order():
         async def send(t_ns, label):
             await sleep_until_ns(t_ns)
             return label, t_ns, time.perf_counter_ns()
+
         out = await send_schedule(send, [(off, (i,), {}) for i, off in enumerate([3_000_000, 0, 1_000_000])])
         return due, woke, out
+
     due, woke, out = asyncio.run(go())
     assert woke >= due
     assert [label for label, _, _ in out] == [0, 1, 2]

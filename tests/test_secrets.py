@@ -9,14 +9,39 @@ from harness.secrets import REDACTED, Redactor, is_secret_name, secret_values_in
 from harness.yaml_lines import load_yaml_text
 
 
-@pytest.mark.parametrize("name", ["HF_TOKEN", "--api-key", "api_key", "OPENAI_API_KEY", "db_password",
-                                  "AWS_SECRET_ACCESS_KEY", "X_CREDENTIALS", "Authorization", "cookie", "token"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "--api-key",
+        "api_key",
+        "OPENAI_API_KEY",
+        "db_password",
+        "AWS_SECRET_ACCESS_KEY",
+        "X_CREDENTIALS",
+        "Authorization",
+        "cookie",
+        "token",
+    ],
+)
 def test_secret_names(name):
     assert is_secret_name(name)
 
 
-@pytest.mark.parametrize("name", ["--max-total-tokens", "prompt_tokens", "eos_token_id", "sessions", "passes",
-                                  "SGLANG_HICACHE_HOST_ALLOC", "--skip-tokenizer-init", "keyboard", "monkey"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "--max-total-tokens",
+        "prompt_tokens",
+        "eos_token_id",
+        "sessions",
+        "passes",
+        "SGLANG_HICACHE_HOST_ALLOC",
+        "--skip-tokenizer-init",
+        "keyboard",
+        "monkey",
+    ],
+)
 def test_not_secret_names(name):
     assert not is_secret_name(name)
 
@@ -56,10 +81,12 @@ def test_every_yaml_shape_is_found_and_scrubbed():
 
 def test_json_objects_argv_and_env():
     r = Redactor().learn({"env": {"HF_TOKEN": "hf_abcdef"}})
-    obj = {"argv": ["python", "-m", "sglang", "--api-key", "k-123456", "--port", "1"],
-           "env": {"HF_TOKEN": "hf_abcdef", "PATH": "/bin"},
-           "log_excerpt": "server_args=ServerArgs(api_key='k-123456', hf='hf_abcdef')",
-           "nested": [{"password": "pw-7777"}]}
+    obj = {
+        "argv": ["python", "-m", "sglang", "--api-key", "k-123456", "--port", "1"],
+        "env": {"HF_TOKEN": "hf_abcdef", "PATH": "/bin"},
+        "log_excerpt": "server_args=ServerArgs(api_key='k-123456', hf='hf_abcdef')",
+        "nested": [{"password": "pw-7777"}],
+    }
     r.learn(obj["argv"])
     out = r.obj(obj)
     assert out["argv"] == ["python", "-m", "sglang", "--api-key", REDACTED, "--port", "1"]
@@ -86,9 +113,11 @@ def test_a_secret_matrix_axis_never_becomes_a_name(tmp_path):
     from harness.scenario import load_scenario
 
     p = tmp_path / "s.yaml"
-    p.write_text("name: t\nserver: {backend: sglang, model_path: /m}\nvariants: [{name: off}]\n"
-                 "matrix:\n  - prefix: on\n    hicache: {ratio: 2}\n"
-                 "    axes: {env.HF_TOKEN: [hf_aaaa1111, hf_bbbb2222], args.--api-key: [key-zzzz9999]}\n")
+    p.write_text(
+        "name: t\nserver: {backend: sglang, model_path: /m}\nvariants: [{name: off}]\n"
+        "matrix:\n  - prefix: on\n    hicache: {ratio: 2}\n"
+        "    axes: {env.HF_TOKEN: [hf_aaaa1111, hf_bbbb2222], args.--api-key: [key-zzzz9999]}\n"
+    )
     variants = load_scenario(p, {}).expand_variants()
     names = [v.name for v in variants]
     assert names == ["off", "on-HF_TOKEN_secret1-api-key_secret1", "on-HF_TOKEN_secret2-api-key_secret1"]

@@ -22,19 +22,19 @@ REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "scenarios" / "models"
 
 SECRETS = {
-    "environ": "hf_environ_0001",          # HF_TOKEN in the harness's environment
-    "flow_map": "sk-flowmap-0002",         # server.args: {--api-key: ...}
-    "extra_args": "hf_extraargs_0003",     # server.extra_args: "--api-key ..." (wins over args)
-    "env_block": "tok-block-0004",         # server.env, block style
-    "quoted_key": "quoted-0005",           # "QUOTED_API_KEY": '...'
-    "block_scalar": "block-scalar-0006",   # MULTI_PASSWORD: |
-    "expanded": "expanded-pw-0007",        # DB_PASSWORD: ${PLANTED_DB_PW} (an ordinary variable name)
-    "variant_env": "variant-env-0008",     # a variant's env flow map
-    "variant_flag": "variant-flag-0009",   # a variant's args (--api-key): what the server really gets
-    "matrix_a": "axis-secret-0010a",       # a matrix env axis, first value
-    "matrix_b": "axis-secret-0010b",       # ... second value
-    "argv": "argv-secret-0011",            # the harness's own command line
-    "folded": "folded-secret-0012",        # a folded scalar under a secret name (db_password: >-)
+    "environ": "hf_environ_0001",  # HF_TOKEN in the harness's environment
+    "flow_map": "sk-flowmap-0002",  # server.args: {--api-key: ...}
+    "extra_args": "hf_extraargs_0003",  # server.extra_args: "--api-key ..." (wins over args)
+    "env_block": "tok-block-0004",  # server.env, block style
+    "quoted_key": "quoted-0005",  # "QUOTED_API_KEY": '...'
+    "block_scalar": "block-scalar-0006",  # MULTI_PASSWORD: |
+    "expanded": "expanded-pw-0007",  # DB_PASSWORD: ${PLANTED_DB_PW} (an ordinary variable name)
+    "variant_env": "variant-env-0008",  # a variant's env flow map
+    "variant_flag": "variant-flag-0009",  # a variant's args (--api-key): what the server really gets
+    "matrix_a": "axis-secret-0010a",  # a matrix env axis, first value
+    "matrix_b": "axis-secret-0010b",  # ... second value
+    "argv": "argv-secret-0011",  # the harness's own command line
+    "folded": "folded-secret-0012",  # a folded scalar under a secret name (db_password: >-)
 }
 
 
@@ -44,32 +44,32 @@ def _scenario(tmp_path: Path) -> Path:
         name: secrets
         server:
           backend: sim
-          model_path: {MODELS / 'llama-tiny'}
-          args: {{--max-total-tokens: 4096, --skip-tokenizer-init: true, --api-key: {s['flow_map']}}}
-          extra_args: "--api-key {s['extra_args']}"
+          model_path: {MODELS / "llama-tiny"}
+          args: {{--max-total-tokens: 4096, --skip-tokenizer-init: true, --api-key: {s["flow_map"]}}}
+          extra_args: "--api-key {s["extra_args"]}"
           startup_timeout_s: 20
           startup_retries: 0
           liveness_idle_s: 0.1
           env:
-            SGLANG_TEST_TOKEN: {s['env_block']}
-            "QUOTED_API_KEY": '{s['quoted_key']}'
+            SGLANG_TEST_TOKEN: {s["env_block"]}
+            "QUOTED_API_KEY": '{s["quoted_key"]}'
             MULTI_PASSWORD: |
-              {s['block_scalar']}
+              {s["block_scalar"]}
             DB_PASSWORD: ${{PLANTED_DB_PW}}
             SGLANG_DB_PASSWORD: >-
-              {s['folded']}
+              {s["folded"]}
           sim: {{time_scale: 0.05, startup_s: 0.05, host_mem_scale: 0.001, mem_available_gib: 16}}
         sampling: {{enabled: true, interval_s: 0.2, idle_window_s: 0.2, cooldown_timeout_s: 2, gpu: false}}
         preflight: {{mode: warn}}
         variants:
           - name: off
-            env: {{WANDB_API_KEY: "{s['variant_env']}"}}
+            env: {{WANDB_API_KEY: "{s["variant_env"]}"}}
             args:
-              --api-key: {s['variant_flag']}
+              --api-key: {s["variant_flag"]}
         matrix:
           - prefix: on
             hicache: {{ratio: 2}}
-            axes: {{env.OPENAI_API_KEY: [{s['matrix_a']}, {s['matrix_b']}]}}
+            axes: {{env.OPENAI_API_KEY: [{s["matrix_a"]}, {s["matrix_b"]}]}}
         workloads:
           - kind: cold_prefill
             n: 2
@@ -92,14 +92,21 @@ def planted_env(monkeypatch):
 
 def test_no_secret_value_in_any_file_of_a_run_its_report_or_a_comparison(tmp_path, planted_env):
     scenario = load_scenario(_scenario(tmp_path))
-    assert [v.name for v in scenario.expand_variants()] == ["off", "on-OPENAI_API_KEY_secret1",
-                                                            "on-OPENAI_API_KEY_secret2"]
-    outcome = run_scenario(scenario, RunOptions(results_dir=tmp_path / "results", write_report=False,
-                                                live_progress=False),
-                           harness_argv=["harness", "run", "secrets.yaml", "--api-key", SECRETS["argv"]])
+    assert [v.name for v in scenario.expand_variants()] == [
+        "off",
+        "on-OPENAI_API_KEY_secret1",
+        "on-OPENAI_API_KEY_secret2",
+    ]
+    outcome = run_scenario(
+        scenario,
+        RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False),
+        harness_argv=["harness", "run", "secrets.yaml", "--api-key", SECRETS["argv"]],
+    )
     run = outcome.run_dir
-    assert all(json.loads((run / v / "status.json").read_text())["state"] == "ok"
-               for v in ("off", "on-OPENAI_API_KEY_secret1", "on-OPENAI_API_KEY_secret2"))
+    assert all(
+        json.loads((run / v / "status.json").read_text())["state"] == "ok"
+        for v in ("off", "on-OPENAI_API_KEY_secret1", "on-OPENAI_API_KEY_secret2")
+    )
     report = write_report(run, tmp_path / "reports")
     assert report.exists()
 
@@ -114,8 +121,18 @@ def test_no_secret_value_in_any_file_of_a_run_its_report_or_a_comparison(tmp_pat
 
     files = _files(tmp_path / "results", tmp_path / "reports", tmp_path / "compare")
     names = {p.name for p in files}
-    assert {"manifest.json", "status.json", "server.log", "server_info.json", "requests.jsonl", "samples.jsonl",
-            "summary.json", "index.html", "junit.xml", "summary.md"} <= names
+    assert {
+        "manifest.json",
+        "status.json",
+        "server.log",
+        "server_info.json",
+        "requests.jsonl",
+        "samples.jsonl",
+        "summary.json",
+        "index.html",
+        "junit.xml",
+        "summary.md",
+    } <= names
     leaks = {}
     for path in files:
         data = path.read_bytes()
@@ -147,8 +164,10 @@ def test_an_interrupted_variant_s_log_is_scrubbed_too(tmp_path, monkeypatch, pla
 
     monkeypatch.setattr(serving_window, "run_window", interrupted)
     path = _scenario(tmp_path)
-    outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False,
-                                                           live_progress=False, only=["off"]))
+    outcome = run_scenario(
+        load_scenario(path),
+        RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False, only=["off"]),
+    )
     assert outcome.interrupted
     log = (outcome.run_dir / "off" / "server.log").read_text()
     assert "api_key='***'" in log and SECRETS["variant_flag"] not in log

@@ -17,8 +17,12 @@ def _v(name, expect="ok"):
     return SimpleNamespace(name=name, expect=expect)
 
 
-MATRIX = [_v(f"on-r{r}-{layout}-{pol}") for r in (1, 2, 4) for layout in ("page_first", "layer_first", "pfd")
-          for pol in ("wt", "wb")] + [_v("off"), _v("fail-a", "startup_failed"), _v("fail-b", "startup_failed")]
+MATRIX = [
+    _v(f"on-r{r}-{layout}-{pol}")
+    for r in (1, 2, 4)
+    for layout in ("page_first", "layer_first", "pfd")
+    for pol in ("wt", "wb")
+] + [_v("off"), _v("fail-a", "startup_failed"), _v("fail-b", "startup_failed")]
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 21, 30])

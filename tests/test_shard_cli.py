@@ -59,12 +59,26 @@ def _check_merged(merged: Path, reference: Path, n_shards: int) -> dict:
 def test_slurm_job_array(scenario, reference, tmp_path):
     """`sbatch --array=1-3`: three tasks at once with SLURM_ARRAY_* set, then the merge job."""
     root = tmp_path / "results"
-    env = {"PATH": f"{harness_bin(tmp_path)}:{os.environ['PATH']}", "SCENARIO": str(scenario),
-           "RESULTS_ROOT": str(root), "SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_MIN": "0",
-           "SLURM_ARRAY_TASK_COUNT": "3"}
+    env = {
+        "PATH": f"{harness_bin(tmp_path)}:{os.environ['PATH']}",
+        "SCENARIO": str(scenario),
+        "RESULTS_ROOT": str(root),
+        "SLURM_ARRAY_JOB_ID": "4242",
+        "SLURM_ARRAY_TASK_MIN": "0",
+        "SLURM_ARRAY_TASK_COUNT": "3",
+    }
     # a 0-based array (--array=0-2) to show $SLURM_ARRAY_TASK_MIN is honoured
-    procs = [subprocess.Popen(["bash", str(SBATCH)], cwd=REPO, env=harness_env({**env, "SLURM_ARRAY_TASK_ID": str(t)}),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for t in range(3)]
+    procs = [
+        subprocess.Popen(
+            ["bash", str(SBATCH)],
+            cwd=REPO,
+            env=harness_env({**env, "SLURM_ARRAY_TASK_ID": str(t)}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for t in range(3)
+    ]
     outs = [p.communicate(timeout=180)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
     shards = sorted(run_dirs_any(root / "shards" / "4242"))
@@ -72,8 +86,14 @@ def test_slurm_job_array(scenario, reference, tmp_path):
     indices = sorted(json.loads((d / "manifest.json").read_text())["shard"]["index"] for d in shards)
     assert indices == [1, 2, 3]
 
-    merge = subprocess.run(["bash", str(SBATCH), "merge", "4242"], cwd=REPO, env=harness_env(env),
-                           capture_output=True, text=True, timeout=120)
+    merge = subprocess.run(
+        ["bash", str(SBATCH), "merge", "4242"],
+        cwd=REPO,
+        env=harness_env(env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert merge.returncode == 0, merge.stdout + merge.stderr
     merged = Path(re.search(r"^merged: (\S+)", merge.stdout, re.M).group(1))
     assert merged.parent == root / "tiny"
@@ -87,9 +107,20 @@ def test_slurm_submit_mode(tmp_path):
     log = tmp_path / "sbatch.log"
     (fake / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {log}\necho "777;cluster"\n')
     (fake / "sbatch").chmod(0o755)
-    r = subprocess.run(["bash", str(SBATCH), "submit"], cwd=REPO, capture_output=True, text=True, timeout=30,
-                       env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "SHARDS": "5",
-                            "SCENARIO": "scenarios/x.yaml", "RESULTS_ROOT": "/shared/results"})
+    r = subprocess.run(
+        ["bash", str(SBATCH), "submit"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={
+            **os.environ,
+            "PATH": f"{fake}:{os.environ['PATH']}",
+            "SHARDS": "5",
+            "SCENARIO": "scenarios/x.yaml",
+            "RESULTS_ROOT": "/shared/results",
+        },
+    )
     assert r.returncode == 0, r.stderr
     first, second = log.read_text().splitlines()
     assert "--array=1-5" in first and first.endswith(str(SBATCH))
@@ -133,9 +164,16 @@ def test_github_actions_matrix(scenario, reference, tmp_path):
         ws = tmp_path / f"runner-{shard}"
         ws.mkdir()
         env = {**base_env, **{k: _gha_expr(str(v), ctx) for k, v in run_step["env"].items()}}
-        procs.append(subprocess.Popen(["bash", "-eo", "pipefail", "-c", _gha_expr(run_step["run"], ctx)], cwd=ws,
-                                      env=harness_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
+        procs.append(
+            subprocess.Popen(
+                ["bash", "-eo", "pipefail", "-c", _gha_expr(run_step["run"], ctx)],
+                cwd=ws,
+                env=harness_env(env),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
         workspaces[shard] = (ws, ctx)
     outs = [p.communicate(timeout=180)[0] for p in procs]
     assert [p.returncode for p in procs] == [0] * len(matrix), outs
@@ -151,8 +189,14 @@ def test_github_actions_matrix(scenario, reference, tmp_path):
     out_file = tmp_path / "github_output"
     out_file.touch()
     merge_step = _step(merge_job, "Merge")
-    r = subprocess.run(["bash", "-eo", "pipefail", "-c", merge_step["run"]], cwd=merge_ws, capture_output=True,
-                       text=True, timeout=120, env=harness_env({**base_env, "GITHUB_OUTPUT": str(out_file)}))
+    r = subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", merge_step["run"]],
+        cwd=merge_ws,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=harness_env({**base_env, "GITHUB_OUTPUT": str(out_file)}),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     run_dir = dict(line.split("=", 1) for line in out_file.read_text().splitlines())["run_dir"]
     _check_merged(merge_ws / run_dir, reference, len(matrix))

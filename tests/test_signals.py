@@ -110,9 +110,24 @@ def _run_case(tmp_path: Path, when: str, delay_s: float, sig: int) -> dict:
     scenario.write_text(SCENARIO.format(model=REPO / "scenarios" / "models" / "llama-tiny"))
     results_dir, reports_dir = tmp_path / "results", tmp_path / "reports"
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(scenario), "--results-dir",
-                             str(results_dir), "--reports-dir", str(reports_dir)],
-                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            str(scenario),
+            "--results-dir",
+            str(results_dir),
+            "--reports-dir",
+            str(reports_dir),
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     seen = threading.Event()
 
@@ -173,8 +188,11 @@ def test_signal_at_an_instant(tmp_path, index):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("index", [i for i in range(len(ALL_CASES)) if i not in QUICK],
-                         ids=lambda i: f"{i}-{ALL_CASES[i][0].replace(' ', '_')}+{ALL_CASES[i][1]}s")
+@pytest.mark.parametrize(
+    "index",
+    [i for i in range(len(ALL_CASES)) if i not in QUICK],
+    ids=lambda i: f"{i}-{ALL_CASES[i][0].replace(' ', '_')}+{ALL_CASES[i][1]}s",
+)
 def test_signal_at_every_instant(tmp_path, index):
     when, delay_s, sig = ALL_CASES[index]
     _check(_run_case(tmp_path, when, delay_s, sig), when)

@@ -23,8 +23,17 @@ def counter(text: str, name: str) -> float:
 def load_back_seconds_per_byte(extra=()) -> float:
     """Modelled load-back seconds per byte of one host hit (an 800-token prompt pushed to the host
     tier by two others, then asked again), from the simulator's own /metrics."""
-    with SimProcess(["--enable-hierarchical-cache", "--max-total-tokens", str(POOL), "--sim-mem-available-gib",
-                     "64", "--enable-metrics", *extra]) as sim:
+    with SimProcess(
+        [
+            "--enable-hierarchical-cache",
+            "--max-total-tokens",
+            str(POOL),
+            "--sim-mem-available-gib",
+            "64",
+            "--enable-metrics",
+            *extra,
+        ]
+    ) as sim:
         p = prompt(800, 7)
         generate(sim.url, p, 1)
         for k in range(2):

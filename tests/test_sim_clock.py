@@ -39,17 +39,36 @@ STEP_S = 0.01
 
 
 def make_engine() -> Engine:
-    cfg = EngineConfig(max_total_tokens=4096, chunked_prefill_size=8192, max_running_requests=8,
-                       context_len=4096, kv_bytes_per_token=1024, mamba_bytes_per_slot=0, hybrid=False,
-                       deterministic=True, faults={}, random_seed=0)
-    cost = CostModel(prefill_tok_s=1e9, prefill_overhead_s=STEP_S, decode_base_s=STEP_S, decode_per_req_s=0.0,
-                     h2d_bytes_s=1e12, d2h_bytes_s=1e12, hbm_bytes_s=1e15, backup_visible=0.0, time_scale=1.0)
+    cfg = EngineConfig(
+        max_total_tokens=4096,
+        chunked_prefill_size=8192,
+        max_running_requests=8,
+        context_len=4096,
+        kv_bytes_per_token=1024,
+        mamba_bytes_per_slot=0,
+        hybrid=False,
+        deterministic=True,
+        faults={},
+        random_seed=0,
+    )
+    cost = CostModel(
+        prefill_tok_s=1e9,
+        prefill_overhead_s=STEP_S,
+        decode_base_s=STEP_S,
+        decode_per_req_s=0.0,
+        h2d_bytes_s=1e12,
+        d2h_bytes_s=1e12,
+        hbm_bytes_s=1e15,
+        backup_visible=0.0,
+        time_scale=1.0,
+    )
     return Engine(cfg, TwoTierCache(4096, 0), cost, TokenModel(32000), SimMetrics("m"))
 
 
 async def generate(engine: Engine, ids: list[int], max_new_tokens: int) -> SimRequest:
-    req = SimRequest(rid=f"r{ids[0]}", input_ids=ids, sampling=SamplingParams(max_new_tokens=max_new_tokens,
-                                                                               temperature=0.0))
+    req = SimRequest(
+        rid=f"r{ids[0]}", input_ids=ids, sampling=SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    )
     engine.submit(req)
     while not req.done:
         await req.updates.get()

@@ -107,8 +107,11 @@ def test_hang_at_request_deadlocks_the_scheduler_but_not_the_process():
     with SimProcess(["--sim-fault", "hang_at_request=2"]) as sim:
         generate(sim.url, [300, 301, 302, 303], 2)  # the first request is answered
         with pytest.raises(httpx.ReadTimeout):  # the second never is
-            httpx.post(sim.url + "/generate", json={"input_ids": [400, 401, 402, 403],
-                                                    "sampling_params": {"max_new_tokens": 2}}, timeout=2.0)
+            httpx.post(
+                sim.url + "/generate",
+                json={"input_ids": [400, 401, 402, 403], "sampling_params": {"max_new_tokens": 2}},
+                timeout=2.0,
+            )
         assert sim.proc.poll() is None  # alive: only the scheduler is stuck
         assert httpx.get(sim.url + "/health", timeout=2).status_code == 200  # the HTTP layer answers
         with pytest.raises(httpx.ReadTimeout):  # anything that needs the scheduler does not

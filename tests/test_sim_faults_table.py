@@ -52,20 +52,23 @@ def test_parsed_arguments_have_their_types():
     assert parse_fault("ignore_sigterm") == (Fault.ignore_sigterm, None)
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("crash_at_reqest=3", "unknown fault 'crash_at_reqest', did you mean 'crash_at_request'?"),
-    ("ignore_sigterms", "did you mean 'ignore_sigterm'?"),
-    ("explode", "unknown fault 'explode' (known: crash_at_request, "),
-    ("crash_at_request", "fault crash_at_request needs an argument: crash_at_request=<int >= 1>"),
-    ("crash_at_request=", "needs an argument"),
-    ("crash_at_request=2.5", "fault crash_at_request wants int >= 1 as its argument, got '2.5'"),
-    ("crash_at_request=0", "wants int >= 1"),
-    ("die_after_idle=-1", "fault die_after_idle wants seconds >= 0 as its argument, got '-1'"),
-    ("die_after_idle=nan", "wants seconds >= 0"),
-    ("exit_before_ready=soon", "wants seconds >= 0"),
-    ("ignore_sigterm=1", "fault ignore_sigterm takes no argument, got 'ignore_sigterm=1'"),
-    ("ignore_sigterm=", "takes no argument"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("crash_at_reqest=3", "unknown fault 'crash_at_reqest', did you mean 'crash_at_request'?"),
+        ("ignore_sigterms", "did you mean 'ignore_sigterm'?"),
+        ("explode", "unknown fault 'explode' (known: crash_at_request, "),
+        ("crash_at_request", "fault crash_at_request needs an argument: crash_at_request=<int >= 1>"),
+        ("crash_at_request=", "needs an argument"),
+        ("crash_at_request=2.5", "fault crash_at_request wants int >= 1 as its argument, got '2.5'"),
+        ("crash_at_request=0", "wants int >= 1"),
+        ("die_after_idle=-1", "fault die_after_idle wants seconds >= 0 as its argument, got '-1'"),
+        ("die_after_idle=nan", "wants seconds >= 0"),
+        ("exit_before_ready=soon", "wants seconds >= 0"),
+        ("ignore_sigterm=1", "fault ignore_sigterm takes no argument, got 'ignore_sigterm=1'"),
+        ("ignore_sigterm=", "takes no argument"),
+    ],
+)
 def test_fault_problem_says_what_is_wrong(text, problem):
     message = fault_problem(text)
     assert message is not None and problem in message

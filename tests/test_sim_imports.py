@@ -32,8 +32,10 @@ def test_no_import_cycle_in_the_simulator():
 
 
 def test_faults_is_a_leaf():
-    code = ("import sys, harness.sim.faults; "
-            "print(sorted(m for m in sys.modules if m.startswith(('harness', 'uvicorn', 'starlette', 'numpy', "
-            "'pydantic', 'prometheus_client'))))")
+    code = (
+        "import sys, harness.sim.faults; "
+        "print(sorted(m for m in sys.modules if m.startswith(('harness', 'uvicorn', 'starlette', 'numpy', "
+        "'pydantic', 'prometheus_client'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.strip() == "['harness', 'harness.sim', 'harness.sim.faults']"

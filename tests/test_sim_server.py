@@ -18,9 +18,20 @@ def prompt(n, seed):
 
 @pytest.fixture(scope="module")
 def on():
-    with SimProcess(["--enable-hierarchical-cache", "--hicache-ratio", "2", "--max-total-tokens", str(POOL),
-                     "--enable-metrics", "--skip-tokenizer-init", "--sim-mem-available-gib", "64",
-                     "--enable-deterministic-inference"]) as sim:
+    with SimProcess(
+        [
+            "--enable-hierarchical-cache",
+            "--hicache-ratio",
+            "2",
+            "--max-total-tokens",
+            str(POOL),
+            "--enable-metrics",
+            "--skip-tokenizer-init",
+            "--sim-mem-available-gib",
+            "64",
+            "--enable-deterministic-inference",
+        ]
+    ) as sim:
         yield sim
 
 
@@ -36,8 +47,14 @@ def details(resp):
 
 
 def test_sse_format_and_meta_info(on):
-    body = {"input_ids": prompt(40, 1), "sampling_params": {"max_new_tokens": 4, "temperature": 0},
-            "stream": True, "return_logprob": True, "top_logprobs_num": 5, "rid": "abc"}
+    body = {
+        "input_ids": prompt(40, 1),
+        "sampling_params": {"max_new_tokens": 4, "temperature": 0},
+        "stream": True,
+        "return_logprob": True,
+        "top_logprobs_num": 5,
+        "rid": "abc",
+    }
     with httpx.stream("POST", on.url + "/generate", json=body, timeout=30) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         raw = r.read().decode()
@@ -53,8 +70,9 @@ def test_sse_format_and_meta_info(on):
     assert last["cached_tokens_details"] is None and last["e2e_latency"] > 0
     assert chunks[0]["meta_info"]["finish_reason"] is None
     lp = last["output_token_logprobs"]
-    assert len(lp) == 4 and all(len(x) == 3 and x[2] is None and x[1] == t
-                                for x, t in zip(lp, chunks[-1]["output_ids"]))
+    assert len(lp) == 4 and all(
+        len(x) == 3 and x[2] is None and x[1] == t for x, t in zip(lp, chunks[-1]["output_ids"])
+    )
     top = last["output_top_logprobs"]
     assert len(top) == 4 and all(len(pos) == 5 for pos in top)
     assert all(pos[0][0] >= pos[1][0] >= pos[4][0] for pos in top)
@@ -178,8 +196,18 @@ def host_hit_pair(sim, seed):
 
 
 def test_corrupt_host_load_changes_only_host_hits():
-    with SimProcess(["--enable-hierarchical-cache", "--max-total-tokens", str(POOL), "--sim-mem-available-gib", "64",
-                     "--enable-deterministic-inference", "--sim-fault", "corrupt_host_load"]) as sim:
+    with SimProcess(
+        [
+            "--enable-hierarchical-cache",
+            "--max-total-tokens",
+            str(POOL),
+            "--sim-mem-available-gib",
+            "64",
+            "--enable-deterministic-inference",
+            "--sim-fault",
+            "corrupt_host_load",
+        ]
+    ) as sim:
         cold, dev, host = host_hit_pair(sim, 80)
     assert details(dev)["host"] == 0 and dev["output_ids"] == cold["output_ids"]
     assert details(host)["host"] > 0
@@ -189,8 +217,15 @@ def test_corrupt_host_load_changes_only_host_hits():
 
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_near_tie_flips_only_without_deterministic_inference(deterministic):
-    extra = ["--enable-hierarchical-cache", "--max-total-tokens", str(POOL), "--sim-mem-available-gib", "64",
-             "--sim-fault", "near_tie_flips"] + (["--enable-deterministic-inference"] if deterministic else [])
+    extra = [
+        "--enable-hierarchical-cache",
+        "--max-total-tokens",
+        str(POOL),
+        "--sim-mem-available-gib",
+        "64",
+        "--sim-fault",
+        "near_tie_flips",
+    ] + (["--enable-deterministic-inference"] if deterministic else [])
     differ = 0
     with SimProcess(extra) as sim:
         for seed in range(6):

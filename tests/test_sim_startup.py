@@ -31,8 +31,19 @@ def test_misspelt_fault_exits_2_with_did_you_mean():
 
 
 def test_flag_aliases_and_faults_parse():
-    a = parse_args(["--model-path", "m", "--tp", "2", "--enable-hicache", "--sim-fault", "crash_at_request=3",
-                    "--sim-fault", "ignore_sigterm"])
+    a = parse_args(
+        [
+            "--model-path",
+            "m",
+            "--tp",
+            "2",
+            "--enable-hicache",
+            "--sim-fault",
+            "crash_at_request=3",
+            "--sim-fault",
+            "ignore_sigterm",
+        ]
+    )
     assert a.tp_size == 2 and a.enable_hierarchical_cache
     assert a.faults == {Fault.crash_at_request: 3, Fault.ignore_sigterm: None}
     with pytest.raises(SystemExit):
@@ -46,8 +57,10 @@ def test_a_fault_given_twice_keeps_the_first():
 
 def test_refusal_text_is_sglangs():
     msg = not_enough_message(2_550_000_000, 590_000_000)
-    assert msg == ("Not enough host memory available. Requesting 2.55 GB but only have 0.59 GB free. "
-                   "Please reduce the size of the hierarchical cache.")
+    assert msg == (
+        "Not enough host memory available. Requesting 2.55 GB but only have 0.59 GB free. "
+        "Please reduce the size of the hierarchical cache."
+    )
     b = HostBudget(mem_available_bytes=12 * GIB, ranks=2)
     with pytest.raises(HostMemoryError):
         b.claim(2 * GIB)  # (12 - 10) / 2 = 1 GiB per rank
@@ -67,9 +80,24 @@ def test_seed_000_kv_succeeds_then_mamba_fails():
     # 27B hybrid, TP2, int2 KV, ratio 2 of 210000 device tokens = 420001 host tokens (2.58 GB);
     # MemAvailable chosen so 0.59 GB per rank is left for the 2.55 GB mamba pool.
     avail = 2 * (2_580_486_144 + 590_000_000) + 10 * GIB
-    p = run_sim(["--tp-size", "2", "--kv-cache-dtype", "int2", "--max-total-tokens", "210000",
-                 "--enable-hierarchical-cache", "--hicache-ratio", "2", "--max-mamba-cache-size", "32",
-                 "--sim-mem-available-gib", repr(avail / GIB)], model="hybrid-gdn-27b")
+    p = run_sim(
+        [
+            "--tp-size",
+            "2",
+            "--kv-cache-dtype",
+            "int2",
+            "--max-total-tokens",
+            "210000",
+            "--enable-hierarchical-cache",
+            "--hicache-ratio",
+            "2",
+            "--max-mamba-cache-size",
+            "32",
+            "--sim-mem-available-gib",
+            repr(avail / GIB),
+        ],
+        model="hybrid-gdn-27b",
+    )
     assert p.returncode == -9, p.stdout
     assert "Allocating kv hierarchical KV host pool: 420001 tokens, 2.58 GB host memory." in p.stdout
     assert "Requesting 2.55 GB but only have 0.59 GB free." in p.stdout
@@ -77,16 +105,19 @@ def test_seed_000_kv_succeeds_then_mamba_fails():
 
 
 def test_layer_first_with_mamba_model_asserts():
-    p = run_sim(["--enable-hierarchical-cache", "--hicache-mem-layout", "layer_first",
-                 "--sim-mem-available-gib", "64"], model="qwen3next-tiny")
+    p = run_sim(
+        ["--enable-hierarchical-cache", "--hicache-mem-layout", "layer_first", "--sim-mem-available-gib", "64"],
+        model="qwen3next-tiny",
+    )
     assert p.returncode == -9
     assert "AssertionError: Unsupported layout: layer_first" in p.stdout
     assert "fired up" not in p.stdout
 
 
 def test_layer_first_with_dense_model_starts():
-    with SimProcess(["--enable-hierarchical-cache", "--hicache-mem-layout", "layer_first",
-                     "--sim-mem-available-gib", "64"]) as sim:
+    with SimProcess(
+        ["--enable-hierarchical-cache", "--hicache-mem-layout", "layer_first", "--sim-mem-available-gib", "64"]
+    ) as sim:
         assert "The server is fired up and ready to roll!" in sim.output()
 
 

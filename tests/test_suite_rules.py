@@ -41,14 +41,14 @@ def imported_test_modules(source: str, filename: str = "<test>") -> list[str]:
     return found
 
 
-
-
 def test_no_test_module_imports_another():
-    offenders = {p.name: imported_test_modules(p.read_text(encoding="utf-8"), str(p))
-                 for p in sorted(TESTS.glob("*.py"))}
+    offenders = {
+        p.name: imported_test_modules(p.read_text(encoding="utf-8"), str(p)) for p in sorted(TESTS.glob("*.py"))
+    }
     offenders = {name: found for name, found in offenders.items() if found}
-    assert offenders == {}, ("test modules importing test modules (move the shared helper to "
-                             f"tests/conftest.py): {offenders}")
+    assert offenders == {}, (
+        f"test modules importing test modules (move the shared helper to tests/conftest.py): {offenders}"
+    )
 
 
 def test_the_import_rule_sees_every_spelling():
@@ -57,16 +57,25 @@ def test_the_import_rule_sees_every_spelling():
     assert imported_test_modules("from tests import test_compare") == ["tests.test_compare"]
     assert imported_test_modules("from . import test_compare") == ["test_compare"]
     assert imported_test_modules("from conftest import GOLDEN_RUNS") == ["conftest"]
-    assert imported_test_modules("from tests.conftest import GOLDEN_RUNS\nfrom tests.factories import make_record\n"
-                               "import pytest_randomly\n") == []
+    assert (
+        imported_test_modules(
+            "from tests.conftest import GOLDEN_RUNS\nfrom tests.factories import make_record\nimport pytest_randomly\n"
+        )
+        == []
+    )
 
 
 def test_write_scenario_puts_a_readable_model_next_to_the_scenario(tmp_path):
-    path = write_scenario(tmp_path, sim_scenario("- name: a\n- name: b\n  hicache: {ratio: 2}\n",
-                                                 "- kind: cold_prefill\n  n: 1\n  prompt_tokens: 64\n"))
+    path = write_scenario(
+        tmp_path,
+        sim_scenario(
+            "- name: a\n- name: b\n  hicache: {ratio: 2}\n", "- kind: cold_prefill\n  n: 1\n  prompt_tokens: 64\n"
+        ),
+    )
     assert path == tmp_path / "lifecycle.yaml"
-    assert (tmp_path / "models" / "llama-tiny" / "config.json").read_bytes() == \
-        (MODELS / "llama-tiny" / "config.json").read_bytes()
+    assert (tmp_path / "models" / "llama-tiny" / "config.json").read_bytes() == (
+        MODELS / "llama-tiny" / "config.json"
+    ).read_bytes()
     s = load_scenario(path)
     assert [v.name for v in s.expand_variants()] == ["a", "b"]
     assert s.variant("a").model_path == str(tmp_path / "models" / "llama-tiny")
@@ -77,8 +86,10 @@ def test_tiny_scenario_validates(tmp_path):
     s = load_scenario(write_scenario(tmp_path, tiny_scenario(quality=True)))
     assert [v.name for v in s.expand_variants()] == ["off", "on-r2", "on-r3", "on-r4"]
     assert s.quality.baseline_variant == "off"
-    pooled = load_scenario(write_scenario(tmp_path, tiny_scenario(n_on=1, max_total_tokens="${TINY_POOL:-8192}"),
-                                          name="pooled"), env={"TINY_POOL": "4096"})
+    pooled = load_scenario(
+        write_scenario(tmp_path, tiny_scenario(n_on=1, max_total_tokens="${TINY_POOL:-8192}"), name="pooled"),
+        env={"TINY_POOL": "4096"},
+    )
     assert pooled.variant("off").args["--max-total-tokens"] in (4096, "4096")
 
 
@@ -89,9 +100,26 @@ def test_reap_orphans_finds_and_kills_a_server_left_running(tmp_path):
     log.parent.mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "harness.sim", "--model-path", str(MODELS / "llama-tiny"),
-                                 "--port", "0", "--sim-startup-s", "0", "--sim-host-mem-scale", "0.001"],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness.sim",
+                "--model-path",
+                str(MODELS / "llama-tiny"),
+                "--port",
+                "0",
+                "--sim-startup-s",
+                "0",
+                "--sim-host-mem-scale",
+                "0.001",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+        )
     try:
         wait_for(lambda: "Started server process" in log.read_text() or proc.poll() is not None, what="sim start")
         assert proc.poll() is None, log.read_text()
@@ -104,12 +132,12 @@ def test_reap_orphans_finds_and_kills_a_server_left_running(tmp_path):
             proc.wait()
 
 
-NESTED_TEST = '''
+NESTED_TEST = """
 import subprocess, sys
 
 def test_{name}():
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep({sleep_s})"])
-'''
+"""
 
 
 def _nested(pytester, monkeypatch, name: str, sleep_s: float):

@@ -10,14 +10,23 @@ from tests.factories import MS, make_failed, make_record
 
 def test_stats_known_values():
     s = stats([1, 2, 3, 4, None, float("nan")])
-    assert s == {"n": 4, "mean": 2.5, "p50": 2.5, "p90": pytest.approx(3.7), "p99": pytest.approx(3.97),
-                 "min": 1.0, "max": 4.0}
+    assert s == {
+        "n": 4,
+        "mean": 2.5,
+        "p50": 2.5,
+        "p90": pytest.approx(3.7),
+        "p99": pytest.approx(3.97),
+        "min": 1.0,
+        "max": 4.0,
+    }
     assert stats([]) is None and stats([None]) is None
 
 
 def test_warmup_and_errors_excluded_and_counted():
-    rs = [make_record(workload="cold_prefill", phase="cold", ttft_ms=t, index=i)
-          for i, t in enumerate([100.0, 200.0, 300.0])]
+    rs = [
+        make_record(workload="cold_prefill", phase="cold", ttft_ms=t, index=i)
+        for i, t in enumerate([100.0, 200.0, 300.0])
+    ]
     rs.append(make_record(workload="cold_prefill", phase="warmup", ttft_ms=5000.0, warmup=True))
     rs.append(make_failed(workload="cold_prefill", phase="cold", error="timeout", index=9))
     s = summarize(rs)
@@ -35,11 +44,20 @@ def test_parallel_prefixes_second_pass_speedup():
     rs = []
     for p, ttft in ((1, 500.0), (2, 125.0)):
         base = p * 10_000 * MS
-        rs += [make_record(workload="parallel_prefixes", phase=f"pass{p}", index=i,
-                           sent_ns=base, ttft_ms=ttft * (i + 1) / 8,
-                           concurrency_group=f"parallel_prefixes/pass{p}/r0",
-                           cached_tokens=0 if p == 1 else 900, cached_device=0 if p == 1 else 100,
-                           cached_host=0 if p == 1 else 800) for i in range(8)]
+        rs += [
+            make_record(
+                workload="parallel_prefixes",
+                phase=f"pass{p}",
+                index=i,
+                sent_ns=base,
+                ttft_ms=ttft * (i + 1) / 8,
+                concurrency_group=f"parallel_prefixes/pass{p}/r0",
+                cached_tokens=0 if p == 1 else 900,
+                cached_device=0 if p == 1 else 100,
+                cached_host=0 if p == 1 else 800,
+            )
+            for i in range(8)
+        ]
     s = summarize(rs)["workloads"]["parallel_prefixes"]
     w1 = s["phases"]["pass1"]["metrics"]["pass_wall_s"]["p50"]
     w2 = s["phases"]["pass2"]["metrics"]["pass_wall_s"]["p50"]
@@ -51,11 +69,14 @@ def test_parallel_prefixes_second_pass_speedup():
 
 
 def test_repeat_prefill_speedups_and_filler():
-    rs = [make_record(workload="rp", phase="cold", ttft_ms=100.0),
-          make_record(workload="rp", phase="repeat_device", ttft_ms=10.0, cached_tokens=990),
-          make_record(workload="rp", phase="evict", ttft_ms=100.0),
-          make_record(workload="rp", phase="repeat_after_evict", ttft_ms=20.0, cached_tokens=990,
-                      cached_device=0, cached_host=990)]
+    rs = [
+        make_record(workload="rp", phase="cold", ttft_ms=100.0),
+        make_record(workload="rp", phase="repeat_device", ttft_ms=10.0, cached_tokens=990),
+        make_record(workload="rp", phase="evict", ttft_ms=100.0),
+        make_record(
+            workload="rp", phase="repeat_after_evict", ttft_ms=20.0, cached_tokens=990, cached_device=0, cached_host=990
+        ),
+    ]
     s = summarize(rs, {"rp": "repeat_prefill"})["workloads"]["rp"]
     assert s["derived"]["device_speedup"] == pytest.approx(10.0)
     assert s["derived"]["host_speedup"] == pytest.approx(5.0)
@@ -98,8 +119,10 @@ def test_derived_figures_per_repeat():
     assert s["repeats"] == [0, 1, 2]
     assert w["derived_by_repeat"]["interference"] == pytest.approx([3.0, 2.0, 1.0])
     assert w["derived"]["interference"] == pytest.approx(2.0)  # pooled medians: 20 / 10
-    assert w["history_stats_by_repeat"] == {"alone.ttft_ms_p50": pytest.approx([10.0, 10.0, 20.0]),
-                                            "during_long.ttft_ms_p50": pytest.approx([30.0, 20.0, 20.0])}
+    assert w["history_stats_by_repeat"] == {
+        "alone.ttft_ms_p50": pytest.approx([10.0, 10.0, 20.0]),
+        "during_long.ttft_ms_p50": pytest.approx([30.0, 20.0, 20.0]),
+    }
     json.dumps(s)
 
 
@@ -109,8 +132,18 @@ def test_per_pass_walls_and_a_repeat_without_the_phase():
     rs = []
     for rep, (w1, w2) in enumerate(((400.0, 100.0), (600.0, 100.0))):
         for p, ttft in ((1, w1), (2, w2)):
-            rs += [make_record(workload="pp", phase=f"pass{p}", repeat=rep, index=i, sent_ns=(rep * 100 + p * 10) * 1000 * MS,
-                               ttft_ms=ttft, concurrency_group=f"pp/pass{p}/r{rep}") for i in range(2)]
+            rs += [
+                make_record(
+                    workload="pp",
+                    phase=f"pass{p}",
+                    repeat=rep,
+                    index=i,
+                    sent_ns=(rep * 100 + p * 10) * 1000 * MS,
+                    ttft_ms=ttft,
+                    concurrency_group=f"pp/pass{p}/r{rep}",
+                )
+                for i in range(2)
+            ]
     rs += [make_record(workload="pp", phase="pass1", repeat=2, index=0, ttft_ms=500.0, concurrency_group="pp/pass1/r2")]
     w = summarize(rs, {"pp": "parallel_prefixes"})["workloads"]["pp"]
     assert w["derived_by_repeat"]["second_pass_speedup"] == pytest.approx([4.0, 6.0, None])

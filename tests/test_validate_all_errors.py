@@ -56,28 +56,44 @@ def errors_of(path: Path) -> list[tuple[int, str, str]]:
     return out
 
 
-@pytest.mark.parametrize("metric", [
-    "cold_prefill.cold.ttft_ms", "cold_prefill.cold.ttft_ms_p90", "cold_prefill.cold.n_errors",
-    "cold_prefill.cold.prefill_tok_s_mean", "parallel_prefixes.second_pass_speedup",
-    "parallel_prefixes.pass2.hits.host_tokens", "short.interference", "quality.parity",
-    "sampling.idle.max_pswpin_kib_s", "sampling.cold_prefill.cold.min_mem_available_kib",
-    "pools.host_pool_gb", "status.ready_s",
-])
+@pytest.mark.parametrize(
+    "metric",
+    [
+        "cold_prefill.cold.ttft_ms",
+        "cold_prefill.cold.ttft_ms_p90",
+        "cold_prefill.cold.n_errors",
+        "cold_prefill.cold.prefill_tok_s_mean",
+        "parallel_prefixes.second_pass_speedup",
+        "parallel_prefixes.pass2.hits.host_tokens",
+        "short.interference",
+        "quality.parity",
+        "sampling.idle.max_pswpin_kib_s",
+        "sampling.cold_prefill.cold.min_mem_available_kib",
+        "pools.host_pool_gb",
+        "status.ready_s",
+    ],
+)
 def test_declared_metrics_pass(metric):
     assert check_metric_problem(metric, WORKLOADS, quality_enabled=True) is None
 
 
-@pytest.mark.parametrize("metric,words", [
-    ("parallel_prefix.pass2.ttft_ms", ["unknown workload 'parallel_prefix'", "did you mean 'parallel_prefixes'"]),
-    ("parallel_prefixes.second_pass_speedp", ["no figure 'second_pass_speedp'", "did you mean 'second_pass_speedup'"]),
-    ("cold_prefill.cold.ttft_msec", ["no metric 'ttft_msec'", "did you mean 'ttft_ms'"]),
-    ("cold_prefill.cold.ttft_ms_p95", ["unknown statistic 'p95' of ttft_ms"]),
-    ("quality.pariti", ["quality.parity"]),
-    ("status.pools.host", ["expected status.<key>"]),
-    ("sampling.idle", ["sampling.<phase>.<key>"]),
-    ("cold_prefill", ["names a workload, not a figure"]),
-    ("cold_prefill.cold.x.y.z", ["cannot read metric"]),
-])
+@pytest.mark.parametrize(
+    "metric,words",
+    [
+        ("parallel_prefix.pass2.ttft_ms", ["unknown workload 'parallel_prefix'", "did you mean 'parallel_prefixes'"]),
+        (
+            "parallel_prefixes.second_pass_speedp",
+            ["no figure 'second_pass_speedp'", "did you mean 'second_pass_speedup'"],
+        ),
+        ("cold_prefill.cold.ttft_msec", ["no metric 'ttft_msec'", "did you mean 'ttft_ms'"]),
+        ("cold_prefill.cold.ttft_ms_p95", ["unknown statistic 'p95' of ttft_ms"]),
+        ("quality.pariti", ["quality.parity"]),
+        ("status.pools.host", ["expected status.<key>"]),
+        ("sampling.idle", ["sampling.<phase>.<key>"]),
+        ("cold_prefill", ["names a workload, not a figure"]),
+        ("cold_prefill.cold.x.y.z", ["cannot read metric"]),
+    ],
+)
 def test_misspelt_metrics_are_named_with_a_suggestion(metric, words):
     problem = check_metric_problem(metric, WORKLOADS, quality_enabled=True)
     assert problem is not None
@@ -91,8 +107,10 @@ def test_parity_check_without_quality_is_refused():
 
 def test_a_misspelt_check_fails_validate_at_its_line(scenario_dir):
     p = scenario_dir / "s.yaml"
-    p.write_text(HEAD + 'expectations:\n  checks:\n    - "on-r2: parallel_prefixes.second_pass_speedup >= 1.3"\n'
-                 '    - "on-r2: parallel_prefixes.second_pass_spedup >= 1.3"\n')
+    p.write_text(
+        HEAD + 'expectations:\n  checks:\n    - "on-r2: parallel_prefixes.second_pass_speedup >= 1.3"\n'
+        '    - "on-r2: parallel_prefixes.second_pass_spedup >= 1.3"\n'
+    )
     errs = errors_of(p)
     assert len(errs) == 1, errs
     line, path, msg = errs[0]
@@ -104,19 +122,21 @@ def test_every_layer_reports_in_one_pass(scenario_dir):
     """A cross-field error, a duplicate variant, an unknown check variant, a misspelt metric and a
     prompt longer than the context: each used to hide the ones after it."""
     p = scenario_dir / "s.yaml"
-    p.write_text(HEAD.replace("  - name: on-r2\n", "  - name: on-r2\n    expect_cause: assertion\n")
-                 + "  - kind: short_ttft\n    n: 1\n    prompt_tokens: 32\n    long_prompt_tokens: 20000\n"
-                 + "  - kind: decode\n    prompt_tokens: 64\n    output_tokens: 8\n    batch: 1\n"
-                 + "  - kind: decode\n    prompt_tokens: 64\n    output_tokens: 8\n    batch: 1\n"
-                 + 'expectations:\n  checks:\n    - "of: cold_prefill.cold.ttft_ms <= 5"\n'
-                 + '    - "cold_prefil.cold.ttft_ms <= 5"\n')
+    p.write_text(
+        HEAD.replace("  - name: on-r2\n", "  - name: on-r2\n    expect_cause: assertion\n")
+        + "  - kind: short_ttft\n    n: 1\n    prompt_tokens: 32\n    long_prompt_tokens: 20000\n"
+        + "  - kind: decode\n    prompt_tokens: 64\n    output_tokens: 8\n    batch: 1\n"
+        + "  - kind: decode\n    prompt_tokens: 64\n    output_tokens: 8\n    batch: 1\n"
+        + 'expectations:\n  checks:\n    - "of: cold_prefill.cold.ttft_ms <= 5"\n'
+        + '    - "cold_prefil.cold.ttft_ms <= 5"\n'
+    )
     errs = errors_of(p)
     paths = [path for _, path, _ in errs]
-    assert "variants[1].expect_cause" in paths                      # cross-field (semantic)
-    assert "workloads[4]" in paths                                  # duplicate workload name (semantic)
-    assert "expectations.checks[0]" in paths                        # unknown variant (late)
-    assert "expectations.checks[1]" in paths                        # misspelt workload (late)
-    assert "workloads[2]" in paths                                  # over the context (size)
+    assert "variants[1].expect_cause" in paths  # cross-field (semantic)
+    assert "workloads[4]" in paths  # duplicate workload name (semantic)
+    assert "expectations.checks[0]" in paths  # unknown variant (late)
+    assert "expectations.checks[1]" in paths  # misspelt workload (late)
+    assert "workloads[2]" in paths  # over the context (size)
     assert [line for line, _, _ in errs] == sorted(line for line, _, _ in errs)
 
 
@@ -132,8 +152,9 @@ def test_model_errors_come_with_the_metric_names(scenario_dir):
 def test_validate_prints_every_error_and_exits_2(scenario_dir):
     p = scenario_dir / "s.yaml"
     p.write_text(HEAD + "repeats: 0\n" + 'expectations:\n  checks:\n    - "parallel_prefixes.pass2.ttft_mss <= 5"\n')
-    r = subprocess.run([sys.executable, "-m", "harness", "validate", str(p)], capture_output=True, text=True,
-                       cwd=scenario_dir)
+    r = subprocess.run(
+        [sys.executable, "-m", "harness", "validate", str(p)], capture_output=True, text=True, cwd=scenario_dir
+    )
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith(f"{p}:") for line in lines), lines

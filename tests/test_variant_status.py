@@ -28,9 +28,26 @@ def test_golden_status_round_trips_byte_for_byte(path):
 def test_a_fresh_status_has_the_step_keys_only_once_they_happened():
     s = VariantStatus(variant="on", started_at="t0", expect="ok", simulated=True)
     keys = list(s.to_json())
-    assert keys == ["schema_version", "variant", "state", "cause", "cause_detail", "log_excerpt", "attempts",
-                    "exit_code", "started_at", "ready_s", "ended_at", "pools", "expect", "expect_cause",
-                    "expect_met", "env_not_clean", "preflight", "simulated"]
+    assert keys == [
+        "schema_version",
+        "variant",
+        "state",
+        "cause",
+        "cause_detail",
+        "log_excerpt",
+        "attempts",
+        "exit_code",
+        "started_at",
+        "ready_s",
+        "ended_at",
+        "pools",
+        "expect",
+        "expect_cause",
+        "expect_met",
+        "env_not_clean",
+        "preflight",
+        "simulated",
+    ]
     s.server, s.stop, s.cooldown = {"pid": 1}, {"survivors": []}, {"clean": True}
     assert list(s.to_json())[-3:] == ["server", "stop", "cooldown"]
 
@@ -39,20 +56,31 @@ def test_a_retried_start_keeps_the_failed_attempt_apart():
     s = VariantStatus(variant="on", expect="ok")
     s.exit_code, s.cause, s.cause_detail, s.log_excerpt, s.survivors = 1, "host_memory", {"free_gb": 1.0}, {"l": 1}, []
     s.set_aside_failed_attempt(1)
-    assert s.failed_attempts == [{"exit_code": 1, "cause": "host_memory", "cause_detail": {"free_gb": 1.0},
-                                  "log_excerpt": {"l": 1}, "survivors": [], "attempt": 1}]
+    assert s.failed_attempts == [
+        {
+            "exit_code": 1,
+            "cause": "host_memory",
+            "cause_detail": {"free_gb": 1.0},
+            "log_excerpt": {"l": 1},
+            "survivors": [],
+            "attempt": 1,
+        }
+    ]
     assert (s.exit_code, s.cause, s.cause_detail, s.log_excerpt, s.survivors) == (None, None, {}, None, None)
     assert "survivors" not in s.to_json()
 
 
-@pytest.mark.parametrize("expect,expect_cause,state,cause,met", [
-    ("ok", None, "ok", None, True),
-    ("ok", None, "partial", "server_died", False),
-    ("startup_failed", "host_memory", "startup_failed", "host_memory", True),
-    ("startup_failed", "host_memory", "startup_failed", "cuda_fault", False),
-    ("startup_failed", None, "startup_failed", "cuda_fault", True),
-    ("startup_failed", None, "ok", None, False),
-])
+@pytest.mark.parametrize(
+    "expect,expect_cause,state,cause,met",
+    [
+        ("ok", None, "ok", None, True),
+        ("ok", None, "partial", "server_died", False),
+        ("startup_failed", "host_memory", "startup_failed", "host_memory", True),
+        ("startup_failed", "host_memory", "startup_failed", "cuda_fault", False),
+        ("startup_failed", None, "startup_failed", "cuda_fault", True),
+        ("startup_failed", None, "ok", None, False),
+    ],
+)
 def test_finish_judges_the_declared_expectation(expect, expect_cause, state, cause, met):
     s = VariantStatus(variant="v", expect=expect, expect_cause=expect_cause)
     s.finish(state, cause)

@@ -15,38 +15,103 @@ OK = {"state": "ok", "expect": "ok"}
 
 def summary(n=10, errors=None, parity=None):
     errors = errors or {}
-    return {"n_requests": n, "n_errors": sum(errors.values()), "errors": errors,
-            "quality": {"parity": {"verdict": parity, "reason": "r"}} if parity else None}
+    return {
+        "n_requests": n,
+        "n_errors": sum(errors.values()),
+        "errors": errors,
+        "quality": {"parity": {"verdict": parity, "reason": "r"}} if parity else None,
+    }
 
 
-@pytest.mark.parametrize("status,summ,rows,policy,outcome,code", [
-    (OK, summary(), [], VerdictPolicy(), Outcome.PASS, None),
-    (OK, summary(12, {"http_400": 12}), [], VerdictPolicy(), Outcome.FAIL, "error_rate"),
-    (OK, summary(100, {"timeout": 1}), [], VerdictPolicy(), Outcome.PASS, None),  # 1 % is not > 1 %
-    (OK, summary(100, {"timeout": 2}), [], VerdictPolicy(), Outcome.FAIL, "error_rate"),
-    (OK, summary(100, {"timeout": 2}), [], VerdictPolicy(max_error_rate=0.05), Outcome.PASS, None),
-    (OK, summary(0), [], VerdictPolicy(), Outcome.INCONCLUSIVE, "no_requests"),
-    (OK, summary(parity="FAIL"), [], VerdictPolicy(), Outcome.FAIL, "parity_fail"),
-    (OK, summary(parity="NOT_EXERCISED"), [], VerdictPolicy(), Outcome.INCONCLUSIVE, "parity_not_exercised"),
-    (OK, summary(parity="NOT_EXERCISED"), [], VerdictPolicy(allow_not_exercised=frozenset({"v"})),
-     Outcome.PASS, None),
-    (OK, summary(parity="PASS"), [{"check": "c", "outcome": "fail", "reason": "1 >= 2 is false"}],
-     VerdictPolicy(), Outcome.FAIL, "expectation_failed"),
-    (OK, summary(), [{"check": "c", "outcome": "not_evaluable", "failed": True, "reason": "missing"}],
-     VerdictPolicy(), Outcome.INCONCLUSIVE, "expectation_not_evaluable"),
-    ({"state": "startup_failed", "cause": "host_memory", "expect": "startup_failed", "expect_cause": "host_memory"},
-     None, [], VerdictPolicy(), Outcome.EXPECTED_FAILURE, "expected_failure"),
-    ({"state": "startup_failed", "cause": "cuda_fault", "expect": "startup_failed", "expect_cause": "host_memory"},
-     None, [], VerdictPolicy(), Outcome.FAIL, "wrong_cause"),
-    ({"state": "ok", "expect": "startup_failed"}, summary(), [], VerdictPolicy(), Outcome.FAIL,
-     "expected_startup_failure"),
-    ({"state": "startup_failed", "cause": "timeout", "expect": "ok"}, None, [], VerdictPolicy(), Outcome.FAIL,
-     "startup_failed"),
-    ({"state": "partial", "cause": "server_died", "expect": "ok"}, summary(), [], VerdictPolicy(), Outcome.FAIL,
-     "partial"),
-    ({"state": "interrupted"}, None, [], VerdictPolicy(), Outcome.INTERRUPTED, "interrupted"),
-    (None, None, [], VerdictPolicy(), Outcome.FAIL, "not_run"),
-])
+@pytest.mark.parametrize(
+    "status,summ,rows,policy,outcome,code",
+    [
+        (OK, summary(), [], VerdictPolicy(), Outcome.PASS, None),
+        (OK, summary(12, {"http_400": 12}), [], VerdictPolicy(), Outcome.FAIL, "error_rate"),
+        (OK, summary(100, {"timeout": 1}), [], VerdictPolicy(), Outcome.PASS, None),  # 1 % is not > 1 %
+        (OK, summary(100, {"timeout": 2}), [], VerdictPolicy(), Outcome.FAIL, "error_rate"),
+        (OK, summary(100, {"timeout": 2}), [], VerdictPolicy(max_error_rate=0.05), Outcome.PASS, None),
+        (OK, summary(0), [], VerdictPolicy(), Outcome.INCONCLUSIVE, "no_requests"),
+        (OK, summary(parity="FAIL"), [], VerdictPolicy(), Outcome.FAIL, "parity_fail"),
+        (OK, summary(parity="NOT_EXERCISED"), [], VerdictPolicy(), Outcome.INCONCLUSIVE, "parity_not_exercised"),
+        (
+            OK,
+            summary(parity="NOT_EXERCISED"),
+            [],
+            VerdictPolicy(allow_not_exercised=frozenset({"v"})),
+            Outcome.PASS,
+            None,
+        ),
+        (
+            OK,
+            summary(parity="PASS"),
+            [{"check": "c", "outcome": "fail", "reason": "1 >= 2 is false"}],
+            VerdictPolicy(),
+            Outcome.FAIL,
+            "expectation_failed",
+        ),
+        (
+            OK,
+            summary(),
+            [{"check": "c", "outcome": "not_evaluable", "failed": True, "reason": "missing"}],
+            VerdictPolicy(),
+            Outcome.INCONCLUSIVE,
+            "expectation_not_evaluable",
+        ),
+        (
+            {
+                "state": "startup_failed",
+                "cause": "host_memory",
+                "expect": "startup_failed",
+                "expect_cause": "host_memory",
+            },
+            None,
+            [],
+            VerdictPolicy(),
+            Outcome.EXPECTED_FAILURE,
+            "expected_failure",
+        ),
+        (
+            {
+                "state": "startup_failed",
+                "cause": "cuda_fault",
+                "expect": "startup_failed",
+                "expect_cause": "host_memory",
+            },
+            None,
+            [],
+            VerdictPolicy(),
+            Outcome.FAIL,
+            "wrong_cause",
+        ),
+        (
+            {"state": "ok", "expect": "startup_failed"},
+            summary(),
+            [],
+            VerdictPolicy(),
+            Outcome.FAIL,
+            "expected_startup_failure",
+        ),
+        (
+            {"state": "startup_failed", "cause": "timeout", "expect": "ok"},
+            None,
+            [],
+            VerdictPolicy(),
+            Outcome.FAIL,
+            "startup_failed",
+        ),
+        (
+            {"state": "partial", "cause": "server_died", "expect": "ok"},
+            summary(),
+            [],
+            VerdictPolicy(),
+            Outcome.FAIL,
+            "partial",
+        ),
+        ({"state": "interrupted"}, None, [], VerdictPolicy(), Outcome.INTERRUPTED, "interrupted"),
+        (None, None, [], VerdictPolicy(), Outcome.FAIL, "not_run"),
+    ],
+)
 def test_variant_verdicts(status, summ, rows, policy, outcome, code):
     v = variant_verdict("v", status, summ, rows, policy)
     assert v.outcome is outcome
@@ -60,10 +125,12 @@ def test_dominant_error_is_named():
 
 
 def test_run_outcome_order_and_exit_codes():
-    p, f, i, x = (variant_verdict("p", OK, summary()), variant_verdict("f", OK, summary(parity="FAIL")),
-                  variant_verdict("i", OK, summary(parity="NOT_EXERCISED")),
-                  variant_verdict("x", {"state": "startup_failed", "cause": "host_memory",
-                                        "expect": "startup_failed"}, None))
+    p, f, i, x = (
+        variant_verdict("p", OK, summary()),
+        variant_verdict("f", OK, summary(parity="FAIL")),
+        variant_verdict("i", OK, summary(parity="NOT_EXERCISED")),
+        variant_verdict("x", {"state": "startup_failed", "cause": "host_memory", "expect": "startup_failed"}, None),
+    )
     assert run_verdict([p, x]).outcome is Outcome.PASS and run_verdict([p, x]).exit_code is ExitCode.OK
     assert run_verdict([p, x]).reasons == ()  # an expected failure is no reason for concern
     assert run_verdict([p, i]).exit_code is ExitCode.INCONCLUSIVE
@@ -74,13 +141,15 @@ def test_run_outcome_order_and_exit_codes():
     assert run_verdict([p, i, f]).headline().startswith("FAIL: f: quality parity FAIL")
 
 
-@pytest.mark.parametrize("run,outcome", [("healthy", Outcome.PASS), ("regressed", Outcome.PASS),
-                                         ("interrupted", Outcome.INTERRUPTED)])
+@pytest.mark.parametrize(
+    "run,outcome", [("healthy", Outcome.PASS), ("regressed", Outcome.PASS), ("interrupted", Outcome.INTERRUPTED)]
+)
 def test_golden_runs(run, outcome):
     root = GOLDEN_RUNS / run
     manifest = json.loads((root / "manifest.json").read_text())
-    expectations = json.loads((root / "expectations.json").read_text())["checks"] \
-        if (root / "expectations.json").exists() else []
+    expectations = (
+        json.loads((root / "expectations.json").read_text())["checks"] if (root / "expectations.json").exists() else []
+    )
     verdicts = []
     for entry in manifest["variants"]:
         d = root / entry["dir"]

@@ -47,7 +47,9 @@ def test_every_request_rejected_fails_the_run_naming_the_error(tmp_path, capsys)
     assert by_name["off"]["outcome"] == "PASS"
     assert by_name["rejecting"]["outcome"] == "FAIL"
     (reason,) = by_name["rejecting"]["reasons"]
-    assert reason["code"] == "error_rate" and "3 of 3 requests failed" in reason["text"] and "http_400" in reason["text"]
+    assert (
+        reason["code"] == "error_rate" and "3 of 3 requests failed" in reason["text"] and "http_400" in reason["text"]
+    )
     assert "verdict: FAIL (exit 1)" in out and "rejecting: 3 of 3 requests failed" in out
 
 

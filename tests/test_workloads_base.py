@@ -29,13 +29,25 @@ def test_server_death_during_flush_before_is_reported():
     state = {"alive": True}
 
     async def go():
-        ctx = WorkloadContext(base_url="http://x", client=_DyingClient(state), variant="v", repeat=0,
-                              pool_tokens=4096, vocab_size=32000, seed=0, record=lambda r: None,
-                              alive=lambda: state["alive"], death_grace_s=0.2)
-        return await run_workloads(ctx, [
-            _wl.validate_python(dict(kind="cold_prefill", n=1, prompt_tokens=64, flush_before=True)),
-            _wl.validate_python(dict(kind="cold_prefill", name="second", n=1, prompt_tokens=64)),
-        ])
+        ctx = WorkloadContext(
+            base_url="http://x",
+            client=_DyingClient(state),
+            variant="v",
+            repeat=0,
+            pool_tokens=4096,
+            vocab_size=32000,
+            seed=0,
+            record=lambda r: None,
+            alive=lambda: state["alive"],
+            death_grace_s=0.2,
+        )
+        return await run_workloads(
+            ctx,
+            [
+                _wl.validate_python(dict(kind="cold_prefill", n=1, prompt_tokens=64, flush_before=True)),
+                _wl.validate_python(dict(kind="cold_prefill", name="second", n=1, prompt_tokens=64)),
+            ],
+        )
 
     out = asyncio.run(go())
     assert out.server_died and not out.ok
@@ -58,9 +70,15 @@ class _TimedClient:
         ttft_s, done_s = self.timing_by_len[len(req.input_ids)]
         sent = time.perf_counter_ns()
         await asyncio.sleep(done_s)
-        return make_record(workload=labels.workload, phase=labels.phase, index=labels.index,
-                           concurrency_group=labels.concurrency_group, sent_ns=sent,
-                           ttft_ms=ttft_s * 1e3, done_gap_ms=(done_s - ttft_s) * 1e3)
+        return make_record(
+            workload=labels.workload,
+            phase=labels.phase,
+            index=labels.index,
+            concurrency_group=labels.concurrency_group,
+            sent_ns=sent,
+            ttft_ms=ttft_s * 1e3,
+            done_gap_ms=(done_s - ttft_s) * 1e3,
+        )
 
 
 def test_short_ttft_labels_during_long_from_timestamps():
@@ -72,10 +90,19 @@ def test_short_ttft_labels_during_long_from_timestamps():
     client = _TimedClient({1000: (0.25, 0.40), 32: (0.15, 0.15)})
 
     async def go():
-        ctx = WorkloadContext(base_url="http://x", client=client, variant="v", repeat=0,
-                              pool_tokens=10_000, vocab_size=32000, seed=0, record=records.append)
-        return await run_workloads(ctx, [_wl.validate_python(
-            {"kind": "short_ttft", "n": 3, "prompt_tokens": 32, "long_prompt_tokens": 1000})])
+        ctx = WorkloadContext(
+            base_url="http://x",
+            client=client,
+            variant="v",
+            repeat=0,
+            pool_tokens=10_000,
+            vocab_size=32000,
+            seed=0,
+            record=records.append,
+        )
+        return await run_workloads(
+            ctx, [_wl.validate_python({"kind": "short_ttft", "n": 3, "prompt_tokens": 32, "long_prompt_tokens": 1000})]
+        )
 
     outcome = asyncio.run(go())
     assert outcome.ok

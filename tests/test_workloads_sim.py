@@ -48,9 +48,11 @@ class Sim(SimProcess):
 @pytest.fixture
 def sim_factory():
     with ExitStack() as stack:
+
         def make(*extra: str, time_scale: float = 0.02) -> Sim:
             argv = ["--max-total-tokens", str(POOL), "--skip-tokenizer-init", *extra]
             return stack.enter_context(Sim(argv, time_scale=time_scale))
+
         yield make
 
 
@@ -63,10 +65,19 @@ def run(sim: Sim, workloads, repeat: int = 0, timeout_s: float = 60.0):
 
     async def go():
         async with StreamingClient(sim.base_url, timeout_s=timeout_s) as client:
-            ctx = WorkloadContext(base_url=sim.base_url, client=client, variant="v", repeat=repeat,
-                                  pool_tokens=sim.info["max_total_num_tokens"], vocab_size=32000,
-                                  seed=0, record=records.append, set_phase=phases.append,
-                                  alive=sim.alive, request_timeout_s=timeout_s)
+            ctx = WorkloadContext(
+                base_url=sim.base_url,
+                client=client,
+                variant="v",
+                repeat=repeat,
+                pool_tokens=sim.info["max_total_num_tokens"],
+                vocab_size=32000,
+                seed=0,
+                record=records.append,
+                set_phase=phases.append,
+                alive=sim.alive,
+                request_timeout_s=timeout_s,
+            )
             return await run_workloads(ctx, workloads)
 
     outcome = asyncio.run(go())
@@ -118,8 +129,7 @@ def test_every_workload_kind_on_hicache(sim_factory):
         workload(kind="repeat_prefill", n=2, prompt_tokens="0.2x pool", eviction_tokens="1x pool"),
         workload(kind="short_ttft", n=3, prompt_tokens=32, long_prompt_tokens="0.8x pool"),
         workload(kind="decode", batch=2, prompt_tokens=64, output_tokens=8),
-        workload(kind="multi_turn", sessions=2, turns=3, first_turn_tokens=256, turn_tokens=32,
-                 output_tokens=4),
+        workload(kind="multi_turn", sessions=2, turns=3, first_turn_tokens=256, turn_tokens=32, output_tokens=4),
     ]
     out, recs, phases = run(sim, wls, repeat=1)
     assert out.ok, out
@@ -164,8 +174,10 @@ def test_every_workload_kind_on_hicache(sim_factory):
 def test_server_death_mid_run_is_contained(sim_factory):
     """P5: crash at the 3rd request of a concurrent pass → in-flight rows server_died, no more sent."""
     sim = sim_factory(*HICACHE, "--sim-fault", "crash_at_request=6")
-    wls = [workload(kind="parallel_prefixes", k=4, prompt_tokens=256, passes=3),
-           workload(kind="cold_prefill", n=2, prompt_tokens=64, warmup=0)]
+    wls = [
+        workload(kind="parallel_prefixes", k=4, prompt_tokens=256, passes=3),
+        workload(kind="cold_prefill", n=2, prompt_tokens=64, warmup=0),
+    ]
     out, recs, _ = run(sim, wls)
     assert out.server_died and not out.ok
     assert out.skipped == ["cold_prefill"] and "parallel_prefixes" in out.failed
@@ -180,8 +192,10 @@ def test_server_death_mid_run_is_contained(sim_factory):
 
 def test_workload_timeout_marks_in_flight_and_moves_on(sim_factory):
     sim = sim_factory()
-    wls = [workload(kind="decode", batch=2, prompt_tokens=64, output_tokens=1500, timeout_s=0.4),
-           workload(kind="cold_prefill", n=1, prompt_tokens=64, warmup=0)]
+    wls = [
+        workload(kind="decode", batch=2, prompt_tokens=64, output_tokens=1500, timeout_s=0.4),
+        workload(kind="cold_prefill", n=1, prompt_tokens=64, warmup=0),
+    ]
     out, recs, _ = run(sim, wls)
     assert out.timed_out == ["decode"] and out.completed == ["cold_prefill"] and not out.server_died
     dec = [r for r in recs if r.workload == "decode"]
@@ -193,8 +207,7 @@ def test_prefix_sharing_fanout_reuses_the_shared_prefix(sim_factory):
     suffix; the seed request is a cold prefill of the prefix."""
     sim = sim_factory()
     prefix = 1000
-    wl = workload(kind="prefix_sharing_fanout", prefix_tokens=prefix, suffix_tokens=100, fanout=4,
-                  flush_before=True)
+    wl = workload(kind="prefix_sharing_fanout", prefix_tokens=prefix, suffix_tokens=100, fanout=4, flush_before=True)
     outcome, records, _ = run(sim, [wl])
     assert outcome.ok
     (seed,) = by_phase(records, "seed")

@@ -23,8 +23,9 @@ def cli_main(args) -> int:
         print(f"harness load: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     tables = run.tables()
-    targets = [(fmt, d) for fmt, d in (("csv", getattr(args, "csv", None)), ("parquet", getattr(args, "parquet", None)))
-               if d]
+    targets = [
+        (fmt, d) for fmt, d in (("csv", getattr(args, "csv", None)), ("parquet", getattr(args, "parquet", None))) if d
+    ]
     if not targets:
         _print(run, tables)
         return ExitCode.OK
@@ -42,8 +43,10 @@ def _has_parquet_engine() -> bool:
 
 
 def _print(run, tables: dict[str, pd.DataFrame]) -> None:
-    print(f"run {run.run_id} of {run.scenario}{' (SIMULATED)' if run.simulated else ''}"
-          f"{'' if run.complete else ' (not complete)'}")
+    print(
+        f"run {run.run_id} of {run.scenario}{' (SIMULATED)' if run.simulated else ''}"
+        f"{'' if run.complete else ' (not complete)'}"
+    )
     for name, df in tables.items():
         print(f"{name}: {df.shape[0]} rows x {df.shape[1]} columns")
     with pd.option_context("display.width", 200, "display.max_columns", 14):

@@ -59,7 +59,25 @@ from harness.compare.runs import (
 )
 from harness.compare.statistics import DEFAULT_THRESHOLD, decide, threshold_for
 
-__all__ = ["COMPARISON_FILE", "DEFAULT_THRESHOLD", "BaselineChoice", "BaselineMismatch", "Comparison", "MetricRow",
-           "VariantRow", "choose_latest", "compare_runs", "decide", "find_latest_good", "gate_matches",
-           "load_baseline", "parity_row", "read_run", "threshold_for", "to_junit", "to_markdown",
-           "variant_state", "write_comparison"]
+__all__ = [
+    "COMPARISON_FILE",
+    "DEFAULT_THRESHOLD",
+    "BaselineChoice",
+    "BaselineMismatch",
+    "Comparison",
+    "MetricRow",
+    "VariantRow",
+    "choose_latest",
+    "compare_runs",
+    "decide",
+    "find_latest_good",
+    "gate_matches",
+    "load_baseline",
+    "parity_row",
+    "read_run",
+    "threshold_for",
+    "to_junit",
+    "to_markdown",
+    "variant_state",
+    "write_comparison",
+]

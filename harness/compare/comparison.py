@@ -86,15 +86,30 @@ class MetricRow:
 
     def to_dict(self) -> dict[str, Any]:
         """The row as comparison.json stores it (keys in field order)."""
-        return {"variant": self.variant, "workload": self.workload, "phase": self.phase,
-                "metric": self.metric, "unit": self.unit, "higher_is_better": self.higher_is_better,
-                "baseline_p50": _json_number(self.baseline_p50), "candidate_p50": _json_number(self.candidate_p50),
-                "n_baseline": self.n_baseline, "n_candidate": self.n_candidate,
-                "change": _json_number(self.change), "threshold": self.threshold,
-                "threshold_source": self.threshold_source, "test": self.test, "p_value": self.p_value,
-                "state": self.state, "note": self.note, "ci_low": _json_number(self.ci_low),
-                "ci_high": _json_number(self.ci_high), "mde": _json_number(self.mde), "sample": self.sample,
-                "gating": self.gating}
+        return {
+            "variant": self.variant,
+            "workload": self.workload,
+            "phase": self.phase,
+            "metric": self.metric,
+            "unit": self.unit,
+            "higher_is_better": self.higher_is_better,
+            "baseline_p50": _json_number(self.baseline_p50),
+            "candidate_p50": _json_number(self.candidate_p50),
+            "n_baseline": self.n_baseline,
+            "n_candidate": self.n_candidate,
+            "change": _json_number(self.change),
+            "threshold": self.threshold,
+            "threshold_source": self.threshold_source,
+            "test": self.test,
+            "p_value": self.p_value,
+            "state": self.state,
+            "note": self.note,
+            "ci_low": _json_number(self.ci_low),
+            "ci_high": _json_number(self.ci_high),
+            "mde": _json_number(self.mde),
+            "sample": self.sample,
+            "gating": self.gating,
+        }
 
     @property
     def name(self) -> str:
@@ -114,9 +129,15 @@ class VariantRow:
 
     def to_dict(self) -> dict[str, Any]:
         """The row as comparison.json stores it (keys in field order)."""
-        return {"variant": self.variant, "baseline_state": self.baseline_state,
-                "candidate_state": self.candidate_state, "state": self.state, "note": self.note,
-                "config_changed": self.config_changed, "gated": self.gated}
+        return {
+            "variant": self.variant,
+            "baseline_state": self.baseline_state,
+            "candidate_state": self.candidate_state,
+            "state": self.state,
+            "note": self.note,
+            "config_changed": self.config_changed,
+            "gated": self.gated,
+        }
 
 
 @dataclass
@@ -157,13 +178,23 @@ class Comparison:
         return self.outcome == Outcome.FAIL.value
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema_version": results.SCHEMA_VERSION, "kind": "comparison",
-                "comparison_version": COMPARISON_VERSION, "verdict": self.outcome,
-                "simulated": self.simulated, "reasons": self.reasons, "gate": self.gate,
-                "baseline_choice": self.baseline_choice,
-                "candidate": self.candidate, "baseline": self.baseline, "counts": self.counts,
-                "notes": self.notes, "variants": [v.to_dict() for v in self.variants],
-                "metrics": [m.to_dict() for m in self.metrics], "expectations": self.expectations}
+        return {
+            "schema_version": results.SCHEMA_VERSION,
+            "kind": "comparison",
+            "comparison_version": COMPARISON_VERSION,
+            "verdict": self.outcome,
+            "simulated": self.simulated,
+            "reasons": self.reasons,
+            "gate": self.gate,
+            "baseline_choice": self.baseline_choice,
+            "candidate": self.candidate,
+            "baseline": self.baseline,
+            "counts": self.counts,
+            "notes": self.notes,
+            "variants": [v.to_dict() for v in self.variants],
+            "metrics": [m.to_dict() for m in self.metrics],
+            "expectations": self.expectations,
+        }
 
 
 # ------------------------------------------------------------------------------------ variants
@@ -242,8 +273,9 @@ def derived_values(summary: Mapping | None, names_to_kinds: Mapping[str, str]) -
         kind = kind_of(wl, names_to_kinds)
         compared = {d.name for d in kind.derived if d.compared} if kind is not None else set()
         per_repeat = w.get("derived_by_repeat")
-        source = per_repeat if isinstance(per_repeat, Mapping) else {
-            k: [v] for k, v in (w.get("derived") or {}).items()}
+        source = (
+            per_repeat if isinstance(per_repeat, Mapping) else {k: [v] for k, v in (w.get("derived") or {}).items()}
+        )
         for k, vs in source.items():
             values = [float(v) for v in (vs or []) if isinstance(v, (int, float))]
             if k in compared and values:
@@ -251,8 +283,9 @@ def derived_values(summary: Mapping | None, names_to_kinds: Mapping[str, str]) -
     return out
 
 
-def derived_values_from_records(variant: results.LoadedVariant,
-                                names_to_kinds: Mapping[str, str]) -> dict[tuple[str, str], list[float]]:
+def derived_values_from_records(
+    variant: results.LoadedVariant, names_to_kinds: Mapping[str, str]
+) -> dict[tuple[str, str], list[float]]:
     """`derived_values` of a variant whose summary.json predates ``derived_by_repeat``: the
     figures recomputed per repeat from its requests.jsonl (`harness.summary.by_repeat`)."""
     summary = variant.summary or {}
@@ -273,19 +306,55 @@ def derived_values_from_records(variant: results.LoadedVariant,
     return derived_values({"workloads": workloads}, names_to_kinds)
 
 
-def _row(name: str, wl: str, ph: str, metric: str, unit: str, hib: bool, b: np.ndarray, c: np.ndarray,
-         thresholds: Mapping[str, float], sample: str) -> MetricRow:
+def _row(
+    name: str,
+    wl: str,
+    ph: str,
+    metric: str,
+    unit: str,
+    hib: bool,
+    b: np.ndarray,
+    c: np.ndarray,
+    thresholds: Mapping[str, float],
+    sample: str,
+) -> MetricRow:
     thr, src = threshold_for(dict(thresholds), wl, ph, metric)
     d = decide(b, c, hib, thr)
-    return MetricRow(name, wl, ph, metric, unit, hib, float(np.median(b)) if b.size else None,
-                     float(np.median(c)) if c.size else None, int(b.size), int(c.size), d.change, thr, src,
-                     d.test, d.p_value, d.state, d.note, d.ci_low, d.ci_high, d.mde, sample)
+    return MetricRow(
+        name,
+        wl,
+        ph,
+        metric,
+        unit,
+        hib,
+        float(np.median(b)) if b.size else None,
+        float(np.median(c)) if c.size else None,
+        int(b.size),
+        int(c.size),
+        d.change,
+        thr,
+        src,
+        d.test,
+        d.p_value,
+        d.state,
+        d.note,
+        d.ci_low,
+        d.ci_high,
+        d.mde,
+        sample,
+    )
 
 
-def compare_variant(name: str, base_req: pd.DataFrame, cand_req: pd.DataFrame,
-                    base_derived: Mapping[tuple[str, str], Sequence[float]],
-                    cand_derived: Mapping[tuple[str, str], Sequence[float]], thresholds: Mapping[str, float],
-                    base_kinds: dict[str, str], cand_kinds: dict[str, str]) -> list[MetricRow]:
+def compare_variant(
+    name: str,
+    base_req: pd.DataFrame,
+    cand_req: pd.DataFrame,
+    base_derived: Mapping[tuple[str, str], Sequence[float]],
+    cand_derived: Mapping[tuple[str, str], Sequence[float]],
+    thresholds: Mapping[str, float],
+    base_kinds: dict[str, str],
+    cand_kinds: dict[str, str],
+) -> list[MetricRow]:
     """Metric rows of one variant that ran ok on both sides: its request and group metrics per
     workload × phase, and its derived figures over the repeats (``*_derived``: `derived_values`;
     ``*_kinds``: {workload: kind} of each run)."""
@@ -294,25 +363,51 @@ def compare_variant(name: str, base_req: pd.DataFrame, cand_req: pd.DataFrame,
     for key in list(dict.fromkeys([*cs, *bs])):
         wl, ph, m = key
         info = METRICS[m]
-        rows.append(_row(name, wl, ph, m, info.unit, info.higher_is_better, bs.get(key, np.array([])),
-                         cs.get(key, np.array([])), thresholds, info.per))
+        rows.append(
+            _row(
+                name,
+                wl,
+                ph,
+                m,
+                info.unit,
+                info.higher_is_better,
+                bs.get(key, np.array([])),
+                cs.get(key, np.array([])),
+                thresholds,
+                info.per,
+            )
+        )
     figures = derived_figures()
     for key in list(dict.fromkeys([*cand_derived, *base_derived])):
         wl, m = key
         info = figures[m]
-        rows.append(_row(name, wl, "*", m, info.unit, info.higher_is_better,
-                         finite(base_derived.get(key, [])), finite(cand_derived.get(key, [])), thresholds, "repeat"))
+        rows.append(
+            _row(
+                name,
+                wl,
+                "*",
+                m,
+                info.unit,
+                info.higher_is_better,
+                finite(base_derived.get(key, [])),
+                finite(cand_derived.get(key, [])),
+                thresholds,
+                "repeat",
+            )
+        )
     return rows
 
 
-def parity_row(name: str, base_summary: Mapping | None, cand_summary: Mapping | None,
-               policy: VerdictPolicy = DEFAULT_POLICY) -> MetricRow | None:
+def parity_row(
+    name: str, base_summary: Mapping | None, cand_summary: Mapping | None, policy: VerdictPolicy = DEFAULT_POLICY
+) -> MetricRow | None:
     """The quality-parity row of a variant whose candidate summary has a parity verdict (None
     otherwise): FAIL → regression (whatever the baseline had), PASS/WARN → unchanged,
     NOT_EXERCISED/NOT_COMPARABLE → inconclusive unless the scenario's ``verdict:`` allows it
     for this variant, INCONCLUSIVE → inconclusive. Pure."""
+
     def verdict_of(s: Mapping | None) -> str | None:
-        p = ((s or {}).get("quality") or {})
+        p = (s or {}).get("quality") or {}
         p = p.get("parity") if isinstance(p, Mapping) else None
         return p.get("verdict") if isinstance(p, Mapping) else None
 
@@ -328,8 +423,24 @@ def parity_row(name: str, base_summary: Mapping | None, cand_summary: Mapping | 
         state, note = "unchanged", was + " (allowed by the scenario's verdict.allow_not_exercised)"
     else:
         state, note = "inconclusive", was + ": parity could not be judged"
-    return MetricRow(name, *PARITY, "", True, None, None, 0 if bv is None else 1, 1, None, 0.0, "none",
-                     "parity_verdict", None, state, note, sample="verdict")
+    return MetricRow(
+        name,
+        *PARITY,
+        "",
+        True,
+        None,
+        None,
+        0 if bv is None else 1,
+        1,
+        None,
+        0.0,
+        "none",
+        "parity_verdict",
+        None,
+        state,
+        note,
+        sample="verdict",
+    )
 
 
 # ------------------------------------------------------------------------------------ gating
@@ -350,8 +461,13 @@ def gate_targets(gate: Gate, variants: Sequence[VariantRow], quality_baseline: s
     except those that failed to start as declared (and, for parity, the quality baseline)."""
     if gate.variant is not None:
         return [gate.variant]
-    return [v.variant for v in variants if v.candidate_state is not None and v.state != "skipped"
-            and not (gate.metric == "quality.parity" and v.variant == quality_baseline)]
+    return [
+        v.variant
+        for v in variants
+        if v.candidate_state is not None
+        and v.state != "skipped"
+        and not (gate.metric == "quality.parity" and v.variant == quality_baseline)
+    ]
 
 
 def judge(comp: Comparison, gates: Sequence[Gate], quality_baseline: str | None) -> None:
@@ -392,8 +508,11 @@ def judge(comp: Comparison, gates: Sequence[Gate], quality_baseline: str | None)
             fail.append(f"{m.variant} {m.name}: regression {_pct(m.change)} ({m.note or m.test})")
         elif m.state in ("inconclusive", "not_comparable"):
             unsure.append(f"{m.variant} {m.name}: {m.state} ({m.note})")
-    fail += [f"expectation {e.get('check')} on {e.get('variant')}: {e.get('outcome')}"
-             for e in comp.expectations if e.get("failed")]
+    fail += [
+        f"expectation {e.get('check')} on {e.get('variant')}: {e.get('outcome')}"
+        for e in comp.expectations
+        if e.get("failed")
+    ]
     if comp.baseline is None:
         unsure.insert(0, "no baseline: nothing was compared")
     if not comp.candidate.get("complete", True):
@@ -413,8 +532,9 @@ def _pct(v: float | None) -> str:
 # ------------------------------------------------------------------------------------ two runs
 
 
-def compare_runs(base: results.LoadedRun | None, cand: results.LoadedRun,
-                 choice: BaselineChoice | None = None) -> Comparison:
+def compare_runs(
+    base: results.LoadedRun | None, cand: results.LoadedRun, choice: BaselineChoice | None = None
+) -> Comparison:
     """Compare the candidate with ``base`` (None: no baseline; expectations only, INCONCLUSIVE).
     Raises `harness.compare.runs.BaselineMismatch` for a baseline of another scenario. Variants
     whose config hash differs are not compared (``not_comparable: config changed``), nor are
@@ -439,9 +559,15 @@ def compare_runs(base: results.LoadedRun | None, cand: results.LoadedRun,
     if comp.baseline["scenario_hash"] != comp.candidate["scenario_hash"]:
         specs_b, specs_c = run_workload_specs(base.manifest), run_workload_specs(cand.manifest)
         changed_workloads = {w for w in specs_c if specs_b.get(w) != specs_c[w]}
-        comp.notes.append("the scenario text differs between the two runs: only variants with the same config "
-                          "hash are compared" + (", and not the workloads whose definition changed: "
-                                                 + ", ".join(sorted(changed_workloads)) if changed_workloads else ""))
+        comp.notes.append(
+            "the scenario text differs between the two runs: only variants with the same config "
+            "hash are compared"
+            + (
+                ", and not the workloads whose definition changed: " + ", ".join(sorted(changed_workloads))
+                if changed_workloads
+                else ""
+            )
+        )
     base_kinds, cand_kinds = run_workload_kinds(base.manifest), run_workload_kinds(cand.manifest)
     base_v = {v.name: v for v in base.variants}
     cand_v = {v.name: v for v in cand.variants}
@@ -453,12 +579,27 @@ def compare_runs(base: results.LoadedRun | None, cand: results.LoadedRun,
         changed = None if (bv is None or cv is None) else hashes_b.get(name) != hashes_c.get(name)
         if changed and state not in FAILING_VARIANT_STATES and state != "skipped":
             state, note = "not_comparable", "config changed (variant config hash differs)"
-        comp.variants.append(VariantRow(name, bv.status.get("state") if bv else None,
-                                        cv.status.get("state") if cv else None, state, note, changed))
+        comp.variants.append(
+            VariantRow(
+                name,
+                bv.status.get("state") if bv else None,
+                cv.status.get("state") if cv else None,
+                state,
+                note,
+                changed,
+            )
+        )
         if state == "compared":
-            rows = compare_variant(name, variant_requests(bv), variant_requests(cv),
-                                   derived_values_from_records(bv, base_kinds),
-                                   derived_values_from_records(cv, cand_kinds), thresholds, base_kinds, cand_kinds)
+            rows = compare_variant(
+                name,
+                variant_requests(bv),
+                variant_requests(cv),
+                derived_values_from_records(bv, base_kinds),
+                derived_values_from_records(cv, cand_kinds),
+                thresholds,
+                base_kinds,
+                cand_kinds,
+            )
             for r in rows:
                 if r.workload in changed_workloads:
                     r.state, r.note = "not_comparable", "workload definition changed"

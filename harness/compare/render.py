@@ -19,8 +19,10 @@ from harness.compare.comparison import (
     MetricRow,
 )
 
-SIMULATED_LINE = ("**SIMULATED**: a run compared here came from the simulated server (backend sim): "
-                  "its figures follow the simulator's cost model, not a GPU's.")
+SIMULATED_LINE = (
+    "**SIMULATED**: a run compared here came from the simulated server (backend sim): "
+    "its figures follow the simulator's cost model, not a GPU's."
+)
 _ICON = {"PASS": "✅", "FAIL": "❌", "INCONCLUSIVE": "❔"}
 _ORDER = {"regression": 0, "inconclusive": 1, "not_comparable": 2, "improved": 3, "unchanged": 4}
 
@@ -79,8 +81,10 @@ def metric_message(m: MetricRow) -> str:
     if m.sample == "verdict":
         return f"{m.name}: {m.note}"
     b, c = _values(m)
-    return (f"{m.metric} p50 {b} -> {c} ({_pct(m.change)}{_ci(m)}, MDE {_mde(m)}, threshold "
-            f"{m.threshold * 100:.0f}%, {_test(m)}){': ' + m.note if m.note else ''}")
+    return (
+        f"{m.metric} p50 {b} -> {c} ({_pct(m.change)}{_ci(m)}, MDE {_mde(m)}, threshold "
+        f"{m.threshold * 100:.0f}%, {_test(m)}){': ' + m.note if m.note else ''}"
+    )
 
 
 def to_markdown(comp: Comparison) -> str:
@@ -91,19 +95,27 @@ def to_markdown(comp: Comparison) -> str:
     lines = [title, ""]
     if comp.simulated:
         lines += [SIMULATED_LINE, ""]
-    lines += [f"Candidate `{_md(comp.candidate.get('run_id'))}` vs baseline `{_md(base)}`. "
-              + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in c.items() if v), ""]
+    lines += [
+        f"Candidate `{_md(comp.candidate.get('run_id'))}` vs baseline `{_md(base)}`. "
+        + ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in c.items() if v),
+        "",
+    ]
     for line in comp.baseline_choice:
         lines.append(f"- {_md(line)}")
-    lines.append("- gate: " + (", ".join(f"`{_md(g)}`" for g in comp.gate) if comp.gate
-                               else "none in the scenario: every compared metric gates"))
+    lines.append(
+        "- gate: "
+        + (
+            ", ".join(f"`{_md(g)}`" for g in comp.gate)
+            if comp.gate
+            else "none in the scenario: every compared metric gates"
+        )
+    )
     for n in comp.notes:
         lines.append(f"- {_md(n)}")
     lines.append("")
     unjudged = [v for v in comp.variants if v.state in UNJUDGED_VARIANT_STATES]
     for v in unjudged:
-        lines.append(f"> **⚠ {_md(v.variant)} NOT COMPARED: {_md(v.note)}**"
-                     + ("" if v.gated else " (not gated)"))
+        lines.append(f"> **⚠ {_md(v.variant)} NOT COMPARED: {_md(v.note)}**" + ("" if v.gated else " (not gated)"))
     if unjudged:
         lines.append("")
     if comp.reasons:
@@ -114,35 +126,49 @@ def to_markdown(comp: Comparison) -> str:
     bad_v = [v for v in comp.variants if v.state != "compared"]
     if bad_v:
         lines += ["| variant | baseline | candidate | state | note |", "|---|---|---|---|---|"]
-        lines += [f"| {_md(v.variant)} | {_md(v.baseline_state)} | {_md(v.candidate_state)} | **{v.state}** | {_md(v.note)} |"
-                  for v in bad_v]
+        lines += [
+            f"| {_md(v.variant)} | {_md(v.baseline_state)} | {_md(v.candidate_state)} | **{v.state}** | {_md(v.note)} |"
+            for v in bad_v
+        ]
         lines.append("")
-    shown = sorted((m for m in comp.metrics if m.state != "unchanged"),
-                   key=lambda m: (not m.gating, _ORDER.get(m.state, 9)))
+    shown = sorted(
+        (m for m in comp.metrics if m.state != "unchanged"), key=lambda m: (not m.gating, _ORDER.get(m.state, 9))
+    )
     if shown:
-        lines += ["| variant | metric | gate | baseline p50 | candidate p50 | change [95% CI] | MDE | threshold | test "
-                  "| state |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| variant | metric | gate | baseline p50 | candidate p50 | change [95% CI] | MDE | threshold | test "
+            "| state |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for m in shown:
             b, cv = _values(m)
             state = f"**{m.state}**" if m.gating else m.state
             change = _md(m.note) if m.sample == "verdict" else f"{_pct(m.change)}{_ci(m)}"
-            lines.append(f"| {_md(m.variant)} | {_md(m.name)} | {'yes' if m.gating else 'no'} | {b} | {cv} | "
-                         f"{change} | {_mde(m)} | {m.threshold * 100:.0f}% | {_md(_test(m))} | {state} |")
+            lines.append(
+                f"| {_md(m.variant)} | {_md(m.name)} | {'yes' if m.gating else 'no'} | {b} | {cv} | "
+                f"{change} | {_mde(m)} | {m.threshold * 100:.0f}% | {_md(_test(m))} | {state} |"
+            )
         lines.append("")
     measured = [m for m in comp.metrics if m.sample != "verdict"]
     unchanged = sum(1 for m in measured if m.state == "unchanged")
     if unchanged:
-        lines += [(f"{unchanged} of {len(measured)} compared metrics unchanged (within the threshold, and a "
-                   "threshold-sized change would have been detected)."), ""]
+        lines += [
+            (
+                f"{unchanged} of {len(measured)} compared metrics unchanged (within the threshold, and a "
+                "threshold-sized change would have been detected)."
+            ),
+            "",
+        ]
     parity = [m for m in comp.metrics if m.sample == "verdict" and m.state == "unchanged"]
     if parity:
         lines += ["Quality parity unchanged: " + "; ".join(f"{_md(m.variant)} ({_md(m.note)})" for m in parity), ""]
     if comp.expectations:
         lines += ["| expectation | variant | actual | outcome |", "|---|---|---|---|"]
         for e in comp.expectations:
-            lines.append(f"| {_md(e['check'])} | {_md(e['variant'])} | {_md(e['actual'])} | "
-                         f"{'**' + e['outcome'] + '**' if e['failed'] else e['outcome']} |")
+            lines.append(
+                f"| {_md(e['check'])} | {_md(e['variant'])} | {_md(e['actual'])} | "
+                f"{'**' + e['outcome'] + '**' if e['failed'] else e['outcome']} |"
+            )
         lines.append("")
     return "\n".join(lines) + "\n"
 

@@ -49,11 +49,12 @@ def _check_manifest(path: Path) -> None:
     results.check_schema(path, manifest)
     sc = manifest.get("scenario")
     if not isinstance(sc, dict) or not isinstance(sc.get("name"), str):
-        raise results.ResultsError(f"{path}: no scenario name (\"scenario\": {{\"name\": ...}})")
+        raise results.ResultsError(f'{path}: no scenario name ("scenario": {{"name": ...}})')
     variants = manifest.get("variants", [])
     if not isinstance(variants, list) or not all(
-            isinstance(v, dict) and isinstance(v.get("name"), str) for v in variants):
-        raise results.ResultsError(f"{path}: \"variants\" is not a list of objects with a name")
+        isinstance(v, dict) and isinstance(v.get("name"), str) for v in variants
+    ):
+        raise results.ResultsError(f'{path}: "variants" is not a list of objects with a name')
 
 
 def read_run(path: Path) -> results.LoadedRun:
@@ -71,17 +72,24 @@ def read_run(path: Path) -> results.LoadedRun:
         if v.summary is not None and not isinstance(v.summary, dict):
             raise results.ResultsError(f"{v.paths.summary}: not a JSON object (got {type(v.summary).__name__})")
         if isinstance(v.summary, dict) and not isinstance(v.summary.get("workloads") or {}, dict):
-            raise results.ResultsError(f"{v.paths.summary}: \"workloads\" is not an object")
+            raise results.ResultsError(f'{v.paths.summary}: "workloads" is not an object')
     return run
 
 
 def run_info(run: results.LoadedRun) -> dict:
     """What comparison.json says about one of its two runs."""
     m = run.manifest
-    return {"path": str(run.paths.root), "run_id": run.run_id, "scenario": run.scenario_name,
-            "scenario_hash": (m.get("scenario") or {}).get("hash"), "created_at": m.get("created_at"),
-            "backend": m.get("backend"), "simulated": m.get("simulated"),
-            "sglang": (m.get("sglang") or {}).get("version"), "complete": run.complete}
+    return {
+        "path": str(run.paths.root),
+        "run_id": run.run_id,
+        "scenario": run.scenario_name,
+        "scenario_hash": (m.get("scenario") or {}).get("hash"),
+        "created_at": m.get("created_at"),
+        "backend": m.get("backend"),
+        "simulated": m.get("simulated"),
+        "sglang": (m.get("sglang") or {}).get("version"),
+        "complete": run.complete,
+    }
 
 
 def config_hashes(run: results.LoadedRun) -> dict[str, str | None]:
@@ -136,8 +144,9 @@ def variant_requests(variant: results.LoadedVariant) -> pd.DataFrame:
     except results.ResultsError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        raise results.ResultsError(f"{variant.paths.requests}: rows that are not request records "
-                                   f"({type(exc).__name__}: {exc})") from None
+        raise results.ResultsError(
+            f"{variant.paths.requests}: rows that are not request records ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def variant_records(variant: results.LoadedVariant) -> list[RequestRecord]:
@@ -147,8 +156,9 @@ def variant_records(variant: results.LoadedVariant) -> list[RequestRecord]:
     except results.ResultsError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        raise results.ResultsError(f"{variant.paths.requests}: rows that are not request records "
-                                   f"({type(exc).__name__}: {exc})") from None
+        raise results.ResultsError(
+            f"{variant.paths.requests}: rows that are not request records ({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def write_comparison(candidate: results.LoadedRun, comparison: dict) -> Path:
@@ -245,10 +255,18 @@ def choose_latest(results_dir: Path, cand: results.LoadedRun) -> BaselineChoice:
         if outcome != Outcome.PASS.value:
             passed.append(f"{p.name} (verdict {outcome or 'unknown'}: {source})")
             continue
-        return BaselineChoice(run, f"baseline {p.name}: the newest earlier run of {cand.scenario_name} "
-                              f"with the same scenario and config whose verdict is PASS ({source})", passed)
-    return BaselineChoice(None, f"no baseline: no earlier run of {cand.scenario_name} under {results_dir} "
-                          "with the same scenario and config has the verdict PASS", passed)
+        return BaselineChoice(
+            run,
+            f"baseline {p.name}: the newest earlier run of {cand.scenario_name} "
+            f"with the same scenario and config whose verdict is PASS ({source})",
+            passed,
+        )
+    return BaselineChoice(
+        None,
+        f"no baseline: no earlier run of {cand.scenario_name} under {results_dir} "
+        "with the same scenario and config has the verdict PASS",
+        passed,
+    )
 
 
 def load_baseline(baseline: str, results_dir: Path, candidate: results.LoadedRun) -> BaselineChoice:
@@ -267,7 +285,8 @@ def check_same_scenario(base: results.LoadedRun, cand: results.LoadedRun) -> Non
     if base.scenario_name != cand.scenario_name:
         raise BaselineMismatch(
             f"the baseline {base.paths.root} is a run of scenario {base.scenario_name!r}, the candidate "
-            f"{cand.paths.root} of {cand.scenario_name!r}: runs of different scenarios cannot be compared")
+            f"{cand.paths.root} of {cand.scenario_name!r}: runs of different scenarios cannot be compared"
+        )
 
 
 def find_latest_good(results_dir: Path, scenario: str, exclude: Path) -> Path | None:

@@ -85,7 +85,7 @@ def _trimmed(a: np.ndarray) -> tuple[float, float, int]:
     g = int(TRIM * n)
     h = n - 2 * g
     w = np.clip(a, a[g], a[n - g - 1])  # winsorized
-    return float(a[g:n - g].mean()), float((n - 1) * w.var(ddof=1) / (h * (h - 1))), h
+    return float(a[g : n - g].mean()), float((n - 1) * w.var(ddof=1) / (h * (h - 1))), h
 
 
 def _welch(base: np.ndarray, cand: np.ndarray) -> Significance:
@@ -106,7 +106,7 @@ def _welch(base: np.ndarray, cand: np.ndarray) -> Significance:
         lo = hi = diff
         half = 0.0
     else:
-        df = (vb + vc) ** 2 / ((vb ** 2 / (hb - 1) if vb else 0.0) + (vc ** 2 / (hc - 1) if vc else 0.0))
+        df = (vb + vc) ** 2 / ((vb**2 / (hb - 1) if vb else 0.0) + (vc**2 / (hc - 1) if vc else 0.0))
         t_crit = float(stats.t.ppf(1 - ALPHA / 2, df))
         p = float(2 * stats.t.sf(abs(diff) / se, df))
         half = t_crit * se
@@ -136,7 +136,7 @@ def _bootstrap_ratio(base: np.ndarray, cand: np.ndarray, seed: int) -> tuple[flo
         mb, mc = float(np.median(base)), float(np.median(cand))
         if sb is None or sc is None or mb <= 0 or mc <= 0:
             return None
-        d, half = math.log(mc) - math.log(mb), Z95 * math.sqrt(sb ** 2 + sc ** 2)
+        d, half = math.log(mc) - math.log(mb), Z95 * math.sqrt(sb**2 + sc**2)
         return d - half, d + half, half
     rng = np.random.default_rng(seed)
     mb = np.median(base[rng.integers(0, base.size, (BOOTSTRAP_RESAMPLES, base.size))], axis=1)
@@ -157,8 +157,11 @@ def significance(base: np.ndarray, cand: np.ndarray, seed: int = BOOTSTRAP_SEED)
         return _welch(base, cand)
     from scipy.stats import mannwhitneyu
 
-    p = 1.0 if np.ptp(np.concatenate([base, cand])) == 0 else float(
-        mannwhitneyu(base, cand, alternative="two-sided").pvalue)
+    p = (
+        1.0
+        if np.ptp(np.concatenate([base, cand])) == 0
+        else float(mannwhitneyu(base, cand, alternative="two-sided").pvalue)
+    )
     boot = _bootstrap_ratio(base, cand, seed)
     if boot is None:  # a median ≤ 0: the interval of a ratio means nothing; Welch's on raw values
         w = _welch(base, cand)
@@ -167,8 +170,13 @@ def significance(base: np.ndarray, cand: np.ndarray, seed: int = BOOTSTRAP_SEED)
     return Significance("mann_whitney", p, math.expm1(lo), math.expm1(hi), math.expm1(half))
 
 
-def decide(base_values: Sequence[float], cand_values: Sequence[float], higher_is_better: bool,
-           threshold: float, seed: int = BOOTSTRAP_SEED) -> Decision:
+def decide(
+    base_values: Sequence[float],
+    cand_values: Sequence[float],
+    higher_is_better: bool,
+    threshold: float,
+    seed: int = BOOTSTRAP_SEED,
+) -> Decision:
     """The state of one metric from its two samples. Pure (the bootstrap is seeded).
 
     regression / improved  worse / better by at least ``threshold`` and significant (p < ALPHA)
@@ -185,11 +193,20 @@ def decide(base_values: Sequence[float], cand_values: Sequence[float], higher_is
         return Decision("not_comparable", None, "none", None, f"no values in the {side}")
     change = relative_change(float(np.median(base)), float(np.median(cand)))
     s = significance(base, cand, seed)
-    common = {"change": change, "test": s.test, "p_value": s.p_value, "ci_low": s.ci_low, "ci_high": s.ci_high,
-              "mde": s.mde}
+    common = {
+        "change": change,
+        "test": s.test,
+        "p_value": s.p_value,
+        "ci_low": s.ci_low,
+        "ci_high": s.ci_high,
+        "mde": s.mde,
+    }
     if s.p_value is None:
-        return Decision("inconclusive", note=f"{base.size} vs {cand.size} values: a side needs {MIN_VALUES}+ "
-                        "to have a spread to judge against", **common)
+        return Decision(
+            "inconclusive",
+            note=f"{base.size} vs {cand.size} values: a side needs {MIN_VALUES}+ to have a spread to judge against",
+            **common,
+        )
     clears = abs(change) >= threshold
     if s.p_value < ALPHA:
         if not clears:
@@ -200,9 +217,12 @@ def decide(base_values: Sequence[float], cand_values: Sequence[float], higher_is
         return Decision("inconclusive", note="beyond the threshold but not significant", **common)
     if s.mde is None or not math.isfinite(s.mde) or s.mde > threshold:
         mde = "unknown" if s.mde is None or not math.isfinite(s.mde) else f"{s.mde * 100:.1f}%"
-        return Decision("inconclusive", note=f"minimum detectable effect {mde} exceeds the threshold "
-                        f"{threshold * 100:.0f}%: a change of the threshold's size could hide in this spread",
-                        **common)
+        return Decision(
+            "inconclusive",
+            note=f"minimum detectable effect {mde} exceeds the threshold "
+            f"{threshold * 100:.0f}%: a change of the threshold's size could hide in this spread",
+            **common,
+        )
     return Decision("unchanged", note="within the threshold", **common)
 
 
@@ -213,8 +233,14 @@ def threshold_for(thresholds: dict[str, float], workload: str, phase: str, metri
         if metric.endswith(suffix) and not metric.endswith("tok_s"):
             short = metric[: -len(suffix)]
             break
-    for key in (f"{workload}.{phase}.{metric}", f"{workload}.{metric}", metric, f"{short}_p50",
-                f"{metric}_p50", "default"):
+    for key in (
+        f"{workload}.{phase}.{metric}",
+        f"{workload}.{metric}",
+        metric,
+        f"{short}_p50",
+        f"{metric}_p50",
+        "default",
+    ):
         if key in thresholds:
             return thresholds[key], key
     return DEFAULT_THRESHOLD, "harness default"

@@ -50,8 +50,9 @@ def summary(res: Mapping[str, Any]) -> str:
         )
     kw = res.get("host_register_kernel_write") or {}
     if kw:
-        lines.append("kernel write to cudaHostRegister memory: "
-                     + ", ".join(f"flags {k} {_kw_text(v)}" for k, v in kw.items()))
+        lines.append(
+            "kernel write to cudaHostRegister memory: " + ", ".join(f"flags {k} {_kw_text(v)}" for k, v in kw.items())
+        )
     if res.get("host_alloc_kernel_write") is not None:
         lines.append(f"kernel write to cudaHostAlloc memory: {_kw_text(res.get('host_alloc_kernel_write'))}")
     bw = res.get("bandwidth_gbs") or {}
@@ -59,9 +60,11 @@ def summary(res: Mapping[str, Any]) -> str:
     if any(v is not None for v in bw.values()) or res.get("bandwidth"):
         nb = opts.get("nbytes")
         head = f"bandwidth GB/s ({nb / GIB:.2f} GiB, median of {opts.get('repeats')}):" if nb else "bandwidth GB/s:"
-        lines.append(head + " " + " | ".join(
-            f"{k} H2D {_fmt(bw.get(f'{k}_h2d'))} D2H {_fmt(bw.get(f'{k}_d2h'))}" for k in BANDWIDTH_KINDS
-        ))
+        lines.append(
+            head
+            + " "
+            + " | ".join(f"{k} H2D {_fmt(bw.get(f'{k}_h2d'))} D2H {_fmt(bw.get(f'{k}_d2h'))}" for k in BANDWIDTH_KINDS)
+        )
     reg = res.get("register_seconds")
     if reg:
         if reg.get("ok"):
@@ -83,8 +86,18 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 def _size(text: str) -> int:
     """'1073741824', '1GiB', '256MiB', '512M', '2G' -> bytes."""
     t = text.strip().lower().replace(" ", "")
-    units = {"gib": GIB, "g": GIB, "gb": 10**9, "mib": MIB, "m": MIB, "mb": 10**6,
-             "kib": 1024, "k": 1024, "kb": 1000, "b": 1}
+    units = {
+        "gib": GIB,
+        "g": GIB,
+        "gb": 10**9,
+        "mib": MIB,
+        "m": MIB,
+        "mb": 10**6,
+        "kib": 1024,
+        "k": 1024,
+        "kb": 1000,
+        "b": 1,
+    }
     for suffix in sorted(units, key=len, reverse=True):
         if t.endswith(suffix):
             num = t[: -len(suffix)]
@@ -103,10 +116,18 @@ def _size(text: str) -> int:
 def build_parser(prog: str = "harness probe") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description="Probe what this host's GPU can do with host memory.")
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON here")
-    ap.add_argument("--bytes", type=_size, default=None,
-                    help="bandwidth buffer size, e.g. 1GiB or 268435456 (default 1 GiB; --quick 256 MiB)")
-    ap.add_argument("--register-gib", type=float, default=None,
-                    help="buffer registered for the timing (default 8; --quick 1); capped at half of MemAvailable")
+    ap.add_argument(
+        "--bytes",
+        type=_size,
+        default=None,
+        help="bandwidth buffer size, e.g. 1GiB or 268435456 (default 1 GiB; --quick 256 MiB)",
+    )
+    ap.add_argument(
+        "--register-gib",
+        type=float,
+        default=None,
+        help="buffer registered for the timing (default 8; --quick 1); capped at half of MemAvailable",
+    )
     ap.add_argument("--repeats", type=int, default=None, help="timed copies per direction (default 5; --quick 3)")
     ap.add_argument("--quick", action="store_true", help="smaller buffers and fewer repeats")
     ap.add_argument("--timeout", type=float, default=180.0, help="hard limit per probe subprocess, seconds")
@@ -121,8 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     1 when the JSON cannot be written."""
     args = build_parser().parse_args(argv)
     opts = ProbeOptions(
-        nbytes=args.bytes, register_gib=args.register_gib, repeats=args.repeats, quick=args.quick,
-        timeout_s=args.timeout, device=args.device, verbose=not args.quiet,
+        nbytes=args.bytes,
+        register_gib=args.register_gib,
+        repeats=args.repeats,
+        quick=args.quick,
+        timeout_s=args.timeout,
+        device=args.device,
+        verbose=not args.quiet,
     )
     res = run_probes(opts)
     print(summary(res))

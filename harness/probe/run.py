@@ -57,9 +57,7 @@ class ProbeOptions:
         return dataclasses.replace(
             self,
             nbytes=int(self.nbytes if self.nbytes is not None else (256 * MIB if q else GIB)),
-            register_gib=float(
-                self.register_gib if self.register_gib is not None else (1.0 if q else 8.0)
-            ),
+            register_gib=float(self.register_gib if self.register_gib is not None else (1.0 if q else 8.0)),
             repeats=int(self.repeats if self.repeats is not None else (3 if q else 5)),
         )
 
@@ -128,12 +126,20 @@ def run_worker(name: str, params: Mapping[str, Any], timeout_s: float) -> dict:
         with open(log, "wb") as logf:
             try:
                 proc = subprocess.Popen(
-                    cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                    env=env, start_new_session=True,
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
                 )
             except OSError as e:
-                return {"ok": False, "value": None, "error": f"could not start worker: {e}",
-                        "seconds": round(time.monotonic() - t0, 3)}
+                return {
+                    "ok": False,
+                    "value": None,
+                    "error": f"could not start worker: {e}",
+                    "seconds": round(time.monotonic() - t0, 3),
+                }
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -148,9 +154,13 @@ def run_worker(name: str, params: Mapping[str, Any], timeout_s: float) -> dict:
                     rc = None
         seconds = round(time.monotonic() - t0, 3)
         if timed_out:
-            return {"ok": False, "value": None, "seconds": seconds,
-                    "error": f"timeout: no result after {timeout_s:g} s (worker killed)",
-                    "log_tail": _tail(log)}
+            return {
+                "ok": False,
+                "value": None,
+                "seconds": seconds,
+                "error": f"timeout: no result after {timeout_s:g} s (worker killed)",
+                "log_tail": _tail(log),
+            }
         try:
             result = json.loads(out.read_text(encoding="utf-8"))
             if not isinstance(result, dict):
@@ -163,10 +173,14 @@ def run_worker(name: str, params: Mapping[str, Any], timeout_s: float) -> dict:
                     how = f"signal {signal.Signals(-rc).name}"
                 except ValueError:
                     how = f"signal {-rc}"
-            return {"ok": False, "value": None, "seconds": seconds,
-                    "error": f"worker died ({how}) without a result ({type(e).__name__})"
-                             + (f": {tail.splitlines()[-1]}" if tail else ""),
-                    "log_tail": tail}
+            return {
+                "ok": False,
+                "value": None,
+                "seconds": seconds,
+                "error": f"worker died ({how}) without a result ({type(e).__name__})"
+                + (f": {tail.splitlines()[-1]}" if tail else ""),
+                "log_tail": tail,
+            }
         result.setdefault("ok", False)
         result.setdefault("value", None)
         result.setdefault("error", None)
@@ -282,7 +296,8 @@ def run_probes(options: ProbeOptions | Mapping[str, Any] | None = None, *, runne
     kw = {}
     for flags in REGISTER_FLAGS:
         kw[str(flags)] = probe(
-            "kwrite_register", {"flags": flags, "nbytes": opts.kwrite_bytes},
+            "kwrite_register",
+            {"flags": flags, "nbytes": opts.kwrite_bytes},
             f"kernel write, cudaHostRegister flags={flags}",
         )
     res["host_register_kernel_write"] = kw
@@ -293,7 +308,8 @@ def run_probes(options: ProbeOptions | Mapping[str, Any] | None = None, *, runne
     bw = {}
     for kind in BANDWIDTH_KINDS:
         r = probe(
-            "bandwidth", {"kind": kind, "nbytes": opts.nbytes, "repeats": opts.repeats},
+            "bandwidth",
+            {"kind": kind, "nbytes": opts.nbytes, "repeats": opts.repeats},
             f"bandwidth, {kind}",
         )
         bw[kind] = r

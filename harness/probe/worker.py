@@ -163,9 +163,7 @@ def host_register(ptr: int, nbytes: int, flags: int) -> str:
                 msg = cudart.cudaGetErrorString(rc)  # takes the enum, not an int (seed 000)
             except Exception:  # noqa: BLE001
                 msg = "?"
-            raise ProbeFailure(
-                "register", f"cudaHostRegister(flags={flags}) returned {_rc_int(rc)} ({msg})"
-            )
+            raise ProbeFailure("register", f"cudaHostRegister(flags={flags}) returned {_rc_int(rc)} ({msg})")
         return "torch.cuda.cudart"
     import cupy
 
@@ -202,8 +200,11 @@ def _device_pointer_info(ptr: int) -> dict:
             "pointer_attributes_error": None,
         }
     except Exception as e:  # noqa: BLE001
-        return {"device_pointer_equals_host": None, "memory_type": None,
-                "pointer_attributes_error": f"{type(e).__name__}: {e}"}
+        return {
+            "device_pointer_equals_host": None,
+            "memory_type": None,
+            "pointer_attributes_error": f"{type(e).__name__}: {e}",
+        }
 
 
 def _kernel_write(ptr: int, host_words, device: int, seed: int) -> dict:
@@ -253,9 +254,7 @@ def _kernel_write(ptr: int, host_words, device: int, seed: int) -> dict:
     bad = int(np.count_nonzero(host_words != want))
     untouched = int(np.count_nonzero(host_words == np.uint32(UNTOUCHED)))
     if bad:
-        raise ProbeFailure(
-            "verify", f"{bad} of {n} words differ from the pattern ({untouched} untouched)"
-        )
+        raise ProbeFailure("verify", f"{bad} of {n} words differ from the pattern ({untouched} untouched)")
     return {"method": method, "words": n}
 
 

@@ -55,15 +55,33 @@ def margin_tokens(device_pool: int) -> int:
     return max(DEFAULT_MARGIN_TOKENS, device_pool // 64)
 
 
-def plan_churn(requested: int, *, device_pool: int | None, host_pool: int | None, max_input: int | None,
-               prompt_tokens: int, write_policy: str | None = None, needs_host: bool = True) -> ChurnPlan:
+def plan_churn(
+    requested: int,
+    *,
+    device_pool: int | None,
+    host_pool: int | None,
+    max_input: int | None,
+    prompt_tokens: int,
+    write_policy: str | None = None,
+    needs_host: bool = True,
+) -> ChurnPlan:
     """Size the churn for one arm. ``needs_host`` is False for the OFF baseline (and its control):
     there the churn only has to empty the GPU pool, so there is no upper bound."""
     requested = max(0, int(requested))
     chunk_cap = [c for c in (device_pool // 2 if device_pool else None, max_input) if c]
     if requested == 0:
-        return ChurnPlan(0, 0, 0, device_pool, host_pool, max_input, prompt_tokens, None, None,
-                         "churn disabled (quality.churn_tokens 0): every re-ask is a GPU-cache hit")
+        return ChurnPlan(
+            0,
+            0,
+            0,
+            device_pool,
+            host_pool,
+            max_input,
+            prompt_tokens,
+            None,
+            None,
+            "churn disabled (quality.churn_tokens 0): every re-ask is a GPU-cache hit",
+        )
 
     def plan(tokens: int, low: int | None, high: int | None, note: str) -> ChurnPlan:
         chunk = max(1, min([tokens] + chunk_cap))
@@ -78,29 +96,46 @@ def plan_churn(requested: int, *, device_pool: int | None, host_pool: int | None
         return plan(tokens, low, None, f"churn {tokens} tokens >= GPU pool {device_pool} + margin {m}")
     if host_pool is None:
         tokens = max(requested, low)
-        return plan(tokens, low, None, f"churn {tokens} tokens >= GPU pool {device_pool} + margin {m}; host pool "
-                    "size unknown, so not checked against it")
+        return plan(
+            tokens,
+            low,
+            None,
+            f"churn {tokens} tokens >= GPU pool {device_pool} + margin {m}; host pool "
+            "size unknown, so not checked against it",
+        )
     if host_pool <= 0:
         return plan(max(requested, low), low, None, "the server has no host tier (HiCache off)")
     write_back = (write_policy or "").strip() == "write_back"
     high = host_pool + (device_pool if write_back else 0) - prompt_tokens - m
     if high < low:
-        bound = (f"host {host_pool} + GPU {device_pool} - prompt {prompt_tokens}" if write_back
-                 else f"host pool {host_pool} - prompt {prompt_tokens}")
+        bound = (
+            f"host {host_pool} + GPU {device_pool} - prompt {prompt_tokens}"
+            if write_back
+            else f"host pool {host_pool} - prompt {prompt_tokens}"
+        )
         need = device_pool + prompt_tokens + 2 * m - (device_pool if write_back else 0)
-        why = ("" if write_back else
-               " (write-through keeps a host copy of everything on the GPU, so only "
-               f"{max(0, host_pool - device_pool)} host tokens are left for evicted prompts)")
-        return plan(low, low, high,
-                    f"no churn can push a {prompt_tokens}-token prompt out of the GPU pool ({device_pool} tokens) "
-                    f"and keep it in the host pool: {bound} - margin {m} = {high} < GPU pool + margin = {low}"
-                    f"{why}; needs a host pool of at least {need} tokens "
-                    f"(--hicache-ratio >= {need / device_pool:.2f}) or shorter quality.lengths")
+        why = (
+            ""
+            if write_back
+            else " (write-through keeps a host copy of everything on the GPU, so only "
+            f"{max(0, host_pool - device_pool)} host tokens are left for evicted prompts)"
+        )
+        return plan(
+            low,
+            low,
+            high,
+            f"no churn can push a {prompt_tokens}-token prompt out of the GPU pool ({device_pool} tokens) "
+            f"and keep it in the host pool: {bound} - margin {m} = {high} < GPU pool + margin = {low}"
+            f"{why}; needs a host pool of at least {need} tokens "
+            f"(--hicache-ratio >= {need / device_pool:.2f}) or shorter quality.lengths",
+        )
     tokens = min(max(requested, low), high)
     if tokens == requested:
         note = f"churn {tokens} tokens as configured, within [{low}, {high}]"
     else:
-        note = (f"churn {tokens} tokens (configured {requested}, clamped into [{low}, {high}]: "
-                f"GPU pool {device_pool} + margin {m} .. host pool {host_pool}"
-                f"{' + GPU pool' if write_back else ''} - prompt {prompt_tokens} - margin {m})")
+        note = (
+            f"churn {tokens} tokens (configured {requested}, clamped into [{low}, {high}]: "
+            f"GPU pool {device_pool} + margin {m} .. host pool {host_pool}"
+            f"{' + GPU pool' if write_back else ''} - prompt {prompt_tokens} - margin {m})"
+        )
     return plan(tokens, low, high, note)

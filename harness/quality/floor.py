@@ -157,8 +157,13 @@ class FloorTest:
         return dataclasses.asdict(self)
 
 
-def floor_test(on: Iterable[PairComparison], control: Iterable[PairComparison], alpha: float,
-               tol: float = DLOGPROB_TOL, tolerance: float = TOLERANCE) -> FloorTest:
+def floor_test(
+    on: Iterable[PairComparison],
+    control: Iterable[PairComparison],
+    alpha: float,
+    tol: float = DLOGPROB_TOL,
+    tolerance: float = TOLERANCE,
+) -> FloorTest:
     """Pair ON and control comparisons by (sample, ask) and test whether ON strays further."""
     on_l, ctrl_l = list(on), list(control)
     ctrl_by = {pair_key(c): c for c in ctrl_l}
@@ -180,9 +185,20 @@ def floor_test(on: Iterable[PairComparison], control: Iterable[PairComparison], 
     p = sign_test_p(on_worse, control_worse) if ctrl_l else None
     excess = excess_test_p(on_worse, control_worse, tolerance) if ctrl_l else None
     return FloorTest(
-        test=TEST_NAME, alpha=alpha, min_keys=min_keys(alpha), keys=keys, on_worse=on_worse,
-        control_worse=control_worse, ties=ties, p_value=p, significant=p is not None and p < alpha,
-        tolerance=tolerance, excess_p_value=excess, exceeds_tolerance=excess is not None and excess < alpha,
+        test=TEST_NAME,
+        alpha=alpha,
+        min_keys=min_keys(alpha),
+        keys=keys,
+        on_worse=on_worse,
+        control_worse=control_worse,
+        ties=ties,
+        p_value=p,
+        significant=p is not None and p < alpha,
+        tolerance=tolerance,
+        excess_p_value=excess,
+        exceeds_tolerance=excess is not None and excess < alpha,
         min_excess_keys=min_keys(alpha, tolerance),
-        on=spread(on_l, tol), control=spread(ctrl_l, tol), worse_keys=tuple(worse_keys),
+        on=spread(on_l, tol),
+        control=spread(ctrl_l, tol),
+        worse_keys=tuple(worse_keys),
     )

@@ -282,11 +282,17 @@ def host_miss_cause(on: list[QualityRecord]) -> str:
     longest = max((r.prompt_tokens for r in on), default=0)
     if not ok:
         err, n = _mode_error(reasks)
-        why = f" (prompts of {longest} tokens; the server takes at most {limit + 1})" if limit and longest > limit + 1 else ""
+        why = (
+            f" (prompts of {longest} tokens; the server takes at most {limit + 1})"
+            if limit and longest > limit + 1
+            else ""
+        )
         return f"{head}: every re-ask failed ({err} x{n}){why}"
     if all(r.cached_host is None for r in ok) and any(r.cached_tokens for r in ok):
-        return (f"{head}: the server does not report cache tiers (meta_info.cached_tokens_details missing), "
-                "so host hits cannot be seen")
+        return (
+            f"{head}: the server does not report cache tiers (meta_info.cached_tokens_details missing), "
+            "so host hits cannot be seen"
+        )
     if plan and not plan.get("tokens"):
         return f"{head}: {plan.get('note') or 'no churn'}"
     churns = [r.churn for r in reasks if r.churn]
@@ -314,14 +320,20 @@ def host_miss_cause(on: list[QualityRecord]) -> str:
     if len(cold) * 2 >= len(ok):
         occupied = longest + churn
         if host and occupied > host:
-            return (f"{head}: churn {churn} + prompt {longest} tokens > host pool {host}: the host tier evicted "
-                    f"the prompts too (the re-asks were cold prefills){failed_txt}")
+            return (
+                f"{head}: churn {churn} + prompt {longest} tokens > host pool {host}: the host tier evicted "
+                f"the prompts too (the re-asks were cold prefills){failed_txt}"
+            )
         if host:
-            return (f"{head}: the re-asks were cold prefills although churn {churn} + prompt {longest} tokens fit "
-                    f"the host pool {host}: host copies were not matched{failed_txt}")
+            return (
+                f"{head}: the re-asks were cold prefills although churn {churn} + prompt {longest} tokens fit "
+                f"the host pool {host}: host copies were not matched{failed_txt}"
+            )
         return f"{head}: the re-asks were cold prefills (host pool size unknown){failed_txt}"
-    return (f"{head}: re-asks after churn {churn} tokens: {len(gpu)} GPU-cache hits, {len(cold)} cold, "
-            f"{len(ok) - len(gpu) - len(cold)} partial{failed_txt}")
+    return (
+        f"{head}: re-asks after churn {churn} tokens: {len(gpu)} GPU-cache hits, {len(cold)} cold, "
+        f"{len(ok) - len(gpu) - len(cold)} partial{failed_txt}"
+    )
 
 
 def _fmt(x: float | None, nd: int = 3) -> str:
@@ -332,12 +344,14 @@ def floor_line(t: FloorTest) -> str:
     """The floor test's numbers in one sentence, ON next to the control."""
     p = "n/a (no control)" if t.p_value is None else f"{t.p_value:.3g}"
     excess = "n/a" if t.excess_p_value is None else f"{t.excess_p_value:.3g}"
-    return (f"paired sign test over {t.keys} (sample, ask) keys: ON further from OFF in {t.on_worse}, control "
-            f"further in {t.control_worse}, tied {t.ties}; p={p}, beyond the {t.tolerance:.0%} tolerance "
-            f"p={excess} (alpha {t.alpha:g}); differing pairs ON "
-            f"{t.on.differing}/{t.on.pairs} vs control {t.control.differing}/{t.control.pairs}; first divergence "
-            f"median ON {_fmt(t.on.first_divergence_median)} vs control {_fmt(t.control.first_divergence_median)}; "
-            f"max |dlogprob| ON {_fmt(t.on.dlogprob_max)} vs control {_fmt(t.control.dlogprob_max)}")
+    return (
+        f"paired sign test over {t.keys} (sample, ask) keys: ON further from OFF in {t.on_worse}, control "
+        f"further in {t.control_worse}, tied {t.ties}; p={p}, beyond the {t.tolerance:.0%} tolerance "
+        f"p={excess} (alpha {t.alpha:g}); differing pairs ON "
+        f"{t.on.differing}/{t.on.pairs} vs control {t.control.differing}/{t.control.pairs}; first divergence "
+        f"median ON {_fmt(t.on.first_divergence_median)} vs control {_fmt(t.control.first_divergence_median)}; "
+        f"max |dlogprob| ON {_fmt(t.on.dlogprob_max)} vs control {_fmt(t.control.dlogprob_max)}"
+    )
 
 
 def _first_real(comps: list[PairComparison]) -> str:
@@ -432,7 +446,10 @@ def evaluate_parity(
         elif beyond and g_real:
             verdict, reason = "FAIL", f"{len(g_real)} real divergence(s) beyond the control; {_first_real(g_real)}"
         elif accuracy_loss and g_lost > g_gained:
-            verdict, reason = "FAIL", f"accuracy loss: {g_lost} lost vs {g_gained} gained (pooled McNemar p={mcn_p:.3g})"
+            verdict, reason = (
+                "FAIL",
+                f"accuracy loss: {g_lost} lost vs {g_gained} gained (pooled McNemar p={mcn_p:.3g})",
+            )
         elif hh == 0:
             verdict, reason = "NOT_EXERCISED", f"no ON request had host-tier hits: {host_miss_cause(ors)}"
         elif not g_diff:
@@ -440,12 +457,19 @@ def evaluate_parity(
         elif not ctl:
             verdict, reason = "INCONCLUSIVE", f"{len(g_diff)} difference(s) and no OFF-vs-OFF control"
         elif test.significant and gt.on_worse:
-            verdict, reason = "WARN", (f"ON further from OFF than the control in {gt.on_worse} of {gt.keys} keys, "
-                                       "near-tie flips / logprob drift only")
+            verdict, reason = (
+                "WARN",
+                (
+                    f"ON further from OFF than the control in {gt.on_worse} of {gt.keys} keys, "
+                    "near-tie flips / logprob drift only"
+                ),
+            )
         else:
             verdict, noise = "PASS", True
-            reason = (f"{len(g_diff)} difference(s) within the OFF-vs-OFF control (ON further in {gt.on_worse}, "
-                      f"control further in {gt.control_worse} of {gt.keys} keys)")
+            reason = (
+                f"{len(g_diff)} difference(s) within the OFF-vs-OFF control (ON further in {gt.on_worse}, "
+                f"control further in {gt.control_worse} of {gt.keys} keys)"
+            )
         ctrl_diff = [c for c in ctl if c.kind != "equal"]
         groups.append(
             GroupReport(
@@ -487,8 +511,10 @@ def evaluate_parity(
         overall: Verdict = "FAIL"
         reason = f"ON strays further from OFF than OFF-vs-OFF does: {line}; {len(real)} real divergence(s), {_first_real(real)}"
         if test.control.differing == 0 and test.on.outside_topk == 0:
-            reason += ("; the control is exact: if only the ON server runs without "
-                       "--enable-deterministic-inference, the arms are not comparable")
+            reason += (
+                "; the control is exact: if only the ON server runs without "
+                "--enable-deterministic-inference, the arms are not comparable"
+            )
     elif accuracy_loss:
         overall = "FAIL"
         reason = f"accuracy loss: {lost} lost vs {gained} gained over {len(comps)} pairs, McNemar p={mcn_p:.3g} (alpha {alpha:g})"
@@ -502,15 +528,30 @@ def evaluate_parity(
         overall, reason = "PASS", f"token-equal (and |dlogprob| <= {DLOGPROB_TOL:g}) on every pair"
     elif not ctrl_comps:
         n_diff = sum(differs(c) for c in comps)
-        overall, reason = "INCONCLUSIVE", (f"ON differs from OFF in {n_diff} of {len(comps)} pairs and there is no "
-                                           "OFF-vs-OFF control to tell nondeterminism from a defect (quality.control)")
+        overall, reason = (
+            "INCONCLUSIVE",
+            (
+                f"ON differs from OFF in {n_diff} of {len(comps)} pairs and there is no "
+                "OFF-vs-OFF control to tell nondeterminism from a defect (quality.control)"
+            ),
+        )
     elif host_keys < keys_needed:
-        overall, reason = "INCONCLUSIVE", (f"only {host_keys} (sample, ask) keys with host hits and a control partner: "
-                                           f"the test needs >= {keys_needed} to reach alpha {alpha:g}; {line}")
+        overall, reason = (
+            "INCONCLUSIVE",
+            (
+                f"only {host_keys} (sample, ask) keys with host hits and a control partner: "
+                f"the test needs >= {keys_needed} to reach alpha {alpha:g}; {line}"
+            ),
+        )
     elif test.significant:
-        overall, reason = "WARN", (f"ON strays further from OFF than the control, within the tolerance "
-                                   f"(ON the worse arm in <= {test.tolerance:.0%} of untied keys) or by near-tie "
-                                   f"flips / logprob drift only: {line}")
+        overall, reason = (
+            "WARN",
+            (
+                f"ON strays further from OFF than the control, within the tolerance "
+                f"(ON the worse arm in <= {test.tolerance:.0%} of untied keys) or by near-tie "
+                f"flips / logprob drift only: {line}"
+            ),
+        )
     else:
         overall, reason = "PASS", f"differences within the OFF-vs-OFF floor: {line}"
         noise = True

@@ -131,8 +131,9 @@ def as_server_info(info: ServerInfo | Mapping[str, Any] | None) -> ServerInfo | 
         return None
 
 
-def server_limits(info: ServerInfo | Mapping[str, Any] | None, pool_tokens: int | None,
-                  host_pool_tokens: int | None) -> ServerLimits:
+def server_limits(
+    info: ServerInfo | Mapping[str, Any] | None, pool_tokens: int | None, host_pool_tokens: int | None
+) -> ServerLimits:
     """Pool sizes, the input limit and the write policy from what the caller knows and
     /get_server_info.
 
@@ -159,8 +160,9 @@ def server_limits(info: ServerInfo | Mapping[str, Any] | None, pool_tokens: int 
     return ServerLimits(device, host, max_input, si.hicache.write_policy if si else None)
 
 
-async def _churn(ctx: Any, factory: PromptFactory, churn: ChurnPlan, state: dict, key: object, variant: str,
-                 abort: Any) -> dict:
+async def _churn(
+    ctx: Any, factory: PromptFactory, churn: ChurnPlan, state: dict, key: object, variant: str, abort: Any
+) -> dict:
     """Send ``churn.tokens`` of distinct never-seen prompts, one at a time, in requests of
     ``state["chunk"]`` tokens. A request refused with HTTP 400 (longer than the server takes,
     when its limit was unknown) halves the chunk for the rest of the pass and is sent again.
@@ -174,8 +176,9 @@ async def _churn(ctx: Any, factory: PromptFactory, churn: ChurnPlan, state: dict
         n = min(left, state["chunk"])
         ids = factory.one(n, key=("quality_churn", key, j))
         req = GenerateRequest(input_ids=ids, max_new_tokens=1, temperature=0.0)
-        rr = await ctx.client.generate(req, Labels(variant=variant, workload="quality", phase="quality_churn", index=j),
-                                       abort=abort)
+        rr = await ctx.client.generate(
+            req, Labels(variant=variant, workload="quality", phase="quality_churn", index=j), abort=abort
+        )
         out["requests"] += 1
         j += 1
         if rr.error is None:
@@ -203,8 +206,14 @@ async def _server_gone(ctx: Any, abort: Any) -> bool:
     return bool(await confirm()) if callable(confirm) else False
 
 
-async def run_quality(ctx: Any, cfg: Any, arm_role: str, *, host_pool_tokens: int | None = None,
-                      server_info: ServerInfo | Mapping[str, Any] | None = None) -> list[QualityRecord]:
+async def run_quality(
+    ctx: Any,
+    cfg: Any,
+    arm_role: str,
+    *,
+    host_pool_tokens: int | None = None,
+    server_info: ServerInfo | Mapping[str, Any] | None = None,
+) -> list[QualityRecord]:
     """Ask every quality sample of ``cfg`` on ctx's server; record and return the answers.
 
     ``ctx`` (e.g. a `harness.workloads.context.WorkloadContext` with extras) needs: ``client`` (a
@@ -251,9 +260,15 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str, *, host_pool_tokens: in
     roles = [arm_role] + (["control"] if arm_role == "off" and plan.control else [])
     out: list[QualityRecord] = []
     for role in roles:
-        churn = plan_churn(plan.churn_tokens, device_pool=limits.device_pool, host_pool=limits.host_pool,
-                           max_input=limits.max_input, prompt_tokens=longest, write_policy=limits.write_policy,
-                           needs_host=role == "on")
+        churn = plan_churn(
+            plan.churn_tokens,
+            device_pool=limits.device_pool,
+            host_pool=limits.host_pool,
+            max_input=limits.max_input,
+            prompt_tokens=longest,
+            write_policy=limits.write_policy,
+            needs_host=role == "on",
+        )
         churn_plan = churn.to_dict()
         state = {"chunk": churn.chunk}
         # one factory per pass: churn prompts never share a first token with samples or each other
@@ -287,7 +302,9 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str, *, host_pool_tokens: in
                     top_logprobs_num=plan.top_logprobs,
                 )
                 rr = await ctx.client.generate(
-                    req, Labels(variant=variant, workload="quality", phase=phase, repeat=ask, index=s.index), abort=abort
+                    req,
+                    Labels(variant=variant, workload="quality", phase=phase, repeat=ask, index=s.index),
+                    abort=abort,
                 )
                 text = rr.text
                 correct = score = None
@@ -298,14 +315,34 @@ async def run_quality(ctx: Any, cfg: Any, arm_role: str, *, host_pool_tokens: in
                         sc = score_answer(s.answer, text)
                         correct, score = sc.correct, sc.value
                 qr = QualityRecord(
-                    variant=variant, arm_role=role, task=s.task, length_target=s.length_target, index=s.index,
-                    seed=s.seed, ask=ask, mode=p.mode, prompt_tokens=p.n_tokens, input_hash=p.input_hash,
-                    rid=rr.rid, output_ids=list(rr.output_ids), output_logprobs=rr.output_logprobs,
-                    top_logprobs=rr.top_logprobs, cached_tokens=rr.cached_tokens, cached_device=rr.cached_device,
-                    cached_host=rr.cached_host, text=text, answer=s.answer.to_json() if p.mode == "text" else None,
-                    correct=correct, score=score, finish_reason=rr.finish_reason, error=rr.error,
-                    sent_ns=rr.sent_ns, first_token_ns=rr.first_token_ns, done_ns=rr.done_ns,
-                    churn=sent, churn_plan=churn_plan,
+                    variant=variant,
+                    arm_role=role,
+                    task=s.task,
+                    length_target=s.length_target,
+                    index=s.index,
+                    seed=s.seed,
+                    ask=ask,
+                    mode=p.mode,
+                    prompt_tokens=p.n_tokens,
+                    input_hash=p.input_hash,
+                    rid=rr.rid,
+                    output_ids=list(rr.output_ids),
+                    output_logprobs=rr.output_logprobs,
+                    top_logprobs=rr.top_logprobs,
+                    cached_tokens=rr.cached_tokens,
+                    cached_device=rr.cached_device,
+                    cached_host=rr.cached_host,
+                    text=text,
+                    answer=s.answer.to_json() if p.mode == "text" else None,
+                    correct=correct,
+                    score=score,
+                    finish_reason=rr.finish_reason,
+                    error=rr.error,
+                    sent_ns=rr.sent_ns,
+                    first_token_ns=rr.first_token_ns,
+                    done_ns=rr.done_ns,
+                    churn=sent,
+                    churn_plan=churn_plan,
                 )
                 out.append(qr)
                 if callable(record):

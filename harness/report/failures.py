@@ -21,9 +21,19 @@ def failures(view: RunView) -> list[dict]:
         first = ex.get("first_line") or 1
         for i, text in enumerate(ex.get("lines") or []):
             lines.append({"no": first + i, "text": text, "match": first + i == ex.get("match_line")})
-        out.append({"variant": v.name, "state": st.get("state"), "cause": st.get("cause"),
-                    "cause_detail": st.get("cause_detail") or {}, "expect": st.get("expect"),
-                    "expected": bool(st.get("expect_met")), "expect_cause": st.get("expect_cause"),
-                    "log_file": ex.get("file"), "lines": lines, "attempts": st.get("attempts"),
-                    "exit_code": st.get("exit_code")})
+        out.append(
+            {
+                "variant": v.name,
+                "state": st.get("state"),
+                "cause": st.get("cause"),
+                "cause_detail": st.get("cause_detail") or {},
+                "expect": st.get("expect"),
+                "expected": bool(st.get("expect_met")),
+                "expect_cause": st.get("expect_cause"),
+                "log_file": ex.get("file"),
+                "lines": lines,
+                "attempts": st.get("attempts"),
+                "exit_code": st.get("exit_code"),
+            }
+        )
     return out

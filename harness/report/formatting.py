@@ -6,8 +6,14 @@ import math
 
 KIB_PER_GIB = 1024 * 1024
 # a parity verdict's colour: pass, fail, warn, and "cannot tell" (neither green nor red)
-VERDICT_CSS = {"PASS": "good", "FAIL": "bad", "WARN": "warn", "INCONCLUSIVE": "unknown",
-               "NOT_EXERCISED": "unknown", "NOT_COMPARABLE": "unknown"}
+VERDICT_CSS = {
+    "PASS": "good",
+    "FAIL": "bad",
+    "WARN": "warn",
+    "INCONCLUSIVE": "unknown",
+    "NOT_EXERCISED": "unknown",
+    "NOT_COMPARABLE": "unknown",
+}
 
 
 def fmt_num(v: float | None, digits: int = 3) -> str:

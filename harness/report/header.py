@@ -20,11 +20,22 @@ from harness.run_products import judge_run
 from harness.verdict import RunVerdict
 
 # the css class of each outcome: green, red, grey, "cannot tell", neutral
-OUTCOME_CSS = {"PASS": "PASS", "FAIL": "FAIL", "INTERRUPTED": "INTERRUPTED", "INCONCLUSIVE": "INCONCLUSIVE",
-               "EXPECTED_FAILURE": "EXPECTED"}
+OUTCOME_CSS = {
+    "PASS": "PASS",
+    "FAIL": "FAIL",
+    "INTERRUPTED": "INTERRUPTED",
+    "INCONCLUSIVE": "INCONCLUSIVE",
+    "EXPECTED_FAILURE": "EXPECTED",
+}
 # comparison.json's verdict, in either vocabulary (pass | regression | no_baseline, or an outcome)
-COMPARISON_CSS = {"pass": "PASS", "regression": "FAIL", "no_baseline": "EXPECTED", "PASS": "PASS", "FAIL": "FAIL",
-                  "INCONCLUSIVE": "INCONCLUSIVE"}
+COMPARISON_CSS = {
+    "pass": "PASS",
+    "regression": "FAIL",
+    "no_baseline": "EXPECTED",
+    "PASS": "PASS",
+    "FAIL": "FAIL",
+    "INCONCLUSIVE": "INCONCLUSIVE",
+}
 MAX_COMPARISON_REASONS = 5
 
 
@@ -32,17 +43,30 @@ def probe_rows(probe: dict | None) -> list[tuple[str, str]]:
     """The stored platform-probe result as (label, value) rows; none without a probe."""
     if not probe:
         return []
-    rows = [("WSL", str(probe.get("wsl"))), ("torch / CUDA", f"{probe.get('torch_version')} / {probe.get('cuda_runtime')}"),
-            ("driver", str(probe.get("nvidia_driver") or probe.get("driver_version")))]
+    rows = [
+        ("WSL", str(probe.get("wsl"))),
+        ("torch / CUDA", f"{probe.get('torch_version')} / {probe.get('cuda_runtime')}"),
+        ("driver", str(probe.get("nvidia_driver") or probe.get("driver_version"))),
+    ]
     for d in probe.get("devices") or []:
-        rows.append((f"GPU{d.get('index')} {d.get('name')}",
-                     (f"pageableMemoryAccess={d.get('pageable_memory_access')}, "
-                      f"usesHostPageTables={d.get('pageable_memory_access_uses_host_page_tables')}, "
-                      f"HMM/ATS: {d.get('hmm_or_ats')}")))
+        rows.append(
+            (
+                f"GPU{d.get('index')} {d.get('name')}",
+                (
+                    f"pageableMemoryAccess={d.get('pageable_memory_access')}, "
+                    f"usesHostPageTables={d.get('pageable_memory_access_uses_host_page_tables')}, "
+                    f"HMM/ATS: {d.get('hmm_or_ats')}"
+                ),
+            )
+        )
     reg = probe.get("host_register_kernel_write") or {}
     if reg:
-        rows.append(("kernel write to cudaHostRegister memory",
-                     ", ".join(f"flags {k}: {'ok' if (v or {}).get('ok') else 'FAIL'}" for k, v in reg.items())))
+        rows.append(
+            (
+                "kernel write to cudaHostRegister memory",
+                ", ".join(f"flags {k}: {'ok' if (v or {}).get('ok') else 'FAIL'}" for k, v in reg.items()),
+            )
+        )
     ha = probe.get("host_alloc_kernel_write")
     if ha:
         rows.append(("kernel write to cudaHostAlloc memory", "ok" if ha.get("ok") else "FAIL"))
@@ -61,20 +85,38 @@ def header(view: RunView) -> dict[str, Any]:
     src = m.get("sglang_source") or {}
     host = m.get("host") or {}
     mem_total = host.get("mem_total_kib")
-    gpus = ", ".join(f"{g.get('name')} ({g.get('memory_total_mib')} MiB, driver {g.get('driver')})"
-                     for g in host.get("gpus") or []) or "none recorded"
+    gpus = (
+        ", ".join(
+            f"{g.get('name')} ({g.get('memory_total_mib')} MiB, driver {g.get('driver')})"
+            for g in host.get("gpus") or []
+        )
+        or "none recorded"
+    )
     return {
-        "scenario": (m.get("scenario") or {}).get("name"), "scenario_path": (m.get("scenario") or {}).get("path"),
-        "scenario_hash": (m.get("scenario") or {}).get("hash"), "description": view.description,
-        "run_id": view.root.name, "created_at": m.get("created_at"), "backend": m.get("backend"),
-        "simulated": bool(m.get("simulated")), "harness_version": m.get("harness_version"),
-        "harness_argv": " ".join(m.get("harness_argv") or []), "seed": m.get("seed"), "repeats": m.get("repeats"),
-        "sglang_version": sg.get("version"), "sglang_location": sg.get("location"),
+        "scenario": (m.get("scenario") or {}).get("name"),
+        "scenario_path": (m.get("scenario") or {}).get("path"),
+        "scenario_hash": (m.get("scenario") or {}).get("hash"),
+        "description": view.description,
+        "run_id": view.root.name,
+        "created_at": m.get("created_at"),
+        "backend": m.get("backend"),
+        "simulated": bool(m.get("simulated")),
+        "harness_version": m.get("harness_version"),
+        "harness_argv": " ".join(m.get("harness_argv") or []),
+        "seed": m.get("seed"),
+        "repeats": m.get("repeats"),
+        "sglang_version": sg.get("version"),
+        "sglang_location": sg.get("location"),
         "sglang_git": sg.get("git") or src or None,
-        "host": [("host", host.get("hostname")), ("kernel", host.get("kernel")), ("WSL", host.get("wsl")),
-                 ("CPU", f"{host.get('cpu')} × {host.get('cpu_count')}"),
-                 ("MemTotal", f"{mem_total / KIB_PER_GIB:.1f} GiB" if mem_total else "not recorded"), ("GPUs", gpus),
-                 ("python", host.get("python"))],
+        "host": [
+            ("host", host.get("hostname")),
+            ("kernel", host.get("kernel")),
+            ("WSL", host.get("wsl")),
+            ("CPU", f"{host.get('cpu')} × {host.get('cpu_count')}"),
+            ("MemTotal", f"{mem_total / KIB_PER_GIB:.1f} GiB" if mem_total else "not recorded"),
+            ("GPUs", gpus),
+            ("python", host.get("python")),
+        ],
         "env": m.get("env") or {},
     }
 
@@ -84,11 +126,21 @@ def variant_rows(view: RunView) -> list[dict]:
     out = []
     for e in view.manifest.get("variants", []):
         st = view.status(e["name"]) if e["name"] in view.names else {}
-        out.append({"name": e["name"], "state": st.get("state"), "cause": st.get("cause"),
-                    "expect": e.get("expect"), "expect_met": st.get("expect_met"),
-                    "hicache": e.get("hicache"), "argv": " ".join(e.get("argv") or []),
-                    "env": e.get("env") or {}, "config_hash": (e.get("config_hash") or "")[:12],
-                    "ready_s": st.get("ready_s"), "env_not_clean": st.get("env_not_clean")})
+        out.append(
+            {
+                "name": e["name"],
+                "state": st.get("state"),
+                "cause": st.get("cause"),
+                "expect": e.get("expect"),
+                "expect_met": st.get("expect_met"),
+                "hicache": e.get("hicache"),
+                "argv": " ".join(e.get("argv") or []),
+                "env": e.get("env") or {},
+                "config_hash": (e.get("config_hash") or "")[:12],
+                "ready_s": st.get("ready_s"),
+                "env_not_clean": st.get("env_not_clean"),
+            }
+        )
     return out
 
 
@@ -108,15 +160,24 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
     comparison's verdict (labelled as such) and notes (not finished; a stored verdict.json that
     states another outcome than today's rules)."""
     verdict: RunVerdict = judge_run(view.root, list(expectation_rows))
-    variants = [{"variant": v.variant, "outcome": v.outcome.value, "css": OUTCOME_CSS[v.outcome.value],
-                 "reasons": [r.text for r in v.reasons]} for v in verdict.variants]
+    variants = [
+        {
+            "variant": v.variant,
+            "outcome": v.outcome.value,
+            "css": OUTCOME_CSS[v.outcome.value],
+            "reasons": [r.text for r in v.reasons],
+        }
+        for v in verdict.variants
+    ]
     notes = []
     if not view.complete and not view.interrupted:
         notes.append("the run has no COMPLETE marker: it did not finish (or is still running)")
     stored = (view.stored_verdict or {}).get("outcome")
     if stored is not None and stored != verdict.outcome.value:
-        notes.append(f"verdict.json, written by the run, states {stored}; the rules of this harness "
-                     f"give {verdict.outcome.value} from the same files")
+        notes.append(
+            f"verdict.json, written by the run, states {stored}; the rules of this harness "
+            f"give {verdict.outcome.value} from the same files"
+        )
     comparison = None
     c = view.comparison
     if c:
@@ -124,11 +185,20 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
         counts = c.get("counts") or {}
         reasons = [str(r) for r in c.get("reasons") or []] if isinstance(c.get("reasons"), list) else []
         more = len(reasons) - MAX_COMPARISON_REASONS
-        comparison = {"verdict": str(c.get("verdict")), "css": COMPARISON_CSS.get(c.get("verdict"), "EXPECTED"),
-                      "baseline": base.get("run_id") if isinstance(base, dict) else None,
-                      "counts": ", ".join(f"{k} {v}" for k, v in counts.items() if v) if isinstance(counts, dict) else "",
-                      "reasons": reasons[:MAX_COMPARISON_REASONS] + ([f"(+{more} more)"] if more > 0 else [])}
-    return {"outcome": verdict.outcome.value, "css": OUTCOME_CSS[verdict.outcome.value],
-            "exit_code": int(verdict.exit_code), "reasons": [r.line() for r in verdict.reasons],
-            "variants": variants, "comparison": comparison, "notes": notes,
-            "simulated": bool(view.manifest.get("simulated"))}
+        comparison = {
+            "verdict": str(c.get("verdict")),
+            "css": COMPARISON_CSS.get(c.get("verdict"), "EXPECTED"),
+            "baseline": base.get("run_id") if isinstance(base, dict) else None,
+            "counts": ", ".join(f"{k} {v}" for k, v in counts.items() if v) if isinstance(counts, dict) else "",
+            "reasons": reasons[:MAX_COMPARISON_REASONS] + ([f"(+{more} more)"] if more > 0 else []),
+        }
+    return {
+        "outcome": verdict.outcome.value,
+        "css": OUTCOME_CSS[verdict.outcome.value],
+        "exit_code": int(verdict.exit_code),
+        "reasons": [r.line() for r in verdict.reasons],
+        "variants": variants,
+        "comparison": comparison,
+        "notes": notes,
+        "simulated": bool(view.manifest.get("simulated")),
+    }

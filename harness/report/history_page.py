@@ -33,12 +33,27 @@ def render(h: History) -> str:
         _, unit = metric_direction(m)
         cps = {v: [p.index for p in d.change_points] for v, d in h.decisions[m].items()}
         xs = sorted({mk.index for mk in h.markers if mk.variants is None or set(mk.variants) & set(by_v)})
-        png = figure_png(lambda ax, by_v=by_v, cps=cps, m=m, unit=unit, xs=xs: _draw(
-            ax, labels, by_v, cps, {v: h.failed.get(v, []) for v in by_v}, unit, m, xs), size=(10, 2.8))
-        figs.append({"metric": m, "png": png, "decisions": [
-            {"variant": v, "state": d.state, "reason": d.reason,
-             "regression": any(p.direction == "regression" for p in d.change_points)}
-            for v, d in h.decisions[m].items()]})
+        png = figure_png(
+            lambda ax, by_v=by_v, cps=cps, m=m, unit=unit, xs=xs: _draw(
+                ax, labels, by_v, cps, {v: h.failed.get(v, []) for v in by_v}, unit, m, xs
+            ),
+            size=(10, 2.8),
+        )
+        figs.append(
+            {
+                "metric": m,
+                "png": png,
+                "decisions": [
+                    {
+                        "variant": v,
+                        "state": d.state,
+                        "reason": d.reason,
+                        "regression": any(p.direction == "regression" for p in d.change_points),
+                    }
+                    for v, d in h.decisions[m].items()
+                ],
+            }
+        )
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True)
     return env.get_template("history.html.j2").render(h=h, figs=figs, n_runs=len(h.runs), marked=marked)
 

@@ -34,14 +34,24 @@ SECTIONS = ("header", "hicache", "memory", "timeseries", "latency", "quality", "
 
 
 def _env() -> Environment:
-    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["num"] = fmt_num
     return env
 
 
-def figure_png(draw: Callable[[Any], None] | Callable[..., None], size: tuple[float, float] = (10, 3.2),
-               nrows: int = 1, sharex: bool = False, dpi: int = 90) -> str:
+def figure_png(
+    draw: Callable[[Any], None] | Callable[..., None],
+    size: tuple[float, float] = (10, 3.2),
+    nrows: int = 1,
+    sharex: bool = False,
+    dpi: int = 90,
+) -> str:
     """Draw with ``draw(ax)`` (or ``draw(axes)`` when nrows > 1) on a fresh Agg figure and return
     the PNG as base64 text for a ``data:`` URI."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -64,6 +74,7 @@ def _timeseries_fig(ts: dict, small: bool = False) -> str:
         for i, (key, unit) in enumerate(panels):
             P.plot_timeseries(axes[i], ts["t"], ts[key], ts["phases"], unit, label_phases=i == 0)
         axes[-1].set_xlabel("seconds since the server was launched", fontsize=8)
+
     height = (1.6 if small else 2.4) * len(panels) + 0.6
     return figure_png(draw, size=(12, height), nrows=len(panels), sharex=True)
 
@@ -89,39 +100,75 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     figures_ts = []
     for n in view.names:
         ts = timeseries(view, n)
-        figures_ts.append({"variant": n, "state": failure_text(view.status(n)),
-                           "png": _timeseries_fig(ts, small=not view.ok(n)) if ts else None,
-                           "ok": view.ok(n), "gpu": (ts["gpu_label"], ts["gpu_how"]) if ts and ts["has_gpu"] else None,
-                           "n_samples": ts["n_samples"] if ts else 0})
+        figures_ts.append(
+            {
+                "variant": n,
+                "state": failure_text(view.status(n)),
+                "png": _timeseries_fig(ts, small=not view.ok(n)) if ts else None,
+                "ok": view.ok(n),
+                "gpu": (ts["gpu_label"], ts["gpu_how"]) if ts and ts["has_gpu"] else None,
+                "n_samples": ts["n_samples"] if ts else 0,
+            }
+        )
     ttft = []
     ok_names = [n for n in view.names if not view.requests[n].empty]
     for wl, groups in ttft_groups(view).items():
-        ttft.append({"workload": wl, "png": figure_png(
-            lambda ax, g=groups: P.plot_distributions(ax, g, ok_names, "TTFT ms", log=_wide(g)), size=(10, 2.8))})
+        ttft.append(
+            {
+                "workload": wl,
+                "png": figure_png(
+                    lambda ax, g=groups: P.plot_distributions(ax, g, ok_names, "TTFT ms", log=_wide(g)), size=(10, 2.8)
+                ),
+            }
+        )
     labels, walls = pass_walls(view)
-    walls_png = figure_png(lambda ax: P.plot_grouped_bars(ax, labels, walls, "median pass wall, s"),
-                           size=(8, 3)) if labels else None
+    walls_png = (
+        figure_png(lambda ax: P.plot_grouped_bars(ax, labels, walls, "median pass wall, s"), size=(8, 3))
+        if labels
+        else None
+    )
     hits = []
     for n in view.names:
         h = tier_hits(view, n)
         if h["labels"]:
-            hits.append({"variant": n, "png": figure_png(
-                lambda ax, h=h: P.plot_tier_hits(ax, h["labels"], h["device"], h["host"], h["miss"]), size=(8, 3.2))})
+            hits.append(
+                {
+                    "variant": n,
+                    "png": figure_png(
+                        lambda ax, h=h: P.plot_tier_hits(ax, h["labels"], h["device"], h["host"], h["miss"]),
+                        size=(8, 3.2),
+                    ),
+                }
+            )
     load_backs = []
     for n in view.names:
         if view.hicache(n) and view.ok(n):
             load_backs.append({"variant": n, **load_back(view, n)})
     csv = view.root / "summary.csv"
     return {
-        "h": header(view), "banner": banner(view, expectations), "complete": view.complete,
+        "h": header(view),
+        "banner": banner(view, expectations),
+        "complete": view.complete,
         "interrupted": view.interrupted,
-        "variants": variant_rows(view), "names": view.names, "probe": probe_rows(view.probe),
-        "hicache_rows": hicache_rows, "baseline": base, "memory_rows": memory_table(view),
-        "timeseries": figures_ts, "ttft": ttft, "walls_png": walls_png, "hits": hits,
-        "parity": parity_groups(view), "worst": worst_samples(view), "failures": failures(view),
-        "comparison": view.comparison, "expectations": expectations, "load_back": load_backs,
+        "variants": variant_rows(view),
+        "names": view.names,
+        "probe": probe_rows(view.probe),
+        "hicache_rows": hicache_rows,
+        "baseline": base,
+        "memory_rows": memory_table(view),
+        "timeseries": figures_ts,
+        "ttft": ttft,
+        "walls_png": walls_png,
+        "hits": hits,
+        "parity": parity_groups(view),
+        "worst": worst_samples(view),
+        "failures": failures(view),
+        "comparison": view.comparison,
+        "expectations": expectations,
+        "load_back": load_backs,
         "summary_csv": relpath(csv, report_dir) if csv.exists() else None,
-        "run_path": str(view.root), "sections": SECTIONS,
+        "run_path": str(view.root),
+        "sections": SECTIONS,
         "report_rel": report_dir.relative_to(Path(reports_dir)),
     }
 

@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c",
-           "#ccb974", "#64b5cd"]
+PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
 PHASE_COLORS = ["#f2f2f2", "#e3ecf7"]
 
 
@@ -26,8 +25,9 @@ def no_data(ax, message: str = "no data") -> None:
     ax.set_yticks([])
 
 
-def shade_phases(ax, phases: Sequence[tuple[float, float, str]], label: bool = True,
-                 min_label_frac: float = 0.03) -> None:
+def shade_phases(
+    ax, phases: Sequence[tuple[float, float, str]], label: bool = True, min_label_frac: float = 0.03
+) -> None:
     """Alternately shaded spans (t0, t1, name); names written at the top when wide enough."""
     if not phases:
         return
@@ -35,13 +35,28 @@ def shade_phases(ax, phases: Sequence[tuple[float, float, str]], label: bool = T
     for i, (t0, t1, name) in enumerate(phases):
         ax.axvspan(t0, t1, color=PHASE_COLORS[i % 2], zorder=0, lw=0)
         if label and (t1 - t0) / total >= min_label_frac:
-            ax.text((t0 + t1) / 2, 1.0, name, transform=ax.get_xaxis_transform(), ha="center",
-                    va="bottom", fontsize=6.5, rotation=30, color="#444", clip_on=False)
+            ax.text(
+                (t0 + t1) / 2,
+                1.0,
+                name,
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=6.5,
+                rotation=30,
+                color="#444",
+                clip_on=False,
+            )
 
 
-def plot_timeseries(ax, t: Sequence[float], series: Mapping[str, Sequence[float]],
-                    phases: Sequence[tuple[float, float, str]] = (), ylabel: str = "",
-                    label_phases: bool = True) -> None:
+def plot_timeseries(
+    ax,
+    t: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+    phases: Sequence[tuple[float, float, str]] = (),
+    ylabel: str = "",
+    label_phases: bool = True,
+) -> None:
     """Lines of ``series`` (label → values, NaN gaps allowed) over ``t`` seconds, phases shaded."""
     t = np.asarray(t, dtype=float)
     drawn = 0
@@ -62,9 +77,14 @@ def plot_timeseries(ax, t: Sequence[float], series: Mapping[str, Sequence[float]
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def plot_distributions(ax, groups: Sequence[tuple[str, Mapping[str, Sequence[float]]]],
-                       variants: Sequence[str], ylabel: str = "", log: bool = False,
-                       max_points: int = 400) -> None:
+def plot_distributions(
+    ax,
+    groups: Sequence[tuple[str, Mapping[str, Sequence[float]]]],
+    variants: Sequence[str],
+    ylabel: str = "",
+    log: bool = False,
+    max_points: int = 400,
+) -> None:
     """Box plots per group (x) and variant (colour); the points themselves when few."""
     width = 0.8 / max(1, len(variants))
     drawn = False
@@ -76,12 +96,24 @@ def plot_distributions(ax, groups: Sequence[tuple[str, Mapping[str, Sequence[flo
             if vals.size == 0:
                 continue
             x = gi - 0.4 + width * (vi + 0.5)
-            ax.boxplot([vals], positions=[x], widths=width * 0.8, patch_artist=True, showfliers=False,
-                       boxprops={"facecolor": color_for(vi), "alpha": 0.45},
-                       medianprops={"color": "black"})
+            ax.boxplot(
+                [vals],
+                positions=[x],
+                widths=width * 0.8,
+                patch_artist=True,
+                showfliers=False,
+                boxprops={"facecolor": color_for(vi), "alpha": 0.45},
+                medianprops={"color": "black"},
+            )
             pts = vals if vals.size <= max_points else rng.choice(vals, max_points, replace=False)
-            ax.scatter(x + rng.uniform(-width * 0.25, width * 0.25, pts.size), pts, s=6,
-                       color=color_for(vi), alpha=0.8, zorder=3)
+            ax.scatter(
+                x + rng.uniform(-width * 0.25, width * 0.25, pts.size),
+                pts,
+                s=6,
+                color=color_for(vi),
+                alpha=0.8,
+                zorder=3,
+            )
             drawn = True
     if not drawn:
         no_data(ax)
@@ -98,8 +130,9 @@ def plot_distributions(ax, groups: Sequence[tuple[str, Mapping[str, Sequence[flo
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
 
 
-def plot_grouped_bars(ax, groups: Sequence[str], values: Mapping[str, Sequence[float | None]],
-                      ylabel: str = "", annotate: bool = True) -> None:
+def plot_grouped_bars(
+    ax, groups: Sequence[str], values: Mapping[str, Sequence[float | None]], ylabel: str = "", annotate: bool = True
+) -> None:
     """Bars per group (x) and series (colour); None/NaN values are labelled "n/a", never 0."""
     series = list(values)
     width = 0.8 / max(1, len(series))
@@ -125,8 +158,14 @@ def plot_grouped_bars(ax, groups: Sequence[str], values: Mapping[str, Sequence[f
     ax.legend(fontsize=7)
 
 
-def plot_tier_hits(ax, labels: Sequence[str], device: Sequence[float], host: Sequence[float],
-                   miss: Sequence[float], ylabel: str = "prompt tokens") -> None:
+def plot_tier_hits(
+    ax,
+    labels: Sequence[str],
+    device: Sequence[float],
+    host: Sequence[float],
+    miss: Sequence[float],
+    ylabel: str = "prompt tokens",
+) -> None:
     """Stacked bars per label: device hits, host hits, computed (miss)."""
     if not labels:
         no_data(ax)
@@ -144,10 +183,15 @@ def plot_tier_hits(ax, labels: Sequence[str], device: Sequence[float], host: Seq
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def plot_history(ax, labels: Sequence[str], series: Mapping[str, Sequence[float | None]],
-                 change_points: Mapping[str, Sequence[int]] | None = None,
-                 failed: Mapping[str, Sequence[int]] | None = None, ylabel: str = "",
-                 title: str = "") -> None:
+def plot_history(
+    ax,
+    labels: Sequence[str],
+    series: Mapping[str, Sequence[float | None]],
+    change_points: Mapping[str, Sequence[int]] | None = None,
+    failed: Mapping[str, Sequence[int]] | None = None,
+    ylabel: str = "",
+    title: str = "",
+) -> None:
     """One metric over runs (x = run index, labelled), one line per variant; failed runs as
     crosses on the axis floor (no value, never 0); change points as dashed vertical lines."""
     change_points = change_points or {}

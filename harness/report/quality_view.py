@@ -16,14 +16,40 @@ from harness.report.view import RunView, baseline_variant
 
 _SEVERITY = {"divergence": 0, "tie_flip": 1, "equal": 2}
 # the spreads of floor.on / floor.control, in display order: (key, label)
-SPREAD_ROWS = (("pairs", "pairs compared"), ("differing", "pairs that differ"), ("token_equal", "token-equal"),
-               ("tie_flips", "near-tie flips"), ("divergences", "divergences"), ("outside_topk", "outside top-k"),
-               ("first_divergence_median", "first divergence, median"), ("first_divergence_min", "first divergence, earliest"),
-               ("dlogprob_median", "|Δlogprob|, median"), ("dlogprob_max", "|Δlogprob|, max"))
+SPREAD_ROWS = (
+    ("pairs", "pairs compared"),
+    ("differing", "pairs that differ"),
+    ("token_equal", "token-equal"),
+    ("tie_flips", "near-tie flips"),
+    ("divergences", "divergences"),
+    ("outside_topk", "outside top-k"),
+    ("first_divergence_median", "first divergence, median"),
+    ("first_divergence_min", "first divergence, earliest"),
+    ("dlogprob_median", "|Δlogprob|, median"),
+    ("dlogprob_max", "|Δlogprob|, max"),
+)
 # every group field the page shows (an older summary lacks the control's)
-GROUP_KEYS = ("task", "length_target", "verdict", "pairs", "token_equal", "divergences", "outside_topk",
-              "first_divergence_min", "max_abs_dlogprob", "host_hit_requests", "accuracy_on", "accuracy_off",
-              "control_pairs", "control_differing", "control_worst", "on_worse", "control_worse", "p_value", "reason")
+GROUP_KEYS = (
+    "task",
+    "length_target",
+    "verdict",
+    "pairs",
+    "token_equal",
+    "divergences",
+    "outside_topk",
+    "first_divergence_min",
+    "max_abs_dlogprob",
+    "host_hit_requests",
+    "accuracy_on",
+    "accuracy_off",
+    "control_pairs",
+    "control_differing",
+    "control_worst",
+    "on_worse",
+    "control_worse",
+    "p_value",
+    "reason",
+)
 
 
 def _differing(g: dict) -> int | None:
@@ -33,9 +59,11 @@ def _differing(g: dict) -> int | None:
 
 def _test_words(floor: dict) -> str:
     """The verdict's test in one line: what it counts and its p against alpha."""
-    return (f"{floor.get('keys')} paired (sample, ask) keys: ON further from OFF in {floor.get('on_worse')}, "
-            f"control further in {floor.get('control_worse')}, tied {floor.get('ties')}"
-            + (f"; at least {floor.get('min_keys')} untied keys needed to decide" if floor.get("min_keys") else ""))
+    return (
+        f"{floor.get('keys')} paired (sample, ask) keys: ON further from OFF in {floor.get('on_worse')}, "
+        f"control further in {floor.get('control_worse')}, tied {floor.get('ties')}"
+        + (f"; at least {floor.get('min_keys')} untied keys needed to decide" if floor.get("min_keys") else "")
+    )
 
 
 def parity_groups(view: RunView) -> list[dict]:
@@ -63,21 +91,39 @@ def parity_groups(view: RunView) -> list[dict]:
         if floor:
             on, ctl = floor.get("on") or {}, floor.get("control") or {}
             spreads = [(label, on.get(k), ctl.get(k)) for k, label in SPREAD_ROWS]
-            test = {"name": floor.get("test"), "p_value": floor.get("p_value"), "alpha": floor.get("alpha"),
-                    "significant": {True: "significant", False: "not significant"}.get(floor.get("significant"), ""), "n_on": on.get("pairs"), "n_control": ctl.get("pairs"),
-                    "line": _test_words(floor)}
-        out.append({"variant": n, "verdict": p.get("verdict"), "css": VERDICT_CSS.get(p.get("verdict"), "na"),
-                    "reason": p.get("reason"), "baseline_noise": p.get("baseline_noise"),
-                    "host_hit_requests": p.get("host_hit_requests"), "on_requests": p.get("on_requests"),
-                    "mcnemar_p": p.get("mcnemar_p"), "on_lost": p.get("on_lost"), "on_gained": p.get("on_gained"),
-                    "spreads": spreads, "test": test, "groups": groups})
+            test = {
+                "name": floor.get("test"),
+                "p_value": floor.get("p_value"),
+                "alpha": floor.get("alpha"),
+                "significant": {True: "significant", False: "not significant"}.get(floor.get("significant"), ""),
+                "n_on": on.get("pairs"),
+                "n_control": ctl.get("pairs"),
+                "line": _test_words(floor),
+            }
+        out.append(
+            {
+                "variant": n,
+                "verdict": p.get("verdict"),
+                "css": VERDICT_CSS.get(p.get("verdict"), "na"),
+                "reason": p.get("reason"),
+                "baseline_noise": p.get("baseline_noise"),
+                "host_hit_requests": p.get("host_hit_requests"),
+                "on_requests": p.get("on_requests"),
+                "mcnemar_p": p.get("mcnemar_p"),
+                "on_lost": p.get("on_lost"),
+                "on_gained": p.get("on_gained"),
+                "spreads": spreads,
+                "test": test,
+                "groups": groups,
+            }
+        )
     return out
 
 
 def _window(ids: list | None, d: int, k: int = 20) -> dict[str, Any]:
     ids = list(ids or [])
     lo = max(0, d - k)
-    return {"before": ids[lo:d], "at": ids[d] if d < len(ids) else None, "after": ids[d + 1:d + 1 + k], "start": lo}
+    return {"before": ids[lo:d], "at": ids[d] if d < len(ids) else None, "after": ids[d + 1 : d + 1 + k], "start": lo}
 
 
 def _top(rec: dict | None, d: int) -> list[tuple[Any, str]]:
@@ -102,7 +148,9 @@ def worst_samples(view: RunView, limit: int = 4) -> list[dict]:
         diffs = [c for c in parity.get("comparisons") or [] if c.get("kind") != "equal"]
         if not diffs:
             continue
-        diffs.sort(key=lambda c: (_SEVERITY.get(c.get("kind"), 3), bool(c.get("noise")), c.get("first_divergence") or 0))
+        diffs.sort(
+            key=lambda c: (_SEVERITY.get(c.get("kind"), 3), bool(c.get("noise")), c.get("first_divergence") or 0)
+        )
         on_rows = view.quality_rows(n)
         off_rows = view.quality_rows(base) if base else []
         key = lambda r: (r.get("task"), r.get("length_target"), r.get("index"), r.get("seed"), r.get("ask"))
@@ -111,13 +159,26 @@ def worst_samples(view: RunView, limit: int = 4) -> list[dict]:
         for c in diffs[:limit]:
             on, off = on_by.get(key(c)), off_by.get(key(c))
             d = int(c.get("first_divergence") or 0)
-            out.append({
-                "variant": n, "task": c.get("task"), "length": c.get("length_target"), "index": c.get("index"),
-                "ask": c.get("ask"), "kind": c.get("kind"), "noise": c.get("noise"), "divergence": d,
-                "ref_token": c.get("ref_token"), "cand_token": c.get("cand_token"),
-                "max_abs_dlogprob": c.get("max_abs_dlogprob"), "cached_host": c.get("cand_cached_host"),
-                "off_ids": _window((off or {}).get("output_ids"), d), "on_ids": _window((on or {}).get("output_ids"), d),
-                "off_text": (off or {}).get("text"), "on_text": (on or {}).get("text"),
-                "off_top": _top(off, d), "on_top": _top(on, d),
-            })
+            out.append(
+                {
+                    "variant": n,
+                    "task": c.get("task"),
+                    "length": c.get("length_target"),
+                    "index": c.get("index"),
+                    "ask": c.get("ask"),
+                    "kind": c.get("kind"),
+                    "noise": c.get("noise"),
+                    "divergence": d,
+                    "ref_token": c.get("ref_token"),
+                    "cand_token": c.get("cand_token"),
+                    "max_abs_dlogprob": c.get("max_abs_dlogprob"),
+                    "cached_host": c.get("cand_cached_host"),
+                    "off_ids": _window((off or {}).get("output_ids"), d),
+                    "on_ids": _window((on or {}).get("output_ids"), d),
+                    "off_text": (off or {}).get("text"),
+                    "on_text": (on or {}).get("text"),
+                    "off_top": _top(off, d),
+                    "on_top": _top(on, d),
+                }
+            )
     return out

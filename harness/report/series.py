@@ -62,14 +62,21 @@ def timeseries(view: RunView, name: str) -> dict[str, Any] | None:
     t_full = df["t_s"].to_numpy(dtype=float)
     phases = _segments(df["phase"], t_full)
     d = downsample(df)
-    col = lambda c, scale=1.0: (d[c].to_numpy(dtype=float) / scale)
+    col = lambda c, scale=1.0: d[c].to_numpy(dtype=float) / scale
     gpu_name, gpu_how = gpu_label(view, name)
     return {
-        "t": d["t_s"].to_numpy(dtype=float), "phases": phases,
-        "memory": {"MemAvailable": col("mem_available_kib", KIB_PER_GIB), "Cached": col("cached_kib", KIB_PER_GIB),
-                   "Mlocked": col("mlocked_kib", KIB_PER_GIB), "server RSS": col("server_rss_kib", KIB_PER_GIB)},
+        "t": d["t_s"].to_numpy(dtype=float),
+        "phases": phases,
+        "memory": {
+            "MemAvailable": col("mem_available_kib", KIB_PER_GIB),
+            "Cached": col("cached_kib", KIB_PER_GIB),
+            "Mlocked": col("mlocked_kib", KIB_PER_GIB),
+            "server RSS": col("server_rss_kib", KIB_PER_GIB),
+        },
         "swap": {"swap-in (pswpin)": col("pswpin_kib_s"), "swap-out (pswpout)": col("pswpout_kib_s")},
-        "gpu": {gpu_name: col("gpu_mem_used_mib", 1024.0)}, "gpu_label": gpu_name, "gpu_how": gpu_how,
+        "gpu": {gpu_name: col("gpu_mem_used_mib", 1024.0)},
+        "gpu_label": gpu_name,
+        "gpu_how": gpu_how,
         "has_gpu": bool(np.isfinite(d["gpu_mem_used_mib"].to_numpy(dtype=float)).any()),
         "n_samples": len(df),
     }

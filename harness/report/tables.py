@@ -83,8 +83,10 @@ class DeltaTest:
             return f"Mann-Whitney U, two-sided p={self.p_value:.3g} (alpha {ALPHA})"
         if self.test == "bootstrap":
             lo, hi = self.ci or (math.nan, math.nan)
-            return (f"bootstrap {1 - ALPHA:.0%} CI of the median difference [{fmt_num(lo)}, {fmt_num(hi)}]"
-                    f" ({'excludes' if self.significant else 'includes'} 0)")
+            return (
+                f"bootstrap {1 - ALPHA:.0%} CI of the median difference [{fmt_num(lo)}, {fmt_num(hi)}]"
+                f" ({'excludes' if self.significant else 'includes'} 0)"
+            )
         return f"no test: {self.n_base} vs {self.n} values (needs {MIN_BOOTSTRAP}+ a side)"
 
 
@@ -113,15 +115,16 @@ def mann_whitney_p(b: np.ndarray, c: np.ndarray) -> float:
     ranks[order] = np.repeat(avg, counts)
     u = ranks[:n1].sum() - n1 * (n1 + 1) / 2.0
     mu = n1 * n2 / 2.0
-    sigma = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - (counts ** 3 - counts).sum() / (n * (n - 1))))
+    sigma = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - (counts**3 - counts).sum() / (n * (n - 1))))
     if sigma == 0:
         return 1.0
     z = (abs(u - mu) - 0.5) / sigma
     return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0))))
 
 
-def delta_test(base_values: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray,
-               seed: int = 0) -> DeltaTest:
+def delta_test(
+    base_values: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray, seed: int = 0
+) -> DeltaTest:
     """Pure: Mann-Whitney U (two-sided) when both sides have ≥ 6 finite values; else, with ≥ 3 a
     side, a percentile bootstrap CI (1 − ALPHA) of median(values) − median(base), significant when
     it excludes 0 (seeded: the same page every time); else no test."""
@@ -141,8 +144,9 @@ def delta_test(base_values: Sequence[float] | np.ndarray, values: Sequence[float
     return DeltaTest("none", b.size, c.size, None, direction=direction)
 
 
-def delta(value: float | None, base: float | None, higher_is_better: bool | None,
-          significant: bool | None = True) -> tuple[str, str]:
+def delta(
+    value: float | None, base: float | None, higher_is_better: bool | None, significant: bool | None = True
+) -> tuple[str, str]:
     """(``+12.3%``, good | bad | ns | "") of a value against the baseline's: coloured only when
     ``significant`` and the change is ≥ 1 % in a figure with a direction; ``ns`` (grey) when the
     test found no difference; "" when there was no test or the change is under 1 %."""
@@ -172,9 +176,18 @@ def _n(k: int, unit: str) -> str:
     return f"{k} {unit}{'s' if k != 1 and unit != 'req' else ''}"
 
 
-def _row(view: RunView, label: str, unit: str, get: Callable[[str], Any], higher_is_better: bool | None,
-         base: str | None, digits: int = 3, note: str = "",
-         samples: Callable[[str], Samples | None] | None = None, baseline_note: str = "") -> Row:
+def _row(
+    view: RunView,
+    label: str,
+    unit: str,
+    get: Callable[[str], Any],
+    higher_is_better: bool | None,
+    base: str | None,
+    digits: int = 3,
+    note: str = "",
+    samples: Callable[[str], Samples | None] | None = None,
+    baseline_note: str = "",
+) -> Row:
     """One row, one cell per variant. With ``samples``, each delta is tested (`delta_test`) and
     coloured only when significant; every cell of the row says its n. ``baseline_note``: a label
     for the baseline's cell (e.g. it is the no-HiCache reference)."""
@@ -230,8 +243,12 @@ def failed_cell(status: dict) -> Cell:
     """The cell of a variant that did not run ok: its state and cause, red unless it failed as
     its scenario declared (then neutral: an expected failure is never red)."""
     expected = bool(status.get("expect_met")) and status.get("expect") not in (None, "ok")
-    return Cell(failure_text(status), None, css="expected" if expected else "fail",
-                title="failed as the scenario declared" if expected else "")
+    return Cell(
+        failure_text(status),
+        None,
+        css="expected" if expected else "fail",
+        title="failed as the scenario declared" if expected else "",
+    )
 
 
 def _rel(v: float, base: float | None) -> float:
@@ -246,8 +263,7 @@ def report_value(summary: dict, workload: str, value: str | PhaseStat) -> float 
     return (w.get("derived") or {}).get(value)
 
 
-def _phase_values(view: RunView, name: str, workload: str, stat: PhaseStat,
-                  groups: dict[str, pd.DataFrame]) -> Samples:
+def _phase_values(view: RunView, name: str, workload: str, stat: PhaseStat, groups: dict[str, pd.DataFrame]) -> Samples:
     """The per-request values of a phase statistic's metric (per concurrency group for a group
     metric), measured and error-free, all repeats pooled (what the summary's statistic covers)."""
     df = view.requests.get(name)
@@ -260,8 +276,7 @@ def _phase_values(view: RunView, name: str, workload: str, stat: PhaseStat,
         g = groups[name]
         sel = g[(g["workload"] == workload) & (g["phase"] == stat.phase)] if not g.empty else g
         return Samples(_finite(sel[stat.metric].to_numpy(dtype=float)) if stat.metric in sel else np.array([]), "group")
-    sel = df[(df["workload"] == workload) & (df["phase"] == stat.phase) & (df["warmup"] != True)
-             & df["error"].isna()]
+    sel = df[(df["workload"] == workload) & (df["phase"] == stat.phase) & (df["warmup"] != True) & df["error"].isna()]
     return Samples(_finite(sel[stat.metric].to_numpy(dtype=float)) if stat.metric in sel else np.array([]), "req")
 
 
@@ -326,11 +341,25 @@ def workload_rows(view: RunView, workload: str, declared: tuple[ReportRow, ...],
         else:
             samples = lambda n, r=r: _derived_values(view.summary(n), workload, r.value)
         hit = sorted(host.intersection(_reads_phases(view, workload, r)))
-        baseline_note = (f"no HiCache: the no-cache baseline — it recomputed in {', '.join(hit)} what "
-                         f"the HiCache variants loaded back from the host tier" if hit else "")
-        rows.append(_row(view, r.label.replace("{workload}", workload), r.unit,
-                         lambda n, r=r: report_value(view.summary(n), workload, r.value), r.higher_is_better, base,
-                         note=r.note.replace("{workload}", workload), samples=samples, baseline_note=baseline_note))
+        baseline_note = (
+            f"no HiCache: the no-cache baseline — it recomputed in {', '.join(hit)} what "
+            f"the HiCache variants loaded back from the host tier"
+            if hit
+            else ""
+        )
+        rows.append(
+            _row(
+                view,
+                r.label.replace("{workload}", workload),
+                r.unit,
+                lambda n, r=r: report_value(view.summary(n), workload, r.value),
+                r.higher_is_better,
+                base,
+                note=r.note.replace("{workload}", workload),
+                samples=samples,
+                baseline_note=baseline_note,
+            )
+        )
     return rows
 
 
@@ -353,7 +382,7 @@ def load_back(view: RunView, name: str) -> dict[str, Any]:
                 have_t = True
     source = "bytes counter"
     if not have_b and have_t:
-        pred = ((view.status(name).get("preflight") or {}).get("prediction") or {})
+        pred = (view.status(name).get("preflight") or {}).get("prediction") or {}
         per_tok = pred.get("kv_bytes_per_token")
         if per_tok:
             b, have_b, source = tok * float(per_tok), True, "tokens × KV bytes/token"
@@ -361,9 +390,15 @@ def load_back(view: RunView, name: str) -> dict[str, Any]:
     if view.probe:
         bw = (view.probe.get("bandwidth_gbs") or {}).get("pinned_h2d")
     frac = load_back_fraction(b if have_b else None, s if have_s else None, bw)
-    return {"bytes": b if have_b else None, "seconds": s if have_s else None, "tokens": tok if have_t else None,
-            "pinned_h2d_gbs": bw, "fraction": frac, "source": source,
-            "gbs": (b / s / 1e9) if have_b and have_s and s > 0 else None}
+    return {
+        "bytes": b if have_b else None,
+        "seconds": s if have_s else None,
+        "tokens": tok if have_t else None,
+        "pinned_h2d_gbs": bw,
+        "fraction": frac,
+        "source": source,
+        "gbs": (b / s / 1e9) if have_b and have_s and s > 0 else None,
+    }
 
 
 def hicache_table(view: RunView) -> tuple[list[Row], str | None]:
@@ -376,13 +411,32 @@ def hicache_table(view: RunView) -> tuple[list[Row], str | None]:
         if kind is not None:
             rows += workload_rows(view, wl, kind.report_rows, base)
     has_parity = any((view.summary(n).get("quality") or {}).get("parity") for n in view.names)
-    rows.append(_row(view, "quality parity", "",
-                     lambda n: "reference" if n == base and has_parity else (
-                         (view.summary(n).get("quality") or {}).get("parity") or {}).get("verdict"),
-                     None, base, note="ON vs OFF against OFF vs OFF (see Quality)"))
-    rows.append(_row(view, "load-back, fraction of pinned H2D", "",
-                     lambda n: load_back(view, n)["fraction"], True, None,
-                     note="needs probe results and load-back counters"))
+    rows.append(
+        _row(
+            view,
+            "quality parity",
+            "",
+            lambda n: (
+                "reference"
+                if n == base and has_parity
+                else ((view.summary(n).get("quality") or {}).get("parity") or {}).get("verdict")
+            ),
+            None,
+            base,
+            note="ON vs OFF against OFF vs OFF (see Quality)",
+        )
+    )
+    rows.append(
+        _row(
+            view,
+            "load-back, fraction of pinned H2D",
+            "",
+            lambda n: load_back(view, n)["fraction"],
+            True,
+            None,
+            note="needs probe results and load-back counters",
+        )
+    )
     # drop rows where no variant has a number (e.g. a phase the workload's config left out)
     rows = [r for r in rows if any(c.value is not None for c in r.cells) or r.label == "quality parity"]
     return rows, base
@@ -450,14 +504,22 @@ def memory_table(view: RunView) -> list[Row]:
 
     plain("device pool", "tokens", lambda n: pools(n, "max_total_num_tokens"))
     plain("host pool", "tokens", lambda n: pools(n, "host_pool_tokens") if view.hicache(n) else "off")
-    plain("host pool (pinned)", "GB", lambda n: pools(n, "host_pool_gb") if view.hicache(n) else "off",
-          note="per rank, from the server log")
+    plain(
+        "host pool (pinned)",
+        "GB",
+        lambda n: pools(n, "host_pool_gb") if view.hicache(n) else "off",
+        note="per rank, from the server log",
+    )
     plain("MemAvailable min", "GiB", lambda n: gib(_agg(_phases(view, n), "min_mem_available_kib", min)))
-    plain("MemAvailable min while idle", "GiB",
-          lambda n: gib(_agg(_phases(view, n), "min_mem_available_kib", min, lambda p: p == "idle")))
+    plain(
+        "MemAvailable min while idle",
+        "GiB",
+        lambda n: gib(_agg(_phases(view, n), "min_mem_available_kib", min, lambda p: p == "idle")),
+    )
     plain("page cache (Cached) min", "GiB", lambda n: gib(_agg(_phases(view, n), "min_cached_kib", min)))
     plain("Mlocked max", "GiB", lambda n: gib(_agg(_phases(view, n), "max_mlocked_kib", max)))
     for label, which in (("idle", lambda p: p == "idle"), ("under load", load)):
+
         def swap(n, which=which):
             ph = _phases(view, n)
             mean = _agg(ph, "mean_pswpin_kib_s", max, which)
@@ -466,6 +528,7 @@ def memory_table(view: RunView) -> list[Row]:
                 return None
             css = "bad" if (mx or 0) > 0 else ""
             return Cell(f"{fmt_num(mean)} / {fmt_num(mx)}", mx, css=css)
+
         plain(f"swap-in (si) {label}, mean / max", "KB/s", swap, note="pswpin, per phase")
     plain("server RSS max", "GiB", lambda n: gib(_agg(_phases(view, n), "max_server_rss_kib", max)))
 
@@ -473,8 +536,12 @@ def memory_table(view: RunView) -> list[Row]:
         peak = _gpu_peak(_phases(view, n))
         if not peak:
             return None
-        return Cell(", ".join(f"GPU{i}: {v / 1024:.1f}" for i, v in sorted(peak.items(), key=lambda kv: _idx(kv[0]))),
-                    max(peak.values()), title=gpu_selection_words(_phases(view, n)))
+        return Cell(
+            ", ".join(f"GPU{i}: {v / 1024:.1f}" for i, v in sorted(peak.items(), key=lambda kv: _idx(kv[0]))),
+            max(peak.values()),
+            title=gpu_selection_words(_phases(view, n)),
+        )
+
     plain("GPU memory peak", "GiB", gpu, note="the GPUs the variant's server uses (hover: how they were chosen)")
 
     def predicted(n):
@@ -488,6 +555,7 @@ def memory_table(view: RunView) -> list[Row]:
             return Cell("not predicted", None, css="na", title=str(pf.get("reason") or ""))
         text = f"{fmt_num(req)} of {fmt_num(budget)} GB: {'fits' if fits else 'does not fit'}"
         return Cell(text, req, title=str(pf.get("reason") or ""))
+
     plain("preflight prediction", "", predicted, note="host pool per rank vs (MemAvailable − reserve) / ranks")
 
     def outcome(n):
@@ -505,5 +573,6 @@ def memory_table(view: RunView) -> list[Row]:
         if not fits and state == "ok":
             return Cell("started — predicted not to fit", state, css="bad")
         return Cell(f"{failure_text(st)} (not a host-memory cause)", state)
+
     plain("outcome", "", outcome)
     return rows

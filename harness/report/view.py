@@ -149,12 +149,17 @@ def check_manifest(path: Path, m: Any) -> dict:
     `results.ResultsError` naming the file and the field."""
     m = _object(path, m)
     scenario = m.get("scenario")
-    _expect(path, isinstance(scenario, dict) and isinstance(scenario.get("name"), str),
-            "scenario.name missing or not a string")
+    _expect(
+        path,
+        isinstance(scenario, dict) and isinstance(scenario.get("name"), str),
+        "scenario.name missing or not a string",
+    )
     variants = m.get("variants", [])
-    _expect(path, isinstance(variants, list) and all(isinstance(v, dict) and isinstance(v.get("name"), str)
-                                                    for v in variants),
-            "variants is not a list of objects with a name")
+    _expect(
+        path,
+        isinstance(variants, list) and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in variants),
+        "variants is not a list of objects with a name",
+    )
     return m
 
 
@@ -175,8 +180,11 @@ def check_summary(path: Path, s: Any) -> dict | None:
     parity = (s.get("quality") or {}).get("parity")
     _expect(path, parity is None or isinstance(parity, dict), "quality.parity is not an object")
     for wl, w in (s.get("workloads") or {}).items():
-        _expect(path, isinstance(w, dict) and isinstance(w.get("phases") or {}, dict),
-                f"workloads.{wl} is not an object with phases")
+        _expect(
+            path,
+            isinstance(w, dict) and isinstance(w.get("phases") or {}, dict),
+            f"workloads.{wl} is not an object with phases",
+        )
     return s
 
 
@@ -195,9 +203,14 @@ def load_view(run_dir: Path) -> RunView:
     interrupted = run.paths.interrupted.exists()
     for v in run.variants:
         if not v.paths.status.exists():
-            v.status = ({"state": "not_run", "cause": "not reached: the run was interrupted"} if interrupted
-                        else {"state": "missing", "cause": "no variant folder" if not v.paths.root.is_dir()
-                              else "no status.json"})
+            v.status = (
+                {"state": "not_run", "cause": "not reached: the run was interrupted"}
+                if interrupted
+                else {
+                    "state": "missing",
+                    "cause": "no variant folder" if not v.paths.root.is_dir() else "no status.json",
+                }
+            )
         else:
             v.status = check_status(v.paths.status, v.status)
         v.summary = check_summary(v.paths.summary, v.summary)
@@ -216,16 +229,28 @@ def load_view(run_dir: Path) -> RunView:
     expectations = _optional_json(exp_file)
     if expectations is not None:
         checks = _object(exp_file, expectations).get("checks", [])
-        _expect(exp_file, isinstance(checks, list) and all(isinstance(c, dict) for c in checks),
-                "checks is not a list of objects")
+        _expect(
+            exp_file,
+            isinstance(checks, list) and all(isinstance(c, dict) for c in checks),
+            "checks is not a list of objects",
+        )
         expectations = checks
     verdict_file = run.paths.root / VERDICT_FILE
     stored_verdict = _optional_json(verdict_file)
     if stored_verdict is not None:
         _object(verdict_file, stored_verdict)
-    view = RunView(run.paths.root, run.manifest, run.variants, run.complete, interrupted,
-                   scenario_yaml(run.manifest), probe, comparison,
-                   stored_expectations=expectations, stored_verdict=stored_verdict)
+    view = RunView(
+        run.paths.root,
+        run.manifest,
+        run.variants,
+        run.complete,
+        interrupted,
+        scenario_yaml(run.manifest),
+        probe,
+        comparison,
+        stored_expectations=expectations,
+        stored_verdict=stored_verdict,
+    )
     for v in run.variants:
         view.requests[v.name] = requests_frame(v.paths.requests, v.name)
         view.samples[v.name] = samples_frame(v.paths.samples, v.name)

@@ -26,14 +26,15 @@ def axis_problem(axis: str) -> str | None:
     root, _, rest = axis.partition(".")
     if root == "hicache":
         if rest not in HiCache.model_fields:
-            return f"unknown axis {axis!r}: hicache fields are {', '.join('hicache.' + f for f in HiCache.model_fields)}"
+            return (
+                f"unknown axis {axis!r}: hicache fields are {', '.join('hicache.' + f for f in HiCache.model_fields)}"
+            )
         return None
     if root == "env":
         return env_problem(rest)
     if root == "args":
         return flag_problem(rest)
-    return (f"unknown axis {axis!r}: axes are hicache.<field>, env.<NAME>, args.--<flag> or "
-            "model_path")
+    return f"unknown axis {axis!r}: axes are hicache.<field>, env.<NAME>, args.--<flag> or model_path"
 
 
 def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
@@ -82,9 +83,11 @@ def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
     for i, w in enumerate(scn.workloads):
         if w.name in seen_w:
             j = seen_w[w.name]
-            add(("workloads", i, "name") if ("workloads", i, "name") in lines else ("workloads", i),
+            add(
+                ("workloads", i, "name") if ("workloads", i, "name") in lines else ("workloads", i),
                 f"duplicate workload name {w.name!r} (first at workloads[{j}], line "
-                f"{line_for(lines, ('workloads', j))}); give each a distinct name")
+                f"{line_for(lines, ('workloads', j))}); give each a distinct name",
+            )
         else:
             seen_w[w.name] = i
     return errs
@@ -100,23 +103,23 @@ def late_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) 
     by_name = {v.name: v for v in variants}
     q = scn.quality
     if q.baseline_variant is not None and q.baseline_variant not in by_name:
-        add(("quality", "baseline_variant"), f"no variant named {q.baseline_variant!r} (variants: "
-            f"{', '.join(names)})")
+        add(("quality", "baseline_variant"), f"no variant named {q.baseline_variant!r} (variants: {', '.join(names)})")
     elif q.enabled and q.baseline_variant is None:
         off = next((v for v in variants if v.hicache is None and v.expect == "ok"), None)
         if off is None:
-            add(("quality", "enabled"), "quality needs an OFF variant (no hicache block) or "
-                "quality.baseline_variant")
+            add(("quality", "enabled"), "quality needs an OFF variant (no hicache block) or quality.baseline_variant")
         else:
             q.baseline_variant = off.name
     if q.enabled and q.baseline_variant in by_name and by_name[q.baseline_variant].expect != "ok":
-        add(("quality", "baseline_variant"), f"baseline {q.baseline_variant!r} is expected to fail "
-            "at startup")
+        add(("quality", "baseline_variant"), f"baseline {q.baseline_variant!r} is expected to fail at startup")
     for i, c in enumerate(scn.expectations.checks):
         if c.variant is not None and c.variant not in by_name:
             close = get_close_matches(c.variant, names, n=1)
-            add(("expectations", "checks", i), f"unknown variant {c.variant!r} in check {c.text!r}"
-                + (f" (did you mean {close[0]!r}?)" if close else f" (variants: {', '.join(names)})"))
+            add(
+                ("expectations", "checks", i),
+                f"unknown variant {c.variant!r} in check {c.text!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else f" (variants: {', '.join(names)})"),
+            )
     workloads = {w.name: str(w.kind) for w in scn.workloads}
     for i, c in enumerate(scn.expectations.checks):
         problem = check_metric_problem(c.metric, workloads, scn.quality.enabled)
@@ -124,8 +127,10 @@ def late_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) 
             add(("expectations", "checks", i), f"{problem} in check {c.text!r}")
     for i, g in enumerate(scn.gate):
         problem = gate_problem(scn, g.metric) or (
-            None if g.variant is None or g.variant in by_name
-            else f"unknown variant {g.variant!r}" + _did_you_mean(g.variant, names))
+            None
+            if g.variant is None or g.variant in by_name
+            else f"unknown variant {g.variant!r}" + _did_you_mean(g.variant, names)
+        )
         if problem:
             add(("gate", i), problem)
     return errs
@@ -148,8 +153,7 @@ def gate_problem(scn: Scenario, metric: str) -> str | None:
     if len(parts) == 2:  # a figure the workload's kind derives
         figures = [d.name for d in kinds()[workloads[parts[0]]].derived if d.compared]
         if parts[1] not in figures:
-            return (f"{workloads[parts[0]]} compares no derived figure {parts[1]!r}"
-                    + _did_you_mean(parts[1], figures))
+            return f"{workloads[parts[0]]} compares no derived figure {parts[1]!r}" + _did_you_mean(parts[1], figures)
         return None
     compared = [name for name, m in METRICS.items() if m.compared]
     if parts[2] not in compared:
@@ -177,8 +181,11 @@ def check_metric_problem(metric: str, workloads: Mapping[str, str], quality_enab
             return f"unknown metric {metric!r}: the quality figure a check can name is quality.parity"
         return None if quality_enabled else "quality.parity is never measured: quality is not enabled"
     if head == "sampling":
-        return None if len(parts) >= 3 else (f"{metric!r}: a sampling figure is sampling.<phase>.<key>, "
-                                             "e.g. sampling.idle.max_pswpin_kib_s")
+        return (
+            None
+            if len(parts) >= 3
+            else (f"{metric!r}: a sampling figure is sampling.<phase>.<key>, e.g. sampling.idle.max_pswpin_kib_s")
+        )
     if head in ("pools", "status"):
         return None if len(parts) == 2 else f"{metric!r}: expected {head}.<key>, e.g. {head}.{_EXAMPLE[head]}"
     if head not in workloads:
@@ -192,13 +199,18 @@ def check_metric_problem(metric: str, workloads: Mapping[str, str], quality_enab
         derived = [d.name for d in kind.derived]
         if parts[1] in derived:
             return None
-        return (f"{kind.name} derives no figure {parts[1]!r}" + _did_you_mean(parts[1], derived)
-                + " (a phase statistic is <workload>.<phase>.<metric>)")
+        return (
+            f"{kind.name} derives no figure {parts[1]!r}"
+            + _did_you_mean(parts[1], derived)
+            + " (a phase statistic is <workload>.<phase>.<metric>)"
+        )
     if len(parts) == 4 and parts[2] == "hits":
         return None
     if len(parts) != 3:
-        return (f"cannot read metric {metric!r}: expected <workload>.<derived>, <workload>.<phase>.<metric>"
-                f"[_<stat>] or <workload>.<phase>.hits.<key>")
+        return (
+            f"cannot read metric {metric!r}: expected <workload>.<derived>, <workload>.<phase>.<metric>"
+            f"[_<stat>] or <workload>.<phase>.hits.<key>"
+        )
     name = parts[2]
     if name in PHASE_COUNTS or name in METRICS:
         return None

@@ -39,8 +39,14 @@ def _allowed_keys(loc: tuple) -> list[str] | None:
         origin = typing.get_origin(ann)
         if origin is Union:
             members = [m for m in typing.get_args(ann) if isinstance(m, type) and issubclass(m, BaseModel)]
-            ann = next((m for m in members if "kind" in m.model_fields
-                        and el in typing.get_args(m.model_fields["kind"].annotation)), None)
+            ann = next(
+                (
+                    m
+                    for m in members
+                    if "kind" in m.model_fields and el in typing.get_args(m.model_fields["kind"].annotation)
+                ),
+                None,
+            )
             if ann is None:
                 return None
             continue
@@ -129,11 +135,12 @@ def message_for(err: dict, loc: tuple) -> str:
     if t == "union_tag_not_found":
         return f"missing 'kind': expected one of {', '.join(kinds())}"
     msg = err.get("msg", str(t))
-    return msg[len("Value error, "):] if msg.startswith("Value error, ") else msg
+    return msg[len("Value error, ") :] if msg.startswith("Value error, ") else msg
 
 
-def convert_errors(exc: ValidationError, data: Any, lines: dict, file: str,
-                    prefix: tuple = (), remap=None) -> list[ErrorItem]:
+def convert_errors(
+    exc: ValidationError, data: Any, lines: dict, file: str, prefix: tuple = (), remap=None
+) -> list[ErrorItem]:
     items: list[ErrorItem] = []
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])

@@ -29,20 +29,20 @@ def expand_env(s: str, env: Mapping[str, str]) -> str:
         end = s.find("}", i + 2)
         if end < 0:
             raise ValueError(f"unterminated '${{' in {s!r} (write $$ for a literal $)")
-        inner = s[i + 2:end]
+        inner = s[i + 2 : end]
         name, sep, default = inner.partition(":-")
         if not _VAR_NAME.match(name):
-            raise ValueError(f"bad variable reference '${{{inner}}}': expected ${{NAME}} or "
-                             "${NAME:-default}")
+            raise ValueError(f"bad variable reference '${{{inner}}}': expected ${{NAME}} or ${{NAME:-default}}")
         value = env.get(name)
         if sep:
             out.append(value if value else default)
         elif value is None:
-            raise ValueError(f"environment variable {name} is not set (give a default with "
-                             f"${{{name}:-default}})")
+            raise ValueError(f"environment variable {name} is not set (give a default with ${{{name}:-default}})")
         elif value == "":  # how an unset GitHub Actions variable arrives: say which one
-            raise ValueError(f"environment variable {name} is set but empty (give it a value, or a "
-                             f"default with ${{{name}:-default}})")
+            raise ValueError(
+                f"environment variable {name} is set but empty (give it a value, or a "
+                f"default with ${{{name}:-default}})"
+            )
         else:
             out.append(value)
         i = end + 1

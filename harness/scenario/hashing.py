@@ -30,8 +30,11 @@ def variant_config_hash(scenario: Scenario, variant: Variant) -> str:
         "args": [[k, v] for k, v in variant.args.items()],
         "env": dict(sorted(variant.env.items())),
         "hicache": variant.hicache.model_dump() if variant.hicache is not None else None,
-        "sim": ({**variant.sim.model_dump(), "faults": variant.all_sim_faults()}
-                if sim and variant.sim is not None else None),
+        "sim": (
+            {**variant.sim.model_dump(), "faults": variant.all_sim_faults()}
+            if sim and variant.sim is not None
+            else None
+        ),
     }
     return hashlib.sha256(_canonical(payload).encode("utf-8")).hexdigest()
 

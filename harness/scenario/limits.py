@@ -68,17 +68,26 @@ def size_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) 
         for i, w in enumerate(scn.workloads):
             n = w.longest_request_tokens(pool)
             if n > context:
-                add(("workloads", i), f"its longest request is {n:,} tokens (prompt + output), more than the "
-                    f"context of {context:,} tokens ({source}) of variant {v.name}: sglang would refuse it")
+                add(
+                    ("workloads", i),
+                    f"its longest request is {n:,} tokens (prompt + output), more than the "
+                    f"context of {context:,} tokens ({source}) of variant {v.name}: sglang would refuse it",
+                )
             elif given_pool and n > given_pool:
-                add(("workloads", i), f"its longest request is {n:,} tokens (prompt + output), more than the "
+                add(
+                    ("workloads", i),
+                    f"its longest request is {n:,} tokens (prompt + output), more than the "
                     f"GPU pool of {given_pool:,} tokens (--max-total-tokens) of variant {v.name}: it could "
-                    "never be scheduled")
+                    "never be scheduled",
+                )
         q = scn.quality
         if q.enabled:
             for j, length in enumerate(q.lengths):
                 n = length.resolve(pool) + q.max_new_tokens
                 if n > context:
-                    add(("quality", "lengths", j), f"{n:,} tokens (length + max_new_tokens) is more than the "
-                        f"context of {context:,} tokens ({source}) of variant {v.name}")
+                    add(
+                        ("quality", "lengths", j),
+                        f"{n:,} tokens (length + max_new_tokens) is more than the "
+                        f"context of {context:,} tokens ({source}) of variant {v.name}",
+                    )
     return list(errs.values())

@@ -40,7 +40,7 @@ def _sort_items(items: list[ErrorItem]) -> list[ErrorItem]:
         if key not in seen:
             seen.add(key)
             out.append(it)
-    return sorted(out, key=lambda it: (it.line or 0))
+    return sorted(out, key=lambda it: it.line or 0)
 
 
 def _from_loaded(y: LoadedYaml, env: Mapping[str, str] | None, path: Path | None) -> Scenario:
@@ -92,8 +92,9 @@ def load_scenario(path: str | Path, env: Mapping[str, str] | None = None) -> Sce
     return _from_loaded(y, env, Path(path))
 
 
-def load_scenario_text(text: str | bytes, file: str = "<string>", env: Mapping[str, str] | None = None,
-                       base_dir: str | Path | None = None) -> Scenario:
+def load_scenario_text(
+    text: str | bytes, file: str = "<string>", env: Mapping[str, str] | None = None, base_dir: str | Path | None = None
+) -> Scenario:
     """Like ``load_scenario`` for text in memory; relative paths resolve against ``base_dir``
     (default: the directory of ``file``, or the current directory)."""
     try:

@@ -52,14 +52,26 @@ from harness.workloads import kinds
 MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head")
 WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 IO_BACKENDS = ("kernel", "direct")
-CAUSES = ("host_memory", "cuda_fault", "assertion", "out_of_memory", "exited_before_ready",
-          "timeout", "server_died", "preflight", "unknown")
+CAUSES = (
+    "host_memory",
+    "cuda_fault",
+    "assertion",
+    "out_of_memory",
+    "exited_before_ready",
+    "timeout",
+    "server_died",
+    "preflight",
+    "unknown",
+)
 QUALITY_TASKS = ("needle", "multi_needle", "variable_tracking", "aggregation", "ordered_codes")
 SGLANG_DEFAULT_HICACHE_RATIO = 2.0
 
 # The tagged union of every workload kind's config model (harness/workloads/<kind>.py).
-Workload = Annotated[Union[tuple(k.config for k in kinds().values())],  # type: ignore[valid-type]
-                     Field(discriminator="kind")]
+Workload = Annotated[
+    Union[tuple(k.config for k in kinds().values())],  # type: ignore[valid-type]
+    Field(discriminator="kind"),
+]
+
 
 class SimOptions(ScenarioModel):
     """``server.sim``: knobs of the simulated server (backend sim only)."""
@@ -162,8 +174,12 @@ class HiCache(ScenarioModel):
             out += ["--hicache-size", fmt_num(self.size_gb)]
         if self.ratio is not None:
             out += ["--hicache-ratio", fmt_num(self.ratio)]
-        for attr, flag in (("mem_layout", "--hicache-mem-layout"), ("write_policy", "--hicache-write-policy"),
-                           ("io_backend", "--hicache-io-backend"), ("storage_backend", "--hicache-storage-backend")):
+        for attr, flag in (
+            ("mem_layout", "--hicache-mem-layout"),
+            ("write_policy", "--hicache-write-policy"),
+            ("io_backend", "--hicache-io-backend"),
+            ("storage_backend", "--hicache-storage-backend"),
+        ):
             if getattr(self, attr) is not None:
                 out += [flag, str(getattr(self, attr))]
         return out
@@ -213,8 +229,9 @@ def _axis_value(v: Any) -> Any:
     raise field_error(f"axis values must be scalars (string, number, true/false, null), got {show_value(v)}")
 
 
-AxisValue = Annotated[Any, PlainValidator(_axis_value),
-                      WithJsonSchema({"type": ["string", "number", "boolean", "null"]})]
+AxisValue = Annotated[
+    Any, PlainValidator(_axis_value), WithJsonSchema({"type": ["string", "number", "boolean", "null"]})
+]
 
 
 class MatrixEntry(VariantFields):
@@ -262,7 +279,7 @@ def _fraction(v: Any) -> Any:
         try:
             return float(v.strip()[:-1]) / 100.0
         except ValueError:
-            raise field_error(f"expected a percentage like \"1%\" or a fraction like 0.01, got {v!r}") from None
+            raise field_error(f'expected a percentage like "1%" or a fraction like 0.01, got {v!r}') from None
     return no_bool(v)
 
 

@@ -57,20 +57,25 @@ def _check_name(v: str) -> str:
     if len(v) > 100:
         raise field_error(f"too long ({len(v)} characters; at most 100)")
     if not _NAME_RE.match(v):
-        raise field_error(f"{v!r} is not a valid name: use letters, digits, '_' and (after the first "
-                   "character) '.', '+', '@', '-'; no '/', ':', spaces or control characters")
+        raise field_error(
+            f"{v!r} is not a valid name: use letters, digits, '_' and (after the first "
+            "character) '.', '+', '@', '-'; no '/', ':', spaces or control characters"
+        )
     return v
 
 
 def _check_scenario_name(v: str) -> str:
     if not v or not _SCENARIO_NAME_RE.match(v) or len(v) > 100:
-        raise field_error(f"{v!r} is not a valid scenario name: use [A-Za-z0-9_.-], not starting with '.' "
-                   "or '-' (it names the results folder)")
+        raise field_error(
+            f"{v!r} is not a valid scenario name: use [A-Za-z0-9_.-], not starting with '.' "
+            "or '-' (it names the results folder)"
+        )
     return v
 
 
 Name = Annotated[str, AfterValidator(_check_name)]
 ScenarioName = Annotated[str, AfterValidator(_check_scenario_name)]
+
 
 def _check_fault(v: str) -> str:
     problem = fault_problem(v)
@@ -98,7 +103,7 @@ class TokenSize:
         if isinstance(v, TokenSize):
             return v
         if isinstance(v, bool) or v is None:
-            raise ValueError(f"expected a token count or \"<fraction>x pool\", got {v!r}")
+            raise ValueError(f'expected a token count or "<fraction>x pool", got {v!r}')
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, int):
@@ -113,8 +118,9 @@ class TokenSize:
                 if not 0 < f <= MAX_POOL_FRACTION:
                     raise ValueError(f"the pool fraction must be > 0 and <= {MAX_POOL_FRACTION:g}, got {v!r}")
                 return cls(pool_fraction=f)
-        raise ValueError(f"expected a whole token count (e.g. 8000 or \"8k\") or \"<fraction>x pool\" "
-                         f"(e.g. \"0.4x pool\"), got {v!r}")
+        raise ValueError(
+            f'expected a whole token count (e.g. 8000 or "8k") or "<fraction>x pool" (e.g. "0.4x pool"), got {v!r}'
+        )
 
     @staticmethod
     def _checked_tokens(n: int, written: Any) -> int:
@@ -164,9 +170,15 @@ TokenSizeT = Annotated[
     TokenSize,
     PlainValidator(_parse_token_size),
     PlainSerializer(lambda t: t.to_json()),
-    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1},
-                              {"type": "string", "pattern": r"^\s*(\d+\s*[kK]?|(\d+(\.\d*)?|\.\d+)\s*x\s*pool)\s*$"}],
-                    "description": "tokens (int, or \"8k\") or a fraction of the GPU pool: \"0.4x pool\""}),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": r"^\s*(\d+\s*[kK]?|(\d+(\.\d*)?|\.\d+)\s*x\s*pool)\s*$"},
+            ],
+            "description": 'tokens (int, or "8k") or a fraction of the GPU pool: "0.4x pool"',
+        }
+    ),
 ]
 
 _OPS = (">=", "<=", "==", "!=", ">", "<")
@@ -193,11 +205,12 @@ class Check:
         if isinstance(text, Check):
             return text
         if not isinstance(text, str):
-            raise ValueError(f"expected a string like \"on-r1: metric >= 2\", got {text!r}")
+            raise ValueError(f'expected a string like "on-r1: metric >= 2", got {text!r}')
         m = cls._RE.match(text)
         if not m:
-            raise ValueError(f"cannot parse check {text!r}: expected \"[variant:] metric op value\" "
-                             f"with op one of {', '.join(_OPS)}")
+            raise ValueError(
+                f'cannot parse check {text!r}: expected "[variant:] metric op value" with op one of {", ".join(_OPS)}'
+            )
         raw = m.group("value").strip()
         if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
             value: float | str = raw[1:-1]
@@ -205,13 +218,16 @@ class Check:
             value = _parse_number(raw)
             if value is None:
                 if not re.match(r"^[A-Za-z_][\w.-]*$", raw):
-                    raise ValueError(f"cannot parse the value {raw!r} of check {text!r}: expected a "
-                                     "number (2, 1.5, 5%, 2x) or a word (PASS)")
+                    raise ValueError(
+                        f"cannot parse the value {raw!r} of check {text!r}: expected a "
+                        "number (2, 1.5, 5%, 2x) or a word (PASS)"
+                    )
                 value = raw
         if isinstance(value, str) and m.group("op") not in ("==", "!="):
             raise ValueError(f"check {text!r}: {m.group('op')} needs a number, got {raw!r}")
-        return cls(text=text.strip(), variant=m.group("variant"), metric=m.group("metric"),
-                   op=m.group("op"), value=value)
+        return cls(
+            text=text.strip(), variant=m.group("variant"), metric=m.group("metric"), op=m.group("op"), value=value
+        )
 
     def evaluate(self, actual: Any) -> bool:
         """True when ``actual <op> value`` holds (False for None or a mismatched type)."""
@@ -249,7 +265,9 @@ def _parse_check(v: Any) -> Check:
 
 
 CheckT = Annotated[
-    Check, PlainValidator(_parse_check), PlainSerializer(lambda c: c.text),
+    Check,
+    PlainValidator(_parse_check),
+    PlainSerializer(lambda c: c.text),
     WithJsonSchema({"type": "string", "description": "[variant:] metric op value, op in >= <= > < == !="}),
 ]
 
@@ -271,7 +289,7 @@ class Gate:
             return text
         m = cls._RE.match(text) if isinstance(text, str) else None
         if not m:
-            raise ValueError(f"expected \"[variant:] workload[.phase].metric\" or \"quality.parity\", got {text!r}")
+            raise ValueError(f'expected "[variant:] workload[.phase].metric" or "quality.parity", got {text!r}')
         return cls(text.strip(), m.group("variant"), m.group("metric"))
 
     def __str__(self) -> str:
@@ -286,7 +304,9 @@ def _parse_gate(v: Any) -> Gate:
 
 
 GateT = Annotated[
-    Gate, PlainValidator(_parse_gate), PlainSerializer(lambda g: g.text),
+    Gate,
+    PlainValidator(_parse_gate),
+    PlainSerializer(lambda g: g.text),
     WithJsonSchema({"type": "string", "description": "[variant:] workload[.phase].metric, or quality.parity"}),
 ]
 
@@ -307,7 +327,7 @@ class Threshold:
             m = re.match(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*%\s*$", v)
             if m and float(m.group(1)) > 0:
                 return cls(float(m.group(1)) / 100.0, v.strip())
-        raise ValueError(f"expected a percentage > 0 like \"5%\", got {v!r}")
+        raise ValueError(f'expected a percentage > 0 like "5%", got {v!r}')
 
     def __str__(self) -> str:
         return self.text
@@ -321,7 +341,9 @@ def parse_threshold(v: Any) -> Threshold:
 
 
 ThresholdT = Annotated[
-    Threshold, PlainValidator(parse_threshold), PlainSerializer(lambda t: t.text),
+    Threshold,
+    PlainValidator(parse_threshold),
+    PlainSerializer(lambda t: t.text),
     WithJsonSchema({"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*%\s*$"}),
 ]
 
@@ -331,35 +353,66 @@ def _arg_value(v: Any) -> Any:
         return v
     if isinstance(v, list) and all(isinstance(x, (int, float, str)) and not isinstance(x, bool) for x in v):
         return list(v)
-    raise field_error(f"expected a flag value: a string, a number, true (bare flag), false/null (omit) or a "
-               f"list of strings/numbers, got {show_value(v)}")
+    raise field_error(
+        f"expected a flag value: a string, a number, true (bare flag), false/null (omit) or a "
+        f"list of strings/numbers, got {show_value(v)}"
+    )
 
 
 ArgValue = Annotated[
-    Any, PlainValidator(_arg_value),
-    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
-                              {"type": "array", "items": {"type": ["string", "number"]}}]}),
+    Any,
+    PlainValidator(_arg_value),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string"},
+                {"type": "number"},
+                {"type": "boolean"},
+                {"type": "null"},
+                {"type": "array", "items": {"type": ["string", "number"]}},
+            ]
+        }
+    ),
 ]
-ArgsDict = Annotated[dict[str, ArgValue], WithJsonSchema({
-    "type": "object", "propertyNames": {"pattern": "^--"},
-    "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"},
-                                       {"type": "null"}, {"type": "array", "items": {"type": ["string", "number"]}}]},
-    "description": "sglang flags in order: true = bare flag, false/null = omitted"})]
+ArgsDict = Annotated[
+    dict[str, ArgValue],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": {"pattern": "^--"},
+            "additionalProperties": {
+                "anyOf": [
+                    {"type": "string"},
+                    {"type": "number"},
+                    {"type": "boolean"},
+                    {"type": "null"},
+                    {"type": "array", "items": {"type": ["string", "number"]}},
+                ]
+            },
+            "description": "sglang flags in order: true = bare flag, false/null = omitted",
+        }
+    ),
+]
 
 
 def _env_value(v: Any) -> str | None:
     if v is None or isinstance(v, str):
         return v
     if isinstance(v, bool):
-        raise field_error(f"environment values are strings: write \"{'1' if v else '0'}\" or "
-                   f"\"{str(v).lower()}\" in quotes, got {str(v).lower()}")
+        raise field_error(
+            f'environment values are strings: write "{"1" if v else "0"}" or '
+            f'"{str(v).lower()}" in quotes, got {str(v).lower()}'
+        )
     if isinstance(v, (int, float)):
         return fmt_num(v)
     raise field_error(f"expected a string, got {show_value(v)}")
 
 
-EnvValue = Annotated[Any, PlainValidator(_env_value),
-                     WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "null"}]})]
+EnvValue = Annotated[
+    Any,
+    PlainValidator(_env_value),
+    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "null"}]}),
+]
 EnvDict = dict[str, EnvValue]
 
 
@@ -466,5 +519,4 @@ def parse_extra_args(text: str) -> dict[str, Any]:
 class ScenarioModel(BaseModel):
     """Base of every scenario block: unknown keys are errors, numbers never become strings silently."""
 
-    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, allow_inf_nan=False,
-                              validate_default=False)
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, allow_inf_nan=False, validate_default=False)

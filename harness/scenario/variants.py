@@ -32,6 +32,7 @@ from harness.yaml_lines import format_path, line_for
 
 MAX_MATRIX_VARIANTS = 1000
 
+
 def _resolve_path(p: str, base_dir: Path | None, *, always: bool) -> str:
     """Absolute and ``~`` paths are kept. A relative path resolves against the scenario file's
     directory when ``always`` (sim model dirs, sglang_source, python), when it starts with ``./``
@@ -46,8 +47,6 @@ def _resolve_path(p: str, base_dir: Path | None, *, always: bool) -> str:
     return p
 
 
-
-
 def _merge_args(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     out.update(over)
@@ -60,8 +59,9 @@ def _merge_env(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, st
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _make_variant(scn: Scenario, spec: VariantFields, name: str, origin: str,
-                  matrix_values: dict | None = None) -> Variant:
+def _make_variant(
+    scn: Scenario, spec: VariantFields, name: str, origin: str, matrix_values: dict | None = None
+) -> Variant:
     s = scn.server
     base_dir = scn.base_dir
     sim = s.backend == "sim"
@@ -70,18 +70,28 @@ def _make_variant(scn: Scenario, spec: VariantFields, name: str, origin: str,
     if "/" in python:
         python = _resolve_path(python, base_dir, always=True)
     return Variant(
-        name=name, origin=origin, description=spec.description, backend=s.backend, python=python,
+        name=name,
+        origin=origin,
+        description=spec.description,
+        backend=s.backend,
+        python=python,
         command_prefix=list(s.command_prefix),
         sglang_source=(_resolve_path(s.sglang_source, base_dir, always=True) if s.sglang_source else None),
-        model_path=_resolve_path(mp_spec, base_dir, always=sim), model_path_spec=mp_spec,
-        tp_size=s.tp_size, host=s.host,
+        model_path=_resolve_path(mp_spec, base_dir, always=sim),
+        model_path_spec=mp_spec,
+        tp_size=s.tp_size,
+        host=s.host,
         hicache=spec.hicache.model_copy() if spec.hicache is not None else None,
         args=_merge_args(_merge_args(s.args, parse_extra_args(s.extra_args)), spec.args),
         env=_merge_env(s.env, spec.env),
-        expect=spec.expect, expect_cause=spec.expect_cause, sim_faults=list(spec.sim_faults),
+        expect=spec.expect,
+        expect_cause=spec.expect_cause,
+        sim_faults=list(spec.sim_faults),
         sim=(s.sim or SimOptions()) if sim else None,
-        startup_timeout_s=s.startup_timeout_s, startup_retries=s.startup_retries,
-        request_timeout_s=s.request_timeout_s, matrix_values=dict(matrix_values or {}),
+        startup_timeout_s=s.startup_timeout_s,
+        startup_retries=s.startup_retries,
+        request_timeout_s=s.request_timeout_s,
+        matrix_values=dict(matrix_values or {}),
     )
 
 
@@ -118,15 +128,17 @@ def _axis_part(axis: str, value: Any, labels: Mapping[str, str], position: int) 
     return re.sub(r"[^\w.+@-]", "_", part)
 
 
-def _matrix_variants(scn: Scenario, i: int, m: MatrixEntry, lines: dict, file: str,
-                     raw: dict | None) -> tuple[list[Variant], list[ErrorItem]]:
+def _matrix_variants(
+    scn: Scenario, i: int, m: MatrixEntry, lines: dict, file: str, raw: dict | None
+) -> tuple[list[Variant], list[ErrorItem]]:
     errs: list[ErrorItem] = []
     axes = list(m.axes.items())
     count = math.prod(len(vals) for _, vals in axes)
     if count > MAX_MATRIX_VARIANTS:
         p = ("matrix", i, "axes")
-        return [], [ErrorItem(file, line_for(lines, p), format_path(p),
-                              f"{count} combinations (limit {MAX_MATRIX_VARIANTS})")]
+        return [], [
+            ErrorItem(file, line_for(lines, p), format_path(p), f"{count} combinations (limit {MAX_MATRIX_VARIANTS})")
+        ]
     base = m.model_dump(include=set(VariantFields.model_fields), exclude_unset=False)
     # validate each axis value alone, so an error points at that value
     for axis, vals in axes:
@@ -139,7 +151,9 @@ def _matrix_variants(scn: Scenario, i: int, m: MatrixEntry, lines: dict, file: s
             except ValidationError as e:
                 p = ("matrix", i, "axes", axis, j)
                 for err in e.errors(include_url=False):
-                    errs.append(ErrorItem(file, line_for(lines, p), format_path(p), message_for(err, tuple(err["loc"]))))
+                    errs.append(
+                        ErrorItem(file, line_for(lines, p), format_path(p), message_for(err, tuple(err["loc"])))
+                    )
     if errs:
         return [], errs
     out: list[Variant] = []
@@ -157,8 +171,14 @@ def _matrix_variants(scn: Scenario, i: int, m: MatrixEntry, lines: dict, file: s
         except ValidationError as e:
             p = ("matrix", i)
             for err in e.errors(include_url=False):
-                errs.append(ErrorItem(file, line_for(lines, p), format_path(p) + " (" + name + ")",
-                                      message_for(err, tuple(err["loc"]))))
+                errs.append(
+                    ErrorItem(
+                        file,
+                        line_for(lines, p),
+                        format_path(p) + " (" + name + ")",
+                        message_for(err, tuple(err["loc"])),
+                    )
+                )
             continue
         out.append(_make_variant(scn, spec, name, f"matrix[{i}]", values))
     return out, errs
@@ -187,25 +207,43 @@ def expand_variants(scn: Scenario, lines: dict | None, file: str) -> tuple[list[
         """Two names that differ only in characters the results folder cannot hold (``@``, non-ASCII
         letters) would share one folder and overwrite each other's files."""
         if clashes_with_run_files(name):
-            errs.append(ErrorItem(file, line_for(lines, p), format_path(p),
-                                  f"variant name {name!r} would name its results folder like the run's own "
-                                  f"file {safe_name(name)!r}; rename it"))
+            errs.append(
+                ErrorItem(
+                    file,
+                    line_for(lines, p),
+                    format_path(p),
+                    f"variant name {name!r} would name its results folder like the run's own "
+                    f"file {safe_name(name)!r}; rename it",
+                )
+            )
             return True
         other = folders.setdefault(safe_name(name), name)
         if other == name:
             return False
-        errs.append(ErrorItem(file, line_for(lines, p), format_path(p),
-                              f"variant name {name!r} and {other!r} would share the results folder "
-                              f"{safe_name(name)!r}; rename one of them"))
+        errs.append(
+            ErrorItem(
+                file,
+                line_for(lines, p),
+                format_path(p),
+                f"variant name {name!r} and {other!r} would share the results folder "
+                f"{safe_name(name)!r}; rename one of them",
+            )
+        )
         return True
 
     for i, v in enumerate(scn.variants):
         p = ("variants", i, "name")
         if v.name in where:
             first = where[v.name]
-            errs.append(ErrorItem(file, line_for(lines, p), format_path(p),
-                                  f"duplicate variant name {v.name!r} (first at {format_path(first[:2])}, "
-                                  f"line {line_for(lines, first)})"))
+            errs.append(
+                ErrorItem(
+                    file,
+                    line_for(lines, p),
+                    format_path(p),
+                    f"duplicate variant name {v.name!r} (first at {format_path(first[:2])}, "
+                    f"line {line_for(lines, first)})",
+                )
+            )
             continue
         if folder_clash(v.name, p):
             continue
@@ -218,9 +256,15 @@ def expand_variants(scn: Scenario, lines: dict | None, file: str) -> tuple[list[
             p = ("matrix", i)
             if v.name in where:
                 first = where[v.name]
-                errs.append(ErrorItem(file, line_for(lines, p), format_path(p),
-                                      f"generated variant name {v.name!r} duplicates {format_path(first[:2])} "
-                                      f"(line {line_for(lines, first)}); change the prefix or labels"))
+                errs.append(
+                    ErrorItem(
+                        file,
+                        line_for(lines, p),
+                        format_path(p),
+                        f"generated variant name {v.name!r} duplicates {format_path(first[:2])} "
+                        f"(line {line_for(lines, first)}); change the prefix or labels",
+                    )
+                )
                 continue
             if folder_clash(v.name, p):
                 continue

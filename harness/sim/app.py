@@ -32,8 +32,10 @@ from harness.sim.engine import Engine, RequestError, SamplingParams, SimRequest
 from harness.sim.faults import Fault, FaultArg
 from harness.sim.tokens import decode_ids, encode_text
 
-FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. "
-              "(When there are running or waiting requests, the operation will not be performed.)\n")
+FLUSH_TEXT = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
 
 
 @dataclass
@@ -82,8 +84,10 @@ def _input_ids(body: dict[str, Any], st: AppState) -> list[int]:
         raise RequestError("Either text or input_ids should be provided.")
     if ids is None:
         if st.skip_tokenizer:
-            raise RequestError("The engine initialized with skip_tokenizer_init=True cannot accept text prompts. "
-                               "Please provide input_ids or re-initialize the engine with skip_tokenizer_init=False.")
+            raise RequestError(
+                "The engine initialized with skip_tokenizer_init=True cannot accept text prompts. "
+                "Please provide input_ids or re-initialize the engine with skip_tokenizer_init=False."
+            )
         if not isinstance(text, str):
             raise RequestError("batched text is not supported by the simulator")
         return encode_text(text)
@@ -105,8 +109,12 @@ def _sampling(sp: Any, default_max: int = 128) -> SamplingParams:
         raise RequestError(f"bad sampling_params: {exc}") from exc
     if max_new < 1:
         raise RequestError("max_new_tokens must be at least 1 in the simulator")
-    return SamplingParams(max_new_tokens=max_new, temperature=temp, ignore_eos=bool(sp.get("ignore_eos", False)),
-                          sampling_seed=int(seed) if seed is not None else None)
+    return SamplingParams(
+        max_new_tokens=max_new,
+        temperature=temp,
+        ignore_eos=bool(sp.get("ignore_eos", False)),
+        sampling_seed=int(seed) if seed is not None else None,
+    )
 
 
 async def _updates(req: SimRequest) -> AsyncIterator[None]:
@@ -146,8 +154,12 @@ def build_app(st: AppState) -> Starlette:
     async def health_generate(request: Request) -> Response:
         if not st.ready:
             return _error("The server is not ready yet (simulated startup).", 503)
-        req = SimRequest(rid=f"HEALTH_CHECK_{uuid.uuid4().hex[:8]}", input_ids=[3, 4, 5, 6],
-                         sampling=SamplingParams(max_new_tokens=1, temperature=0.0), internal=True)
+        req = SimRequest(
+            rid=f"HEALTH_CHECK_{uuid.uuid4().hex[:8]}",
+            input_ids=[3, 4, 5, 6],
+            sampling=SamplingParams(max_new_tokens=1, temperature=0.0),
+            internal=True,
+        )
         engine.submit(req)
         async for _ in _updates(req):
             pass
@@ -172,12 +184,18 @@ def build_app(st: AppState) -> Starlette:
                 top_k = int(body.get("top_logprobs_num") or 0)
             except (TypeError, ValueError) as exc:
                 raise RequestError(f"bad top_logprobs_num: {exc}") from exc
-            req = SimRequest(rid=str(body.get("rid") or uuid.uuid4().hex), input_ids=ids, sampling=sp,
-                             return_logprob=bool(body.get("return_logprob", False)), top_logprobs_num=top_k)
+            req = SimRequest(
+                rid=str(body.get("rid") or uuid.uuid4().hex),
+                input_ids=ids,
+                sampling=sp,
+                return_logprob=bool(body.get("return_logprob", False)),
+                top_logprobs_num=top_k,
+            )
             engine.submit(req)
         except RequestError as exc:
             return _error(str(exc))
         if body.get("stream"):
+
             async def events() -> AsyncIterator[bytes]:
                 sent = -1
                 async for _ in _updates(req):
@@ -188,6 +206,7 @@ def build_app(st: AppState) -> Starlette:
                         sent = len(req.output_ids)
                         yield f"data: {json.dumps(gen_chunk(req))}\n\n".encode()
                 yield b"data: [DONE]\n\n"
+
             return StreamingResponse(events(), media_type="text/event-stream")
         async for _ in _updates(req):
             pass
@@ -207,8 +226,13 @@ def build_app(st: AppState) -> Starlette:
                 prompt = prompt[0]
             # text prompts are tokenised even with --skip-tokenizer-init: this endpoint is minimal
             ids = encode_text(prompt) if isinstance(prompt, str) else _input_ids({"input_ids": prompt}, st)
-            sp = _sampling({"max_new_tokens": body.get("max_tokens", 16),
-                            "temperature": body.get("temperature", 1.0), "sampling_seed": body.get("seed")})
+            sp = _sampling(
+                {
+                    "max_new_tokens": body.get("max_tokens", 16),
+                    "temperature": body.get("temperature", 1.0),
+                    "sampling_seed": body.get("seed"),
+                }
+            )
             req = SimRequest(rid=f"cmpl-{uuid.uuid4().hex}", input_ids=ids, sampling=sp)
             engine.submit(req)
         except RequestError as exc:
@@ -217,8 +241,11 @@ def build_app(st: AppState) -> Starlette:
         model = body.get("model") or st.served_model_name
 
         def usage() -> dict[str, Any]:
-            u: dict[str, Any] = {"prompt_tokens": len(ids), "completion_tokens": len(req.output_ids),
-                                 "total_tokens": len(ids) + len(req.output_ids)}
+            u: dict[str, Any] = {
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(req.output_ids),
+                "total_tokens": len(ids) + len(req.output_ids),
+            }
             if st.enable_cache_report:
                 u["prompt_tokens_details"] = {"cached_tokens": req.cached_tokens}
             return u
@@ -237,41 +264,89 @@ def build_app(st: AppState) -> Starlette:
                         break
                     delta = decode_ids(req.output_ids[sent:])
                     sent = len(req.output_ids)
-                    chunk = {"id": req.rid, "object": "text_completion", "created": created, "model": model,
-                             "choices": [{"index": 0, "text": delta, "logprobs": None,
-                                          "finish_reason": finish(), "matched_stop": None}], "usage": None}
+                    chunk = {
+                        "id": req.rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "text": delta,
+                                "logprobs": None,
+                                "finish_reason": finish(),
+                                "matched_stop": None,
+                            }
+                        ],
+                        "usage": None,
+                    }
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
                 if include_usage and req.error is None:
-                    chunk = {"id": req.rid, "object": "text_completion", "created": created, "model": model,
-                             "choices": [], "usage": usage()}
+                    chunk = {
+                        "id": req.rid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": usage(),
+                    }
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
                 yield b"data: [DONE]\n\n"
+
             return StreamingResponse(events(), media_type="text/event-stream")
         async for _ in _updates(req):
             pass
         if req.error is not None:
             return _error(req.error, 500)
-        return JSONResponse({"id": req.rid, "object": "text_completion", "created": created, "model": model,
-                             "choices": [{"index": 0, "text": decode_ids(req.output_ids), "logprobs": None,
-                                          "finish_reason": finish(), "matched_stop": None}],
-                             "usage": usage()})
+        return JSONResponse(
+            {
+                "id": req.rid,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": decode_ids(req.output_ids),
+                        "logprobs": None,
+                        "finish_reason": finish(),
+                        "matched_stop": None,
+                    }
+                ],
+                "usage": usage(),
+            }
+        )
 
     async def server_info(request: Request) -> Response:
         info = dict(st.server_info)
-        info["internal_states"] = [{
-            "last_gen_throughput": engine.last_gen_throughput,
-            "memory_usage": {"token_usage": engine.cache.device_used_tokens / engine.cfg.max_total_tokens},
-            "hicache_host_used_tokens": engine.cache.host_used_tokens,
-        }]
+        info["internal_states"] = [
+            {
+                "last_gen_throughput": engine.last_gen_throughput,
+                "memory_usage": {"token_usage": engine.cache.device_used_tokens / engine.cfg.max_total_tokens},
+                "hicache_host_used_tokens": engine.cache.host_used_tokens,
+            }
+        ]
         return JSONResponse(info)
 
     async def model_info(request: Request) -> Response:
         return JSONResponse(st.model_info)
 
     async def models(request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{
-            "id": st.served_model_name, "object": "model", "created": int(time.time()), "owned_by": "sglang",
-            "root": st.model_info["model_path"], "max_model_len": engine.cfg.context_len}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": st.served_model_name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "sglang",
+                        "root": st.model_info["model_path"],
+                        "max_model_len": engine.cfg.context_len,
+                    }
+                ],
+            }
+        )
 
     async def flush_cache(request: Request) -> Response:
         ok = engine.flush()

@@ -82,18 +82,24 @@ class Match:
 class CacheStats:
     """Cumulative movements, exported as sglang's counters."""
 
-    evicted_tokens: int = 0      # device evictions
+    evicted_tokens: int = 0  # device evictions
     host_evicted_tokens: int = 0
-    backup_tokens: int = 0       # device -> host writes
-    load_back_tokens: int = 0    # host -> device loads
+    backup_tokens: int = 0  # device -> host writes
+    load_back_tokens: int = 0  # host -> device loads
 
 
 class TwoTierCache:
     """Device + host page pools with sglang's matching and eviction rules."""
 
-    def __init__(self, device_tokens: int, host_tokens: int, page_size: int = 1,
-                 write_policy: str = "write_through", hybrid: bool = False,
-                 enabled: bool = True) -> None:
+    def __init__(
+        self,
+        device_tokens: int,
+        host_tokens: int,
+        page_size: int = 1,
+        write_policy: str = "write_through",
+        hybrid: bool = False,
+        enabled: bool = True,
+    ) -> None:
         self.page_size = page_size
         self.device_capacity = device_tokens // page_size
         self.host_capacity = host_tokens // page_size
@@ -140,7 +146,7 @@ class TwoTierCache:
         ps = self.page_size
         if ps == 1:
             return tokens[:n_pages]
-        return [tuple(tokens[i * ps:(i + 1) * ps]) for i in range(n_pages)]
+        return [tuple(tokens[i * ps : (i + 1) * ps]) for i in range(n_pages)]
 
     def match(self, tokens: list[int]) -> Match:
         """Longest usable cached prefix of ``tokens`` (no state change)."""
@@ -149,7 +155,6 @@ class TwoTierCache:
             return m
         max_pages = (len(tokens) - 1) // self.page_size
         get = self._pages.get
-        parent: Page | None = None
         pid = 0
         path: list[Page] = []
         for chunk in self._chunks(tokens, max_pages):
@@ -222,8 +227,14 @@ class TwoTierCache:
     def _evict_one_host(self) -> bool:
         while self._host_heap:
             access, _, node = heapq.heappop(self._host_heap)
-            if (node.alive and node.access == access and node.on_host and not node.on_device
-                    and not node.kids and node.lock == 0):
+            if (
+                node.alive
+                and node.access == access
+                and node.on_host
+                and not node.on_device
+                and not node.kids
+                and node.lock == 0
+            ):
                 node.on_host = False
                 self.host_pages -= 1
                 self.stats.host_evicted_tokens += self.page_size
@@ -244,8 +255,9 @@ class TwoTierCache:
         """Evict the LRU device leaf; returns (evicted, pages written to host)."""
         while self._dev_heap:
             access, _, node = heapq.heappop(self._dev_heap)
-            if not (node.alive and node.access == access and node.on_device
-                    and node.dev_children == 0 and node.lock == 0):
+            if not (
+                node.alive and node.access == access and node.on_device and node.dev_children == 0 and node.lock == 0
+            ):
                 continue
             written = 0
             # write_back backs up on eviction; any policy must keep a page whose host-only

@@ -24,8 +24,19 @@ from harness.sim.faults import Fault, FaultArg, FaultError, parse_fault
 HICACHE_LAYOUTS = ["layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"]
 WRITE_POLICIES = ["write_through", "write_back", "write_through_selective"]
 IO_BACKENDS = ["kernel", "direct"]
-KV_CACHE_DTYPES = ["auto", "bf16", "bfloat16", "fp16", "float16", "fp8_e4m3", "fp8_e5m2",
-                   "fp4_e2m1", "int8", "int4", "int2"]
+KV_CACHE_DTYPES = [
+    "auto",
+    "bf16",
+    "bfloat16",
+    "fp16",
+    "float16",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp4_e2m1",
+    "int8",
+    "int4",
+    "int2",
+]
 
 
 def _fault(text: str) -> tuple[Fault, FaultArg | None]:
@@ -41,6 +52,7 @@ def _positive(kind: type) -> Any:
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
+
     return conv
 
 
@@ -48,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m harness.sim",
         description="SIMULATED sglang server (no GPU): sglang's launch flags and HTTP API, "
-                    "a page-granular two-tier prefix cache and a cost model.",
+        "a page-granular two-tier prefix cache and a cost model.",
         allow_abbrev=False,
     )
     a = p.add_argument
@@ -117,22 +129,51 @@ def build_parser() -> argparse.ArgumentParser:
     a("--hicache-storage-prefetch-policy", default="best_effort")
     a("--hicache-storage-backend-extra-config", default=None)
     # --- simulator-only knobs (documented in docs/simulator.md)
-    a("--sim-time-scale", type=float, default=1.0,
-      help="multiplies every simulated duration (0.02 = 50x faster than the cost model)")
-    a("--sim-host-mem-scale", type=float, default=0.0625,
-      help="fraction of each host pool really allocated and touched, so MemAvailable moves")
-    a("--sim-mem-available-gib", type=float, default=None,
-      help="pretend MemAvailable is this many GiB for sglang's host-memory rule")
+    a(
+        "--sim-time-scale",
+        type=float,
+        default=1.0,
+        help="multiplies every simulated duration (0.02 = 50x faster than the cost model)",
+    )
+    a(
+        "--sim-host-mem-scale",
+        type=float,
+        default=0.0625,
+        help="fraction of each host pool really allocated and touched, so MemAvailable moves",
+    )
+    a(
+        "--sim-mem-available-gib",
+        type=float,
+        default=None,
+        help="pretend MemAvailable is this many GiB for sglang's host-memory rule",
+    )
     a("--sim-startup-s", type=float, default=0.2, help="simulated weight-loading time (seconds)")
-    a("--sim-step-ms-per-request", type=float, default=DEFAULT_STEP_MS_PER_REQUEST, metavar="MS",
-      help="each running request adds MS to a decode step (batch-size-dependent step time)")
-    a("--sim-fault", action="append", type=_fault, default=[], metavar="NAME[=ARG]",
-      help="fault switch, repeatable (docs/simulator.md): " + ", ".join(f.usage for f in Fault))
+    a(
+        "--sim-step-ms-per-request",
+        type=float,
+        default=DEFAULT_STEP_MS_PER_REQUEST,
+        metavar="MS",
+        help="each running request adds MS to a decode step (batch-size-dependent step time)",
+    )
+    a(
+        "--sim-fault",
+        action="append",
+        type=_fault,
+        default=[],
+        metavar="NAME[=ARG]",
+        help="fault switch, repeatable (docs/simulator.md): " + ", ".join(f.usage for f in Fault),
+    )
     return p
 
 
-SIM_DESTS = ("sim_time_scale", "sim_host_mem_scale", "sim_mem_available_gib", "sim_startup_s", "sim_fault",
-             "sim_step_ms_per_request")
+SIM_DESTS = (
+    "sim_time_scale",
+    "sim_host_mem_scale",
+    "sim_mem_available_gib",
+    "sim_startup_s",
+    "sim_fault",
+    "sim_step_ms_per_request",
+)
 
 
 def parse_args(argv: Sequence[str] | None) -> SimArgs:

@@ -64,6 +64,7 @@ NEAR_TIE_NOISE_SD = 0.06
 # late batch is made up by the next ones, but a long overloaded stretch is not banked as credit.
 MAX_LAG_S = 0.5
 
+
 def kernel_noise(cand: Candidates, rng: random.Random, sd: float = NEAR_TIE_NOISE_SD) -> Candidates:
     """near_tie_flips: the candidates as a numerically different kernel sees them -- every
     logprob moved by N(0, sd), best first again. Greedy takes the new best; the reported
@@ -92,13 +93,16 @@ def crash_with_illegal_access(where: str) -> None:
     sys.stdout.flush()
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     sys.stderr.write(f"[{stamp} TP0] {ILLEGAL_ACCESS_TRACEBACK}\n")
-    sys.stderr.write(f"[{stamp}] Received sigquit from a child process. It usually means the child failed. ({where}, simulated)\n")
+    sys.stderr.write(
+        f"[{stamp}] Received sigquit from a child process. It usually means the child failed. ({where}, simulated)\n"
+    )
     sys.stderr.flush()
     os._exit(1)
 
 
-def batch_deadline(now: float, duration_s: float, timeline: float | None, arrived: float | None,
-                   max_lag_s: float = MAX_LAG_S) -> float:
+def batch_deadline(
+    now: float, duration_s: float, timeline: float | None, arrived: float | None, max_lag_s: float = MAX_LAG_S
+) -> float:
     """When a batch of modelled ``duration_s`` (time-scaled) ends, in loop time.
 
     It starts where the previous batch ended (``timeline``; None when the scheduler was idle),
@@ -126,8 +130,15 @@ class CostModel:
     time_scale: float
 
     @classmethod
-    def for_model(cls, shape: ModelShape, tp_size: int, io_backend: str, mem_layout: str,
-                  time_scale: float, step_ms_per_request: float = DEFAULT_STEP_MS_PER_REQUEST) -> "CostModel":
+    def for_model(
+        cls,
+        shape: ModelShape,
+        tp_size: int,
+        io_backend: str,
+        mem_layout: str,
+        time_scale: float,
+        step_ms_per_request: float = DEFAULT_STEP_MS_PER_REQUEST,
+    ) -> "CostModel":
         params = shape.approx_params() / max(1, tp_size)
         h2d = (40e9 if io_backend == "direct" else 55e9) * (0.8 if mem_layout == "layer_first" else 1.0)
         return cls(
@@ -143,12 +154,20 @@ class CostModel:
         )
 
     def prefill_s(self, new_tokens: int, load_bytes: int, backup_bytes: int) -> float:
-        return (self.prefill_overhead_s + new_tokens / self.prefill_tok_s + load_bytes / self.h2d_bytes_s
-                + self.backup_visible * backup_bytes / self.d2h_bytes_s)
+        return (
+            self.prefill_overhead_s
+            + new_tokens / self.prefill_tok_s
+            + load_bytes / self.h2d_bytes_s
+            + self.backup_visible * backup_bytes / self.d2h_bytes_s
+        )
 
     def decode_s(self, batch: int, kv_bytes_read: int, backup_bytes: int) -> float:
-        return (self.decode_base_s + self.decode_per_req_s * batch + kv_bytes_read / self.hbm_bytes_s
-                + self.backup_visible * backup_bytes / self.d2h_bytes_s)
+        return (
+            self.decode_base_s
+            + self.decode_per_req_s * batch
+            + kv_bytes_read / self.hbm_bytes_s
+            + self.backup_visible * backup_bytes / self.d2h_bytes_s
+        )
 
 
 @dataclass
@@ -225,8 +244,9 @@ class EngineConfig:
 class Engine:
     """Scheduler loop + request bookkeeping; all methods run on the server's event loop."""
 
-    def __init__(self, cfg: EngineConfig, cache: TwoTierCache, cost: CostModel, model: TokenModel,
-                 metrics: SimMetrics) -> None:
+    def __init__(
+        self, cfg: EngineConfig, cache: TwoTierCache, cost: CostModel, model: TokenModel, metrics: SimMetrics
+    ) -> None:
         self.cfg = cfg
         self.cache = cache
         slow = cfg.faults.get(Fault.slow_host_load)  # a slower host-to-device load-back
@@ -263,13 +283,15 @@ class Engine:
         if n > limit:
             raise RequestError(
                 f"Input length ({n} tokens) exceeds the maximum allowed length ({limit} tokens). "
-                "Use a shorter input or enable --allow-auto-truncate.")
+                "Use a shorter input or enable --allow-auto-truncate."
+            )
         if n + req.sampling.max_new_tokens > self.cfg.max_total_tokens:
             raise RequestError(
                 f"Requested token count exceeds the model's maximum context length of "
                 f"{self.cfg.max_total_tokens} tokens. You requested a total of "
                 f"{n + req.sampling.max_new_tokens} tokens: {n} tokens from the input messages and "
-                f"{req.sampling.max_new_tokens} tokens for the completion.")
+                f"{req.sampling.max_new_tokens} tokens for the completion."
+            )
         if not req.internal:
             self._request_count += 1
             crash_at = self.cfg.faults.get(Fault.crash_at_request)
@@ -284,8 +306,11 @@ class Engine:
     def flush(self) -> bool:
         """``/flush_cache``: refused while anything runs or waits (sglang returns 400)."""
         if self.busy:
-            log.warning("Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d",
-                        len(self.waiting), len(self.running) + (1 if self.chunked else 0))
+            log.warning(
+                "Cache not flushed because there are pending requests. #queue-req: %d, #running-req: %d",
+                len(self.waiting),
+                len(self.running) + (1 if self.chunked else 0),
+            )
             return False
         self._retire()
         self.cache.reset()
@@ -354,8 +379,7 @@ class Engine:
         req.state = prompt_state(req.input_ids)
         if Fault.corrupt_host_load in self.cfg.faults and m.host_tokens > 0:
             req.ref_state, req.state = req.state, req.state ^ CORRUPT_SALT
-        if (Fault.near_tie_flips in self.cfg.faults and not self.cfg.deterministic and m.tokens > 0
-                and not req.internal):
+        if Fault.near_tie_flips in self.cfg.faults and not self.cfg.deterministic and m.tokens > 0 and not req.internal:
             req.noise = random.Random(self._seed_rng.getrandbits(64))  # reproducible per --random-seed
         if req.sampling.temperature > 0:
             seed = req.sampling.sampling_seed
@@ -403,10 +427,16 @@ class Engine:
         log.info(
             "Prefill batch. #new-seq: %d, #new-token: %d, #cached-token: %d, token usage: %.2f, "
             "#running-req: %d, #queue-req: %d, ",
-            len(fresh), new_tokens, cached, self.cache.device_used_tokens / self.cfg.max_total_tokens,
-            len(self.running), len(self.waiting))
-        await self._pace(self.cost.prefill_s(new_tokens, load_bytes, backup),
-                         max((r.arrived for r in fresh), default=None))
+            len(fresh),
+            new_tokens,
+            cached,
+            self.cache.device_used_tokens / self.cfg.max_total_tokens,
+            len(self.running),
+            len(self.waiting),
+        )
+        await self._pace(
+            self.cost.prefill_s(new_tokens, load_bytes, backup), max((r.arrived for r in fresh), default=None)
+        )
         now = time.perf_counter()
         for req, n in batch:
             req.prefilled += n
@@ -435,10 +465,15 @@ class Engine:
         self._decode_steps += 1
         self.last_gen_throughput = bs / max(step, 1e-9)
         if self._decode_steps % 40 == 0:
-            log.info("Decode batch. #running-req: %d, #token: %d, token usage: %.2f, "
-                     "gen throughput (token/s): %.2f, #queue-req: %d, ",
-                     bs, self.cache.device_used_tokens, self.cache.device_used_tokens / self.cfg.max_total_tokens,
-                     self.last_gen_throughput, len(self.waiting))
+            log.info(
+                "Decode batch. #running-req: %d, #token: %d, token usage: %.2f, "
+                "gen throughput (token/s): %.2f, #queue-req: %d, ",
+                bs,
+                self.cache.device_used_tokens,
+                self.cache.device_used_tokens / self.cfg.max_total_tokens,
+                self.last_gen_throughput,
+                len(self.waiting),
+            )
         await self._pace(step)
         now = time.perf_counter()
         still: list[SimRequest] = []

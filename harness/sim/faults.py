@@ -34,38 +34,54 @@ class Fault(Enum):
 
     crash_at_request = (
         ArgType.INT_FROM_1,
-        ("the N-th request (from 1; health checks and warm-up excluded) prints sglang's "
-         "`illegal memory access` traceback when the scheduler picks it up, and the server exits 1"))
+        (
+            "the N-th request (from 1; health checks and warm-up excluded) prints sglang's "
+            "`illegal memory access` traceback when the scheduler picks it up, and the server exits 1"
+        ),
+    )
     hang_at_request = (
         ArgType.INT_FROM_1,
-        ("the N-th request (from 1; health checks and warm-up excluded) deadlocks the scheduler when "
-         "it picks it up: no request makes progress again, `/health` still answers 200, "
-         "`/health_generate` never answers; the process stays alive and stops on SIGTERM"))
+        (
+            "the N-th request (from 1; health checks and warm-up excluded) deadlocks the scheduler when "
+            "it picks it up: no request makes progress again, `/health` still answers 200, "
+            "`/health_generate` never answers; the process stays alive and stops on SIGTERM"
+        ),
+    )
     cuda_fault_at_startup = (
-        ArgType.NONE, "prints sglang's `illegal memory access` traceback during start-up and exits 1")
+        ArgType.NONE,
+        "prints sglang's `illegal memory access` traceback during start-up and exits 1",
+    )
     hang_at_startup = (ArgType.NONE, "start-up never finishes: never binds HTTP, never ready, still killable")
     exit_before_ready = (ArgType.SECONDS, "exits with code 0 after S seconds of start-up, before ready")
     ignore_sigterm = (ArgType.NONE, "ignores SIGTERM (SIGKILL still stops it)")
-    spawn_child = (
-        ArgType.NONE, "the launched process forks the real server into its own session and exits 0 at once")
-    die_after_idle = (
-        ArgType.SECONDS, "exits 1 S seconds after its last response (health checks are not responses)")
+    spawn_child = (ArgType.NONE, "the launched process forks the real server into its own session and exits 0 at once")
+    die_after_idle = (ArgType.SECONDS, "exits 1 S seconds after its last response (health checks are not responses)")
     corrupt_host_load = (
         ArgType.NONE,
-        ("requests with host-tier hits get a first token outside the true top-k, "
-         "so their outputs diverge from token 0"))
+        (
+            "requests with host-tier hits get a first token outside the true top-k, "
+            "so their outputs diverge from token 0"
+        ),
+    )
     reject_requests = (
         ArgType.INT_FROM_1,
-        ("every /generate and /v1/completions request is answered with HTTP status N and an error "
-         "body, as sglang does for a prompt longer than its context (400)"))
+        (
+            "every /generate and /v1/completions request is answered with HTTP status N and an error "
+            "body, as sglang does for a prompt longer than its context (400)"
+        ),
+    )
     slow_host_load = (
         ArgType.INT_FROM_1,
-        "host-tier load-back takes N times as long: the cost model's host-to-device bandwidth divided by N")
+        "host-tier load-back takes N times as long: the cost model's host-to-device bandwidth divided by N",
+    )
     near_tie_flips = (
         ArgType.NONE,
-        ("without `--enable-deterministic-inference`, requests with a cache hit get seeded "
-         "N(0, 0.06) logprob noise, so near-ties flip about half the time, like a real server's "
-         "nondeterminism"))
+        (
+            "without `--enable-deterministic-inference`, requests with a cache hit get seeded "
+            "N(0, 0.06) logprob noise, so near-ties flip about half the time, like a real server's "
+            "nondeterminism"
+        ),
+    )
 
     def __init__(self, arg: ArgType, does: str) -> None:
         self.arg = arg

@@ -70,8 +70,7 @@ class HostBudget:
         self.granted_bytes_per_rank += requested_bytes
 
 
-def host_pool_tokens(device_tokens: int, ratio: float, size_gb: float, bytes_per_token: int,
-                     page_size: int) -> int:
+def host_pool_tokens(device_tokens: int, ratio: float, size_gb: float, bytes_per_token: int, page_size: int) -> int:
     """Host pool size in tokens, as sglang computes it (ratio or GB, then one page more)."""
     if size_gb > 0:
         size = int(size_gb * 1e9 // max(1, bytes_per_token))

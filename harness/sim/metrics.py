@@ -15,8 +15,32 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 prometheus_client.disable_created_metrics()
 
-_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
-                 5.0, 7.5, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0, 60.0, 120.0, 300.0)
+_TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    15.0,
+    20.0,
+    25.0,
+    30.0,
+    40.0,
+    60.0,
+    120.0,
+    300.0,
+)
 _LAT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
@@ -37,9 +61,11 @@ class SimMetrics:
 
         self.prompt_tokens = counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.")
         self.generation_tokens = counter("sglang:generation_tokens_total", "Number of generation tokens processed.")
-        self.cached_tokens = counter("sglang:cached_tokens_total",
-                                     "Number of cached prompt tokens by source (device/host/storage).",
-                                     ("cache_source",))
+        self.cached_tokens = counter(
+            "sglang:cached_tokens_total",
+            "Number of cached prompt tokens by source (device/host/storage).",
+            ("cache_source",),
+        )
         self.num_requests = counter("sglang:num_requests_total", "Number of requests processed.")
         self.evicted_tokens = counter("sglang:evicted_tokens_total", "Tokens evicted from device to host.")
         self.load_back_tokens = counter("sglang:load_back_tokens_total", "Tokens loaded back from host to device.")
@@ -54,13 +80,27 @@ class SimMetrics:
         self.host_used = gauge("sglang:hicache_host_used_tokens", "HiCache host pool used tokens.")
         self.host_total = gauge("sglang:hicache_host_total_tokens", "HiCache host pool total tokens.")
         self.gen_throughput = gauge("sglang:gen_throughput", "The generation throughput (token/s).")
-        self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              names, buckets=_TTFT_BUCKETS, registry=r)
-        self.e2e = Histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
-                             names, buckets=_TTFT_BUCKETS, registry=r)
-        self.load_back_duration = Histogram("sglang:load_back_duration_seconds",
-                                            "Time spent loading KV back from host (seconds).",
-                                            names, buckets=_LAT_BUCKETS, registry=r)
+        self.ttft = Histogram(
+            "sglang:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            names,
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "sglang:e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds",
+            names,
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.load_back_duration = Histogram(
+            "sglang:load_back_duration_seconds",
+            "Time spent loading KV back from host (seconds).",
+            names,
+            buckets=_LAT_BUCKETS,
+            registry=r,
+        )
 
     def __getitem__(self, name: str):  # small helper: m["prompt_tokens"] -> labelled child
         return getattr(self, name).labels(**self.base)

@@ -145,10 +145,14 @@ def _log_startup(plan: Plan) -> None:
     a = plan.args.sglang
     shown = ", ".join(f"{k}={v!r}" for k, v in a.items())
     log.info("server_args=ServerArgs(%s)", shown)
-    log.info("SIMULATED sglang server (harness.sim, version %s): no GPU, no weights; timings from a cost model "
-             "x %s, host pools touched x %s. faults=%s", SIM_VERSION, plan.args.time_scale,
-             plan.args.host_mem_scale,
-             [f.name if arg is None else f"{f.name}={arg:g}" for f, arg in plan.args.faults.items()])
+    log.info(
+        "SIMULATED sglang server (harness.sim, version %s): no GPU, no weights; timings from a cost model "
+        "x %s, host pools touched x %s. faults=%s",
+        SIM_VERSION,
+        plan.args.time_scale,
+        plan.args.host_mem_scale,
+        [f.name if arg is None else f"{f.name}={arg:g}" for f, arg in plan.args.faults.items()],
+    )
     tplog.info("Init torch distributed begin.")
     tplog.info("Init torch distributed ends. mem usage=0.00 GB")
     tplog.info("Load weight begin. avail mem=139.37 GB")
@@ -157,27 +161,33 @@ def _log_startup(plan: Plan) -> None:
 def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
     """sglang's KV host pool, then (hybrid) its mamba host pool; raises on refusal."""
     a, args = plan.args.sglang, plan.args
-    avail = (int(args.mem_available_gib * 1024**3) if args.mem_available_gib is not None
-             else read_mem_available_bytes())
+    avail = int(args.mem_available_gib * 1024**3) if args.mem_available_gib is not None else read_mem_available_bytes()
     budget = HostBudget(mem_available_bytes=avail, ranks=plan.tp)
-    plan.host_tokens = host_pool_tokens(plan.max_total_tokens, a["hicache_ratio"], a["hicache_size"],
-                                        plan.kv_bytes_per_token, plan.page_size)
+    plan.host_tokens = host_pool_tokens(
+        plan.max_total_tokens, a["hicache_ratio"], a["hicache_size"], plan.kv_bytes_per_token, plan.page_size
+    )
     if plan.host_tokens <= plan.max_total_tokens:
-        tplog.warning("HiCache kv host pool (%d tokens) is smaller than the device pool (%d tokens);"
-                      "L2 cache effectiveness is reduced.Consider increasing --hicache-ratio (or --hicache-size) "
-                      "for higher L2 cache hit rate.", plan.host_tokens, plan.max_total_tokens)
+        tplog.warning(
+            "HiCache kv host pool (%d tokens) is smaller than the device pool (%d tokens);"
+            "L2 cache effectiveness is reduced.Consider increasing --hicache-ratio (or --hicache-size) "
+            "for higher L2 cache hit rate.",
+            plan.host_tokens,
+            plan.max_total_tokens,
+        )
     kv_bytes = plan.host_tokens * plan.kv_bytes_per_token
     budget.claim(kv_bytes)
-    tplog.info("Allocating kv hierarchical KV host pool: %d tokens, %.2f GB host memory.",
-               plan.host_tokens, kv_bytes / 1e9)
+    tplog.info(
+        "Allocating kv hierarchical KV host pool: %d tokens, %.2f GB host memory.", plan.host_tokens, kv_bytes / 1e9
+    )
     # every TP rank on this host allocates its own pool: touch tp x (scaled) bytes
     buffers.append(TouchedBuffer(int(kv_bytes * plan.tp * args.host_mem_scale)))
     if not plan.shape.is_hybrid:
         return
     if plan.layout not in ("page_first", "page_first_direct"):
         raise AssertionError(f"Unsupported layout: {plan.layout}")
-    plan.mamba_host_slots = host_pool_tokens(plan.mamba_slots, a["hicache_ratio"], a["hicache_size"],
-                                             plan.mamba_bytes_per_slot, 1)
+    plan.mamba_host_slots = host_pool_tokens(
+        plan.mamba_slots, a["hicache_ratio"], a["hicache_size"], plan.mamba_bytes_per_slot, 1
+    )
     m_bytes = plan.mamba_host_slots * plan.mamba_bytes_per_slot
     budget.claim(m_bytes)
     tplog.info("Allocating %.2f GB host memory for hierarchical Mamba cache (layout=%s).", m_bytes / 1e9, plan.layout)
@@ -186,27 +196,33 @@ def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
 
 def _server_info(plan: Plan) -> dict[str, Any]:
     info: dict[str, Any] = dict(plan.args.sglang)
-    info.update({
-        "version": SIM_VERSION,
-        "simulated": True,
-        "backend": "harness.sim",
-        "max_total_num_tokens": plan.max_total_tokens,
-        "max_req_input_len": min(plan.context_len, plan.max_total_tokens) - 1,
-        "chunked_prefill_size": plan.chunked_prefill_size,
-        "max_running_requests": plan.max_running_requests,
-        "page_size": plan.page_size,
-        "context_len": plan.context_len,
-        "hicache_mem_layout": plan.layout,
-        "host_pool_tokens": plan.host_tokens,
-        "host_pool_gb": round(plan.host_tokens * plan.kv_bytes_per_token / 1e9, 4),
-        "kv_bytes_per_token": plan.kv_bytes_per_token,
-        "mamba_host_pool_slots": plan.mamba_host_slots,
-        "mamba_bytes_per_slot": plan.mamba_bytes_per_slot,
-        "sim": {"time_scale": plan.args.time_scale, "host_mem_scale": plan.args.host_mem_scale,
-                "mem_available_gib": plan.args.mem_available_gib, "startup_s": plan.args.startup_s,
+    info.update(
+        {
+            "version": SIM_VERSION,
+            "simulated": True,
+            "backend": "harness.sim",
+            "max_total_num_tokens": plan.max_total_tokens,
+            "max_req_input_len": min(plan.context_len, plan.max_total_tokens) - 1,
+            "chunked_prefill_size": plan.chunked_prefill_size,
+            "max_running_requests": plan.max_running_requests,
+            "page_size": plan.page_size,
+            "context_len": plan.context_len,
+            "hicache_mem_layout": plan.layout,
+            "host_pool_tokens": plan.host_tokens,
+            "host_pool_gb": round(plan.host_tokens * plan.kv_bytes_per_token / 1e9, 4),
+            "kv_bytes_per_token": plan.kv_bytes_per_token,
+            "mamba_host_pool_slots": plan.mamba_host_slots,
+            "mamba_bytes_per_slot": plan.mamba_bytes_per_slot,
+            "sim": {
+                "time_scale": plan.args.time_scale,
+                "host_mem_scale": plan.args.host_mem_scale,
+                "mem_available_gib": plan.args.mem_available_gib,
+                "startup_s": plan.args.startup_s,
                 "step_ms_per_request": plan.args.step_ms_per_request,
-                "faults": [{"name": f.name, "arg": arg} for f, arg in plan.args.faults.items()]},
-    })
+                "faults": [{"name": f.name, "arg": arg} for f, arg in plan.args.faults.items()],
+            },
+        }
+    )
     return info
 
 
@@ -215,8 +231,10 @@ def run(args: SimArgs) -> int:
     if Fault.spawn_child in args.faults:
         # the launched process is only a launcher: the real server is its child, same session
         if os.fork() > 0:
-            sys.stdout.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] launcher pid {os.getpid()} "
-                             "handed over to a child process and exits (simulated spawn_child)\n")
+            sys.stdout.write(
+                f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] launcher pid {os.getpid()} "
+                "handed over to a child process and exits (simulated spawn_child)\n"
+            )
             sys.stdout.flush()
             os._exit(0)
     if Fault.ignore_sigterm in args.faults:
@@ -225,8 +243,10 @@ def run(args: SimArgs) -> int:
     try:
         shape = load_model_shape(args.sglang["model_path"])
     except ModelConfigError as exc:
-        _traceback([("utils/hf_transformers_utils.py", 226, "get_config", "config = AutoConfig.from_pretrained(")],
-                   f"OSError: {exc}")
+        _traceback(
+            [("utils/hf_transformers_utils.py", 226, "get_config", "config = AutoConfig.from_pretrained(")],
+            f"OSError: {exc}",
+        )
         return 1
     plan = Plan(args, shape)
     _log_startup(plan)
@@ -244,16 +264,21 @@ def run(args: SimArgs) -> int:
         tplog.info("Capture cuda graph begin. This can take up to several minutes.")
         crash_with_illegal_access("startup")
 
-    tplog.info("Load weight end. type=%s, dtype=torch.bfloat16, avail mem=120.00 GB, mem usage=0.00 GB.",
-               (shape.architectures or ("Unknown",))[0])
+    tplog.info(
+        "Load weight end. type=%s, dtype=torch.bfloat16, avail mem=120.00 GB, mem usage=0.00 GB.",
+        (shape.architectures or ("Unknown",))[0],
+    )
     kv_gb = plan.max_total_tokens * plan.kv_bytes_per_token / 2 / 1e9
-    tplog.info("KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB",
-               plan.max_total_tokens, kv_gb, kv_gb)
+    tplog.info(
+        "KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB", plan.max_total_tokens, kv_gb, kv_gb
+    )
     if shape.is_hybrid:
-        tplog.info("Mamba Cache is allocated. max_mamba_cache_size: %d, conv_state size: %.2f GB, "
-                   "ssm_state size: %.2f GB ", plan.mamba_slots + 1,
-                   (plan.mamba_slots + 1) * shape.mamba_conv_bytes_per_slot(plan.tp) / 1e9,
-                   (plan.mamba_slots + 1) * shape.mamba_temporal_bytes_per_slot(plan.tp) / 1e9)
+        tplog.info(
+            "Mamba Cache is allocated. max_mamba_cache_size: %d, conv_state size: %.2f GB, ssm_state size: %.2f GB ",
+            plan.mamba_slots + 1,
+            (plan.mamba_slots + 1) * shape.mamba_conv_bytes_per_slot(plan.tp) / 1e9,
+            (plan.mamba_slots + 1) * shape.mamba_temporal_bytes_per_slot(plan.tp) / 1e9,
+        )
 
     buffers: list[TouchedBuffer] = []
     try:
@@ -262,22 +287,40 @@ def run(args: SimArgs) -> int:
                 _allocate_host_pools(plan, buffers)
             except HostMemoryError as exc:
                 pool = "mamba.py" if plan.host_tokens and len(buffers) == 1 else "base.py"
-                _traceback(_INIT_FRAMES + [
-                    ("mem_cache/hi_mamba_radix_cache.py" if shape.is_hybrid else "mem_cache/hiradix_cache.py",
-                     118, "__init__", "self.token_to_kv_pool_host = self._create_host_pool("),
-                    (f"mem_cache/pool_host/{pool}", 131, "__init__", "raise ValueError("),
-                ], f"ValueError: {exc}")
+                _traceback(
+                    _INIT_FRAMES
+                    + [
+                        (
+                            "mem_cache/hi_mamba_radix_cache.py" if shape.is_hybrid else "mem_cache/hiradix_cache.py",
+                            118,
+                            "__init__",
+                            "self.token_to_kv_pool_host = self._create_host_pool(",
+                        ),
+                        (f"mem_cache/pool_host/{pool}", 131, "__init__", "raise ValueError("),
+                    ],
+                    f"ValueError: {exc}",
+                )
                 return _scheduler_failed()
             except AssertionError as exc:
-                _traceback(_INIT_FRAMES + [
-                    ("mem_cache/hi_mamba_radix_cache.py", 131, "__init__", "self.mamba_pool_host = MambaPoolHost("),
-                    ("mem_cache/pool_host/mamba.py", 70, "__init__", "assert layout in ["),
-                ], f"AssertionError: {exc}")
+                _traceback(
+                    _INIT_FRAMES
+                    + [
+                        ("mem_cache/hi_mamba_radix_cache.py", 131, "__init__", "self.mamba_pool_host = MambaPoolHost("),
+                        ("mem_cache/pool_host/mamba.py", 70, "__init__", "assert layout in ["),
+                    ],
+                    f"AssertionError: {exc}",
+                )
                 return _scheduler_failed()
-        tplog.info("max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
-                   "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
-                   plan.max_total_tokens, plan.chunked_prefill_size, args.sglang["max_prefill_tokens"],
-                   plan.max_running_requests, plan.context_len, 12.34)
+        tplog.info(
+            "max_total_num_tokens=%d, chunked_prefill_size=%d, max_prefill_tokens=%d, "
+            "max_running_requests=%d, context_len=%d, available_gpu_mem=%.2f GB",
+            plan.max_total_tokens,
+            plan.chunked_prefill_size,
+            args.sglang["max_prefill_tokens"],
+            plan.max_running_requests,
+            plan.context_len,
+            12.34,
+        )
         return asyncio.run(_serve(plan))
     finally:
         for b in buffers:
@@ -286,33 +329,68 @@ def run(args: SimArgs) -> int:
 
 async def _serve(plan: Plan) -> int:
     args, a, shape = plan.args, plan.args.sglang, plan.shape
-    cache = TwoTierCache(plan.max_total_tokens, plan.host_tokens if plan.hicache else 0, plan.page_size,
-                         a["hicache_write_policy"], hybrid=shape.is_hybrid, enabled=not a["disable_radix_cache"])
+    cache = TwoTierCache(
+        plan.max_total_tokens,
+        plan.host_tokens if plan.hicache else 0,
+        plan.page_size,
+        a["hicache_write_policy"],
+        hybrid=shape.is_hybrid,
+        enabled=not a["disable_radix_cache"],
+    )
     cfg = EngineConfig(
-        max_total_tokens=plan.max_total_tokens, chunked_prefill_size=plan.chunked_prefill_size,
-        max_running_requests=plan.max_running_requests, context_len=plan.context_len,
-        kv_bytes_per_token=plan.kv_bytes_per_token, mamba_bytes_per_slot=plan.mamba_bytes_per_slot,
-        hybrid=shape.is_hybrid, deterministic=bool(a["enable_deterministic_inference"]),
+        max_total_tokens=plan.max_total_tokens,
+        chunked_prefill_size=plan.chunked_prefill_size,
+        max_running_requests=plan.max_running_requests,
+        context_len=plan.context_len,
+        kv_bytes_per_token=plan.kv_bytes_per_token,
+        mamba_bytes_per_slot=plan.mamba_bytes_per_slot,
+        hybrid=shape.is_hybrid,
+        deterministic=bool(a["enable_deterministic_inference"]),
         faults=args.faults,
         random_seed=a["random_seed"] if a["random_seed"] is not None else 0,
     )
     metrics = SimMetrics(plan.served_model_name)
-    engine = Engine(cfg, cache, CostModel.for_model(shape, plan.tp, a["hicache_io_backend"], plan.layout,
-                                                    args.time_scale, args.step_ms_per_request),
-                    TokenModel(shape.vocab_size, shape.eos_token_ids), metrics)
+    engine = Engine(
+        cfg,
+        cache,
+        CostModel.for_model(
+            shape, plan.tp, a["hicache_io_backend"], plan.layout, args.time_scale, args.step_ms_per_request
+        ),
+        TokenModel(shape.vocab_size, shape.eos_token_ids),
+        metrics,
+    )
     state = AppState(
-        engine=engine, server_info=_server_info(plan),
-        model_info={"model_path": a["model_path"], "tokenizer_path": a["tokenizer_path"] or a["model_path"],
-                    "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
-                    "has_image_understanding": False, "has_audio_understanding": False,
-                    "model_type": shape.model_type, "architectures": list(shape.architectures),
-                    "simulated": True},
-        skip_tokenizer=bool(a["skip_tokenizer_init"]), enable_metrics=bool(a["enable_metrics"]),
-        enable_cache_report=bool(a["enable_cache_report"]), served_model_name=plan.served_model_name,
+        engine=engine,
+        server_info=_server_info(plan),
+        model_info={
+            "model_path": a["model_path"],
+            "tokenizer_path": a["tokenizer_path"] or a["model_path"],
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": shape.model_type,
+            "architectures": list(shape.architectures),
+            "simulated": True,
+        },
+        skip_tokenizer=bool(a["skip_tokenizer_init"]),
+        enable_metrics=bool(a["enable_metrics"]),
+        enable_cache_report=bool(a["enable_cache_report"]),
+        served_model_name=plan.served_model_name,
         faults=dict(args.faults),
     )
-    server = _Server(uvicorn.Config(build_app(state), host=a["host"], port=a["port"], log_config=None,
-                                    access_log=True, timeout_graceful_shutdown=1, lifespan="off"))
+    server = _Server(
+        uvicorn.Config(
+            build_app(state),
+            host=a["host"],
+            port=a["port"],
+            log_config=None,
+            access_log=True,
+            timeout_graceful_shutdown=1,
+            lifespan="off",
+        )
+    )
     loop = asyncio.get_running_loop()
     exit_code = 0
 
@@ -330,12 +408,18 @@ async def _serve(plan: Plan) -> int:
             sched.cancel()
             return 1
         await asyncio.sleep(0.01)
-    warm = SimRequest(rid="warmup", input_ids=[3, 4, 5, 6, 7, 8, 9, 10],
-                      sampling=SamplingParams(max_new_tokens=1, temperature=0.0), internal=True)
+    warm = SimRequest(
+        rid="warmup",
+        input_ids=[3, 4, 5, 6, 7, 8, 9, 10],
+        sampling=SamplingParams(max_new_tokens=1, temperature=0.0),
+        internal=True,
+    )
     engine.submit(warm)
     await wait_done(warm)
-    log.info("End of prefill warmup with status 200, resp: [{'text': '', 'output_ids': %s, 'meta_info': ...}]",
-             warm.output_ids)
+    log.info(
+        "End of prefill warmup with status 200, resp: [{'text': '', 'output_ids': %s, 'meta_info': ...}]",
+        warm.output_ids,
+    )
     engine.update_gauges()
     state.ready = True
     log.info("The server is fired up and ready to roll!")
@@ -348,10 +432,15 @@ async def _serve(plan: Plan) -> int:
             log.error("Scheduler loop ended: %r", exc)
             exit_code = 1
             break
-        if die_after_idle_s is not None and engine.last_response_at is not None and not engine.busy \
-                and time.monotonic() - engine.last_response_at > die_after_idle_s:
-            tplog.error("Scheduler died %.1f s after its last response (simulated fault die_after_idle).",
-                        die_after_idle_s)
+        if (
+            die_after_idle_s is not None
+            and engine.last_response_at is not None
+            and not engine.busy
+            and time.monotonic() - engine.last_response_at > die_after_idle_s
+        ):
+            tplog.error(
+                "Scheduler died %.1f s after its last response (simulated fault die_after_idle).", die_after_idle_s
+            )
             sys.stdout.flush()
             os._exit(1)
     server.should_exit = True

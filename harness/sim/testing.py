@@ -32,13 +32,35 @@ def free_port() -> int:
 class SimProcess:
     """``with SimProcess(["--enable-hierarchical-cache"]) as sim: httpx.post(sim.url + ...)``."""
 
-    def __init__(self, extra: Sequence[str] = (), model: str = "llama-tiny", wait_ready: bool = True,
-                 time_scale: float = 0.02, startup_s: float = 0.05, ready_timeout: float = 20.0) -> None:
+    def __init__(
+        self,
+        extra: Sequence[str] = (),
+        model: str = "llama-tiny",
+        wait_ready: bool = True,
+        time_scale: float = 0.02,
+        startup_s: float = 0.05,
+        ready_timeout: float = 20.0,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.argv = [sys.executable, "-m", "harness.sim", "--model-path", str(MODELS / model),
-                     "--host", "127.0.0.1", "--port", str(self.port), "--sim-time-scale", str(time_scale),
-                     "--sim-startup-s", str(startup_s), "--sim-host-mem-scale", "0.01", *extra]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "harness.sim",
+            "--model-path",
+            str(MODELS / model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--sim-time-scale",
+            str(time_scale),
+            "--sim-startup-s",
+            str(startup_s),
+            "--sim-host-mem-scale",
+            "0.01",
+            *extra,
+        ]
         self.wait_ready = wait_ready
         self.ready_timeout = ready_timeout
         self.log = tempfile.NamedTemporaryFile(prefix="sim-", suffix=".log", delete=False)
@@ -47,8 +69,9 @@ class SimProcess:
 
     def __enter__(self) -> "SimProcess":
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=REPO, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self.log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True
+        )
         if self.wait_ready:
             try:
                 self.wait_until_ready(self.ready_timeout)
@@ -109,10 +132,30 @@ class SimProcess:
 def run_sim(extra: Sequence[str], model: str = "llama-tiny", timeout: float = 20.0) -> subprocess.CompletedProcess:
     """Run the sim to completion (for start-up failures); stdout+stderr merged in ``.stdout``."""
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    argv = [sys.executable, "-m", "harness.sim", "--model-path", str(MODELS / model), "--port", str(free_port()),
-            "--sim-startup-s", "0.01", "--sim-host-mem-scale", "0.001", *extra]
-    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env,
-                          timeout=timeout, start_new_session=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.sim",
+        "--model-path",
+        str(MODELS / model),
+        "--port",
+        str(free_port()),
+        "--sim-startup-s",
+        "0.01",
+        "--sim-host-mem-scale",
+        "0.001",
+        *extra,
+    ]
+    return subprocess.run(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=timeout,
+        start_new_session=True,
+    )
 
 
 def generate(url: str, ids: list[int], max_new_tokens: int = 1, **extra: object) -> dict:

@@ -16,8 +16,13 @@ from typing import Any
 from harness.workloads.kind import Derived, WorkloadKind
 
 # Public names of the running side, loaded on first use (they pull in the HTTP client).
-_RUNNING = {"WorkloadContext": "context", "WorkloadScope": "context", "phase_label": "context",
-            "WorkloadsOutcome": "sequence", "run_workloads": "sequence"}
+_RUNNING = {
+    "WorkloadContext": "context",
+    "WorkloadScope": "context",
+    "phase_label": "context",
+    "WorkloadsOutcome": "sequence",
+    "run_workloads": "sequence",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -46,8 +51,9 @@ def _check_derived_names(declared: Iterable[WorkloadKind]) -> None:
         for d in k.derived:
             first = seen.setdefault(d.name, d)
             if (first.unit, first.higher_is_better) != (d.unit, d.higher_is_better):
-                raise TypeError(f"derived figure {d.name!r} is declared with different units or "
-                                f"directions by two workload kinds")
+                raise TypeError(
+                    f"derived figure {d.name!r} is declared with different units or directions by two workload kinds"
+                )
 
 
 def derived_figures() -> dict[str, Derived]:

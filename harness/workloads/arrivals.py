@@ -144,12 +144,15 @@ class Load(ScenarioModel):
             raise field_error(f"burstiness shapes gamma arrivals; with arrivals: {self.arrivals} it would be ignored")
         if self.duration_s is not None:
             if self.warmup_s + self.cooldown_s >= self.duration_s:
-                raise field_error(f"warmup_s + cooldown_s ({self.warmup_s:g} + {self.cooldown_s:g}) leave "
-                                  f"nothing of duration_s {self.duration_s:g} to measure")
+                raise field_error(
+                    f"warmup_s + cooldown_s ({self.warmup_s:g} + {self.cooldown_s:g}) leave "
+                    f"nothing of duration_s {self.duration_s:g} to measure"
+                )
             most = max(rates, default=0) * self.duration_s
             if most > MAX_REQUESTS_PER_POINT:
-                raise field_error(f"rate x duration_s is {most:,.0f} requests per point, more than "
-                                  f"{MAX_REQUESTS_PER_POINT:,}")
+                raise field_error(
+                    f"rate x duration_s is {most:,.0f} requests per point, more than {MAX_REQUESTS_PER_POINT:,}"
+                )
         return self
 
     def points(self) -> list[Point]:
@@ -176,8 +179,15 @@ class Load(ScenarioModel):
 # --------------------------------------------------------------------------------- arrivals
 
 
-def arrival_offsets_ns(process: Process, rate_per_s: float, *, seed: int, duration_s: float | None = None,
-                       limit: int | None = None, burstiness: float = 1.0) -> list[int]:
+def arrival_offsets_ns(
+    process: Process,
+    rate_per_s: float,
+    *,
+    seed: int,
+    duration_s: float | None = None,
+    limit: int | None = None,
+    burstiness: float = 1.0,
+) -> list[int]:
     """Send offsets (ns from the point's start; the first at 0) at mean rate ``rate_per_s``, until
     ``duration_s`` or ``limit`` offsets, whichever comes first (at least one of them): constant
     gaps, exponential gaps (Poisson) or gamma gaps of shape ``burstiness``. Seeded."""
@@ -212,8 +222,9 @@ class Planned:
     warmup: bool
 
 
-def plan_window(offsets_ns: Sequence[int], warmup_s: float, cooldown_s: float,
-                end_ns: int | None = None) -> list[Planned]:
+def plan_window(
+    offsets_ns: Sequence[int], warmup_s: float, cooldown_s: float, end_ns: int | None = None
+) -> list[Planned]:
     """The offsets as `Planned` requests: those before ``warmup_s`` or at or after
     ``end − cooldown_s`` are warm-up (``end_ns``: the clock's end, default just past the last
     offset)."""
@@ -288,8 +299,15 @@ def record_all(w: WorkloadScope, records: Sequence[RequestRecord]) -> None:
         w.record(rec)
 
 
-async def send_on_clock(w: WorkloadScope, phase: str, plan: Sequence[Planned], build: Build, *,
-                        cap: int | None = None, start_ns: int | None = None) -> list[RequestRecord]:
+async def send_on_clock(
+    w: WorkloadScope,
+    phase: str,
+    plan: Sequence[Planned],
+    build: Build,
+    *,
+    cap: int | None = None,
+    start_ns: int | None = None,
+) -> list[RequestRecord]:
     """Send ``plan`` as phase ``phase``, each request at ``start + offset``
     (`harness.schedule.send_schedule`: built `harness.schedule.LEAD_NS` before its instant, in
     time order); with ``cap``, at most that many in flight. Returns the records when every
@@ -308,8 +326,16 @@ async def send_on_clock(w: WorkloadScope, phase: str, plan: Sequence[Planned], b
             freed = await slots.acquire()
             due = due if freed is None else max(due, freed)
         try:
-            rec = await w.send(phase, p.index, out.input_ids, max_new_tokens=out.max_new_tokens,
-                               ignore_eos=True, warmup=p.warmup, at_ns=due, defer=True)
+            rec = await w.send(
+                phase,
+                p.index,
+                out.input_ids,
+                max_new_tokens=out.max_new_tokens,
+                ignore_eos=True,
+                warmup=p.warmup,
+                at_ns=due,
+                defer=True,
+            )
         except StopSending:
             return None
         finally:
@@ -328,9 +354,18 @@ async def send_on_clock(w: WorkloadScope, phase: str, plan: Sequence[Planned], b
     return sent
 
 
-async def send_closed_loop(w: WorkloadScope, phase: str, concurrency: int, duration_s: float | None, build: Build,
-                           *, warmup_s: float = 0.0, cooldown_s: float = 0.0, limit: int | None = None,
-                           start_ns: int | None = None) -> list[RequestRecord]:
+async def send_closed_loop(
+    w: WorkloadScope,
+    phase: str,
+    concurrency: int,
+    duration_s: float | None,
+    build: Build,
+    *,
+    warmup_s: float = 0.0,
+    cooldown_s: float = 0.0,
+    limit: int | None = None,
+    start_ns: int | None = None,
+) -> list[RequestRecord]:
     """``concurrency`` senders for ``duration_s``: each sends its next request when its previous
     one finished (due at that one's last byte; the next request is built while the previous is in
     flight), until the duration is over or ``limit`` requests were sent (one of the two must be
@@ -352,9 +387,18 @@ async def send_closed_loop(w: WorkloadScope, phase: str, concurrency: int, durat
         due, nxt = start, claim()
         while nxt is not None and due < end:
             i, out = nxt
-            sending = asyncio.ensure_future(w.send(
-                phase, i, out.input_ids, max_new_tokens=out.max_new_tokens, ignore_eos=True,
-                warmup=due < warm_end or due >= cool_start, at_ns=due, defer=True))
+            sending = asyncio.ensure_future(
+                w.send(
+                    phase,
+                    i,
+                    out.input_ids,
+                    max_new_tokens=out.max_new_tokens,
+                    ignore_eos=True,
+                    warmup=due < warm_end or due >= cool_start,
+                    at_ns=due,
+                    defer=True,
+                )
+            )
             await asyncio.sleep(0)  # the request is written in the sending task's first step
             nxt = claim()
             rec = await sending
@@ -370,8 +414,16 @@ async def send_closed_loop(w: WorkloadScope, phase: str, concurrency: int, durat
     return sorted(sent, key=lambda r: r.index)
 
 
-async def run_point(w: WorkloadScope, load: Load, point: Point, build: Build, *, seed: int,
-                    limit: int | None = None, offsets_ns: Sequence[int] | None = None) -> list[RequestRecord]:
+async def run_point(
+    w: WorkloadScope,
+    load: Load,
+    point: Point,
+    build: Build,
+    *,
+    seed: int,
+    limit: int | None = None,
+    offsets_ns: Sequence[int] | None = None,
+) -> list[RequestRecord]:
     """One load point of ``load`` as phase ``point.phase`` (the sampler's phase is set here):
     at ``offsets_ns`` when given (a trace's own clock), else open loop at the point's rate for
     ``duration_s`` (or ``limit`` requests), capped when it has a cap, or closed loop at its
@@ -380,16 +432,31 @@ async def run_point(w: WorkloadScope, load: Load, point: Point, build: Build, *,
     if offsets_ns is None and point.rate is None:
         if point.cap is None:
             raise ValueError("a closed loop needs max_concurrency")
-        sent = await send_closed_loop(w, point.phase, point.cap, load.duration_s, build, warmup_s=load.warmup_s,
-                                      cooldown_s=load.cooldown_s, limit=limit)
+        sent = await send_closed_loop(
+            w,
+            point.phase,
+            point.cap,
+            load.duration_s,
+            build,
+            warmup_s=load.warmup_s,
+            cooldown_s=load.cooldown_s,
+            limit=limit,
+        )
     else:
         if offsets_ns is None:
             assert point.rate is not None and load.arrivals != "trace"
-            offsets_ns = arrival_offsets_ns(load.arrivals, point.rate, seed=seed, duration_s=load.duration_s,
-                                            limit=limit, burstiness=load.burstiness)
+            offsets_ns = arrival_offsets_ns(
+                load.arrivals,
+                point.rate,
+                seed=seed,
+                duration_s=load.duration_s,
+                limit=limit,
+                burstiness=load.burstiness,
+            )
         end = round(load.duration_s * 1e9) if load.duration_s is not None else None
-        sent = await send_on_clock(w, point.phase, plan_window(offsets_ns, load.warmup_s, load.cooldown_s, end),
-                                   build, cap=point.cap)
+        sent = await send_on_clock(
+            w, point.phase, plan_window(offsets_ns, load.warmup_s, load.cooldown_s, end), build, cap=point.cap
+        )
     warn_if_client_bound(w.name, point.phase, sent, load.lag_limit_ms)
     return sent
 
@@ -404,13 +471,20 @@ def lag_figures(records: Sequence[RequestRecord], limit_ms: float = LAG_LIMIT_MS
     lag = schedule_lag(measured, limit_ms=limit_ms)
     sent = sorted(r.sent_ns for r in measured if r.scheduled_ns is not None)
     achieved = (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e9) if len(sent) > 1 and sent[-1] > sent[0] else None
-    return {"lag_n": lag.n, "lag_p50_ms": lag.p50_ms, "lag_p99_ms": lag.p99_ms, "lag_max_ms": lag.max_ms,
-            "lag_limit_ms": lag.limit_ms, "client_bound": lag.client_bound if lag.n else None,
-            "achieved_rps": achieved}
+    return {
+        "lag_n": lag.n,
+        "lag_p50_ms": lag.p50_ms,
+        "lag_p99_ms": lag.p99_ms,
+        "lag_max_ms": lag.max_ms,
+        "lag_limit_ms": lag.limit_ms,
+        "client_bound": lag.client_bound if lag.n else None,
+        "achieved_rps": achieved,
+    }
 
 
-def point_figures(cfg: Any, phase: str, records: Sequence[RequestRecord], points: Sequence[Point],
-                  window_s: float | None) -> dict[str, Any]:
+def point_figures(
+    cfg: Any, phase: str, records: Sequence[RequestRecord], points: Sequence[Point], window_s: float | None
+) -> dict[str, Any]:
     """A load point's ``figures`` (a clocked kind's ``phase_figures``): its sweep axis and value
     (from the phase's name), schedule lag and achieved rate, the offered rate and, with an
     ``slo``, its attainment and goodput over ``window_s``. ``cfg`` None (a summary made without
@@ -431,8 +505,13 @@ def warn_if_client_bound(workload: str, phase: str, records: Sequence[RequestRec
     """Log (a warning: the console shows it) a phase whose client fell behind its schedule."""
     lag = schedule_lag([r for r in records if not r.warmup], limit_ms=limit_ms)
     if lag.client_bound:
-        log.warning("%s/%s is CLIENT-BOUND: %s; the client, not the server, set this phase's load, so its "
-                    "latency figures are suspect", workload, phase, lag.line())
+        log.warning(
+            "%s/%s is CLIENT-BOUND: %s; the client, not the server, set this phase's load, so its "
+            "latency figures are suspect",
+            workload,
+            phase,
+            lag.line(),
+        )
 
 
 def _figures(phases: PhaseSummaries) -> list[dict]:
@@ -452,15 +531,30 @@ def any_client_bound(phases: PhaseSummaries) -> float | None:
 
 
 LAG_DERIVED = (
-    Derived("schedule_lag_p99_ms", "ms", False,
-            "p99 of sent − scheduled over the measured requests, the worst phase", worst_lag_p99_ms),
-    Derived("client_bound", "flag", False,
-            "1 when a phase's p99 schedule lag was over lag_limit_ms: the client set the load, "
-            "the latency figures are suspect", any_client_bound),
+    Derived(
+        "schedule_lag_p99_ms",
+        "ms",
+        False,
+        "p99 of sent − scheduled over the measured requests, the worst phase",
+        worst_lag_p99_ms,
+    ),
+    Derived(
+        "client_bound",
+        "flag",
+        False,
+        "1 when a phase's p99 schedule lag was over lag_limit_ms: the client set the load, "
+        "the latency figures are suspect",
+        any_client_bound,
+    ),
 )
 LAG_ROWS = (
-    ReportRow("schedule lag p99 ({workload})", "ms", "schedule_lag_p99_ms", False,
-              note="sent − scheduled, worst phase; over lag_limit_ms: client-bound"),
+    ReportRow(
+        "schedule lag p99 ({workload})",
+        "ms",
+        "schedule_lag_p99_ms",
+        False,
+        note="sent − scheduled, worst phase; over lag_limit_ms: client-bound",
+    ),
 )
 CLOCK_DERIVED = SLO_DERIVED + LAG_DERIVED  # what a kind with load points and an slo derives
 CLOCK_ROWS = SLO_ROWS + LAG_ROWS

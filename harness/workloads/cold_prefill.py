@@ -36,16 +36,31 @@ async def run(ctx: WorkloadContext, cfg: ColdPrefill) -> None:
 
 # Shared with repeat_prefill, whose first phase is "cold" too.
 COLD_PREFILL_FIGURES = (
-    Derived("prefill_tok_s", "tok/s", True, "uncached prompt tokens / TTFT of the cold phase, median",
-            PhaseStat("cold", "prefill_tok_s").of, needs=("cold",)),
-    Derived("prefill_total_tok_s", "tok/s", True, "all prompt tokens / TTFT of the cold phase, median",
-            PhaseStat("cold", "prefill_total_tok_s").of, needs=("cold",)),
+    Derived(
+        "prefill_tok_s",
+        "tok/s",
+        True,
+        "uncached prompt tokens / TTFT of the cold phase, median",
+        PhaseStat("cold", "prefill_tok_s").of,
+        needs=("cold",),
+    ),
+    Derived(
+        "prefill_total_tok_s",
+        "tok/s",
+        True,
+        "all prompt tokens / TTFT of the cold phase, median",
+        PhaseStat("cold", "prefill_total_tok_s").of,
+        needs=("cold",),
+    ),
 )
 
 KIND = WorkloadKind(
     config=ColdPrefill,
     run=run,
     derived=COLD_PREFILL_FIGURES,
-    report_rows=(ReportRow("cold prefill ({workload})", "tok/s", "prefill_total_tok_s", True,
-                           note="prompt tokens / TTFT, median"),),
+    report_rows=(
+        ReportRow(
+            "cold prefill ({workload})", "tok/s", "prefill_total_tok_s", True, note="prompt tokens / TTFT, median"
+        ),
+    ),
 )

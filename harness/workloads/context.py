@@ -115,13 +115,21 @@ class WorkloadScope:
         return f"{self.name}/{phase}/r{self.ctx.repeat}"
 
     def prompts(self, count: int, n_tokens: int, purpose: str) -> list[list[int]]:
-        return self.ctx.prompts.distinct(count, n_tokens,
-                                         key=(self.ctx.variant, self.name, self.ctx.repeat, purpose))
+        return self.ctx.prompts.distinct(count, n_tokens, key=(self.ctx.variant, self.name, self.ctx.repeat, purpose))
 
-    async def send(self, phase: str, index: int, input_ids: list[int], *,
-                   max_new_tokens: int | None = None, ignore_eos: bool = False,
-                   warmup: bool = False, group: str | None = None, defer: bool = False,
-                   at_ns: int | None = None) -> RequestRecord:
+    async def send(
+        self,
+        phase: str,
+        index: int,
+        input_ids: list[int],
+        *,
+        max_new_tokens: int | None = None,
+        ignore_eos: bool = False,
+        warmup: bool = False,
+        group: str | None = None,
+        defer: bool = False,
+        at_ns: int | None = None,
+    ) -> RequestRecord:
         """Send one request, record it, return it. Raises `StopSending` if the abort signal
         already fired (nothing is sent then). ``defer``: return it unrecorded — the workload
         labels it from timestamps it learns later and then calls `record`. ``at_ns``: send it
@@ -130,17 +138,26 @@ class WorkloadScope:
         ctx = self.ctx
         if ctx.abort.fired:
             raise StopSending(ctx.abort.reason)
-        req = GenerateRequest(input_ids=input_ids,
-                              max_new_tokens=self.max_new_tokens if max_new_tokens is None else max_new_tokens,
-                              ignore_eos=ignore_eos)
-        labels = Labels(variant=ctx.variant, workload=self.name, phase=phase, repeat=ctx.repeat,
-                        index=index, warmup=warmup, concurrency_group=group)
+        req = GenerateRequest(
+            input_ids=input_ids,
+            max_new_tokens=self.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            ignore_eos=ignore_eos,
+        )
+        labels = Labels(
+            variant=ctx.variant,
+            workload=self.name,
+            phase=phase,
+            repeat=ctx.repeat,
+            index=index,
+            warmup=warmup,
+            concurrency_group=group,
+        )
         if at_ns is None:
-            rec = await ctx.client.generate(req, labels, abort=ctx.abort,
-                                            timeout_s=ctx.request_timeout_s, api=self.api)
+            rec = await ctx.client.generate(req, labels, abort=ctx.abort, timeout_s=ctx.request_timeout_s, api=self.api)
         else:
-            rec = await ctx.client.generate_at(at_ns, req, labels, abort=ctx.abort,
-                                               timeout_s=ctx.request_timeout_s, api=self.api)
+            rec = await ctx.client.generate_at(
+                at_ns, req, labels, abort=ctx.abort, timeout_s=ctx.request_timeout_s, api=self.api
+            )
         if rec.error == "connection" and await ctx.confirm_death():
             rec.error = "server_died"
         if not defer:

@@ -73,7 +73,9 @@ class DatasetReplay(Load, SLOFields, WorkloadConfig):
     def _check_replay(self):
         if self.arrivals == "trace":
             if self.format != "mooncake":
-                raise field_error(f"arrivals: trace needs timestamps: only the mooncake format has them, not {self.format}")
+                raise field_error(
+                    f"arrivals: trace needs timestamps: only the mooncake format has them, not {self.format}"
+                )
             if self.rate is not None:
                 raise field_error("arrivals: trace sets its own clock: leave out rate (speed scales it)")
             if isinstance(self.max_concurrency, list):
@@ -83,7 +85,9 @@ class DatasetReplay(Load, SLOFields, WorkloadConfig):
         elif self.speed != 1.0:
             raise field_error("speed scales a trace's clock: it needs arrivals: trace")
         if self.output_tokens is not None and self.output_tokens > self.max_output_tokens:
-            raise field_error(f"output_tokens ({self.output_tokens}) is over max_output_tokens ({self.max_output_tokens})")
+            raise field_error(
+                f"output_tokens ({self.output_tokens}) is over max_output_tokens ({self.max_output_tokens})"
+            )
         return self
 
     def new_tokens(self) -> int:
@@ -114,11 +118,17 @@ def _encoder(ctx: WorkloadContext, cfg: DatasetReplay) -> Any:
     if tok is not None:
         return tok
     if cfg.mode == "text":
-        raise ValueError(f"mode: text needs a tokenizer, and there is none at {where or '(no model path)'}: "
-                         "give tokenizer: (a tokenizer.json or a model folder), or mode: token_ids")
-    log.warning("%s: no tokenizer at %s: sending token ids made from the words of the text (lengths "
-                "approximate, not the model's tokens); give tokenizer: for real tokens, or mode: token_ids "
-                "to say this is meant", cfg.name, where or "(no model path)")
+        raise ValueError(
+            f"mode: text needs a tokenizer, and there is none at {where or '(no model path)'}: "
+            "give tokenizer: (a tokenizer.json or a model folder), or mode: token_ids"
+        )
+    log.warning(
+        "%s: no tokenizer at %s: sending token ids made from the words of the text (lengths "
+        "approximate, not the model's tokens); give tokenizer: for real tokens, or mode: token_ids "
+        "to say this is meant",
+        cfg.name,
+        where or "(no model path)",
+    )
     return D.WordIds(ctx.vocab_size)
 
 
@@ -142,14 +152,19 @@ def prepare(ctx: WorkloadContext, cfg: DatasetReplay, requests: Sequence[D.Datas
             continue
         out = min(cfg.output_tokens or max(1, out), cfg.max_output_tokens)
         if parts is None:
-            builders.append(lambda req=req, out=out: Outgoing(
-                D.trace_input_ids(req, cfg.block_tokens, ctx.vocab_size, salt), out))
+            builders.append(
+                lambda req=req, out=out: Outgoing(D.trace_input_ids(req, cfg.block_tokens, ctx.vocab_size, salt), out)
+            )
         else:
             builders.append(lambda req=req, out=out: Outgoing(parts.ids(req), out))
         kept.append(req.index)
     if skipped:
-        log.warning("%s: skipped %d of the file's requests: prompt empty or over max_prompt_tokens (%d)",
-                    cfg.name, skipped, longest)
+        log.warning(
+            "%s: skipped %d of the file's requests: prompt empty or over max_prompt_tokens (%d)",
+            cfg.name,
+            skipped,
+            longest,
+        )
     return builders, kept
 
 
@@ -174,9 +189,18 @@ async def run(ctx: WorkloadContext, cfg: DatasetReplay) -> None:
             offsets = [o for o in offsets if o < cfg.duration_s * 1e9]
     for k, point in enumerate(cfg.load_points()):
         if k and cfg.flush_between_points and not await ctx.client.flush_cache():
-            log.warning("%s: /flush_cache refused before %s: this point may hit the last one's cache", w.name, point.phase)
-        await run_point(w, cfg, point, lambda i: builders[i](), limit=len(builders), offsets_ns=offsets,
-                        seed=derive_seed(ctx.seed, w.name, ctx.repeat, point.phase))
+            log.warning(
+                "%s: /flush_cache refused before %s: this point may hit the last one's cache", w.name, point.phase
+            )
+        await run_point(
+            w,
+            cfg,
+            point,
+            lambda i: builders[i](),
+            limit=len(builders),
+            offsets_ns=offsets,
+            seed=derive_seed(ctx.seed, w.name, ctx.repeat, point.phase),
+        )
 
 
 def _span_s(records: Sequence[RequestRecord]) -> float | None:

@@ -33,18 +33,32 @@ async def run(ctx: WorkloadContext, cfg: Decode) -> None:
     for r in range(cfg.n):
         group = f"{w.group('decode')}/b{r}"
         prompts = w.prompts(cfg.batch, n_tokens, f"decode{r}")
-        await w.gather(w.send("decode", r * cfg.batch + i, ids, max_new_tokens=cfg.output_tokens,
-                              ignore_eos=True, group=group) for i, ids in enumerate(prompts))
+        await w.gather(
+            w.send("decode", r * cfg.batch + i, ids, max_new_tokens=cfg.output_tokens, ignore_eos=True, group=group)
+            for i, ids in enumerate(prompts)
+        )
 
 
 KIND = WorkloadKind(
     config=Decode,
     run=run,
     derived=(
-        Derived("decode_tok_s", "tok/s", True, "output tokens after the first / decode time, median",
-                PhaseStat("decode", "decode_tok_s").of, needs=("decode",)),
-        Derived("tpot_ms", "ms", False, "time per output token after the first, median",
-                PhaseStat("decode", "tpot_ms").of, needs=("decode",)),
+        Derived(
+            "decode_tok_s",
+            "tok/s",
+            True,
+            "output tokens after the first / decode time, median",
+            PhaseStat("decode", "decode_tok_s").of,
+            needs=("decode",),
+        ),
+        Derived(
+            "tpot_ms",
+            "ms",
+            False,
+            "time per output token after the first, median",
+            PhaseStat("decode", "tpot_ms").of,
+            needs=("decode",),
+        ),
     ),
     report_rows=(ReportRow("decode ({workload})", "tok/s", "decode_tok_s", True),),
 )

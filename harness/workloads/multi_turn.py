@@ -43,8 +43,7 @@ async def run(ctx: WorkloadContext, cfg: MultiTurn) -> None:
     async def session(s: int, history: list[int]) -> None:
         for t in range(1, cfg.turns + 1):
             if t > 1:
-                history = ctx.prompts.extend(
-                    history, more, key=(ctx.variant, w.name, ctx.repeat, "turn", s, t))
+                history = ctx.prompts.extend(history, more, key=(ctx.variant, w.name, ctx.repeat, "turn", s, t))
             rec = await w.send(f"turn{t}", s, history, max_new_tokens=cfg.output_tokens, ignore_eos=True)
             history = history + rec.output_ids
 
@@ -66,8 +65,13 @@ KIND = WorkloadKind(
     config=MultiTurn,
     run=run,
     derived=(
-        Derived("later_turns_cached_fraction", "fraction", True, "mean cached share of turns >= 2",
-                later_turns_cached_fraction),
+        Derived(
+            "later_turns_cached_fraction",
+            "fraction",
+            True,
+            "mean cached share of turns >= 2",
+            later_turns_cached_fraction,
+        ),
     ),
     tier_hit_phases=True,
 )

@@ -106,8 +106,11 @@ async def run(ctx: WorkloadContext, cfg: MultiTurnClients) -> None:
         rng = random.Random(derive_seed(ctx.seed, w.name, ctx.repeat, "gaps", c))
         due = start + round(cfg.start_spread_s * 1e9 * c / cfg.clients)
         for r in range(1, cfg.rounds + 1):
-            prompt = history if r == 1 else ctx.prompts.extend(
-                history, more, key=(ctx.variant, w.name, ctx.repeat, "round", c, r))
+            prompt = (
+                history
+                if r == 1
+                else ctx.prompts.extend(history, more, key=(ctx.variant, w.name, ctx.repeat, "round", c, r))
+            )
             if limit is not None and len(prompt) + out > limit:
                 return  # the conversation reached its length
             rec = None
@@ -116,8 +119,7 @@ async def run(ctx: WorkloadContext, cfg: MultiTurnClients) -> None:
                 freed = await slots.acquire()
                 due = due if freed is None else max(due, freed)
             try:
-                rec = await w.send(f"round{r}", c, prompt, max_new_tokens=out, ignore_eos=True, at_ns=due,
-                                   defer=True)
+                rec = await w.send(f"round{r}", c, prompt, max_new_tokens=out, ignore_eos=True, at_ns=due, defer=True)
                 sent.append(rec)
             finally:
                 if slots is not None:
@@ -144,10 +146,14 @@ def round_of(phase: str) -> int | None:
 
 def _later_mean(metric: str) -> Any:
     def compute(phases: PhaseSummaries) -> float | None:
-        means = [((p.get("metrics") or {}).get(metric) or {}).get("mean") for ph, p in phases.items()
-                 if (round_of(ph) or 0) >= 2]
+        means = [
+            ((p.get("metrics") or {}).get(metric) or {}).get("mean")
+            for ph, p in phases.items()
+            if (round_of(ph) or 0) >= 2
+        ]
         values = [m for m in means if m is not None]
         return float(np.mean(values)) if values else None
+
     return compute
 
 
@@ -179,24 +185,58 @@ KIND = WorkloadKind(
     config=MultiTurnClients,
     run=run,
     derived=(
-        Derived("later_rounds_cached_fraction", "fraction", True, "mean cached share of rounds >= 2",
-                _later_mean("cached_fraction"), compared=True),
-        Derived("later_rounds_host_fraction", "fraction", True, "mean host-tier share of rounds >= 2",
-                _later_mean("host_hit_fraction")),
-        Derived("first_host_round", "round", True,
-                "first round served more from the host tier than from the GPU", first_host_round),
+        Derived(
+            "later_rounds_cached_fraction",
+            "fraction",
+            True,
+            "mean cached share of rounds >= 2",
+            _later_mean("cached_fraction"),
+            compared=True,
+        ),
+        Derived(
+            "later_rounds_host_fraction",
+            "fraction",
+            True,
+            "mean host-tier share of rounds >= 2",
+            _later_mean("host_hit_fraction"),
+        ),
+        Derived(
+            "first_host_round",
+            "round",
+            True,
+            "first round served more from the host tier than from the GPU",
+            first_host_round,
+        ),
         Derived("ttft_growth", "ratio", False, "TTFT p50 of the last round / of the first", ttft_growth),
-    ) + LAG_DERIVED,
+    )
+    + LAG_DERIVED,
     report_rows=tuple(
-        ReportRow(f"round {k} host-tier share ({{workload}})", "", PhaseStat(f"round{k}", "host_hit_fraction", "mean"),
-                  True, note="prompt tokens loaded back from host memory")
+        ReportRow(
+            f"round {k} host-tier share ({{workload}})",
+            "",
+            PhaseStat(f"round{k}", "host_hit_fraction", "mean"),
+            True,
+            note="prompt tokens loaded back from host memory",
+        )
         for k in range(1, ROUND_ROWS + 1)
-    ) + (
-        ReportRow("later rounds cached share ({workload})", "", "later_rounds_cached_fraction", True,
-                  note="rounds >= 2, any tier"),
-        ReportRow("first host-tier round ({workload})", "", "first_host_round", True,
-                  note="where conversations fell out of the GPU pool"),
-    ) + LAG_ROWS,
+    )
+    + (
+        ReportRow(
+            "later rounds cached share ({workload})",
+            "",
+            "later_rounds_cached_fraction",
+            True,
+            note="rounds >= 2, any tier",
+        ),
+        ReportRow(
+            "first host-tier round ({workload})",
+            "",
+            "first_host_round",
+            True,
+            note="where conversations fell out of the GPU pool",
+        ),
+    )
+    + LAG_ROWS,
     tier_hit_phases=True,
     phase_figures=phase_figures,
 )

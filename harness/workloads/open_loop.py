@@ -52,8 +52,10 @@ class OpenLoop(Load, SLOFields, WorkloadConfig):
     def _prefix_fits(self):
         p, q = self.prefix_tokens, self.prompt_tokens
         if p is not None and p.tokens is not None and q.tokens is not None and p.tokens >= q.tokens:
-            raise field_error(f"prefix_tokens ({p.tokens}) must be shorter than prompt_tokens ({q.tokens}): "
-                              "it is the shared part of the prompt")
+            raise field_error(
+                f"prefix_tokens ({p.tokens}) must be shorter than prompt_tokens ({q.tokens}): "
+                "it is the shared part of the prompt"
+            )
         return self
 
     def new_tokens(self) -> int:

@@ -46,9 +46,15 @@ KIND = WorkloadKind(
     config=ParallelPrefixes,
     run=run,
     derived=(
-        Derived("second_pass_speedup", "ratio", True, "pass 1 wall / pass 2 wall, medians",
-                lambda p: ratio(_PASS1_WALL.of(p), _PASS2_WALL.of(p)), needs=("pass1", "pass2"),
-                compared=True),
+        Derived(
+            "second_pass_speedup",
+            "ratio",
+            True,
+            "pass 1 wall / pass 2 wall, medians",
+            lambda p: ratio(_PASS1_WALL.of(p), _PASS2_WALL.of(p)),
+            needs=("pass1", "pass2"),
+            compared=True,
+        ),
     ),
     report_rows=(
         ReportRow("parallel prefixes pass 1 wall", "s", _PASS1_WALL, False),

@@ -33,15 +33,13 @@ class PrefixSharingFanout(PrefillConfig):
     fanout: Count = 8
 
     def longest_request_tokens(self, pool_tokens: int) -> int:
-        return (self.prefix_tokens.resolve(pool_tokens) + self.suffix_tokens.resolve(pool_tokens)
-                + self.new_tokens())
+        return self.prefix_tokens.resolve(pool_tokens) + self.suffix_tokens.resolve(pool_tokens) + self.new_tokens()
 
 
 async def run(ctx: WorkloadContext, cfg: PrefixSharingFanout) -> None:
     w = WorkloadScope(ctx, cfg)
     prefix_tokens, suffix_tokens = ctx.tokens(cfg.prefix_tokens), ctx.tokens(cfg.suffix_tokens)
-    prompts = ctx.prompts.shared_prefix(cfg.fanout, prefix_tokens, suffix_tokens,
-                                        key=(ctx.variant, w.name, ctx.repeat))
+    prompts = ctx.prompts.shared_prefix(cfg.fanout, prefix_tokens, suffix_tokens, key=(ctx.variant, w.name, ctx.repeat))
     w.phase("seed")
     await w.send("seed", 0, prompts[0][:prefix_tokens])
     w.phase("fanout")
@@ -62,14 +60,32 @@ KIND = WorkloadKind(
     config=PrefixSharingFanout,
     run=run,
     derived=(
-        Derived("fanout_cached_fraction", "fraction", True, "mean cached share of the fan-out prompts",
-                fanout_cached_fraction, needs=("fanout",), compared=True),
-        Derived("fanout_ttft_ratio", "ratio", False, "fan-out TTFT / the prefix's cold TTFT, medians",
-                lambda p: ratio(_FANOUT_TTFT.of(p), _SEED_TTFT.of(p)), needs=("seed", "fanout")),
+        Derived(
+            "fanout_cached_fraction",
+            "fraction",
+            True,
+            "mean cached share of the fan-out prompts",
+            fanout_cached_fraction,
+            needs=("fanout",),
+            compared=True,
+        ),
+        Derived(
+            "fanout_ttft_ratio",
+            "ratio",
+            False,
+            "fan-out TTFT / the prefix's cold TTFT, medians",
+            lambda p: ratio(_FANOUT_TTFT.of(p), _SEED_TTFT.of(p)),
+            needs=("seed", "fanout"),
+        ),
     ),
     report_rows=(
-        ReportRow("fan-out cached share ({workload})", "", "fanout_cached_fraction", True,
-                  note="prefix reuse across concurrent suffixes"),
+        ReportRow(
+            "fan-out cached share ({workload})",
+            "",
+            "fanout_cached_fraction",
+            True,
+            note="prefix reuse across concurrent suffixes",
+        ),
         ReportRow("fan-out TTFT ({workload})", "ms", _FANOUT_TTFT, False, note="p50"),
     ),
     tier_hit_phases=True,

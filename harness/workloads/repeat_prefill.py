@@ -70,13 +70,26 @@ KIND = WorkloadKind(
     config=RepeatPrefill,
     run=run,
     filler_phases=frozenset({"evict"}),
-    derived=COLD_PREFILL_FIGURES + (
-        Derived("device_speedup", "ratio", True, "cold TTFT / TTFT repeated at once (GPU-tier hit)",
-                lambda p: ratio(_COLD_TTFT.of(p), PhaseStat("repeat_device", "ttft_ms").of(p)),
-                needs=("cold", "repeat_device"), compared=True),
-        Derived("host_speedup", "ratio", True, "cold TTFT / TTFT after eviction (host-tier hit)",
-                lambda p: ratio(_COLD_TTFT.of(p), PhaseStat("repeat_after_evict", "ttft_ms").of(p)),
-                needs=("cold", "repeat_after_evict"), compared=True),
+    derived=COLD_PREFILL_FIGURES
+    + (
+        Derived(
+            "device_speedup",
+            "ratio",
+            True,
+            "cold TTFT / TTFT repeated at once (GPU-tier hit)",
+            lambda p: ratio(_COLD_TTFT.of(p), PhaseStat("repeat_device", "ttft_ms").of(p)),
+            needs=("cold", "repeat_device"),
+            compared=True,
+        ),
+        Derived(
+            "host_speedup",
+            "ratio",
+            True,
+            "cold TTFT / TTFT after eviction (host-tier hit)",
+            lambda p: ratio(_COLD_TTFT.of(p), PhaseStat("repeat_after_evict", "ttft_ms").of(p)),
+            needs=("cold", "repeat_after_evict"),
+            compared=True,
+        ),
     ),
     report_rows=(
         ReportRow("repeat speedup, device hit", "×", "device_speedup", True, note="cold TTFT / repeat TTFT"),

@@ -59,8 +59,9 @@ async def run(ctx: WorkloadContext, cfg: ShortTTFT) -> None:
         await asyncio.gather(long_task, return_exceptions=True)
         long_rec = None if long_task.cancelled() or long_task.exception() else long_task.result()
         for rec in shorts:
-            rec.phase, rec.concurrency_group = ("during_long", group) if inside_prefill(rec, long_rec) \
-                else ("after_long", None)
+            rec.phase, rec.concurrency_group = (
+                ("during_long", group) if inside_prefill(rec, long_rec) else ("after_long", None)
+            )
             w.record(rec)
     long_task.result()  # re-raises StopSending if the long one could not be sent
 
@@ -80,9 +81,15 @@ KIND = WorkloadKind(
     config=ShortTTFT,
     run=run,
     derived=(
-        Derived("interference", "ratio", False, "short TTFT during a long prefill / alone, medians",
-                lambda p: ratio(_DURING.of(p), _ALONE.of(p)), needs=("alone", "during_long"),
-                compared=True),
+        Derived(
+            "interference",
+            "ratio",
+            False,
+            "short TTFT during a long prefill / alone, medians",
+            lambda p: ratio(_DURING.of(p), _ALONE.of(p)),
+            needs=("alone", "during_long"),
+            compared=True,
+        ),
     ),
     report_rows=(
         ReportRow("short TTFT alone", "ms", _ALONE, False, note="{workload}, p50"),

@@ -93,8 +93,9 @@ def percentile_met(records: Sequence[RequestRecord], limits: dict[str, float], p
     return True
 
 
-def slo_figures(records: Sequence[RequestRecord], slo: SLO | None, percentile: float,
-                window_s: float | None) -> dict[str, Any]:
+def slo_figures(
+    records: Sequence[RequestRecord], slo: SLO | None, percentile: float, window_s: float | None
+) -> dict[str, Any]:
     """SLO attainment of a phase's measured requests (warm-up left out), pure: counts, fractions,
     goodput over ``window_s`` and whether the percentile meets every limit. Empty without an SLO."""
     if slo is None:
@@ -130,8 +131,9 @@ def knee(points: Sequence[tuple[float, bool | None]]) -> float | None:
 
 
 def _points(phases: PhaseSummaries, axis: str) -> list[dict]:
-    return [f for p in phases.values() if isinstance(f := (p or {}).get("figures"), dict)
-            and f.get("sweep_axis") == axis]
+    return [
+        f for p in phases.values() if isinstance(f := (p or {}).get("figures"), dict) and f.get("sweep_axis") == axis
+    ]
 
 
 def knee_of(phases: PhaseSummaries, axis: str) -> float | None:
@@ -143,13 +145,17 @@ def knee_of(phases: PhaseSummaries, axis: str) -> float | None:
 
 def best_goodput(phases: PhaseSummaries) -> float | None:
     """The highest goodput of a load point."""
-    values = [f["goodput_rps"] for p in phases.values() if isinstance(f := (p or {}).get("figures"), dict)
-              and f.get("goodput_rps") is not None]
+    values = [
+        f["goodput_rps"]
+        for p in phases.values()
+        if isinstance(f := (p or {}).get("figures"), dict) and f.get("goodput_rps") is not None
+    ]
     return max(values) if values else None
 
 
 def pooled_fraction(met_key: str) -> Any:
     """A derivation: the share of all measured requests of all points counted under ``met_key``."""
+
     def compute(phases: PhaseSummaries) -> float | None:
         met = n = 0
         for p in phases.values():
@@ -158,33 +164,77 @@ def pooled_fraction(met_key: str) -> Any:
                 met += f[met_key]
                 n += f["slo_n"]
         return met / n if n else None
+
     return compute
 
 
 SLO_DERIVED = (
-    Derived("knee_rate", "req/s", True,
-            "highest swept rate at which it and every lower rate meet the SLO at slo_percentile",
-            lambda p: knee_of(p, "rate"), compared=True),
-    Derived("knee_concurrency", "requests", True,
-            "highest swept concurrency at which it and every lower one meet the SLO at slo_percentile",
-            lambda p: knee_of(p, "conc"), compared=True),
-    Derived("goodput_rps", "req/s", True,
-            "requests meeting every SLO limit per second of the measured window, the best load point",
-            best_goodput, compared=True),
-    Derived("slo_met_fraction", "fraction", True, "share of requests meeting every SLO limit, all points",
-            pooled_fraction("slo_good")),
-    Derived("ttft_slo_met_fraction", "fraction", True, "share of requests meeting the TTFT limit, all points",
-            pooled_fraction("ttft_ms_slo_met")),
-    Derived("tpot_slo_met_fraction", "fraction", True, "share of requests meeting the TPOT limit, all points",
-            pooled_fraction("tpot_ms_slo_met")),
-    Derived("e2e_slo_met_fraction", "fraction", True, "share of requests meeting the end-to-end limit, all points",
-            pooled_fraction("e2e_ms_slo_met")),
+    Derived(
+        "knee_rate",
+        "req/s",
+        True,
+        "highest swept rate at which it and every lower rate meet the SLO at slo_percentile",
+        lambda p: knee_of(p, "rate"),
+        compared=True,
+    ),
+    Derived(
+        "knee_concurrency",
+        "requests",
+        True,
+        "highest swept concurrency at which it and every lower one meet the SLO at slo_percentile",
+        lambda p: knee_of(p, "conc"),
+        compared=True,
+    ),
+    Derived(
+        "goodput_rps",
+        "req/s",
+        True,
+        "requests meeting every SLO limit per second of the measured window, the best load point",
+        best_goodput,
+        compared=True,
+    ),
+    Derived(
+        "slo_met_fraction",
+        "fraction",
+        True,
+        "share of requests meeting every SLO limit, all points",
+        pooled_fraction("slo_good"),
+    ),
+    Derived(
+        "ttft_slo_met_fraction",
+        "fraction",
+        True,
+        "share of requests meeting the TTFT limit, all points",
+        pooled_fraction("ttft_ms_slo_met"),
+    ),
+    Derived(
+        "tpot_slo_met_fraction",
+        "fraction",
+        True,
+        "share of requests meeting the TPOT limit, all points",
+        pooled_fraction("tpot_ms_slo_met"),
+    ),
+    Derived(
+        "e2e_slo_met_fraction",
+        "fraction",
+        True,
+        "share of requests meeting the end-to-end limit, all points",
+        pooled_fraction("e2e_ms_slo_met"),
+    ),
 )
 SLO_ROWS = (
-    ReportRow("SLO knee, rate ({workload})", "req/s", "knee_rate", True,
-              note="highest rate whose percentile meets the SLO"),
-    ReportRow("SLO knee, concurrency ({workload})", "", "knee_concurrency", True,
-              note="highest concurrency whose percentile meets the SLO"),
-    ReportRow("goodput ({workload})", "req/s", "goodput_rps", True, note="requests meeting the SLO per second, best point"),
+    ReportRow(
+        "SLO knee, rate ({workload})", "req/s", "knee_rate", True, note="highest rate whose percentile meets the SLO"
+    ),
+    ReportRow(
+        "SLO knee, concurrency ({workload})",
+        "",
+        "knee_concurrency",
+        True,
+        note="highest concurrency whose percentile meets the SLO",
+    ),
+    ReportRow(
+        "goodput ({workload})", "req/s", "goodput_rps", True, note="requests meeting the SLO per second, best point"
+    ),
     ReportRow("SLO met ({workload})", "", "slo_met_fraction", True, note="share of requests meeting every limit"),
 )
