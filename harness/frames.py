@@ -34,15 +34,44 @@ import pandas as pd
 from harness import metrics as M
 from harness import results
 
-REQUEST_LABELS = ["variant", "workload", "phase", "repeat", "index", "rid", "warmup",
-                  "concurrency_group", "finish_reason", "error"]
-REQUEST_COUNTS = ["prompt_len", "prompt_tokens", "completion_tokens", "cached_tokens",
-                  "cached_device", "cached_host", "cached_storage"]
+REQUEST_LABELS = [
+    "variant",
+    "workload",
+    "phase",
+    "repeat",
+    "index",
+    "rid",
+    "warmup",
+    "concurrency_group",
+    "finish_reason",
+    "error",
+]
+REQUEST_COUNTS = [
+    "prompt_len",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "cached_device",
+    "cached_host",
+    "cached_storage",
+]
 REQUEST_TIMES = ["sent_ns", "first_token_ns", "done_ns"]
 
-SAMPLE_SCALARS = ["t_ns", "wall_time", "mem_available_kib", "mem_free_kib", "cached_kib",
-                  "mlocked_kib", "shmem_kib", "swap_total_kib", "swap_free_kib", "pswpin_kib_s",
-                  "pswpout_kib_s", "pgmajfault_s", "server_rss_kib"]
+SAMPLE_SCALARS = [
+    "t_ns",
+    "wall_time",
+    "mem_available_kib",
+    "mem_free_kib",
+    "cached_kib",
+    "mlocked_kib",
+    "shmem_kib",
+    "swap_total_kib",
+    "swap_free_kib",
+    "pswpin_kib_s",
+    "pswpout_kib_s",
+    "pgmajfault_s",
+    "server_rss_kib",
+]
 # Server counters kept as columns (summed over label sets); the rest stay in samples.jsonl.
 SAMPLE_COUNTERS = {
     "load_back_bytes": "sglang:load_back_bytes_total",
@@ -101,9 +130,15 @@ def requests_frame(path: Path, variant: str | None = None) -> pd.DataFrame:
     ``variant`` fills the variant column for rows that lack it."""
     columns = _cached(Path(path), _request_columns, REQUEST_LABELS)
     numeric = REQUEST_COUNTS + REQUEST_TIMES
-    df = pd.DataFrame({**{c: columns[c] for c in REQUEST_LABELS}, **{c: columns[c] for c in numeric},
-                       **M.request_metrics(columns), "output_len": columns["output_len"],
-                       "n_chunks": columns["n_chunks"]})
+    df = pd.DataFrame(
+        {
+            **{c: columns[c] for c in REQUEST_LABELS},
+            **{c: columns[c] for c in numeric},
+            **M.request_metrics(columns),
+            "output_len": columns["output_len"],
+            "n_chunks": columns["n_chunks"],
+        }
+    )
     if variant is not None:
         df["variant"] = df["variant"].fillna(variant) if len(df) else variant
     return df
@@ -118,11 +153,25 @@ def groups_frame(requests: pd.DataFrame) -> pd.DataFrame:
     grouped = requests[(requests["warmup"] != True) & requests["concurrency_group"].notna()]
     keys = ["variant", "workload", "phase", "concurrency_group"]
     if grouped.empty:
-        return pd.DataFrame(columns=[*keys, "n", "n_errors", *M.GROUP_INPUTS,
-                                     *M.group_metrics({c: np.array([], float) for c in M.GROUP_INPUTS})])
-    out = grouped.groupby(keys, sort=False).agg(
-        n=("sent_ns", "size"), n_errors=("error", lambda s: int(s.notna().sum())),
-        first_sent_ns=("sent_ns", "min"), last_done_ns=("done_ns", "max")).reset_index()
+        return pd.DataFrame(
+            columns=[
+                *keys,
+                "n",
+                "n_errors",
+                *M.GROUP_INPUTS,
+                *M.group_metrics({c: np.array([], float) for c in M.GROUP_INPUTS}),
+            ]
+        )
+    out = (
+        grouped.groupby(keys, sort=False)
+        .agg(
+            n=("sent_ns", "size"),
+            n_errors=("error", lambda s: int(s.notna().sum())),
+            first_sent_ns=("sent_ns", "min"),
+            last_done_ns=("done_ns", "max"),
+        )
+        .reset_index()
+    )
     for name, values in M.group_metrics({c: out[c].to_numpy(dtype=float) for c in M.GROUP_INPUTS}).items():
         out[name] = values
     return out
@@ -148,8 +197,12 @@ def _sample_columns(path: Path) -> dict[str, Any]:
                 continue
             vals = [v for k, v in cs.items() if k == prefix or k.startswith(prefix + "{")]
             counters[col].append(float(sum(vals)) if vals else math.nan)
-    return {"phase": phase, **{c: _as_np(a) for c, a in cols.items()}, "gpu_mem_used_mib": _as_np(gpu),
-            **{c: _as_np(a) for c, a in counters.items()}}
+    return {
+        "phase": phase,
+        **{c: _as_np(a) for c, a in cols.items()},
+        "gpu_mem_used_mib": _as_np(gpu),
+        **{c: _as_np(a) for c, a in counters.items()},
+    }
 
 
 def samples_frame(path: Path, variant: str | None = None) -> pd.DataFrame:
@@ -158,8 +211,15 @@ def samples_frame(path: Path, variant: str | None = None) -> pd.DataFrame:
     load-back counters of `SAMPLE_COUNTERS` (cumulative, summed over label sets; NaN when the
     scrape failed or the counter is absent)."""
     c = _cached(Path(path), _sample_columns, ["phase"])
-    df = pd.DataFrame({"variant": variant, "phase": c["phase"], **{k: c[k] for k in SAMPLE_SCALARS},
-                       "gpu_mem_used_mib": c["gpu_mem_used_mib"], **{k: c[k] for k in SAMPLE_COUNTERS}})
+    df = pd.DataFrame(
+        {
+            "variant": variant,
+            "phase": c["phase"],
+            **{k: c[k] for k in SAMPLE_SCALARS},
+            "gpu_mem_used_mib": c["gpu_mem_used_mib"],
+            **{k: c[k] for k in SAMPLE_COUNTERS},
+        }
+    )
     t = df["t_ns"].to_numpy(dtype=float)
     df.insert(2, "t_s", (t - t[0]) / 1e9 if len(t) else t)
     return df
@@ -238,8 +298,11 @@ def _encode_blob(values: list) -> dict[str, np.ndarray]:
     joined = "".join(texts)
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in texts], out=offsets[1:])
-    return {"blob": np.frombuffer(joined.encode("utf-8", "surrogatepass"), dtype=np.uint8), "offsets": offsets,
-            "kinds": kinds}
+    return {
+        "blob": np.frombuffer(joined.encode("utf-8", "surrogatepass"), dtype=np.uint8),
+        "offsets": offsets,
+        "kinds": kinds,
+    }
 
 
 def _decode_objects(z: Any, name: str) -> list:

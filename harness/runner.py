@@ -31,20 +31,21 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import __version__, cooldown, fingerprint, hostpool, logscan, results, run_products, serving_window
+from harness.estimate import request_counts
 from harness.exit_codes import ExitCode
 from harness.expectations import evaluate_run_expectations
 from harness.probe.run import run_probes
-from harness.estimate import request_counts
 from harness.progress import Progress, plural
 from harness.sampling import Sampler
 from harness.scenario import scenario_hash, variant_config_hash
 from harness.secrets import Redactor
 from harness.server import ServerProcess, build_launch_spec, clear_orphans, free_port
-from harness.shard import select_run_variants
 from harness.server_info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_server_info
+from harness.shard import select_run_variants
 from harness.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
 from harness.verdict import Outcome, RunVerdict, VerdictPolicy
+
+from harness import __version__, cooldown, fingerprint, hostpool, logscan, results, run_products, serving_window
 
 log = logging.getLogger(__name__)
 
@@ -184,23 +185,26 @@ class Signals:
         return cls._active.deferred() if cls._active is not None else nullcontext()
 
 
-def build_manifest(scenario, variants: list, argv: list[str], simulated: bool,
-                   redactor: Redactor | None = None) -> dict:
+def build_manifest(
+    scenario, variants: list, argv: list[str], simulated: bool, redactor: Redactor | None = None
+) -> dict:
     """The run's manifest, every secret the run knows redacted (``redactor``: the run's)."""
     redactor = redactor or fingerprint.run_redactor(scenario, argv)
     entries = []
     for v in variants:
         d = describe_launch(scenario, v, redactor=redactor)
-        entries.append({
-            "name": v.name,
-            "dir": results.safe_name(v.name),
-            "config_hash": variant_config_hash(scenario, v),
-            "argv": d["argv"],
-            "env": d["env"],  # already redacted by describe_launch
-            "hicache": v.hicache.model_dump(mode="json") if v.hicache is not None else None,
-            "expect": v.expect,
-            "expect_cause": v.expect_cause,
-        })
+        entries.append(
+            {
+                "name": v.name,
+                "dir": results.safe_name(v.name),
+                "config_hash": variant_config_hash(scenario, v),
+                "argv": d["argv"],
+                "env": d["env"],  # already redacted by describe_launch
+                "hicache": v.hicache.model_dump(mode="json") if v.hicache is not None else None,
+                "expect": v.expect,
+                "expect_cause": v.expect_cause,
+            }
+        )
     server = scenario.server
     manifest = {
         "schema_version": results.SCHEMA_VERSION,
@@ -229,7 +233,9 @@ def build_manifest(scenario, variants: list, argv: list[str], simulated: bool,
         spec = build_launch_spec(scenario, v0, 0)
         if v0.sglang_source:
             manifest["sglang_source"] = fingerprint.git_state(Path(v0.sglang_source))
-        manifest["sglang"] = fingerprint.scrub_json(redactor, fingerprint.sglang_version(v0.python, env=spec.full_env()))
+        manifest["sglang"] = fingerprint.scrub_json(
+            redactor, fingerprint.sglang_version(v0.python, env=spec.full_env())
+        )
     else:
         manifest["sglang"] = {"version": "simulated", "location": "harness.sim"}
     return manifest
@@ -262,8 +268,14 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
             return execute_run(scenario, options, run, variants, redactor=redactor)
 
 
-def execute_run(scenario, options: RunOptions, run: results.RunPaths, variants: list,
-                prior: list[VariantOutcome] | None = None, redactor: Redactor | None = None) -> RunOutcome:
+def execute_run(
+    scenario,
+    options: RunOptions,
+    run: results.RunPaths,
+    variants: list,
+    prior: list[VariantOutcome] | None = None,
+    redactor: Redactor | None = None,
+) -> RunOutcome:
     """Run ``variants`` into an existing run folder (fresh or resumed), then finish it.
 
     ``prior``: outcomes of variants already complete in the folder (resume), counted in the exit code.
@@ -273,8 +285,9 @@ def execute_run(scenario, options: RunOptions, run: results.RunPaths, variants: 
     if options.preflight_mode is not None:
         scenario.preflight.mode = options.preflight_mode
     with results.hold_run_lock(run.root):
-        return _execute_locked(scenario, options, run, variants, prior,
-                               redactor or fingerprint.run_redactor(scenario, sys.argv))
+        return _execute_locked(
+            scenario, options, run, variants, prior, redactor or fingerprint.run_redactor(scenario, sys.argv)
+        )
 
 
 def _execute_locked(scenario, options, run, variants, prior, redactor: Redactor) -> RunOutcome:
@@ -292,8 +305,10 @@ def _execute_locked(scenario, options, run, variants, prior, redactor: Redactor)
                 vo, env_not_clean = run_variant(scenario, variant, run, progress, state, env_not_clean)
                 state.vpaths = state.status = None  # finished: an interrupt now must not relabel it
                 outcome.variants.append(vo)
-                progress.end_variant(f"variant {variant.name}: {vo.state}{f' ({vo.cause})' if vo.cause else ''}"
-                                     f"{'' if vo.expect_met else '  [UNEXPECTED]'}")
+                progress.end_variant(
+                    f"variant {variant.name}: {vo.state}{f' ({vo.cause})' if vo.cause else ''}"
+                    f"{'' if vo.expect_met else '  [UNEXPECTED]'}"
+                )
             progress.phase("finishing the run")
             outcome.verdict = finish_run(scenario, run)
             results.write_json_atomic(run.complete, {"at": results.utc_now_iso()})
@@ -363,16 +378,22 @@ def scrub_server_logs(vpaths: results.VariantPaths, redactor: Redactor) -> None:
         results.rewrite_lines_atomic(log_path, redactor.text)
 
 
-def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, state: _RunState,
-                env_not_clean: bool) -> tuple[VariantOutcome, bool]:
+def run_variant(
+    scenario, variant, run: results.RunPaths, progress: Progress, state: _RunState, env_not_clean: bool
+) -> tuple[VariantOutcome, bool]:
     """One variant, start to stop. Returns its outcome and whether the environment was left unclean
     (GPU memory or MemAvailable not back after cooldown): the next variant is then marked."""
     vpaths = run.variant(variant.name)
     vpaths.root.mkdir(parents=True, exist_ok=True)
-    status = VariantStatus(variant=variant.name, started_at=results.utc_now_iso(), expect=variant.expect,
-                           expect_cause=variant.expect_cause, env_not_clean=env_not_clean,
-                           simulated=scenario.server.backend == "sim",
-                           redact=lambda data: fingerprint.scrub_json(state.redactor, data))
+    status = VariantStatus(
+        variant=variant.name,
+        started_at=results.utc_now_iso(),
+        expect=variant.expect,
+        expect_cause=variant.expect_cause,
+        env_not_clean=env_not_clean,
+        simulated=scenario.server.backend == "sim",
+        redact=lambda data: fingerprint.scrub_json(state.redactor, data),
+    )
     state.vpaths, state.status = vpaths, status
     status.write(vpaths.status)
 
@@ -429,8 +450,14 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
         unclean = _cooldown(scenario, baseline, progress, status, sampler)
         _stop_sampler(sampler)
         state.sampler = None
-        return _finish(vpaths, status, FAILED, BAD_SERVER_ANSWER, state.redactor,
-                       detail={"endpoint": "/get_server_info", "reason": exc.reason}), unclean
+        return _finish(
+            vpaths,
+            status,
+            FAILED,
+            BAD_SERVER_ANSWER,
+            state.redactor,
+            detail={"endpoint": "/get_server_info", "reason": exc.reason},
+        ), unclean
     if info is not None:
         results.write_json_atomic(vpaths.server_info, fingerprint.scrub_json(state.redactor, info.raw))
     pools = logscan.parse_pools(server.read_log()).to_json()
@@ -439,8 +466,12 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
     status.pools = pools
     if prediction is not None:
         status.preflight = hostpool.preflight_variant(
-            scenario, variant, device_pool_tokens=pools["max_total_num_tokens"],
-            server_info=info.raw if info is not None else None, before=prediction)
+            scenario,
+            variant,
+            device_pool_tokens=pools["max_total_num_tokens"],
+            server_info=info.raw if info is not None else None,
+            before=prediction,
+        )
 
     window = serving_window.run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools, info)
     progress.phase("stopping")
@@ -453,10 +484,16 @@ def run_variant(scenario, variant, run: results.RunPaths, progress: Progress, st
     sampling = None
     if sampler is not None:
         sampling = run_products.sampling_summary(vpaths.samples, sampler.cpu_fraction, sampler.samples_written)
-    summary = run_products.measured_summary(variant.name, window.state, window.cause, window.requests,
-                                            len(window.quality_rows), sampling,
-                                            {w.name: w.kind for w in scenario.workloads},
-                                            {w.name: w for w in scenario.workloads})
+    summary = run_products.measured_summary(
+        variant.name,
+        window.state,
+        window.cause,
+        window.requests,
+        len(window.quality_rows),
+        sampling,
+        {w.name: w.kind for w in scenario.workloads},
+        {w.name: w for w in scenario.workloads},
+    )
     if window.state != OK:
         status.cause_detail = window.detail
         status.log_excerpt = _log_excerpt_for_death(server)
@@ -469,8 +506,15 @@ def _log_excerpt_for_death(server: ServerProcess) -> dict:
     return {**logscan.excerpt(text, found.line_number if found else None), "file": server.log_path.name}
 
 
-def _finish(vpaths: results.VariantPaths, status: VariantStatus, state: str, cause: str | None,
-            redactor: Redactor, detail=None, summary: dict | None = None) -> VariantOutcome:
+def _finish(
+    vpaths: results.VariantPaths,
+    status: VariantStatus,
+    state: str,
+    cause: str | None,
+    redactor: Redactor,
+    detail=None,
+    summary: dict | None = None,
+) -> VariantOutcome:
     """The variant ended (its server stopped): its logs scrubbed of the run's secrets, its
     summary.json (the null summary when it never served), then its final status — so a final
     state on disk always has its summary."""
@@ -488,9 +532,16 @@ def _start_sampler(scenario, server: ServerProcess, vpaths):
     if not cfg.enabled:
         return None
     writer = results.JsonlWriter(vpaths.samples, fsync=False)
-    sampler = Sampler(server.pid, server.spec.base_url, writer.append, interval_s=cfg.interval_s,
-                      gpu=cfg.gpu, server_metrics=cfg.server_metrics,
-                      launch_env=server.spec.full_env(), launch_argv=server.spec.argv)  # its GPUs only
+    sampler = Sampler(
+        server.pid,
+        server.spec.base_url,
+        writer.append,
+        interval_s=cfg.interval_s,
+        gpu=cfg.gpu,
+        server_metrics=cfg.server_metrics,
+        launch_env=server.spec.full_env(),
+        launch_argv=server.spec.argv,
+    )  # its GPUs only
     sampler._harness_writer = writer  # closed with the sampler
     return sampler.start()
 
@@ -508,8 +559,11 @@ def _cooldown(scenario, baseline, progress: Progress, status: VariantStatus, sam
     if sampler is not None:
         sampler.set_phase("cooldown")
     progress.phase("cooldown")
-    result = cooldown.wait(baseline, timeout_s=scenario.sampling.cooldown_timeout_s,
-                           mem_tolerance_gib=scenario.sampling.cooldown_mem_tolerance_gib)
+    result = cooldown.wait(
+        baseline,
+        timeout_s=scenario.sampling.cooldown_timeout_s,
+        mem_tolerance_gib=scenario.sampling.cooldown_mem_tolerance_gib,
+    )
     status.cooldown = result
     return not bool(result.get("clean", True))  # True: the environment did not come back
 
@@ -522,8 +576,9 @@ def finish_run(scenario, run: results.RunPaths, interrupted: bool = False) -> Ru
     if not interrupted:
         run_products.write_run_products(scenario, run)
         rows = evaluate_run_expectations(run.root)
-        results.write_json_atomic(run.root / run_products.EXPECTATIONS_FILE,
-                                  {"schema_version": results.SCHEMA_VERSION, "checks": rows})
+        results.write_json_atomic(
+            run.root / run_products.EXPECTATIONS_FILE, {"schema_version": results.SCHEMA_VERSION, "checks": rows}
+        )
     verdict = run_products.judge_run(run.root, rows, VerdictPolicy.from_block(scenario.verdict.model_dump()))
     run_products.write_verdict(run, verdict)
     return verdict

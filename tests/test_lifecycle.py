@@ -17,24 +17,26 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from harness import logscan, results
 from harness.exit_codes import ExitCode
-from harness.runner import RunOptions, run_scenario
 from harness.scenario import load_scenario
 from harness.server import ServerProcess, build_launch_spec, free_port, port_is_bindable
+
+from harness import logscan, results
+from harness.runner import RunOptions, run_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "scenarios" / "models"
 
 
-def write_scenario(tmp_path: Path, variants: str, workloads: str = "", retries: int = 0,
-                   timeout_s: float = 20, name: str = "lifecycle") -> Path:
-    text = textwrap.dedent(f"""\
+def write_scenario(
+    tmp_path: Path, variants: str, workloads: str = "", retries: int = 0, timeout_s: float = 20, name: str = "lifecycle"
+) -> Path:
+    text = (
+        textwrap.dedent(f"""\
         name: {name}
         server:
           backend: sim
-          model_path: {MODELS / 'llama-tiny'}
+          model_path: {MODELS / "llama-tiny"}
           args: {{--max-total-tokens: 4096, --skip-tokenizer-init: true}}
           startup_timeout_s: {timeout_s}
           startup_retries: {retries}
@@ -42,7 +44,10 @@ def write_scenario(tmp_path: Path, variants: str, workloads: str = "", retries: 
           sim: {{time_scale: 0.05, startup_s: 0.05, host_mem_scale: 0.001, mem_available_gib: 16}}
         sampling: {{enabled: false, cooldown_timeout_s: 2}}
         preflight: {{mode: warn}}
-        """) + "variants:\n" + textwrap.indent(textwrap.dedent(variants), "  ")
+        """)
+        + "variants:\n"
+        + textwrap.indent(textwrap.dedent(variants), "  ")
+    )
     if workloads:
         text += "workloads:\n" + textwrap.indent(textwrap.dedent(workloads), "  ")
     path = tmp_path / f"{name}.yaml"
@@ -52,8 +57,9 @@ def write_scenario(tmp_path: Path, variants: str, workloads: str = "", retries: 
 
 def run(path: Path, tmp_path: Path):
     scenario = load_scenario(path)
-    outcome = run_scenario(scenario, RunOptions(results_dir=tmp_path / "results", write_report=False,
-                                                live_progress=False))
+    outcome = run_scenario(
+        scenario, RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
+    )
     return outcome, results.load_run(outcome.run_dir)
 
 
@@ -70,13 +76,18 @@ def session_alive(sid: int) -> list[int]:
 
 # -- P1 ------------------------------------------------------------------------------------------
 
+
 def test_p1_host_memory_is_classified_with_gb_and_retried_with_each_log_kept(tmp_path):
-    path = write_scenario(tmp_path, """\
+    path = write_scenario(
+        tmp_path,
+        """\
         - name: huge
           hicache: {size_gb: 500}
           expect: startup_failed
           expect_cause: host_memory
-        """, retries=1)
+        """,
+        retries=1,
+    )
     outcome, loaded = run(path, tmp_path)
     status = loaded.variant("huge").status
     assert status["state"] == "startup_failed" and status["cause"] == logscan.HOST_MEMORY
@@ -92,10 +103,14 @@ def test_p1_host_memory_is_classified_with_gb_and_retried_with_each_log_kept(tmp
 
 
 def test_p1_cuda_fault_is_not_retried(tmp_path):
-    path = write_scenario(tmp_path, """\
+    path = write_scenario(
+        tmp_path,
+        """\
         - name: cuda
           sim_faults: [cuda_fault_at_startup]
-        """, retries=3)
+        """,
+        retries=3,
+    )
     outcome, loaded = run(path, tmp_path)
     status = loaded.variant("cuda").status
     assert status["cause"] == logscan.CUDA_FAULT and status["attempts"] == 1
@@ -104,6 +119,7 @@ def test_p1_cuda_fault_is_not_retried(tmp_path):
 
 
 # -- P2, P3, P4 on the server process directly ----------------------------------------------------
+
 
 def _server(tmp_path, faults: list[str]) -> ServerProcess:
     path = write_scenario(tmp_path, "- name: v\n  sim_faults: [" + ", ".join(faults) + "]\n")
@@ -177,11 +193,15 @@ WORKLOADS = """\
 
 
 def test_p5_death_mid_workload_is_partial_rows_kept_next_variant_runs(tmp_path):
-    path = write_scenario(tmp_path, """\
+    path = write_scenario(
+        tmp_path,
+        """\
         - name: crashes
           sim_faults: [crash_at_request=3]
         - name: healthy
-        """, workloads=WORKLOADS)
+        """,
+        workloads=WORKLOADS,
+    )
     outcome, loaded = run(path, tmp_path)
     crashed = loaded.variant("crashes")
     assert crashed.status["state"] == "partial" and crashed.status["cause"] == logscan.SERVER_DIED
@@ -195,10 +215,14 @@ def test_p5_death_mid_workload_is_partial_rows_kept_next_variant_runs(tmp_path):
 
 
 def test_p6_death_after_the_last_response_fails_the_variant(tmp_path):
-    path = write_scenario(tmp_path, """\
+    path = write_scenario(
+        tmp_path,
+        """\
         - name: dies_later
           sim_faults: [die_after_idle=1]
-        """, workloads=WORKLOADS)
+        """,
+        workloads=WORKLOADS,
+    )
     outcome, loaded = run(path, tmp_path)
     status = loaded.variant("dies_later").status
     assert status["state"] == "failed" and status["cause"] == logscan.SERVER_DIED
@@ -210,22 +234,32 @@ def test_p6_death_after_the_last_response_fails_the_variant(tmp_path):
 
 # -- P15 -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_p15_signal_stops_servers_marks_interrupted_exits_130(tmp_path, sig):
-    path = write_scenario(tmp_path, """\
+    path = write_scenario(
+        tmp_path,
+        """\
         - name: long
         - name: never
-        """, workloads="""\
+        """,
+        workloads="""\
         - kind: decode
           batch: 1
           prompt_tokens: 64
           output_tokens: 4000  # fits the 4096-token pool; still decoding (~4 s) when the signal lands
           timeout_s: 120
-        """)
+        """,
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", str(path), "--results-dir",
-                             str(tmp_path / "results"), "--no-report"], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", str(path), "--results-dir", str(tmp_path / "results"), "--no-report"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     status_file = None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -255,10 +289,13 @@ def test_p15_signal_stops_servers_marks_interrupted_exits_130(tmp_path, sig):
 def test_unexecutable_server_command_is_a_startup_failure_not_a_crash(tmp_path):
     """A server command that cannot be executed at all (a wrong command_prefix or python path)
     is recorded as a startup failure with the OS error, and the run goes on to the next variant."""
-    path = write_scenario(tmp_path, """\
+    path = write_scenario(
+        tmp_path,
+        """\
         - name: a
         - name: b
-        """)
+        """,
+    )
     text = path.read_text().replace("  backend: sim\n", "  backend: sim\n  command_prefix: [/nonexistent/wrapper]\n")
     path.write_text(text)
     outcome, loaded = run(path, tmp_path)

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from harness import cli, results, server as server_mod
 from harness.exit_codes import ExitCode
-from harness.runner import RunOptions, Signals, run_scenario
 from harness.scenario import load_scenario
 from harness.server import GpuBusy, ServerProcess, build_launch_spec, clear_orphans, find_marked_servers, free_port
+
+from harness import cli
+from harness import server as server_mod
+from harness.runner import RunOptions, Signals, run_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "scenarios" / "models"
@@ -29,11 +30,12 @@ MODELS = REPO / "scenarios" / "models"
 
 def _scenario(tmp_path: Path) -> Path:
     path = tmp_path / "orphans.yaml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         name: orphans
         server:
           backend: sim
-          model_path: {MODELS / 'llama-tiny'}
+          model_path: {MODELS / "llama-tiny"}
           args: {{--max-total-tokens: 4096, --skip-tokenizer-init: true}}
           startup_timeout_s: 20
           startup_retries: 0
@@ -43,7 +45,8 @@ def _scenario(tmp_path: Path) -> Path:
         preflight: {{mode: warn}}
         variants:
           - name: a
-        """))
+        """)
+    )
     return path
 
 
@@ -85,8 +88,14 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def _orphan_server(scenario: Path, run_dir: Path) -> int:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", _DIES_AFTER_SPAWN, str(scenario), str(run_dir)],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", _DIES_AFTER_SPAWN, str(scenario), str(run_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     pid = int(proc.stdout.split()[0])
     assert _alive(pid)
@@ -101,8 +110,9 @@ def test_a_fresh_run_stops_the_server_a_killed_harness_left_before_recording_it(
     (found,) = [m for m in find_marked_servers() if m.pid == pid]
     assert found.run == str(old_run.resolve()) and not found.harness_alive
 
-    outcome = run_scenario(load_scenario(scenario), RunOptions(results_dir=tmp_path / "results", write_report=False,
-                                                               live_progress=False))
+    outcome = run_scenario(
+        load_scenario(scenario), RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
+    )
     assert not _alive(pid) and _session_alive(pid) == []
     manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
     (stopped,) = manifest["orphans_stopped"]
@@ -131,12 +141,15 @@ def test_a_gpu_held_by_a_live_runs_server_refuses_the_run_naming_it(tmp_path, mo
     scenario = load_scenario(scenario_path)
     (variant,) = scenario.expand_variants()
     other_run = tmp_path / "results" / "orphans" / "20260101T000000Z-live00"
-    server = ServerProcess(build_launch_spec(scenario, variant, free_port()), other_run / "a" / "server.log",
-                           run_dir=other_run, variant="a")
+    server = ServerProcess(
+        build_launch_spec(scenario, variant, free_port()),
+        other_run / "a" / "server.log",
+        run_dir=other_run,
+        variant="a",
+    )
     server.start()
     try:
-        monkeypatch.setattr(server_mod, "gpu_memory_of",
-                            lambda pids: {0: 40960.0} if server.pid in pids else {})
+        monkeypatch.setattr(server_mod, "gpu_memory_of", lambda pids: {0: 40960.0} if server.pid in pids else {})
         rc = cli.main(["run", str(scenario_path), "--results-dir", str(tmp_path / "results"), "--no-report"])
         err = capsys.readouterr().err
         assert rc == ExitCode.BAD_INPUT
@@ -164,8 +177,10 @@ def test_a_signal_inside_the_spawn_is_raised_once_the_server_is_recorded(tmp_pat
         return proc
 
     monkeypatch.setattr(server_mod.subprocess, "Popen", popen_then_sigint)
-    outcome = run_scenario(load_scenario(_scenario(tmp_path)),
-                           RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False))
+    outcome = run_scenario(
+        load_scenario(_scenario(tmp_path)),
+        RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False),
+    )
     assert outcome.interrupted and spawned
     status = json.loads((outcome.run_dir / "a" / "status.json").read_text())
     assert status["state"] == "interrupted" and status["server"]["pid"] == spawned[0]

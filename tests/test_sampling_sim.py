@@ -14,12 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from harness import cooldown
 from harness.hostpool import check_budget, predict_host_pool
 from harness.model_config import load_model_shape
 from harness.procfs import read_mem_available_kib
 from harness.sampling import Sampler, summarize_samples
+
+from harness import cooldown
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "scenarios" / "models" / "llama-tiny"
@@ -77,9 +77,18 @@ def test_sampler_on_live_sim_phases_rss_counters_and_host_pool(sims):
     size_gb, scale = 4.0, 0.25
     real_kib = size_gb * 1e9 * scale / 1024
     baseline = cooldown.take_baseline()
-    sim = sims("--enable-metrics", "--enable-hierarchical-cache", "--hicache-size", str(size_gb),
-               "--hicache-mem-layout", "page_first", "--max-total-tokens", "40000",
-               "--sim-host-mem-scale", str(scale))
+    sim = sims(
+        "--enable-metrics",
+        "--enable-hierarchical-cache",
+        "--hicache-size",
+        str(size_gb),
+        "--hicache-mem-layout",
+        "page_first",
+        "--max-total-tokens",
+        "40000",
+        "--sim-host-mem-scale",
+        str(scale),
+    )
     samples: list[dict] = []
     sampler = Sampler(sim.proc.pid, sim.url, samples.append)  # default 0.5 s interval
     sampler.start()
@@ -125,8 +134,15 @@ def test_preflight_matches_sim_refusal_and_success(sims):
     tokens (1.31 GB) is refused by the simulator and by the prediction; ratio 1 (0.66 GB) fits."""
     shape = load_model_shape(MODEL)
     mem_kib = 11 * 1024 * 1024
-    common = ("--enable-hierarchical-cache", "--max-total-tokens", "40000", "--sim-mem-available-gib", "11",
-              "--sim-host-mem-scale", "0.01")
+    common = (
+        "--enable-hierarchical-cache",
+        "--max-total-tokens",
+        "40000",
+        "--sim-mem-available-gib",
+        "11",
+        "--sim-host-mem-scale",
+        "0.01",
+    )
     big = predict_host_pool(shape, {"ratio": 2.0}, 40000, 1)
     small = predict_host_pool(shape, {"ratio": 1.0}, 40000, 1)
     big_r, small_r = check_budget(big, mem_kib), check_budget(small, mem_kib)
@@ -155,8 +171,15 @@ def test_cooldown_not_clean_while_server_holds_memory(sims):
     """Bounded: while the server (holding its scaled host pool) still runs, cooldown reports not
     clean within its timeout."""
     baseline = cooldown.take_baseline()
-    sim = sims("--enable-hierarchical-cache", "--hicache-size", "4", "--max-total-tokens", "20000",
-               "--sim-host-mem-scale", "0.25")
+    sim = sims(
+        "--enable-hierarchical-cache",
+        "--hicache-size",
+        "4",
+        "--max-total-tokens",
+        "20000",
+        "--sim-host-mem-scale",
+        "0.25",
+    )
     sim.wait_until_ready(30)
     time.sleep(0.2)
     assert baseline.mem_available_kib - read_mem_available_kib() > 0.5 * 1024 * 1024
@@ -172,11 +195,19 @@ def test_preflight_matches_sim_hybrid_pools(sims):
 
     model = ROOT / "scenarios" / "models" / "qwen3next-tiny"
     shape = load_model_shape(model)
-    for hicache, flags in (({"ratio": 2.0}, ("--hicache-ratio", "2")),
-                           ({"size_gb": 0.05}, ("--hicache-size", "0.05"))):
+    for hicache, flags in (({"ratio": 2.0}, ("--hicache-ratio", "2")), ({"size_gb": 0.05}, ("--hicache-size", "0.05"))):
         pred = predict_host_pool(shape, hicache, 20000, 1, mamba_device_slots=8)
-        sim = sims("--enable-hierarchical-cache", "--hicache-mem-layout", "page_first",
-                   "--max-total-tokens", "20000", "--max-mamba-cache-size", "8", *flags, model="qwen3next-tiny")
+        sim = sims(
+            "--enable-hierarchical-cache",
+            "--hicache-mem-layout",
+            "page_first",
+            "--max-total-tokens",
+            "20000",
+            "--max-mamba-cache-size",
+            "8",
+            *flags,
+            model="qwen3next-tiny",
+        )
         sim.wait_until_ready(30)
         log = sim.output()
         kv = re.search(r"KV host pool: (\d+) tokens, ([\d.]+) GB", log)
