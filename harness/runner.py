@@ -31,6 +31,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import __version__, cooldown, fingerprint, hostpool, logscan, results, run_products, serving_window
 from harness.estimate import request_counts
 from harness.exit_codes import ExitCode
 from harness.expectations import evaluate_run_expectations
@@ -44,8 +45,6 @@ from harness.server_info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_serv
 from harness.shard import select_run_variants
 from harness.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
 from harness.verdict import Outcome, RunVerdict, VerdictPolicy
-
-from harness import __version__, cooldown, fingerprint, hostpool, logscan, results, run_products, serving_window
 
 log = logging.getLogger(__name__)
 

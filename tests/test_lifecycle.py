@@ -17,12 +17,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from harness.exit_codes import ExitCode
-from harness.scenario import load_scenario
-from harness.server import ServerProcess, build_launch_spec, free_port, port_is_bindable
 
 from harness import logscan, results
+from harness.exit_codes import ExitCode
 from harness.runner import RunOptions, run_scenario
+from harness.scenario import load_scenario
+from harness.server import ServerProcess, build_launch_spec, free_port, port_is_bindable
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "scenarios" / "models"

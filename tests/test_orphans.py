@@ -16,13 +16,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from harness.exit_codes import ExitCode
-from harness.scenario import load_scenario
-from harness.server import GpuBusy, ServerProcess, build_launch_spec, clear_orphans, find_marked_servers, free_port
 
 from harness import cli
 from harness import server as server_mod
+from harness.exit_codes import ExitCode
 from harness.runner import RunOptions, Signals, run_scenario
+from harness.scenario import load_scenario
+from harness.server import GpuBusy, ServerProcess, build_launch_spec, clear_orphans, find_marked_servers, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "scenarios" / "models"

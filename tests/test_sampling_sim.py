@@ -14,12 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from harness import cooldown
 from harness.hostpool import check_budget, predict_host_pool
 from harness.model_config import load_model_shape
 from harness.procfs import read_mem_available_kib
 from harness.sampling import Sampler, summarize_samples
-
-from harness import cooldown
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "scenarios" / "models" / "llama-tiny"
