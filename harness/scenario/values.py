@@ -11,7 +11,7 @@ import math
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -26,6 +26,21 @@ from pydantic import (
 
 from harness.scenario.errors import field_error
 from harness.sim.faults import fault_problem
+
+T = TypeVar("T")
+
+
+def as_validator(parse: Callable[[Any], T]) -> Callable[[Any], T]:
+    """A parser that raises ValueError, as a pydantic validator: its message becomes the field's
+    error line (every text-valued type below parses through its own ``parse``)."""
+
+    def validate(v: Any) -> T:
+        try:
+            return parse(v)
+        except ValueError as e:
+            raise field_error(str(e)) from None
+
+    return validate
 
 
 def no_bool(v: Any) -> Any:
@@ -159,16 +174,9 @@ def resolve_tokens(value: Any, pool_tokens: int | None) -> int:
     return TokenSize.parse(value).resolve(pool_tokens)
 
 
-def _parse_token_size(v: Any) -> TokenSize:
-    try:
-        return TokenSize.parse(v)
-    except ValueError as e:
-        raise field_error(str(e)) from None
-
-
 TokenSizeT = Annotated[
     TokenSize,
-    PlainValidator(_parse_token_size),
+    PlainValidator(as_validator(TokenSize.parse)),
     PlainSerializer(lambda t: t.to_json()),
     WithJsonSchema(
         {
@@ -257,16 +265,9 @@ def _parse_number(raw: str) -> float | None:
     return v / 100.0 if m.group(2) == "%" else v
 
 
-def _parse_check(v: Any) -> Check:
-    try:
-        return Check.parse(v)
-    except ValueError as e:
-        raise field_error(str(e)) from None
-
-
 CheckT = Annotated[
     Check,
-    PlainValidator(_parse_check),
+    PlainValidator(as_validator(Check.parse)),
     PlainSerializer(lambda c: c.text),
     WithJsonSchema({"type": "string", "description": "[variant:] metric op value, op in >= <= > < == !="}),
 ]
@@ -296,16 +297,9 @@ class Gate:
         return self.text
 
 
-def _parse_gate(v: Any) -> Gate:
-    try:
-        return Gate.parse(v)
-    except ValueError as e:
-        raise field_error(str(e)) from None
-
-
 GateT = Annotated[
     Gate,
-    PlainValidator(_parse_gate),
+    PlainValidator(as_validator(Gate.parse)),
     PlainSerializer(lambda g: g.text),
     WithJsonSchema({"type": "string", "description": "[variant:] workload[.phase].metric, or quality.parity"}),
 ]
@@ -333,16 +327,9 @@ class Threshold:
         return self.text
 
 
-def parse_threshold(v: Any) -> Threshold:
-    try:
-        return Threshold.parse(v)
-    except ValueError as e:
-        raise field_error(str(e)) from None
-
-
 ThresholdT = Annotated[
     Threshold,
-    PlainValidator(parse_threshold),
+    PlainValidator(as_validator(Threshold.parse)),
     PlainSerializer(lambda t: t.text),
     WithJsonSchema({"type": "string", "pattern": r"^\s*(\d+(\.\d*)?|\.\d+)\s*%\s*$"}),
 ]
