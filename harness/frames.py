@@ -275,6 +275,13 @@ def _encode_objects(values: list) -> dict[str, np.ndarray]:
     """A column of JSON scalars (str, bool, numbers, None) without pickles: codes into a table of
     the distinct values (as JSON text); a column of mostly distinct strings (rid) as one UTF-8
     blob with offsets."""
+    if values and all(v.__class__ is int or v is None for v in values):  # repeat, index: numbers
+        try:
+            ints = np.array([0 if v is None else v for v in values], dtype=np.int64)
+        except OverflowError:  # beyond 64 bits (a hand-edited row): kept as JSON below
+            pass
+        else:
+            return {"ints": ints, "present": np.array([v is not None for v in values], dtype=bool)}
     table: dict[Any, int] = {}
     codes = np.empty(len(values), dtype=np.int64)
     for i, v in enumerate(values):
@@ -306,6 +313,12 @@ def _encode_blob(values: list) -> dict[str, np.ndarray]:
 
 
 def _decode_objects(z: Any, name: str) -> list:
+    if f"{name}.ints" in z:
+        out = z[f"{name}.ints"].tolist()
+        present = z[f"{name}.present"]
+        for i in np.flatnonzero(~present).tolist():
+            out[i] = None
+        return out
     if f"{name}.codes" in z:
         cats = [json.loads(c) for c in z[f"{name}.cats"]]
         table = np.empty(len(cats), dtype=object)

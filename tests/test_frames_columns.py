@@ -62,6 +62,8 @@ def test_labels_of_every_kind_survive_the_copy(tmp_path, always_copy):
         d["rid"] = f"rid-é-{i}"
         if i == 5:
             d["finish_reason"] = 3  # a hand-edited row: a number where a string belongs
+        if i == 8:
+            d["repeat"] = None  # an integer label missing
         rows.append(json.dumps(d))
     path.write_text("\n".join(rows) + "\n")
     want = parsed(path, "requests")
@@ -70,6 +72,16 @@ def test_labels_of_every_kind_survive_the_copy(tmp_path, always_copy):
     pd.testing.assert_frame_equal(got, want)
     assert got["rid"][4] == "rid-é-4" and bool(got["warmup"][3]) and got["finish_reason"][5] == 3
     assert pd.isna(got["concurrency_group"][1]) and got["concurrency_group"][0] == "g0"
+    assert pd.isna(got["repeat"][8]) and got["index"][5999] == 5999
+
+
+def test_integers_beyond_64_bits_survive_the_copy(tmp_path, always_copy):
+    path = tmp_path / "requests.jsonl"
+    rows = [make_record(index=i).to_dict() for i in range(3)]
+    rows[1]["index"] = 2**70
+    path.write_text("".join(json.dumps(d) + "\n" for d in rows))
+    frames.requests_frame(path, "v")
+    assert frames.requests_frame(path, "v")["index"].tolist() == [0, 2**70, 2]
 
 
 def test_a_changed_jsonl_rebuilds_the_copy(golden_run, tmp_path, always_copy):
