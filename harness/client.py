@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import math
 import time
@@ -722,6 +723,8 @@ class StreamingClient:
         self.stream_mode: StreamMode = stream_mode
         self.model = model
         self.max_line_bytes = max_line_bytes
+        self._rid_prefix = uuid.uuid4().hex[:8]
+        self._rid_seq = itertools.count()
         self._pool = http1.Pool(self.base_url, max_connections=max_connections, connect_timeout_s=min(30.0, timeout_s))
         # Control requests only (flush_cache): fidelity does not matter there.
         timeout = httpx.Timeout(timeout_s, connect=min(30.0, timeout_s), pool=None)
@@ -780,9 +783,9 @@ class StreamingClient:
     ) -> "_Prepared":
         """Everything a request needs before it is sent (body bytes, accumulator)."""
         api = api or self.api
-        rid = (
-            rid or f"{labels.workload or 'req'}-{labels.phase}-r{labels.repeat}-{labels.index}-{uuid.uuid4().hex[:12]}"
-        )
+        if not rid:  # unique: this client's random prefix and a count (no uuid4 per request)
+            seq = f"{self._rid_prefix}{next(self._rid_seq):x}"
+            rid = f"{labels.workload or 'req'}-{labels.phase}-r{labels.repeat}-{labels.index}-{seq}"
         if api == "generate":
             path, body = "/generate", self._generate_body(req, rid)
         else:

@@ -530,3 +530,10 @@ def test_a_timed_out_or_cancelled_request_frees_its_connection():
     late, ok = run(go())
     assert late.error == "timeout" and ok.error is None and ok.output_ids == [5, 5, 9]
     assert len(set(ports)) == 3  # each unfinished answer's connection was closed, not reused
+
+
+def test_generated_rids_are_unique_per_client_and_across_clients():
+    a, b = StreamingClient("http://127.0.0.1:9"), StreamingClient("http://127.0.0.1:9")
+    req, lab = GenerateRequest(input_ids=[3]), Labels(workload="w", phase="p", index=1)
+    rids = [c._prepare(req, lab, None, None, None).rid for c in (a, b) for _ in range(1000)]
+    assert len(set(rids)) == 2000 and all(r.startswith("w-p-r0-1-") for r in rids)
