@@ -112,9 +112,16 @@ class Signals:
     the main thread is doing (starting a server, inside a stream, quality, cooldown, the report),
     never a value some ``except Exception`` could record as a request error. ``hold()`` turns
     later signals into notes while the run is being stopped, so a second Ctrl-C or a repeated
-    ``docker stop`` cannot leave a server behind. Nested uses share the outer one."""
+    ``docker stop`` cannot leave a server behind; whoever catches the interrupt calls it.
+
+    Python runs a handler between any two bytecodes, finalizers included, and an exception raised
+    inside a weakref callback or ``__del__`` is printed and dropped ("Exception ignored in ...").
+    So until ``hold()`` acknowledges it, the interrupt is raised again every ``REMIND_S`` (a
+    SIGALRM interval timer): a signal is never lost, and the run never goes on after one.
+    Nested uses share the outer one."""
 
     HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    REMIND_S = 1.0
     _active: Signals | None = None
 
     def __init__(self) -> None:
@@ -130,10 +137,13 @@ class Signals:
         for sig in self.HANDLED:
             self._old[sig] = signal.getsignal(sig)
             signal.signal(sig, self._interrupt)
+        self._old[signal.SIGALRM] = signal.getsignal(signal.SIGALRM)
+        signal.signal(signal.SIGALRM, self._remind)
         return self
 
     def __exit__(self, *exc) -> bool:
         if Signals._active is self:
+            signal.setitimer(signal.ITIMER_REAL, 0)
             for sig, old in self._old.items():
                 signal.signal(sig, old)
             Signals._active = None
@@ -145,14 +155,23 @@ class Signals:
 
     def _interrupt(self, signum, frame) -> None:
         self.received = signum
+        signal.setitimer(signal.ITIMER_REAL, self.REMIND_S, self.REMIND_S)  # until hold() answers
         raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    def _remind(self, signum, frame) -> None:
+        if self._holding or self.received is None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            return
+        raise KeyboardInterrupt(self.name)  # the first one was dropped (raised inside a finalizer)
 
     def _note(self, signum, frame) -> None:
         self.received = signum
         self._noted = True
 
     def hold(self) -> None:
+        """The interrupt was caught: later signals are only noted, and it is not raised again."""
         self._holding = True
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for sig in self.HANDLED:
             signal.signal(sig, self._note)
 
@@ -330,6 +349,7 @@ def _execute_locked(scenario, options, run, variants, prior, redactor: Redactor)
             try:
                 outcome.report_path = _write_report(run.root, options.reports_dir)
             except KeyboardInterrupt:  # the run is COMPLETE; only its report is missing
+                signals.hold()
                 outcome.report_interrupted = True
     return outcome
 

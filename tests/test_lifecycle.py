@@ -20,7 +20,7 @@ import pytest
 
 from harness import logscan, results
 from harness.exit_codes import ExitCode
-from harness.runner import RunOptions, run_scenario
+from harness.runner import RunOptions, Signals, run_scenario
 from harness.scenario import load_scenario
 from harness.server import ServerProcess, build_launch_spec, free_port, port_is_bindable
 
@@ -284,6 +284,38 @@ def test_p15_signal_stops_servers_marks_interrupted_exits_130(tmp_path, sig):
     assert not (run_dir / "never").exists()  # nothing started after the interrupt
     for pid in server_pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_signals_deferred_around_a_spawn_are_raised_on_leaving():
+    with Signals() as signals:
+        reached = False
+        with pytest.raises(KeyboardInterrupt):
+            with signals.deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # the handler has run by now: it only noted the signal
+                reached = True
+        assert reached
+        with pytest.raises(KeyboardInterrupt):  # and the ordinary handler is back
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+
+
+def test_a_signal_dropped_inside_a_finalizer_is_raised_again_until_the_run_answers():
+    """Python drops an exception raised in a weakref callback or __del__ ("Exception ignored
+    in ..."): a SIGTERM whose KeyboardInterrupt landed there must not let the run go on."""
+    with Signals() as signals:
+        try:  # the first KeyboardInterrupt, swallowed as a finalizer would
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            for _ in range(100):  # raised again while nobody answered it
+                time.sleep(0.1)
+        signals.hold()  # answered: no more reminders, later signals only noted
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(2.5 * Signals.REMIND_S)
+        assert signals.received == signal.SIGTERM
 
 
 def test_unexecutable_server_command_is_a_startup_failure_not_a_crash(tmp_path):

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
@@ -20,7 +19,7 @@ import pytest
 from harness import cli
 from harness import server as server_mod
 from harness.exit_codes import ExitCode
-from harness.runner import RunOptions, Signals, run_scenario
+from harness.runner import RunOptions, run_scenario
 from harness.scenario import load_scenario
 from harness.server import GpuBusy, ServerProcess, build_launch_spec, clear_orphans, find_marked_servers, free_port
 
@@ -185,17 +184,3 @@ def test_a_signal_inside_the_spawn_is_raised_once_the_server_is_recorded(tmp_pat
     status = json.loads((outcome.run_dir / "a" / "status.json").read_text())
     assert status["state"] == "interrupted" and status["server"]["pid"] == spawned[0]
     assert _session_alive(spawned[0]) == []
-
-
-def test_deferred_signals_are_raised_on_leaving():
-    with Signals() as signals:
-        reached = False
-        with pytest.raises(KeyboardInterrupt):
-            with signals.deferred():
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.05)  # the handler has run by now: it only noted the signal
-                reached = True
-        assert reached
-        with pytest.raises(KeyboardInterrupt):  # and the ordinary handler is back
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)
