@@ -371,24 +371,6 @@ def hold_run_lock(root: Path) -> RunLock:
     return RunLock(key)
 
 
-def run_is_locked(root: Path) -> bool:
-    """Whether some process (this one included) holds the run's lock now."""
-    key = Path(root).resolve()
-    if key in _HELD:
-        return True
-    try:
-        fd = os.open(RunPaths(key).lock, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 def create_run_dir(results_dir: Path, scenario_name: str, run_id: str | None = None) -> RunPaths:
     root = Path(results_dir) / safe_name(scenario_name) / (run_id or new_run_id())
     root.mkdir(parents=True, exist_ok=False)

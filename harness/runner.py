@@ -153,18 +153,18 @@ class Signals:
     def name(self) -> str:
         return signal.Signals(self.received).name if self.received else "KeyboardInterrupt"
 
-    def _interrupt(self, signum, frame) -> None:
+    def _interrupt(self, signum, _frame) -> None:
         self.received = signum
         signal.setitimer(signal.ITIMER_REAL, self.REMIND_S, self.REMIND_S)  # until hold() answers
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
-    def _remind(self, signum, frame) -> None:
+    def _remind(self, signum, _frame) -> None:
         if self._holding or self.received is None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             return
         raise KeyboardInterrupt(self.name)  # the first one was dropped (raised inside a finalizer)
 
-    def _note(self, signum, frame) -> None:
+    def _note(self, signum, _frame) -> None:
         self.received = signum
         self._noted = True
 
