@@ -29,7 +29,7 @@ from harness.quality.parity import evaluate_parity
 from harness.records import RequestRecord
 from harness.sampling import summarize_samples
 from harness.summary import summarize, summary_rows
-from harness.verdict import RunVerdict, VerdictPolicy, run_verdict, variant_verdict
+from harness.verdict import Outcome, Reason, RunVerdict, VerdictPolicy, run_verdict, variant_verdict
 from harness.yaml_lines import YamlLoadError, load_yaml_text
 
 PARITY_FILE = "parity.json"
@@ -253,6 +253,13 @@ def judge_run(
         summary = results.read_json(vpaths.summary) if vpaths.summary.exists() else None
         rows = [r for r in expectation_rows if r.get("variant") == entry["name"]]
         verdicts.append(variant_verdict(entry["name"], status, summary, rows, policy))
+    shard = manifest.get("shard")
+    if not verdicts and shard and not run.interrupted.exists():  # more shards than variants: by design
+        return RunVerdict(
+            Outcome.PASS,
+            (),
+            (Reason("empty_shard", f"shard {shard.get('index')}/{shard.get('count')} was assigned no variant"),),
+        )
     return run_verdict(verdicts, interrupted=run.interrupted.exists())
 
 
