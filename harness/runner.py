@@ -419,6 +419,8 @@ def run_variant(
     progress.phase("preflight")
     prediction = hostpool.preflight_variant(scenario, variant)
     status.preflight = prediction
+    if prediction and prediction.get("fits") is False:  # said before launch, in warn mode too
+        progress.note(f"preflight: {variant.name}: {prediction.get('reason')}")
     if prediction and prediction.get("fits") is False and scenario.preflight.mode == "strict":
         return _finish(vpaths, status, REFUSED, "preflight", state.redactor, detail=prediction), env_not_clean
     baseline = cooldown.take_baseline()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 from harness import fingerprint, results
 from harness.progress import Progress
@@ -181,3 +182,18 @@ def test_the_run_redactor_learns_values_not_switches(tmp_path):
     assert {"hf_from_default", "argv-key-1", "ghs_abcdef", "line-one-secret", "line-two-secret"} <= r.values
     assert "true" not in r.values and "/root" not in r.values
     assert r.text("--enable-metrics: true; token ghs_abcdef") == "--enable-metrics: true; token ***"
+
+
+def test_a_preflight_that_does_not_fit_is_said_before_launch(tmp_path, capsys):
+    """The host-pool prediction's "does not fit" is printed before the server starts, in warn mode."""
+    from harness.runner import RunOptions, run_scenario
+    from harness.scenario import load_scenario
+
+    root = Path(__file__).resolve().parents[1]
+    outcome = run_scenario(
+        load_scenario(root / "scenarios" / "sim_smoke.yaml"),
+        RunOptions(results_dir=tmp_path / "r", only=["on-200gb"], write_report=False, live_progress=False),
+    )
+    err = capsys.readouterr().err
+    said, started = err.find("preflight: on-200gb: does not fit"), err.find("starting (attempt 1)")
+    assert outcome.exit_code == 0 and 0 <= said < started
