@@ -117,7 +117,8 @@ class Signals:
     Python runs a handler between any two bytecodes, finalizers included, and an exception raised
     inside a weakref callback or ``__del__`` is printed and dropped ("Exception ignored in ...").
     So until ``hold()`` acknowledges it, the interrupt is raised again every ``REMIND_S`` (a
-    SIGALRM interval timer): a signal is never lost, and the run never goes on after one.
+    SIGALRM interval timer) whenever no KeyboardInterrupt is on its way up or being handled: a
+    signal is never lost, the run never goes on after one, and a slow unwinding is never cut.
     Nested uses share the outer one."""
 
     HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -162,6 +163,8 @@ class Signals:
         if self._holding or self.received is None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             return
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            return  # still on its way up (or being handled before hold()): not dropped
         raise KeyboardInterrupt(self.name)  # the first one was dropped (raised inside a finalizer)
 
     def _note(self, signum, _frame) -> None:
