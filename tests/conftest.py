@@ -15,8 +15,9 @@ very module pytest loaded as the conftest, not a second copy):
 * processes: ``kill_hard`` (SIGKILL the harness like the OOM killer, reap its servers),
   ``reap_orphans`` (simulated servers of a test still alive).
 
-Fixtures: ``golden_run`` (copy a committed run folder), ``no_leaked_servers`` (autouse: no
-simulated server started under a test's ``tmp_path`` outlives the test).
+Fixtures: ``golden_run`` (copy a committed run folder), ``no_leaked_servers`` (autouse: no process
+the test started, and no simulated server logged under its ``tmp_path``, outlives the test), and
+pytest's ``pytester``.
 """
 
 from __future__ import annotations

@@ -191,7 +191,9 @@ def test_server_death_mid_run_is_contained(sim_factory):
 
 
 def test_workload_timeout_marks_in_flight_and_moves_on(sim_factory):
-    sim = sim_factory()
+    # real-time cost model: 1500 decode steps of >= 4 ms are ~6 s, far past the 0.4 s timeout
+    # (at the default 0.02 they would finish inside it on an idle machine)
+    sim = sim_factory(time_scale=1.0)
     wls = [
         workload(kind="decode", batch=2, prompt_tokens=64, output_tokens=1500, timeout_s=0.4),
         workload(kind="cold_prefill", n=1, prompt_tokens=64, warmup=0),
