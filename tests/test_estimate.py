@@ -11,6 +11,7 @@ from harness import estimate
 from harness.estimate import POOL_PREDICTED, POOL_STATED, POOL_UNKNOWN, churn_chunks, estimate_run
 from harness.model_config import load_model_shape
 from harness.scenario import load_scenario
+from tests.conftest import write_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "scenarios" / "models"
@@ -82,10 +83,8 @@ quality:
 """
 
 
-def load(tmp_path: Path, text: str, name: str = "s.yaml", env: dict | None = None):
-    p = tmp_path / name
-    p.write_text(text)
-    return load_scenario(p, env or {})
+def load(tmp_path: Path, text: str, env: dict | None = None):
+    return load_scenario(write_scenario(tmp_path, text, name="s"), env or {})
 
 
 def by_name(run) -> dict:
