@@ -225,10 +225,11 @@ def run_window(
     """Idle window, workloads, quality arm, final liveness on a ready server; never stops it.
     ``info``: the server's validated /get_server_info (the quality arm sizes its churn from it)."""
 
-    def phase(name: str) -> None:
+    def phase(name: str, detail: str | None = None) -> None:
+        """``name`` labels the samples; ``detail`` (e.g. a quality question's task) only the console line."""
         if sampler is not None:
             sampler.set_phase(name)
-        progress.phase(name)
+        progress.phase(name if detail is None else f"{name} {detail}")
 
     window_started = time.monotonic()
     phase("idle")

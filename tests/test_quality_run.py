@@ -82,13 +82,15 @@ class Ctx:
     variant: str = "v"
     vocab_size: int = 1000
     phases: list[str] = field(default_factory=list)
+    details: list[str | None] = field(default_factory=list)  # the console line's part, per phase
     rows: list = field(default_factory=list)
 
     def record(self, r):
         self.rows.append(r)
 
-    def set_phase(self, p):
+    def set_phase(self, p, detail=None):
         self.phases.append(p)
+        self.details.append(detail)
 
 
 CFG = dict(
@@ -135,6 +137,10 @@ def test_sequence_records_and_parity():
     assert all(r.cached_host == 1000 for r in on if r.ask > 0)  # churn pushed each one to host
     assert all(not r.cached_host for r in on if r.ask == 0)
     assert {"quality_cold", "quality_churn", "quality_reask"} <= set(on_ctx.phases)
+    # the console names the question being asked; the phase labels (samples, records) stay plain
+    assert "on: needle@1000 sample 0 ask 0/2" in on_ctx.details
+    assert "on: aggregation@1000 sample 1 ask 2/2 (churn first)" in on_ctx.details
+    assert all(d for d in on_ctx.details)
     # churn: 1.5x pool in chunks of half a pool = 3 prompts before each re-ask, distinct first tokens
     churn = [ids for ids, lab in on_ctx.client.sent if lab.phase == "quality_churn"]
     assert len(churn) == 3 * 2 * 4 and all(len(c) == 2000 for c in churn)

@@ -82,7 +82,7 @@ class Ctx:
     def record(self, r):
         self.rows.append(r)
 
-    def set_phase(self, p):
+    def set_phase(self, p, detail=None):
         pass
 
 

@@ -103,10 +103,15 @@ def build_prompts(plan: QualityPlan, seed: int, tokenizer: Any, vocab_size: int)
     return out
 
 
-def _set_phase(ctx: Any, phase: str) -> None:
+def _set_phase(ctx: Any, phase: str, detail: str | None = None) -> None:
+    """``phase`` labels the samples and the requests; ``detail`` (which task, sample and ask) is
+    for the console's progress line only."""
     f = getattr(ctx, "set_phase", None)
     if callable(f):
-        f(phase)
+        if detail is None:
+            f(phase)
+        else:
+            f(phase, detail=detail)
 
 
 @dataclass(frozen=True)
@@ -161,7 +166,14 @@ def server_limits(
 
 
 async def _churn(
-    ctx: Any, factory: PromptFactory, churn: ChurnPlan, state: dict, key: object, variant: str, abort: Any
+    ctx: Any,
+    factory: PromptFactory,
+    churn: ChurnPlan,
+    state: dict,
+    key: object,
+    variant: str,
+    abort: Any,
+    detail: str | None = None,
 ) -> dict:
     """Send ``churn.tokens`` of distinct never-seen prompts, one at a time, in requests of
     ``state["chunk"]`` tokens. A request refused with HTTP 400 (longer than the server takes,
@@ -170,7 +182,7 @@ async def _churn(
     out = {"tokens": churn.tokens, "accepted": 0, "requests": 0, "failed": 0, "error": None, "chunk": state["chunk"]}
     if churn.tokens <= 0:
         return out
-    _set_phase(ctx, "quality_churn")
+    _set_phase(ctx, "quality_churn", detail)
     left, j = churn.tokens, 0
     while left > 0:
         n = min(left, state["chunk"])
@@ -277,7 +289,9 @@ async def run_quality(
         if role == "control":
             # The OFF pass left its last samples on the GPU: one churn first, so the control's
             # ask 0s are cold prefills like every other arm's.
-            await _churn(ctx, factory, churn, state, ("control", "start"), variant, abort)
+            await _churn(
+                ctx, factory, churn, state, ("control", "start"), variant, abort, "control: before its samples"
+            )
         for p in prompts:
             s = p.sample
             for ask in range(plan.reasks + 1):
@@ -287,12 +301,15 @@ async def run_quality(
                 # (Seen on a real H200 without --enable-deterministic-inference: an OFF-vs-OFF control
                 # with churn was identical while ON re-asks differed, because OFF never hit a cache.)
                 sent = None
+                detail = f"{role}: {s.task}@{s.length_target} sample {s.index} ask {ask}/{plan.reasks}"
                 if ask > 0 and role != "control":
-                    sent = await _churn(ctx, factory, churn, state, (role, s.key, ask), variant, abort)
+                    sent = await _churn(
+                        ctx, factory, churn, state, (role, s.key, ask), variant, abort, f"{detail} (churn first)"
+                    )
                     if abort is not None and getattr(abort, "fired", False):
                         return out
                 phase = "quality_cold" if ask == 0 else "quality_reask"
-                _set_phase(ctx, phase)
+                _set_phase(ctx, phase, detail)
                 req = GenerateRequest(
                     input_ids=list(p.input_ids),
                     max_new_tokens=plan.max_new_tokens,

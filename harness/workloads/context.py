@@ -48,7 +48,7 @@ class WorkloadContext:
     vocab_size: int
     seed: int
     record: Callable[[RequestRecord], None]
-    set_phase: Callable[[str], None] = lambda name: None
+    set_phase: Callable[..., None] = lambda name, detail=None: None  # (label, console-only detail)
     alive: Callable[[], bool] = lambda: True
     request_timeout_s: float = 300.0
     # One factory for a server's whole life keeps "never-seen" prompts never seen across
