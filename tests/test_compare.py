@@ -343,7 +343,18 @@ def test_golden_slower_build_fails_with_ci_outputs(golden_run, tmp_path, monkeyp
     tree = ET.parse(junit)
     assert "SIMULATED" in tree.getroot().get("name")
     failures = [tc for tc in tree.iter("testcase") if tc.find("failure") is not None]
-    assert {f.get("name") for f in failures} >= {"ttft_ms", "tpot_ms"}
+    assert {f.get("name").rsplit("/", 1)[1] for f in failures} >= {"ttft_ms", "tpot_ms"}
+    # what a JUnit publisher reads: totals on the root and every suite, a time on every case (a
+    # variant's = its wall seconds), and classnames that split into suite + variant only
+    root = tree.getroot()
+    cases = list(root.iter("testcase"))
+    assert int(root.get("tests")) == len(cases) and int(root.get("failures")) == len(failures)
+    assert all(s.get("time") is not None and s.get("tests") for s in root.iter("testsuite"))
+    assert all(float(c.get("time")) >= 0 for c in cases)
+    variant_times = [float(c.get("time")) for c in cases if c.get("classname") == "variants"]
+    assert variant_times and all(t > 0 for t in variant_times)
+    assert float(root.get("time")) == pytest.approx(sum(float(c.get("time")) for c in cases), abs=0.01)
+    assert {c.get("classname") for c in failures} <= {"metrics.off", "metrics.on-r2", "metrics.on-r2-write_back"}
     text = md.read_text()
     assert "regression" in text and "SIMULATED" in text and summary.read_text() == text
 
@@ -650,3 +661,19 @@ def test_latest_without_a_baseline_is_inconclusive(tmp_path, capsys):
 def test_latest_without_a_baseline_still_fails_a_failed_expectation(tmp_path):
     cand = write_run(tmp_path, D, {"on": cold_records(noisy(2000, 8))})  # the check says <= 1000 ms
     assert cli_main(args(cand, "latest", tmp_path)) == ExitCode.FAILED
+
+
+def test_junit_classnames_keep_a_dotted_variant_in_one_part():
+    """A JUnit reader splits classnames at dots: ``on-r1.5`` must not become package ``on-r1``."""
+    from harness.compare.comparison import Comparison, VariantRow
+    from harness.compare.render import to_junit
+
+    comp = Comparison(
+        outcome="PASS",
+        variants=[VariantRow("on-r1.5", "ok", "ok", "compared", candidate_wall_s=12.5)],
+        expectations=[{"variant": "on-r1.5", "check": "on-r1.5: q >= 1", "failed": False, "outcome": "pass"}],
+    )
+    root = ET.fromstring(to_junit(comp).split("\n", 1)[1])
+    classes = {c.get("classname") for c in root.iter("testcase")}
+    assert classes == {"variants", "expectations.on-r1_5"}
+    assert root.get("time") == "12.500" and root.get("tests") == "2"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -126,6 +127,7 @@ class VariantRow:
     note: str = ""
     config_changed: bool | None = None
     gated: bool = True  # a gate applies to it (no gate: every variant)
+    candidate_wall_s: float | None = None  # the candidate variant's start to end (JUnit's time)
 
     def to_dict(self) -> dict[str, Any]:
         """The row as comparison.json stores it (keys in field order)."""
@@ -137,6 +139,7 @@ class VariantRow:
             "note": self.note,
             "config_changed": self.config_changed,
             "gated": self.gated,
+            "candidate_wall_s": self.candidate_wall_s,
         }
 
 
@@ -198,6 +201,16 @@ class Comparison:
 
 
 # ------------------------------------------------------------------------------------ variants
+
+
+def status_wall_s(status: dict | None) -> float | None:
+    """Seconds from a variant's ``started_at`` to its ``ended_at`` (None: either is missing)."""
+    try:
+        start = datetime.fromisoformat(str((status or {})["started_at"]))
+        end = datetime.fromisoformat(str((status or {})["ended_at"]))
+    except (KeyError, ValueError):
+        return None
+    return round(max(0.0, (end - start).total_seconds()), 3)
 
 
 def variant_state(base_status: dict | None, cand_status: dict | None, *, complete: bool = True) -> tuple[str, str]:
@@ -587,6 +600,7 @@ def compare_runs(
                 state,
                 note,
                 changed,
+                candidate_wall_s=status_wall_s(cv.status) if cv else None,
             )
         )
         if state == "compared":

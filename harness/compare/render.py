@@ -173,10 +173,20 @@ def to_markdown(comp: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
+def junit_part(name: str) -> str:
+    """A variant name as one part of a JUnit classname: readers split classnames at dots into
+    packages, so a dot in a variant's name (``on-r1.5``) becomes ``_``."""
+    return name.replace(".", "_")
+
+
 def to_junit(comp: Comparison) -> str:
     """JUnit XML: one test case per metric, variant and expectation. A regression in a gating
     metric is a failure, a gating metric that could not be judged an error (inconclusive), a
-    non-gating one skipped; a gated variant that was not compared is an error."""
+    non-gating one skipped; a gated variant that was not compared is an error. Classnames:
+    ``variants``, ``metrics.<variant>``, ``expectations.<variant>`` (dots in a variant's name
+    become ``_``); a metric case is named ``workload/phase/metric``. ``time``: a variant's case
+    carries the candidate variant's wall seconds, the others 0; suites and the root sum them and
+    carry the totals."""
     name = "harness compare" + (" (SIMULATED)" if comp.simulated else "")
     suites = ET.Element("testsuites", name=name)
 
@@ -187,9 +197,12 @@ def to_junit(comp: Comparison) -> str:
         ET.SubElement(props, "property", name="simulated", value="true" if comp.simulated else "false")
         return s
 
+    def case(s: ET.Element, classname: str, name: str, time_s: float | None = None) -> ET.Element:
+        return ET.SubElement(s, "testcase", classname=classname, name=name, time=f"{time_s or 0.0:.3f}")
+
     s_var = suite("variants")
     for v in comp.variants:
-        tc = ET.SubElement(s_var, "testcase", classname="variants", name=v.variant)
+        tc = case(s_var, "variants", v.variant, v.candidate_wall_s)
         if v.state in FAILING_VARIANT_STATES:
             ET.SubElement(tc, "failure", message=f"{v.state}: {v.note}", type=v.state).text = v.note
         elif v.state in UNJUDGED_VARIANT_STATES and v.gated:
@@ -198,7 +211,7 @@ def to_junit(comp: Comparison) -> str:
             ET.SubElement(tc, "skipped", message=f"{v.state}: {v.note}")
     s_m = suite("metrics")
     for m in comp.metrics:
-        tc = ET.SubElement(s_m, "testcase", classname=f"{m.variant}.{m.workload}.{m.phase}", name=m.metric)
+        tc = case(s_m, f"metrics.{junit_part(m.variant)}", f"{m.workload}/{m.phase}/{m.metric}")
         msg = metric_message(m) + ("" if m.gating else " [not gating]")
         if m.state == "regression" and m.gating:
             ET.SubElement(tc, "failure", message=msg, type="regression").text = msg
@@ -210,17 +223,26 @@ def to_junit(comp: Comparison) -> str:
             ET.SubElement(tc, "system-out").text = f"{m.state}: {msg}"
     s_e = suite("expectations")
     for e in comp.expectations:
-        tc = ET.SubElement(s_e, "testcase", classname=f"expectations.{e['variant']}", name=e["check"])
+        tc = case(s_e, f"expectations.{junit_part(str(e['variant']))}", e["check"])
         if e.get("failed"):
             ET.SubElement(tc, "failure", message=f"{e['outcome']}: {e['reason']}", type=e["outcome"])
         elif e["outcome"] in ("skipped", "not_evaluable"):
             ET.SubElement(tc, "skipped", message=e["reason"])
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "time": 0.0}
     for s in suites.findall("testsuite"):
         cases = s.findall("testcase")
-        s.set("tests", str(len(cases)))
-        s.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
-        s.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
-        s.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
+        counts = {
+            "tests": len(cases),
+            "failures": sum(1 for c in cases if c.find("failure") is not None),
+            "errors": sum(1 for c in cases if c.find("error") is not None),
+            "skipped": sum(1 for c in cases if c.find("skipped") is not None),
+            "time": sum(float(c.get("time", 0)) for c in cases),
+        }
+        for k, v in counts.items():
+            s.set(k, f"{v:.3f}" if k == "time" else str(v))
+            totals[k] += v
+    for k, v in totals.items():
+        suites.set(k, f"{v:.3f}" if k == "time" else str(v))
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
