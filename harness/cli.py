@@ -33,14 +33,23 @@ EPILOG = (
 # Each command imports its modules when it runs, so that `--help` and `validate` stay fast.
 
 
-def _load_scenario_or_exit(path: str):
+def _load_scenario_or_exit(path: str | None, urls: list[str] | None = None):
+    """The scenario of ``path``; with ``urls`` (``run --url``) its backend-external form, one
+    variant per URL (``path`` None: the bundled default workloads)."""
     from harness.bundled import resolve_scenario_path
     from harness.scenario import ScenarioError, load_scenario
+    from harness.scenario.urls import parse_url_args, scenario_with_urls
 
-    resolved, bundled = resolve_scenario_path(path)
+    resolved, bundled = resolve_scenario_path(path) if path is not None else (None, False)
     if bundled:
         print(f"harness: no {path} here; using the one this package ships: {resolved}", file=sys.stderr)
     try:
+        if urls:
+            try:
+                pairs = parse_url_args(urls)
+            except ValueError as exc:
+                raise SystemExit(_bad(str(exc))) from None
+            return scenario_with_urls(resolved, pairs)
         return load_scenario(resolved)
     except ScenarioError as exc:
         for line in exc.lines:
@@ -88,7 +97,11 @@ def cmd_run(args) -> int:
     from harness import resume, runner
     from harness.shard import select_run_variants
 
-    scenario = _load_scenario_or_exit(args.scenario)
+    if args.scenario is None and not args.url:
+        return _bad("run: give a SCENARIO file, or --url URL to measure a running server")
+    scenario = _load_scenario_or_exit(args.scenario, args.url)
+    if scenario.server.backend == "external" and args.preflight:
+        return _bad("--preflight does not apply to backend: external (the harness starts no server)")
     if scenario.server.backend == "sim" and not args.dry_run:
         require_extra("sim", "harness run with backend: sim")
     write_report = not args.no_report and not args.dry_run
@@ -117,7 +130,9 @@ def cmd_run(args) -> int:
         elif args.dry_run:
             variants, _ = select_run_variants(scenario, options.only, options.shard)
             sys.stdout.write(runner.dry_run_text(scenario, variants))
-            if scenario.estimate is None:
+            if scenario.server.backend == "external":
+                pass  # no estimate: its pools and speeds are the running servers'
+            elif scenario.estimate is None:
                 print("# no cost estimate: add `estimate: {prefill_tok_s: <measured tok/s>}` to the scenario")
             else:
                 print("\n".join(estimate_run(scenario, variants).to_lines()))
@@ -148,7 +163,9 @@ def _report_run(outcome, args) -> int:
     if outcome.report_interrupted:
         print(f"report interrupted: draw it with  harness report {shlex.quote(str(outcome.run_dir))}")
     if outcome.verdict.outcome is Outcome.INTERRUPTED:
-        print(f"resume:  harness run {shlex.quote(args.scenario)} --resume {shlex.quote(str(outcome.run_dir))}")
+        again = [args.scenario] if args.scenario else []
+        again += [f"--url={u}" for u in args.url or ()]
+        print(f"resume:  harness run {shlex.join(again)} --resume {shlex.quote(str(outcome.run_dir))}")
     return outcome.exit_code
 
 
@@ -204,7 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("run", help="run a scenario: one server per variant, workloads, report")
-    s.add_argument("scenario", help="scenario YAML file")
+    s.add_argument("scenario", nargs="?", help="scenario YAML file (optional with --url)")
+    s.add_argument(
+        "--url",
+        action="append",
+        metavar="[NAME=]URL",
+        help="measure this running sglang server instead of launching any (repeatable: one variant each, "
+        "e.g. --url off=http://a:30000 --url on=http://b:30000); the scenario's workloads, or the bundled "
+        "scenarios/external.yaml's without one",
+    )
     s.add_argument("--results-dir", default="results", help="where run folders go (default: results)")
     s.add_argument("--reports-dir", default="reports", help="where HTML reports go (default: reports)")
     s.add_argument("--only", action="append", metavar="VARIANT", help="run only this variant (repeatable)")

@@ -31,7 +31,17 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import __version__, cooldown, fingerprint, hostpool, logscan, results, run_products, serving_window
+from harness import (
+    __version__,
+    cooldown,
+    external,
+    fingerprint,
+    hostpool,
+    logscan,
+    results,
+    run_products,
+    serving_window,
+)
 from harness.estimate import request_counts
 from harness.exit_codes import ExitCode
 from harness.expectations import evaluate_run_expectations
@@ -40,7 +50,7 @@ from harness.progress import Progress, plural
 from harness.sampling import Sampler
 from harness.scenario import scenario_hash, variant_config_hash
 from harness.secrets import Redactor
-from harness.server import ServerProcess, build_launch_spec, clear_orphans, free_port
+from harness.server import ExternalServer, ServerProcess, build_launch_spec, clear_orphans, free_port
 from harness.server_info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_server_info
 from harness.shard import select_run_variants
 from harness.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
@@ -79,9 +89,11 @@ class RunOptions:
 
 def describe_launch(scenario, variant, port: int = 30000, redactor: Redactor | None = None) -> dict:
     """A variant's launch argv and env additions, secrets redacted (``redactor``: the run's; by
-    default one that learns the scenario's)."""
-    spec = build_launch_spec(scenario, variant, port)
+    default one that learns the scenario's). An external variant starts nothing: no argv."""
     redactor = redactor or fingerprint.run_redactor(scenario)
+    if variant.backend == "external":
+        return {"name": variant.name, "argv": [], "env": {}, "simulated": False, "url": variant.url}
+    spec = build_launch_spec(scenario, variant, port)
     return {
         "name": variant.name,
         "argv": redactor.argv(spec.argv),
@@ -97,6 +109,11 @@ def dry_run_text(scenario, variants: list) -> str:
     out = []
     for v in variants:
         d = describe_launch(scenario, v, redactor=redactor)
+        if v.backend == "external":
+            out.append(
+                f"# variant {v.name} (external): {v.url}\n# nothing is started: the running server is measured\n\n"
+            )
+            continue
         out.append(f"# variant {v.name}{' (simulated)' if d['simulated'] else ''}\n")
         out.extend(f"{k}={val}\n" for k, val in d["env"].items())
         out.append(" ".join(shlex.quote(a) for a in d["argv"]) + "\n\n")
@@ -207,13 +224,23 @@ class Signals:
 
 
 def build_manifest(
-    scenario, variants: list, argv: list[str], simulated: bool, redactor: Redactor | None = None
+    scenario,
+    variants: list,
+    argv: list[str],
+    simulated: bool,
+    redactor: Redactor | None = None,
+    attached: external.AttachedRun | None = None,
 ) -> dict:
-    """The run's manifest, every secret the run knows redacted (``redactor``: the run's)."""
+    """The run's manifest, every secret the run knows redacted (``redactor``: the run's).
+    ``attached``: an external run's probed servers (each variant's ``server``: URL, version,
+    the server's own arguments, HiCache as it reports it, /metrics, whose host is sampled)."""
     redactor = redactor or fingerprint.run_redactor(scenario, argv)
     entries = []
     for v in variants:
         d = describe_launch(scenario, v, redactor=redactor)
+        extra = {}
+        if attached is not None and v.name in attached.endpoints:
+            extra = {"url": v.url, "server": attached.endpoints[v.name].manifest_entry(redactor)}
         entries.append(
             {
                 "name": v.name,
@@ -224,6 +251,7 @@ def build_manifest(
                 "hicache": v.hicache.model_dump(mode="json") if v.hicache is not None else None,
                 "expect": v.expect,
                 "expect_cause": v.expect_cause,
+                **extra,
             }
         )
     server = scenario.server
@@ -249,7 +277,12 @@ def build_manifest(
         "probe": None,
         "variants": entries,
     }
-    if not simulated and variants:
+    if attached is not None:
+        versions = sorted({e.info.version for e in attached.endpoints.values() if e.info and e.info.version})
+        manifest["sglang"] = {"version": ", ".join(versions) or None, "location": "external"}
+        if scenario.quality.enabled:
+            manifest["quality_baseline"] = scenario.quality.baseline_variant  # read from the servers
+    elif not simulated and variants:
         v0 = variants[0]
         spec = build_launch_spec(scenario, v0, 0)
         if v0.sglang_source:
@@ -269,12 +302,18 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
     variants, shard_plan = select_run_variants(scenario, options.only, options.shard)
     simulated = scenario.server.backend == "sim"
     redactor = fingerprint.run_redactor(scenario, harness_argv)
+    attached = None
+    if scenario.server.backend == "external":  # before any request and any file: EndpointRefused (exit 2)
+        attached = external.attach(scenario, variants)
+        variants = attached.variants
+        _learn_server_secrets(redactor, attached)
     with Signals() as signals:
-        orphans = clear_orphans(options.results_dir)  # GpuBusy (exit 2) before anything is written
+        # GpuBusy (exit 2) before anything is written; an external run starts no server: none to clear
+        orphans = clear_orphans(options.results_dir) if attached is None else []
         run = results.create_run_dir(options.results_dir, scenario.name)
         with results.hold_run_lock(run.root):  # from the first file on: a live run is never an orphan
             try:
-                manifest = build_manifest(scenario, variants, harness_argv, simulated, redactor)
+                manifest = build_manifest(scenario, variants, harness_argv, simulated, redactor, attached)
                 if shard_plan is not None:
                     manifest["shard"] = shard_plan.to_json()
                 if orphans:
@@ -286,7 +325,15 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
                 signals.hold()
                 results.write_json_atomic(run.interrupted, {"at": results.utc_now_iso(), "signal": signals.name})
                 return RunOutcome(run.root, interrupted=True, verdict=RunVerdict(Outcome.INTERRUPTED))
-            return execute_run(scenario, options, run, variants, redactor=redactor)
+            return execute_run(scenario, options, run, variants, redactor=redactor, attached=attached)
+
+
+def _learn_server_secrets(redactor: Redactor, attached: external.AttachedRun) -> None:
+    """The values under secret names in the servers' own arguments (``api_key``), scrubbed from
+    every file of the run like the scenario's."""
+    for e in attached.endpoints.values():
+        if e.info is not None:
+            redactor.learn(dict(e.info.raw))
 
 
 def execute_run(
@@ -296,6 +343,7 @@ def execute_run(
     variants: list,
     prior: list[VariantOutcome] | None = None,
     redactor: Redactor | None = None,
+    attached: external.AttachedRun | None = None,
 ) -> RunOutcome:
     """Run ``variants`` into an existing run folder (fresh or resumed), then finish it.
 
@@ -305,19 +353,28 @@ def execute_run(
     """
     if options.preflight_mode is not None:
         scenario.preflight.mode = options.preflight_mode
+    redactor = redactor or fingerprint.run_redactor(scenario, sys.argv)
+    if scenario.server.backend == "external" and attached is None:  # a resumed run: ask the servers again
+        attached = external.attach(scenario, variants)
+        variants = attached.variants
+        _learn_server_secrets(redactor, attached)
     with results.hold_run_lock(run.root):
-        return _execute_locked(
-            scenario, options, run, variants, prior, redactor or fingerprint.run_redactor(scenario, sys.argv)
-        )
+        return _execute_locked(scenario, options, run, variants, prior, redactor, attached)
 
 
-def _execute_locked(scenario, options, run, variants, prior, redactor: Redactor) -> RunOutcome:
+def _execute_locked(
+    scenario, options, run, variants, prior, redactor: Redactor, attached: external.AttachedRun | None = None
+) -> RunOutcome:
     outcome = RunOutcome(run.root, list(prior or []))
     simulated = scenario.server.backend == "sim"
     progress = Progress(len(variants), live=options.live_progress)
-    progress.note(f"run {run.root} ({plural(len(variants), 'variant')}{', SIMULATED server' if simulated else ''})")
+    where = ", SIMULATED server" if simulated else (", external servers" if attached is not None else "")
+    progress.note(f"run {run.root} ({plural(len(variants), 'variant')}{where})")
+    for line in attached.notes() if attached is not None else ():
+        progress.note(line)
     counts = request_counts(scenario, variants)
     state = _RunState(redactor)
+    state.attached = attached
     with Signals() as signals:
         try:
             env_not_clean = False
@@ -366,6 +423,7 @@ class _RunState:
         self.sampler = None
         self.vpaths: results.VariantPaths | None = None
         self.status: VariantStatus | None = None
+        self.attached: external.AttachedRun | None = None
 
     def stop_processes(self) -> None:
         if self.sampler is not None:
@@ -405,6 +463,8 @@ def run_variant(
 ) -> tuple[VariantOutcome, bool]:
     """One variant, start to stop. Returns its outcome and whether the environment was left unclean
     (GPU memory or MemAvailable not back after cooldown): the next variant is then marked."""
+    if variant.backend == "external":
+        return run_external_variant(scenario, variant, run, progress, state), env_not_clean
     vpaths = run.variant(variant.name)
     vpaths.root.mkdir(parents=True, exist_ok=True)
     status = VariantStatus(
@@ -524,6 +584,71 @@ def run_variant(
     return _finish(vpaths, status, window.state, window.cause, state.redactor, summary=summary), unclean
 
 
+def run_external_variant(
+    scenario, variant, run: results.RunPaths, progress: Progress, state: _RunState
+) -> VariantOutcome:
+    """One variant on a server somebody else runs: no preflight, start, stop or cooldown. Its
+    /get_server_info is read again (the server may have been restarted since the run began), the
+    sampler samples this machine (and the server's /metrics where they answer), then the serving
+    window as for a launched server."""
+    endpoint = state.attached.endpoints[variant.name]
+    vpaths = run.variant(variant.name)
+    vpaths.root.mkdir(parents=True, exist_ok=True)
+    server = ExternalServer(str(variant.url))
+    status = VariantStatus(
+        variant=variant.name,
+        started_at=results.utc_now_iso(),
+        expect=variant.expect,
+        expect_cause=variant.expect_cause,
+        simulated=bool(endpoint.info is not None and endpoint.info.simulated),
+        redact=lambda data: fingerprint.scrub_json(state.redactor, data),
+    )
+    status.server = server.identity()
+    state.vpaths, state.status = vpaths, status
+    status.write(vpaths.status)
+    progress.phase("asking the server")
+    try:
+        info = fetch_server_info(server.base_url)
+        if info is None and endpoint.info is not None:
+            raise ServerAnswerError("/get_server_info no longer answers (it did when the run began)")
+    except ServerAnswerError as exc:
+        detail = {"endpoint": "/get_server_info", "reason": exc.reason, "url": server.base_url}
+        return _finish(vpaths, status, FAILED, BAD_SERVER_ANSWER, state.redactor, detail=detail)
+    if info is not None:
+        results.write_json_atomic(vpaths.server_info, fingerprint.scrub_json(state.redactor, info.raw))
+    pools = logscan.parse_pools("").to_json()  # no log to read: the server's own figures
+    if info is not None:
+        pools["max_total_num_tokens"] = info.max_total_num_tokens
+        pools["host_pool_tokens"] = info.host_pool_tokens
+    status.pools = pools
+    status.write(vpaths.status)
+    sampler = _start_sampler(scenario, server, vpaths, endpoint)
+    state.sampler = sampler
+    window = serving_window.run_window(scenario, variant, server, server, sampler, vpaths, progress, pools, info)
+    _stop_sampler(sampler)
+    state.sampler = None
+    sampling = None
+    if sampler is not None:
+        sampling = run_products.sampling_summary(vpaths.samples, sampler.cpu_fraction, sampler.samples_written)
+        sampling["host"] = endpoint.host_sampling
+        sampling["server_metrics"] = (
+            "sampled" if sampler.server_metrics else f"not sampled: {endpoint.metrics_problem or 'sampling off'}"
+        )
+    summary = run_products.measured_summary(
+        variant.name,
+        window.state,
+        window.cause,
+        window.requests,
+        len(window.quality_rows),
+        sampling,
+        {w.name: w.kind for w in scenario.workloads},
+        {w.name: w for w in scenario.workloads},
+    )
+    if window.state != OK:
+        status.cause_detail = window.detail
+    return _finish(vpaths, status, window.state, window.cause, state.redactor, summary=summary)
+
+
 def _log_excerpt_for_death(server: ServerProcess) -> dict:
     text = server.read_log()
     found = logscan.classify_failure(text)
@@ -551,21 +676,34 @@ def _finish(
     return status.outcome()
 
 
-def _start_sampler(scenario, server: ServerProcess, vpaths):
+def _start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, endpoint=None):
+    """The variant's sampler: its server's process tree, GPUs and /metrics. An external server
+    (``endpoint``) has no process here: this machine's memory, its GPUs only when the server
+    runs on this machine (all of them: which ones it uses is unknown), /metrics where they answer."""
     cfg = scenario.sampling
     if not cfg.enabled:
         return None
     writer = results.JsonlWriter(vpaths.samples, fsync=False)
-    sampler = Sampler(
-        server.pid,
-        server.spec.base_url,
-        writer.append,
-        interval_s=cfg.interval_s,
-        gpu=cfg.gpu,
-        server_metrics=cfg.server_metrics,
-        launch_env=server.spec.full_env(),
-        launch_argv=server.spec.argv,
-    )  # its GPUs only
+    if endpoint is not None:
+        sampler = Sampler(
+            None,
+            server.base_url,
+            writer.append,
+            interval_s=cfg.interval_s,
+            gpu=cfg.gpu if endpoint.local else False,
+            server_metrics=cfg.server_metrics and endpoint.metrics_problem is None,
+        )
+    else:
+        sampler = Sampler(
+            server.pid,
+            server.spec.base_url,
+            writer.append,
+            interval_s=cfg.interval_s,
+            gpu=cfg.gpu,
+            server_metrics=cfg.server_metrics,
+            launch_env=server.spec.full_env(),
+            launch_argv=server.spec.argv,
+        )  # its GPUs only
     sampler._harness_writer = writer  # closed with the sampler
     return sampler.start()
 

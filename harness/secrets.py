@@ -18,9 +18,11 @@ from typing import Any
 
 REDACTED = "***"
 # Names of credentials, matched on the name with '-' read as '_' and case ignored.
-# TOKEN and KEY only at the end (HF_TOKEN, api-key; not max_total_tokens, eos_token_id, key_len).
+# TOKEN and KEY only at the end (HF_TOKEN, api-key; not max_total_tokens, eos_token_id, key_len),
+# and not after PER (kv_bytes_per_token, a size sglang's /get_server_info reports: scrubbing its
+# number would garble every text of a run).
 _SECRET_NAME = re.compile(
-    r"((^|_)(TOKEN|KEY|APIKEY)$)|((^|_)(SECRETS?|PASSWORD|PASSWD|CREDENTIALS?|AUTH|AUTHORIZATION|COOKIE)($|_))",
+    r"((^|_)(?<!PER_)(TOKEN|KEY|APIKEY)$)|((^|_)(SECRETS?|PASSWORD|PASSWD|CREDENTIALS?|AUTH|AUTHORIZATION|COOKIE)($|_))",
     re.IGNORECASE,
 )
 # Shorter strings are not treated as secrets to scrub from free text ("1", "true" would

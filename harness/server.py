@@ -384,6 +384,32 @@ class ServerProcess:
 # -- servers left behind by earlier runs -------------------------------------------------------
 
 
+class ExternalServer:
+    """A server somebody else started (``backend: external``): no lifecycle. It is never started,
+    stopped, signalled or waited for; the harness cannot see its process, so it counts as alive
+    (a server that stops answering is caught by the hang watch's ``/health_generate`` probes,
+    harness/serving_window.py). It has no log. Stands in for both the ``LaunchSpec`` (``base_url``)
+    and the ``ServerProcess`` of a launched server where the serving window uses them."""
+
+    pid = None
+    simulated = False
+
+    def __init__(self, url: str) -> None:
+        self.base_url = url.rstrip("/")
+
+    def alive(self) -> bool:
+        return True
+
+    def exit_code(self) -> int | None:
+        return None
+
+    def read_log(self) -> str:
+        return ""
+
+    def identity(self) -> dict:
+        return {"url": self.base_url, "external": True}
+
+
 class GpuBusy(ValueError):
     """A GPU this run would use holds another run's server (the message names it)."""
 

@@ -44,8 +44,13 @@ def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
         errs.append(ErrorItem(file, line_for(lines, path), format_path(path), msg))
 
     sim = scn.server.backend == "sim"
-    if scn.server.sim is not None and not sim:
+    external = scn.server.backend == "external"
+    if scn.server.sim is not None and not sim and not external:
         add(("server", "sim"), "only allowed with backend: sim (this scenario uses backend: sglang)")
+    if scn.server.model_path is None and not external:
+        add(("server", "model_path"), f"required key is missing (backend: {scn.server.backend} launches the server)")
+    if external:
+        errs += external_problems(scn, lines, file)
     blocks: list[tuple[tuple, VariantFields]] = [(("variants", i), v) for i, v in enumerate(scn.variants)]
     blocks += [(("matrix", i), m) for i, m in enumerate(scn.matrix)]
     for flag in scn.server.args:
@@ -65,8 +70,13 @@ def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
             p = env_problem(name)
             if p:
                 add(base + ("env", name), p)
-        if v.sim_faults and not sim:
+        if v.sim_faults and not sim and not external:
             add(base + ("sim_faults",), "only allowed with backend: sim")
+        if v.url is not None and not external:
+            add(
+                base + ("url",),
+                f"only allowed with backend: external (this scenario uses backend: {scn.server.backend})",
+            )
         if v.expect_cause is not None and v.expect != "startup_failed":
             add(base + ("expect_cause",), "only allowed with expect: startup_failed")
     for i, m in enumerate(scn.matrix):
@@ -93,6 +103,65 @@ def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
     return errs
 
 
+# What cannot apply to a server the harness does not start (backend: external). Refused rather
+# than recorded as declared-only: a run must never look as if it set a knob it could not set.
+# The server's own arguments are read from /get_server_info instead (harness/external.py).
+EXTERNAL_REFUSED_SERVER = (
+    "python",
+    "command_prefix",
+    "sglang_source",
+    "tp_size",
+    "host",
+    "args",
+    "extra_args",
+    "env",
+    "startup_timeout_s",
+    "startup_retries",
+    "sim",
+)
+EXTERNAL_REFUSED_VARIANT = ("hicache", "args", "env", "model_path", "sim_faults", "expect_cause")
+EXTERNAL_REFUSED_SAMPLING = ("cooldown_timeout_s", "cooldown_mem_tolerance_gib")
+_EXTERNAL_WHY = "does not apply to backend: external (the harness starts no server)"
+
+
+def external_problems(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
+    """``backend: external``: every variant names its server's ``url``; launch knobs, HiCache
+    blocks, preflight, cooldown, the cost estimate and the matrix (it varies launch knobs) are
+    refused, each with the reason."""
+    errs: list[ErrorItem] = []
+
+    def add(path: tuple, msg: str) -> None:
+        errs.append(ErrorItem(file, line_for(lines, path), format_path(path), msg))
+
+    for key in EXTERNAL_REFUSED_SERVER:
+        if key in scn.server.model_fields_set:
+            add(("server", key), f"{_EXTERNAL_WHY}: it is the running server's own setting")
+    for i, v in enumerate(scn.variants):
+        base = ("variants", i)
+        for key in EXTERNAL_REFUSED_VARIANT:
+            if key in v.model_fields_set:
+                why = (
+                    "HiCache on or off is read from the server's own arguments (/get_server_info)"
+                    if key == "hicache"
+                    else "it is the running server's own setting"
+                )
+                add(base + (key,), f"{_EXTERNAL_WHY}: {why}")
+        if v.expect != "ok":
+            add(base + ("expect",), f"{_EXTERNAL_WHY}: a running server cannot fail to start")
+        if v.url is None:
+            add(base, f"variant {v.name!r} needs url: (the running server it measures, e.g. http://gpu-node-3:30000)")
+    if scn.matrix:
+        add(("matrix",), f"{_EXTERNAL_WHY}: list each server under variants with its url")
+    if "preflight" in scn.model_fields_set:
+        add(("preflight",), f"{_EXTERNAL_WHY}: no host-pool prediction before a launch")
+    if "estimate" in scn.model_fields_set:
+        add(("estimate",), f"{_EXTERNAL_WHY}: its pools and speeds are the running server's")
+    for key in EXTERNAL_REFUSED_SAMPLING:
+        if key in scn.sampling.model_fields_set:
+            add(("sampling", key), f"{_EXTERNAL_WHY}: no cooldown after a stop")
+    return errs
+
+
 def late_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) -> list[ErrorItem]:
     errs: list[ErrorItem] = []
 
@@ -104,6 +173,8 @@ def late_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) 
     q = scn.quality
     if q.baseline_variant is not None and q.baseline_variant not in by_name:
         add(("quality", "baseline_variant"), f"no variant named {q.baseline_variant!r} (variants: {', '.join(names)})")
+    elif q.enabled and q.baseline_variant is None and scn.server.backend == "external":
+        pass  # the OFF server is known once each server's own arguments are read (harness/external.py)
     elif q.enabled and q.baseline_variant is None:
         off = next((v for v in variants if v.hicache is None and v.expect == "ok"), None)
         if off is None:

@@ -17,7 +17,11 @@ def variant_config_hash(scenario: Scenario, variant: Variant) -> str:
     """sha256 over what shapes the server: backend, python, command prefix, sglang_source,
     model path (as written, after ${VAR} expansion, so checkouts in other folders hash alike),
     TP size, merged args (in order) and env, HiCache block and simulator options (with faults).
-    Names, descriptions, expectations, timeouts and workloads are not part of it."""
+    Names, descriptions, expectations, timeouts and workloads are not part of it. An external
+    server (``backend: external``) is its URL: its own arguments are recorded per run in the
+    manifest (``variants[].server``), since they are only known once it is asked."""
+    if variant.backend == "external":
+        return hashlib.sha256(_canonical({"backend": "external", "url": variant.url}).encode("utf-8")).hexdigest()
     s = scenario.server
     sim = variant.backend == "sim"
     payload = {

@@ -38,6 +38,8 @@ def _model_path_location(scn: Scenario, v: Variant) -> tuple:
 def _shape(v: Variant) -> tuple[ModelShape | None, str | None]:
     """The model's shape where the harness needs it (always for the simulator; for sglang when
     the model is a local directory), or the problem reading it."""
+    if not v.model_path:
+        return None, None  # backend external without a local copy: the server's own limits apply
     local = Path(v.model_path).is_dir()
     if v.backend != "sim" and not local:
         return None, None  # a hub id or a path on another machine: sglang reads it

@@ -46,6 +46,7 @@ from harness.scenario.values import (
     no_bool,
     parse_extra_args,
     show_value,
+    url_problem,
 )
 from harness.workloads import kinds
 
@@ -97,13 +98,16 @@ class Watchdog(ScenarioModel):
 
 
 class Server(ScenarioModel):
-    """``server``: how to start the server every variant shares."""
+    """``server``: how to start the server every variant shares (``backend: external``: none is
+    started; each variant names a running server's ``url``, harness/external.py)."""
 
-    backend: Literal["sglang", "sim"] = "sglang"
+    backend: Literal["sglang", "sim", "external"] = "sglang"
     python: str = "python3"
     command_prefix: list[str] = []
     sglang_source: str | None = None
-    model_path: str
+    # Required to launch a server; with backend: external optional, a local copy of the served
+    # model's folder (its config.json sizes token-id prompts).
+    model_path: str | None = None
     tp_size: PosInt = 1
     host: str = "127.0.0.1"
     args: ArgsDict = {}
@@ -146,8 +150,8 @@ class Server(ScenarioModel):
 
     @field_validator("model_path", "python")
     @classmethod
-    def _not_empty(cls, v: str) -> str:
-        if not v.strip():
+    def _not_empty(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
             raise field_error("must not be empty")
         return v
 
@@ -202,6 +206,15 @@ class VariantFields(ScenarioModel):
     expect: Literal["ok", "startup_failed"] = "ok"
     expect_cause: Literal[CAUSES] | None = None  # type: ignore[valid-type]
     sim_faults: list[Fault] = []
+    url: str | None = None  # backend: external: the running server this variant measures
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        problem = url_problem(v) if v is not None else None
+        if problem:
+            raise field_error(problem)
+        return v.rstrip("/") if v is not None else None
 
     @field_validator("model_path")
     @classmethod
@@ -320,7 +333,7 @@ class Variant(BaseModel):
     name: str
     origin: str  # "variants[2]" or "matrix[0]"
     description: str = ""
-    backend: Literal["sglang", "sim"]
+    backend: Literal["sglang", "sim", "external"]
     python: str
     command_prefix: list[str]
     sglang_source: str | None
@@ -339,6 +352,7 @@ class Variant(BaseModel):
     startup_retries: int
     request_timeout_s: float
     matrix_values: dict[str, Any] = {}
+    url: str | None = None  # backend external: the server's base URL (no lifecycle)
 
     @property
     def hicache_enabled(self) -> bool:

@@ -12,6 +12,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
@@ -480,6 +481,26 @@ def host_problem(host: str) -> str | None:
     if len(host) <= 253 and labels and all(_HOST_LABEL.match(label) for label in labels):
         return None
     return f"{host!r} is not a host name or IP address (e.g. 127.0.0.1, localhost, gpu-node-3)"
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be an external server's base URL (``http[s]://host[:port][/prefix]``),
+    or None. Credentials in the URL, queries and fragments are refused: they would end up in
+    folder names, logs and reports, and sglang's API takes none of them."""
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError as exc:
+        return f"{url!r} is not a URL ({exc})"
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return f"{url!r} is not an http:// or https:// URL with a host (e.g. http://gpu-node-3:30000)"
+    if u.username is not None or u.password is not None:
+        return "credentials in the URL are not supported (they would be stored with the run)"
+    if u.query or u.fragment or url.rstrip().endswith(("?", "#")):
+        return f"{url!r}: a base URL takes no query or fragment"
+    if port == 0:
+        return f"{url!r}: port 0 is not a server port"
+    return host_problem(u.hostname)
 
 
 def parse_extra_args(text: str) -> dict[str, Any]:

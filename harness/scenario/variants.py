@@ -65,7 +65,8 @@ def _make_variant(
     s = scn.server
     base_dir = scn.base_dir
     sim = s.backend == "sim"
-    mp_spec = spec.model_path if spec.model_path is not None else s.model_path
+    # backend external: no model_path is needed (the running server has its own); "" = none given
+    mp_spec = (spec.model_path if spec.model_path is not None else s.model_path) or ""
     python = s.python
     if "/" in python:
         python = _resolve_path(python, base_dir, always=True)
@@ -77,7 +78,7 @@ def _make_variant(
         python=python,
         command_prefix=list(s.command_prefix),
         sglang_source=(_resolve_path(s.sglang_source, base_dir, always=True) if s.sglang_source else None),
-        model_path=_resolve_path(mp_spec, base_dir, always=sim),
+        model_path=_resolve_path(mp_spec, base_dir, always=sim) if mp_spec else "",
         model_path_spec=mp_spec,
         tp_size=s.tp_size,
         host=s.host,
@@ -92,6 +93,7 @@ def _make_variant(
         startup_retries=s.startup_retries,
         request_timeout_s=s.request_timeout_s,
         matrix_values=dict(matrix_values or {}),
+        url=spec.url,
     )
 
 
