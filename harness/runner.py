@@ -631,6 +631,7 @@ def run_external_variant(
     if sampler is not None:
         sampling = run_products.sampling_summary(vpaths.samples, sampler.cpu_fraction, sampler.samples_written)
         sampling["host"] = endpoint.host_sampling
+        sampling["server_host_sampled"] = endpoint.local
         sampling["server_metrics"] = (
             "sampled" if sampler.server_metrics else f"not sampled: {endpoint.metrics_problem or 'sampling off'}"
         )

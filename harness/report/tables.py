@@ -510,6 +510,18 @@ def memory_table(view: RunView) -> list[Row]:
         lambda n: pools(n, "host_pool_gb") if view.hicache(n) else "off",
         note="per rank, from the server log",
     )
+    sampling = {n: view.summary(n).get("sampling") or {} for n in view.names}
+    if any(s.get("host") for s in sampling.values()):  # external servers: whose host the rows below show
+        plain(
+            "host memory sampled on",
+            "",
+            lambda n: (
+                Cell(sampling[n]["host"], None, css="bad")
+                if sampling[n].get("server_host_sampled") is False
+                else sampling[n].get("host")
+            ),
+            note="a remote server: MemAvailable, swap and page cache are this machine's, not the server's host",
+        )
     plain("MemAvailable min", "GiB", lambda n: gib(_agg(_phases(view, n), "min_mem_available_kib", min)))
     plain(
         "MemAvailable min while idle",

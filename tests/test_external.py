@@ -1,0 +1,325 @@
+"""backend: external — measuring sglang servers the harness did not start (harness/external.py).
+
+The servers are simulated servers started here, outside the harness (``SimProcess``), shared by
+the module's tests; a server that is not sglang is a tiny stdlib HTTP server."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import textwrap
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from harness import external, results
+from harness.exit_codes import ExitCode
+from harness.report.tables import memory_table
+from harness.report.view import load_view
+from harness.scenario import ScenarioError, load_scenario_text, variant_config_hash
+from harness.scenario.urls import parse_url_args, scenario_with_urls
+from harness.secrets import is_secret_name
+from harness.server_info import NotSglangError, identify_sglang
+from harness.sim.testing import SimProcess, free_port
+from tests.conftest import TINY_QUALITY, only_run, run_harness, sim_scenario, write_scenario
+
+API_KEY = "sekrit-api-key-4711"
+POOL = ["--max-total-tokens", "8192", "--skip-tokenizer-init", "--enable-metrics"]
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """Two running simulated servers: HiCache off, and on (ratio 2) with an API key in its args."""
+    with SimProcess(POOL, time_scale=0.01) as off:
+        with SimProcess([*POOL, "--enable-hierarchical-cache", "--hicache-ratio", "2", "--api-key", API_KEY]) as on:
+            yield off, on
+
+
+def external_text(off_url: str, on_url: str, quality: bool = True, extra: str = "") -> str:
+    text = textwrap.dedent(f"""\
+        name: ext
+        server:
+          backend: external
+          request_timeout_s: 30
+          liveness_idle_s: 0
+        sampling: {{interval_s: 0.2, idle_window_s: 0}}
+        variants:
+          - name: "off"
+            url: {off_url}
+          - name: "on"
+            url: {on_url}
+        workloads:
+          - kind: cold_prefill
+            n: 2
+            prompt_tokens: 256
+        """)
+    if quality:
+        text += TINY_QUALITY.replace('  baseline_variant: "off"\n', "")  # read from the servers' args
+    return text + extra
+
+
+class NotSglang(http.server.BaseHTTPRequestHandler):
+    """vLLM's shape: an OpenAI /v1/models list owned by vllm, 404 for sglang's own endpoints."""
+
+    answers: dict[str, tuple[int, str, bytes]] = {
+        "/v1/models": (200, "application/json", json.dumps({"data": [{"id": "m", "owned_by": "vllm"}]}).encode()),
+    }
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        status, ctype, body = self.answers.get(self.path, (404, "text/plain", b"Not Found"))
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def other_server():
+    """A running HTTP server that is not sglang; ``answers`` can be changed per test."""
+    srv = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), type("H", (NotSglang,), {"answers": dict(NotSglang.answers)})
+    )
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv, f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+# ------------------------------------------------------------------------------- the scenario
+
+
+def load(text: str):
+    return load_scenario_text(text, "ext.yaml")
+
+
+def test_external_block_loads_with_urls_and_no_model_path():
+    scn = load(external_text("http://gpu-a:30000/", "https://gpu-b.example:8443/sglang", quality=False))
+    off, on = scn.expand_variants()
+    assert (off.backend, off.url, on.url) == ("external", "http://gpu-a:30000", "https://gpu-b.example:8443/sglang")
+    assert off.hicache is None and off.model_path == ""
+    # the config hash is the URL: the server's own arguments are recorded per run instead
+    assert variant_config_hash(scn, off) != variant_config_hash(scn, on)
+
+
+@pytest.mark.parametrize(
+    "edit,path,message",
+    [
+        ("server:\n  backend: external\n  tp_size: 2\n", "server.tp_size", "does not apply to backend: external"),
+        ("server:\n  backend: external\n  args: {--x: 1}\n", "server.args", "running server's own setting"),
+        ('  - name: "on"\n    hicache: {ratio: 2}\n', "variants[1].hicache", "read from the server's own arguments"),
+        ('  - name: "on"\n    expect: startup_failed\n', "variants[1].expect", "cannot fail to start"),
+        ("preflight: {mode: strict}\n", "preflight", "no host-pool prediction"),
+        ("sampling: {cooldown_timeout_s: 3}\n", "sampling.cooldown_timeout_s", "no cooldown"),
+        ('  - name: "on"\n    url: null\n', "variants[1]", "needs url:"),
+    ],
+)
+def test_launch_knobs_are_refused_naming_the_key(edit, path, message):
+    text = external_text("http://a:1", "http://b:2", quality=False)
+    head = edit.split("\n", 1)[0]
+    if head.startswith("server:"):
+        text = text.replace("server:\n  backend: external\n", edit)
+    elif head.startswith('  - name: "on"'):
+        text = text.replace(
+            '  - name: "on"\n    url: http://b:2\n', edit + ("    url: http://b:2\n" if "url" not in edit else "")
+        )
+    elif head.startswith("sampling:"):
+        text = text.replace("sampling: {interval_s: 0.2, idle_window_s: 0}\n", edit)
+    else:
+        text += edit
+    with pytest.raises(ScenarioError) as exc:
+        load(text)
+    assert any(f" {path}: " in line and message in line for line in exc.value.lines), exc.value.lines
+
+
+@pytest.mark.parametrize(
+    "url,message",
+    [
+        ("ftp://a:1", "not an http:// or https:// URL"),
+        ("http://user:pw@a:1", "credentials in the URL"),
+        ("http://a:1/?x=1", "no query or fragment"),
+        ("http://bad host:1", "not"),
+    ],
+)
+def test_bad_urls_are_refused(url, message):
+    with pytest.raises(ScenarioError) as exc:
+        load(external_text(url, "http://b:2", quality=False))
+    assert any("variants[0].url" in line and message in line for line in exc.value.lines), exc.value.lines
+
+
+def test_url_only_with_backend_external():
+    text = sim_scenario('- name: "off"\n  url: http://a:1\n')
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario_text(text, "s.yaml", base_dir=Path(__file__).parents[1] / "scenarios")
+    assert any("variants[0].url: only allowed with backend: external" in line for line in exc.value.lines)
+
+
+# ------------------------------------------------------------------------------- the servers
+
+
+def test_off_and_on_servers_measured_with_parity_and_left_running(servers, tmp_path):
+    off, on = servers
+    path = write_scenario(tmp_path, external_text(off.url, on.url + "/"))
+    r = run_harness("run", path, "--results-dir", tmp_path / "results", "--reports-dir", tmp_path / "reports")
+    assert r.returncode == ExitCode.OK, r.stdout + r.stderr
+    assert "HiCache off" in r.stderr and "HiCache on (ratio 2" in r.stderr
+    run = only_run(tmp_path / "results")
+    manifest = results.read_json(run / "manifest.json")
+    assert manifest["backend"] == "external" and manifest["quality_baseline"] == "off"
+    entries = {v["name"]: v for v in manifest["variants"]}
+    # HiCache as each server reports it, and the server's own arguments and version
+    assert entries["off"]["hicache"] is None and entries["on"]["hicache"]["ratio"] == 2
+    for name, sim in (("off", off), ("on", on)):
+        server = entries[name]["server"]
+        assert server["url"] == sim.url and server["version"] and server["identified_by"] == "/get_server_info"
+        assert server["args"]["max_total_num_tokens"] == 8192 and server["metrics"] == "available"
+        assert server["local"] is True and server["host_sampling"] == "the server's host"
+        assert entries[name]["argv"] == []
+    assert entries["on"]["server"]["args"]["enable_hierarchical_cache"] is True
+    # kv_bytes_per_token is a size, not a secret; the API key is one, and is nowhere in the run
+    assert isinstance(entries["on"]["server"]["args"]["kv_bytes_per_token"], int)
+    assert entries["on"]["server"]["args"]["api_key"] == "***"
+    for f in run.rglob("*"):
+        if f.is_file():
+            assert API_KEY not in f.read_text(errors="replace"), f
+    # no lifecycle: nothing stopped, no preflight, no cooldown; the servers still serve
+    for name in ("off", "on"):
+        status = results.read_json(run / name / "status.json")
+        assert status["state"] == "ok"
+        assert status["server"] == {"url": entries[name]["url"], "external": True}
+        assert status.get("stop") is None and status.get("cooldown") is None and status["preflight"] is None
+        summary = results.read_json(run / name / "summary.json")
+        assert summary["sampling"]["host"] == "the server's host" and summary["sampling"]["server_metrics"] == "sampled"
+        counters = [s["counters"] for s in results.read_jsonl(run / name / "samples.jsonl")]
+        assert any(c for c in counters), "the server's /metrics were sampled"
+    assert results.read_json(run / "on" / "summary.json")["quality"]["parity"]["verdict"] == "PASS"
+    for sim in servers:
+        assert sim.proc.poll() is None
+        assert httpx.get(sim.url + "/health", timeout=5).status_code == 200
+
+
+def test_parity_needs_an_off_and_an_on_server(servers, tmp_path):
+    off, on = servers
+    path = write_scenario(tmp_path, external_text(on.url, on.url))
+    r = run_harness("run", path, "--results-dir", tmp_path / "results")
+    assert r.returncode == ExitCode.BAD_INPUT, r.stdout + r.stderr
+    assert "parity needs one server with HiCache off and at least one with it on" in r.stderr
+    assert not (tmp_path / "results").exists()  # refused before anything was written
+
+
+def test_declared_baseline_must_be_off_on_its_server(servers, tmp_path):
+    off, on = servers
+    text = external_text(off.url, on.url, extra="")
+    text = text.replace("quality:\n", 'quality:\n  baseline_variant: "on"\n')
+    r = run_harness("run", write_scenario(tmp_path, text), "--results-dir", tmp_path / "results")
+    assert r.returncode == ExitCode.BAD_INPUT
+    assert "baseline_variant on must be a server with HiCache off" in r.stderr
+
+
+def test_a_server_that_is_not_sglang_is_refused_before_any_request(servers, other_server, tmp_path):
+    srv, url = other_server
+    off, _ = servers
+    path = write_scenario(tmp_path, external_text(off.url, url, quality=False))
+    r = run_harness("run", path, "--results-dir", tmp_path / "results")
+    assert r.returncode == ExitCode.BAD_INPUT, r.stdout + r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"harness: variant on: {url} is not an sglang server: /get_server_info answered 404; "
+        "/server_info answered 404; /v1/models lists models owned by 'vllm'"
+    ]
+    assert not (tmp_path / "results").exists()
+
+
+def test_identify_sglang_says_what_it_saw(servers, other_server):
+    srv, url = other_server
+    handler = srv.RequestHandlerClass
+    with pytest.raises(NotSglangError, match="answered 404; /server_info answered 404; /v1/models lists"):
+        identify_sglang(url)
+    handler.answers["/get_server_info"] = (200, "text/html", b"<html>hello</html>")
+    handler.answers["/v1/models"] = (404, "text/plain", b"")
+    with pytest.raises(NotSglangError, match="/get_server_info answered 200 with text/html that is not JSON"):
+        identify_sglang(url)
+    handler.answers["/get_server_info"] = (200, "application/json", b'{"status": "ok"}')
+    with pytest.raises(NotSglangError, match="JSON without sglang's server arguments \\('status'\\)"):
+        identify_sglang(url)
+    # an sglang whose /get_server_info is gone still lists its models as sglang's: accepted, args unknown
+    handler.answers["/v1/models"] = (200, "application/json", b'{"data": [{"id": "m", "owned_by": "sglang"}]}')
+    found = identify_sglang(url)
+    assert found.path == "/v1/models" and found.info is None
+    with pytest.raises(NotSglangError, match="nothing answers"):
+        identify_sglang(f"http://127.0.0.1:{free_port()}")
+    found = identify_sglang(servers[1].url)
+    assert found.info.hicache.enabled is True and found.info.simulated
+
+
+def test_remote_host_memory_is_marked_this_machine():
+    assert external.url_is_local("http://127.0.0.1:30000") and external.url_is_local("http://localhost:1")
+    assert not external.url_is_local("http://192.0.2.7:30000")  # TEST-NET-1: never this machine
+    e = external.Endpoint("on", "http://192.0.2.7:30000", "/get_server_info", None, None, False)
+    assert e.host_sampling == "this machine" == e.manifest_entry(external.Redactor())["host_sampling"]
+    assert "host memory is sampled on this machine" in external.AttachedRun({"on": e}, []).notes()[0]
+
+
+def test_the_report_marks_host_memory_of_a_remote_server(servers, tmp_path):
+    off, on = servers
+    text = external_text(off.url, on.url, quality=False)
+    r = run_harness("run", write_scenario(tmp_path, text), "--results-dir", tmp_path / "results", "--no-report")
+    assert r.returncode == ExitCode.OK, r.stdout + r.stderr
+    run = only_run(tmp_path / "results")
+    summary = results.read_json(run / "on" / "summary.json")  # as a remote server's run writes it
+    summary["sampling"].update(host="this machine", server_host_sampled=False)
+    results.write_json_atomic(run / "on" / "summary.json", summary)
+    row = next(r for r in memory_table(load_view(run)) if r.label == "host memory sampled on")
+    assert [c.text for c in row.cells] == ["the server's host", "this machine"]
+    assert row.cells[1].css == "bad"
+
+
+# ------------------------------------------------------------------------------- --url
+
+
+def test_run_url_uses_a_scenarios_workloads_without_editing_it(servers, tmp_path):
+    off, on = servers
+    sim_text = sim_scenario(
+        '- name: "off"\n- name: on-r2\n  hicache: {ratio: 2}\n',
+        "- kind: cold_prefill\n  n: 2\n  prompt_tokens: 256\n",
+        name="launched",
+        extra='expectations:\n  checks: ["on-r2: cold_prefill.cold.ttft_ms_p50 < 1000000"]\n',
+    )
+    path = write_scenario(tmp_path, sim_text)
+    r = run_harness(
+        "run", path, "--url", f"off={off.url}", "--url", f"on={on.url}", "--results-dir", tmp_path / "results"
+    )
+    assert r.returncode == ExitCode.OK, r.stdout + r.stderr
+    run = only_run(tmp_path / "results")
+    assert run.parent.name == "launched-url"  # apart from the scenario's own runs
+    manifest = results.read_json(run / "manifest.json")
+    assert [(v["name"], v["url"]) for v in manifest["variants"]] == [("off", off.url), ("on", on.url)]
+    assert '"backend": "external"' in manifest["scenario"]["text"]  # the exact scenario it ran
+    assert "on-r2" not in manifest["scenario"]["text"]  # a check naming a variant the URLs lack is dropped
+    rows = list(results.read_jsonl(run / "on" / "requests.jsonl"))
+    assert [r["phase"] for r in rows] == ["warmup", "cold", "cold"] and all(r["error"] is None for r in rows)
+
+
+def test_url_arguments():
+    assert parse_url_args(["http://a:1/"]) == [("server", "http://a:1")]
+    assert parse_url_args(["http://a:1", "on=http://b:2"]) == [("server", "http://a:1"), ("on", "http://b:2")]
+    assert parse_url_args(["http://a:1", "http://b:2"]) == [("server1", "http://a:1"), ("server2", "http://b:2")]
+    with pytest.raises(ValueError, match="given twice"):
+        parse_url_args(["x=http://a:1", "x=http://b:1"])
+    with pytest.raises(ValueError, match="--url a=gopher://x: 'gopher://x' is not an http"):
+        parse_url_args(["a=gopher://x"])
+    # without a scenario: the bundled scenarios/external.yaml's workloads
+    scn = scenario_with_urls(None, [("server", "http://a:1")])
+    assert scn.name == "external" and [v.url for v in scn.expand_variants()] == ["http://a:1"]
+    assert [w.kind for w in scn.workloads] == ["cold_prefill", "repeat_prefill", "short_ttft", "decode"]
+
+
+def test_secret_names_do_not_swallow_per_token_sizes():
+    assert not is_secret_name("kv_bytes_per_token") and not is_secret_name("max_total_tokens")
+    assert is_secret_name("api_key") and is_secret_name("hf_token") and is_secret_name("--api-key")
