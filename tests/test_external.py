@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import textwrap
 import threading
 from pathlib import Path
@@ -323,3 +324,23 @@ def test_url_arguments():
 def test_secret_names_do_not_swallow_per_token_sizes():
     assert not is_secret_name("kv_bytes_per_token") and not is_secret_name("max_total_tokens")
     assert is_secret_name("api_key") and is_secret_name("hf_token") and is_secret_name("--api-key")
+
+
+def test_metrics_that_do_not_answer_are_said_so(other_server):
+    _, url = other_server
+    problem = external.metrics_problem(url)
+    assert problem == "/metrics answered 404 (the server needs --enable-metrics)"
+    e = external.Endpoint("off", url, "/v1/models", None, problem, True)
+    assert e.manifest_entry(external.Redactor())["metrics"] == f"unavailable: {problem}"
+    note = external.AttachedRun({"off": e}, []).notes()[0]
+    assert f"no /metrics sampling ({problem})" in note and "its arguments are not recorded" in note
+
+
+def test_the_formats_external_example_validates():
+    doc = (Path(__file__).parents[1] / "docs" / "scenario-format.md").read_text()
+    example = next(b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if "backend: external" in b)
+    scn = load_scenario_text("name: doc\n" + example, "doc.yaml", env={})
+    assert [(v.name, v.url) for v in scn.expand_variants()] == [
+        ("off", "http://gpu-a:30000"),
+        ("on", "http://gpu-b:30000"),
+    ]

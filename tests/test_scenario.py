@@ -273,7 +273,7 @@ def test_inline_bad(tmp_path, extra, line, path, msg):
             "name: t\nserver:\n  backend: cuda\n  model_path: m\nvariants:\n  - name: off\n",
             3,
             "server.backend",
-            "expected one of sglang, sim, got 'cuda'",
+            "expected one of sglang, sim, external, got 'cuda'",
         ),
         ("name: t\nserver:\n  backend: sim\n  model_path: m\n", 1, "variants", "no variants"),
         (
