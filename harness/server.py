@@ -391,9 +391,6 @@ class ExternalServer:
     harness/serving_window.py). It has no log. Stands in for both the ``LaunchSpec`` (``base_url``)
     and the ``ServerProcess`` of a launched server where the serving window uses them."""
 
-    pid = None
-    simulated = False
-
     def __init__(self, url: str) -> None:
         self.base_url = url.rstrip("/")
 

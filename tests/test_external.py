@@ -170,6 +170,9 @@ def test_off_and_on_servers_measured_with_parity_and_left_running(servers, tmp_p
     r = run_harness("run", path, "--results-dir", tmp_path / "results", "--reports-dir", tmp_path / "reports")
     assert r.returncode == ExitCode.OK, r.stdout + r.stderr
     assert "HiCache off" in r.stderr and "HiCache on (ratio 2" in r.stderr
+    assert "report:" in r.stdout and "could not write the report" not in r.stderr  # the report draws it
+    page = next((tmp_path / "reports").rglob("index.html")).read_text()
+    assert f"running server {on.url} (sglang " in page
     run = only_run(tmp_path / "results")
     manifest = results.read_json(run / "manifest.json")
     assert manifest["backend"] == "external" and manifest["quality_baseline"] == "off"

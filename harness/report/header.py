@@ -134,7 +134,13 @@ def variant_rows(view: RunView) -> list[dict]:
                 "expect": e.get("expect"),
                 "expect_met": st.get("expect_met"),
                 "hicache": e.get("hicache"),
-                "argv": " ".join(e.get("argv") or []),
+                # an external server (backend external) was not launched: its URL and version instead
+                "argv": " ".join(e.get("argv") or [])
+                or (
+                    f"running server {e['url']} (sglang {(e.get('server') or {}).get('version')})"
+                    if e.get("url")
+                    else ""
+                ),
                 "env": e.get("env") or {},
                 "config_hash": (e.get("config_hash") or "")[:12],
                 "ready_s": st.get("ready_s"),
