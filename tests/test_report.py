@@ -25,23 +25,48 @@ import yaml
 
 import harness.workloads
 from harness import results
+from harness.report import html as report_html
 from harness.report.header import header
 from harness.report.html import SECTIONS, write_report
 from harness.report.tables import delta, delta_test, hicache_table
 from harness.report.view import RunView, load_view
 from harness.run_products import judge_run
 from harness.workloads import kinds
+from tests.conftest import GOLDEN_EXPECTED, GOLDEN_RUNS
 
-GOLDEN_EXPECTED = Path(__file__).parent / "golden" / "expected"
 XSS = "<script>alert(1)</script>"
 XSS_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 CHROMIUM = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 TRAILING_ROWS = ["quality parity"]  # after the workloads' rows; load-back needs a probe (golden runs have none)
 
 
+# A 1x1 white PNG: what the figures are drawn into in the tests that read the report's text.
+BLANK_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGP4DwABAQEAsTj2FAAAAABJRU5ErkJggg=="
+
+
+@pytest.fixture(autouse=True)
+def text_only_figures(request, monkeypatch):
+    """Most tests here read the report's text (banner, tables, escaping): for them a figure is a
+    blank PNG, not drawn, laid out and encoded (four fifths of a report's time). The figures
+    themselves are checked on ``healthy_report`` (every kind of figure, drawn for real), and a test
+    that changes what a figure plots asks for ``real_figures``."""
+    if "healthy_report" in request.fixturenames or "real_figures" in request.fixturenames:
+        return
+    monkeypatch.setattr(report_html, "figure_png", lambda *a, **k: BLANK_PNG)
+
+
 @pytest.fixture
-def healthy_report(golden_run, tmp_path) -> Path:
-    return write_report(golden_run("healthy"), tmp_path / "reports")
+def real_figures():
+    """Marks a test whose report is drawn with its real figures (see ``text_only_figures``)."""
+
+
+@pytest.fixture(scope="module")
+def healthy_report(tmp_path_factory) -> Path:
+    """The healthy golden run's report with its real figures, drawn once for the module (the tests
+    that use it only read it)."""
+    root = tmp_path_factory.mktemp("healthy_report")
+    run = shutil.copytree(GOLDEN_RUNS / "healthy", root / "results" / "golden" / "healthy")
+    return write_report(run, root / "reports")
 
 
 def chromium(args: list[str], tmp: Path) -> subprocess.CompletedProcess:
@@ -523,7 +548,7 @@ def test_an_expected_failure_is_neutral_in_the_tables(golden_run, tmp_path):
     assert '<td class="fail">startup_failed' not in hicache
 
 
-def test_the_gpu_memory_series_names_the_gpus_sampled(golden_run, tmp_path):
+def test_the_gpu_memory_series_names_the_gpus_sampled(golden_run, tmp_path, real_figures):
     run = golden_run("healthy")
     how = "CUDA_VISIBLE_DEVICES=2,3 → NVML [2, 3]"
     lines = (run / "off" / "samples.jsonl").read_text().splitlines()
