@@ -184,11 +184,12 @@ def _lag_line(fig):
 
 
 def test_a_trace_is_replayed_on_its_own_clock():
-    w = workload(**TRACE)
+    """The mini trace's first 60 requests (2.5 s of its 9.7 s clock) at their own timestamps."""
+    w = workload(**TRACE, max_requests=60)
     with sim() as s:
         outcome, records = run_on(s, [w])
-    assert outcome.ok and len(records) == 200
-    trace = D.load_dataset("mooncake", DATASETS / "mooncake_mini.jsonl")
+    assert outcome.ok and len(records) == 60
+    trace = D.load_dataset("mooncake", DATASETS / "mooncake_mini.jsonl")[:60]
     records.sort(key=lambda r: r.index)
     t0 = records[0].scheduled_ns
     # each request is due at its timestamp on the trace's clock, and never sent before it
@@ -197,10 +198,10 @@ def test_a_trace_is_replayed_on_its_own_clock():
     ]
     assert all(r.sent_ns >= r.scheduled_ns for r in records)
     assert [r.prompt_len for r in records] == [q.input_length for q in trace]
-    assert sum(1 for r in records if (r.cached_tokens or 0) > 0) > 50  # the shared "system prompt" blocks
+    assert sum(1 for r in records if (r.cached_tokens or 0) > 0) > 30  # the shared "system prompt" blocks
     phase = summary_of(records, [w])["dataset_replay"]["phases"]["trace"]
     fig = phase["figures"]
-    assert fig["lag_n"] == 200 and fig["client_bound"] == (fig["lag_p99_ms"] > 1.0)
+    assert fig["lag_n"] == 60 and fig["client_bound"] == (fig["lag_p99_ms"] > 1.0)
     print(f"\nmooncake_mini at its rate ({fig['achieved_rps']:.1f} req/s): {_lag_line(fig)}")
 
 

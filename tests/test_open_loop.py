@@ -292,6 +292,7 @@ def _sweep_knee(time_scale: float, *extra: str, **fields) -> dict:
     return summary_of(records, [workload(**fields)])["open_loop"]
 
 
+@pytest.mark.slow  # 2 x 3 rates x 3 s of real time; the knee on a live sim is test_the_step_cost_knob_...
 def test_the_knee_moves_down_when_the_simulated_cost_model_doubles():
     """A rate sweep (2, 8, 32 req/s of 2000-token prompts, TTFT p90 <= 320 ms): at --sim-time-scale
     2 the server keeps up with 8 req/s, at 4 (every modelled duration doubled) only with 2. The SLO

@@ -95,7 +95,9 @@ def _check_resumed(run: Path, reference: dict, out: Path) -> dict:
     return loaded.manifest
 
 
-@pytest.mark.parametrize("variant,point", [("on-r2", "running"), ("on-r3", "rows")])
+# One instant of each signal runs by default; the others are `-m slow`. SIGKILL mid-rows is
+# test_resume_stops_the_server_a_sigkilled_harness_left_running (the harness alone killed).
+@pytest.mark.parametrize("variant,point", [("on-r2", "running"), pytest.param("on-r3", "rows", marks=pytest.mark.slow)])
 def test_sigint_then_resume(scenario, reference, tmp_path, variant, point):
     run = _interrupt_at(scenario, tmp_path, variant, point, signal.SIGINT)
     assert (run / results.INTERRUPTED_MARKER).exists()
@@ -110,6 +112,7 @@ def test_sigint_then_resume(scenario, reference, tmp_path, variant, point):
     assert (run / ".attempts" / f"{variant}.1" / "status.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant,point", [("off", "running"), ("on-r2", "rows"), ("on-r3", "ok")])
 def test_sigkill_then_resume(scenario, reference, tmp_path, variant, point):
     run = _interrupt_at(scenario, tmp_path, variant, point, signal.SIGKILL)
@@ -265,10 +268,11 @@ def test_plan_resume_refuses_merged_and_missing(tmp_path):
     assert "merged run cannot be resumed" in plan_resume(run.root, scn).refusals[0]
 
 
-def test_resume_stops_the_server_a_sigkilled_harness_left_running(scenario, tmp_path):
-    """SIGKILL only the harness (as the OOM killer would): its server keeps running in its own
-    session, holding memory. The marker in its environment names its run and its dead harness;
-    resume stops it (and records that it did)."""
+def test_resume_stops_the_server_a_sigkilled_harness_left_running(scenario, reference, tmp_path):
+    """SIGKILL only the harness (as the OOM killer would) while on-r2 writes its rows: its server
+    keeps running in its own session, holding memory. The marker in its environment names its run
+    and its dead harness; resume stops it (and records that it did), reruns on-r2 and what followed
+    (not ``off``, finished before the kill), and the run equals an uninterrupted one."""
     out = tmp_path / "results"
     proc = start_harness("run", scenario, "--results-dir", out, "--no-report")
     try:
@@ -284,8 +288,9 @@ def test_resume_stops_the_server_a_sigkilled_harness_left_running(scenario, tmp_
     r = _resume(scenario, run)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not psutil.pid_exists(identity["pid"]) or psutil.Process(identity["pid"]).status() == psutil.STATUS_ZOMBIE
-    (resumed,) = json.loads((run / "manifest.json").read_text())["resumes"]
+    (resumed,) = _check_resumed(run, reference, out)["resumes"]
     assert any(identity["pid"] in o["pids"] for o in resumed["orphans_stopped"])
+    assert resumed["skipped"] == ["off"] and resumed["rerun"][0]["variant"] == "on-r2"
 
 
 @pytest.mark.parametrize(
@@ -324,12 +329,15 @@ def test_damaged_result_files_refuse_the_resume_naming_the_file(tmp_path, file, 
     assert not run.attempts.exists() and not (run.root / "on-r2" / "requests.jsonl").exists()
 
 
-def test_a_resume_holds_the_lock_from_reopening_to_the_end(scenario, tmp_path):
+def test_a_resume_holds_the_lock_from_reopening_to_the_end_and_plans_again_under_it(scenario, reference, tmp_path):
     """While one resume has the run reopened (folders moved aside, the run not yet over) a second
     ``--resume`` is refused with one line, exit 2, and touches nothing; once the first lets go
-    the run can be resumed."""
+    the run can be resumed. A resume planned before another finished plans again under the lock:
+    it sees the run complete and reruns nothing, instead of moving finished variants aside."""
     run = _interrupt_at(scenario, tmp_path, "on-r2", "running", signal.SIGINT)
     scn = load_scenario(scenario)
+    stale = check_resume(scn, run)
+    assert "on-r2" in stale.rerun
     reopened = reopen_run(check_resume(scn, run), scn, ["harness", "run", "--resume", str(run)])
     try:
         second = _resume(scenario, run)
@@ -339,19 +347,8 @@ def test_a_resume_holds_the_lock_from_reopening_to_the_end(scenario, tmp_path):
         assert len(json.loads((run / "manifest.json").read_text())["resumes"]) == 1  # only the first's
     finally:
         reopened.close()
-    assert _resume(scenario, run).returncode == 0
-    assert (run / results.COMPLETE_MARKER).exists()
-
-
-def test_a_resume_planned_before_another_finished_plans_again_under_the_lock(scenario, reference, tmp_path):
-    """Two resumes planned at once: the one that reopens second sees what the first did (the
-    run complete) and reruns nothing, instead of moving finished variants aside."""
-    out = tmp_path / "out"
-    run = _interrupt_at(scenario, out, "on-r2", "running", signal.SIGINT)
-    scn = load_scenario(scenario)
-    stale = check_resume(scn, run)
-    assert "on-r2" in stale.rerun
     assert _resume(scenario, run).returncode == 0  # the other resume ran to the end meanwhile
+    assert (run / results.COMPLETE_MARKER).exists()
     attempts = sorted(p.name for p in (run / ".attempts").iterdir())
     reopened = reopen_run(stale, scn, ["harness"])
     reopened.close()

@@ -48,7 +48,7 @@ workloads:
   - kind: decode
     batch: 16             # many streams at once: the client's reader keeps the main thread busy,
     prompt_tokens: 64     # where a signal used to land inside a stream's code and be swallowed
-    output_tokens: 800
+    output_tokens: 300
 sampling: {{interval_s: 0.2, idle_window_s: 0.5, gpu: false, cooldown_timeout_s: 2}}
 quality:
   enabled: true
@@ -88,7 +88,7 @@ ALL_CASES = [
     ("finishing the run", 0.0, signal.SIGTERM),
     ("COMPLETE", 0.0, signal.SIGTERM),  # drawing the report
 ]
-QUICK = {6, 19}  # inside streams, in the quality arm
+QUICK = {6, 9}  # inside streams, in the quality arm (of the first variant: the second's is `-m slow`)
 
 
 def _descendants(pid: int) -> list[int]:
