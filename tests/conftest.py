@@ -7,12 +7,14 @@ very module pytest loaded as the conftest, not a second copy):
 
 * scenarios: ``write_scenario(dir, text)`` writes a scenario next to a copy of the llama-tiny model
   (``model_path: models/llama-tiny`` in the text resolves to it); ``sim_scenario(variants, ...)``
-  and ``tiny_scenario(n_on=..., quality=...)`` build fast simulated scenarios' text.
+  and ``tiny_scenario(n_on=..., quality=...)`` build fast simulated scenarios' text;
+  ``write_sim_scenario(dir, variants, workloads, **options)`` writes a ``sim_scenario``.
 * the CLI: ``run_harness(*args)`` / ``start_harness(*args)`` run ``python -m harness`` in a
   subprocess (this checkout on PYTHONPATH, cwd the repository), to completion or in the background;
   ``harness_bin(dir)`` is a ``harness`` executable for scripts that call it by name.
+* running: ``run_in_process(scenario_path, tmp_path)`` (the real runner in this process).
 * run folders: ``run_dirs``, ``only_run``, ``status_state``, ``wait_for``, ``wait_state``, ``shape``.
-* processes: ``kill_hard`` (SIGKILL the harness like the OOM killer, reap its servers),
+* processes: ``alive(pid)``, ``session_alive(sid)`` (a server's tree), ``kill_hard`` (SIGKILL the harness like the OOM killer, reap its servers),
   ``reap_orphans`` (simulated servers of a test still alive).
 
 Fixtures: ``golden_run`` (copy a committed run folder), ``no_leaked_servers`` (autouse: no process
@@ -33,9 +35,14 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
+
+from harness import results
+from harness.runner import RunOptions, RunOutcome, run_scenario
+from harness.scenario import load_scenario
 
 pytest_plugins = ["pytester"]  # tests/test_suite_rules.py runs the suite's own fixtures in a nested session
 
@@ -82,11 +89,14 @@ def sim_scenario(
     time_scale: float = 0.05,
     startup_s: float = 0.05,
     preflight: str = "warn",
+    request_timeout_s: float = 20,
+    watchdog: str | None = None,
     extra: str = "",
 ) -> str:
     """A simulated scenario's text: ``variants`` and ``workloads`` are YAML list items (dedented
-    here), ``extra`` is appended as top-level YAML. The defaults keep a variant to about a second:
-    a 20x faster cost model, a 0.1 s post-run liveness idle, sampling off, a 16 GiB host."""
+    here), ``watchdog`` the flow-style ``server.watchdog`` mapping, ``extra`` is appended as
+    top-level YAML. The defaults keep a variant to about a second: a 20x faster cost model, a 0.1 s
+    post-run liveness idle (a test of a death while idle sets its own), sampling off, a 16 GiB host."""
     text = (
         textwrap.dedent(f"""\
         name: {name}
@@ -98,9 +108,12 @@ def sim_scenario(
             --skip-tokenizer-init: true
           startup_timeout_s: {timeout_s}
           startup_retries: {retries}
-          request_timeout_s: 20
+          request_timeout_s: {request_timeout_s}
           liveness_idle_s: {liveness_idle_s}
           sim: {{time_scale: {time_scale}, startup_s: {startup_s}, host_mem_scale: 0.001, mem_available_gib: 16}}
+        """)
+        + (f"  watchdog: {watchdog}\n" if watchdog else "")
+        + textwrap.dedent(f"""\
         sampling: {{enabled: false, cooldown_timeout_s: 1}}
         preflight: {{mode: "{preflight}"}}
         """)
@@ -110,6 +123,12 @@ def sim_scenario(
     if workloads:
         text += "workloads:\n" + textwrap.indent(textwrap.dedent(workloads), "  ")
     return text + textwrap.dedent(extra)
+
+
+def write_sim_scenario(dir_: Path, variants: str, workloads: str = "", **options: Any) -> Path:
+    """``write_scenario(dir_, sim_scenario(variants, workloads, **options))``: the file is
+    ``dir_/<name>.yaml`` (``name`` defaults to ``lifecycle``)."""
+    return write_scenario(dir_, sim_scenario(variants, workloads, **options))
 
 
 TINY_QUALITY = """\
@@ -197,6 +216,16 @@ def harness_bin(dir_: Path) -> Path:
     return b
 
 
+def run_in_process(scenario_path: Path, tmp_path: Path) -> tuple[RunOutcome, results.LoadedRun]:
+    """Run a scenario file through the real runner in this process (results under
+    ``tmp_path/results``, no report, no live progress); return the outcome and the loaded run."""
+    outcome = run_scenario(
+        load_scenario(scenario_path),
+        RunOptions(results_dir=Path(tmp_path) / "results", write_report=False, live_progress=False),
+    )
+    return outcome, results.load_run(outcome.run_dir)
+
+
 # ----------------------------------------------------------------------------------- run folders
 
 
@@ -251,8 +280,6 @@ def wait_state(
 
 def request_rows(run_dir: Path) -> dict[str, list[dict]]:
     """variant -> request rows, from the variant folders the manifest names."""
-    from harness import results
-
     run = results.load_run(run_dir)
     return {v.name: run.requests(v.name) for v in run.variants}
 
@@ -269,8 +296,6 @@ def assert_no_duplicate_rows(rows: dict[str, list[dict]]) -> None:
 
 def shape(run_dir: Path) -> dict[str, tuple[str, int]]:
     """variant -> (state, number of request rows): what must equal an uninterrupted run's."""
-    from harness import results
-
     run = results.load_run(run_dir)
     rows = request_rows(run_dir)
     assert_no_duplicate_rows(rows)
@@ -299,6 +324,26 @@ def kill_hard(proc: subprocess.Popen) -> None:
                 c.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def session_alive(sid: int) -> list[int]:
+    """Pids of the live (not zombie) processes of session ``sid`` (a server's tree)."""
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (OSError, psutil.Error):
+            continue
+    return out
 
 
 def _server_pids(root: Path) -> set[int]:

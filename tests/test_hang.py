@@ -11,26 +11,17 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
-import psutil
-
-from harness import logscan, results
+from harness import logscan
 from harness.exit_codes import ExitCode
 from harness.records import RequestRecord
-from harness.runner import RunOptions, run_scenario
 from harness.scenario import load_scenario
 from harness.scenario.models import Watchdog
 from harness.server import ServerProcess, build_launch_spec, free_port
 from harness.serving_window import HangWatch, final_liveness
-
-REPO = Path(__file__).resolve().parent.parent
-MODELS = REPO / "scenarios" / "models"
-
+from tests.conftest import run_in_process, session_alive, start_harness, write_sim_scenario
 
 # ------------------------------------------------------------------------------ the rules
 
@@ -153,30 +144,17 @@ def test_a_dead_server_is_never_called_hung():
 
 
 def _scenario(tmp_path: Path, variants: str, workloads: str, watchdog: str, request_timeout_s: float = 600) -> Path:
-    text = (
-        textwrap.dedent(f"""\
-        name: hang
-        server:
-          backend: sim
-          model_path: {MODELS / "llama-tiny"}
-          args: {{--max-total-tokens: 4096, --skip-tokenizer-init: true}}
-          startup_timeout_s: 20
-          startup_retries: 0
-          request_timeout_s: {request_timeout_s}
-          liveness_idle_s: 0.2
-          watchdog: {watchdog}
-          sim: {{time_scale: 0.05, startup_s: 0.05, host_mem_scale: 0.001, mem_available_gib: 16}}
-        sampling: {{enabled: false, cooldown_timeout_s: 2}}
-        preflight: {{mode: warn}}
-        """)
-        + "variants:\n"
-        + textwrap.indent(textwrap.dedent(variants), "  ")
-        + "workloads:\n"
-        + textwrap.indent(textwrap.dedent(workloads), "  ")
+    """``hang.yaml``: the variants and workloads under ``server.watchdog: <watchdog>``; by default
+    a request timeout nothing reaches (600 s), so what ends a hang is the watchdog."""
+    return write_sim_scenario(
+        tmp_path,
+        variants,
+        workloads,
+        name="hang",
+        watchdog=watchdog,
+        request_timeout_s=request_timeout_s,
+        liveness_idle_s=0.2,
     )
-    path = tmp_path / "hang.yaml"
-    path.write_text(text)
-    return path
 
 
 SEQUENTIAL = """\
@@ -188,24 +166,6 @@ SEQUENTIAL = """\
   prompt_tokens: 64
   output_tokens: 16
 """
-
-
-def _run(path: Path, tmp_path: Path):
-    outcome = run_scenario(
-        load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
-    )
-    return outcome, results.load_run(outcome.run_dir)
-
-
-def _session_alive(sid: int) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except (OSError, psutil.Error):
-            continue
-    return out
 
 
 def _errors(rows: list[dict]) -> list:
@@ -223,7 +183,7 @@ def test_a_deadlocked_scheduler_is_given_up_by_the_health_probe_and_the_run_goes
         SEQUENTIAL,
         "{probe_after_s: 0.5, probe_timeout_s: 1, failed_probes: 2}",
     )
-    outcome, loaded = _run(path, tmp_path)
+    outcome, loaded = run_in_process(path, tmp_path)
     stuck = loaded.variant("stuck")
     assert stuck.status["state"] == "partial" and stuck.status["cause"] == logscan.SERVER_HUNG
     assert stuck.status["cause_detail"]["detected_by"] == "health_probe"
@@ -233,7 +193,7 @@ def test_a_deadlocked_scheduler_is_given_up_by_the_health_probe_and_the_run_goes
     assert "timeout" not in _errors(rows)  # nothing waited out request_timeout_s (600 s)
     assert stuck.summary["state"] == "partial"
     assert loaded.variant("healthy").status["state"] == "ok"  # the next variant ran
-    assert _session_alive(stuck.status["server"]["sid"]) == []
+    assert session_alive(stuck.status["server"]["sid"]) == []
     assert outcome.exit_code == ExitCode.FAILED
 
 
@@ -248,7 +208,7 @@ def test_consecutive_request_timeouts_trip_the_breaker(tmp_path):
         "{probe_after_s: 1000, consecutive_timeouts: 2}",
         request_timeout_s=1,
     )
-    _, loaded = _run(path, tmp_path)
+    _, loaded = run_in_process(path, tmp_path)
     status = loaded.variant("stuck").status
     assert status["cause"] == logscan.SERVER_HUNG and status["cause_detail"]["detected_by"] == "consecutive_timeouts"
     rows = loaded.requests("stuck")
@@ -267,7 +227,7 @@ def test_the_variant_budget_ends_a_variant_that_runs_too_long(tmp_path):
         """,
         "{variant_budget_s: 0.5}",
     )
-    _, loaded = _run(path, tmp_path)
+    _, loaded = run_in_process(path, tmp_path)
     status = loaded.variant("slow").status
     assert status["cause"] == logscan.SERVER_HUNG and status["cause_detail"]["detected_by"] == "variant_budget_s"
     assert _errors(loaded.requests("slow")) == ["server_hung"]
@@ -291,15 +251,7 @@ def test_a_sigstopped_server_is_given_up_continued_and_stopped(tmp_path):
         """,
         "{probe_after_s: 0.5, probe_timeout_s: 1, failed_probes: 2}",
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", str(path), "--results-dir", str(tmp_path / "results"), "--no-report"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_harness("run", path, "--results-dir", tmp_path / "results", "--no-report")
     try:
         status_path, pid = None, None
         deadline = time.monotonic() + 60
@@ -324,7 +276,7 @@ def test_a_sigstopped_server_is_given_up_continued_and_stopped(tmp_path):
     assert status["state"] == "partial" and status["cause"] == logscan.SERVER_HUNG, status
     assert status["cause_detail"]["detected_by"] == "health_probe"
     assert status["stop"]["killed"] == []  # continued, it stopped on SIGTERM (pinned memory freed)
-    assert _session_alive(status["server"]["sid"]) == []
+    assert session_alive(status["server"]["sid"]) == []
     healthy = json.loads((status_path.parent.parent / "healthy" / "status.json").read_text())
     assert healthy["state"] == "ok"
 

@@ -9,76 +9,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
 from harness import logscan, results
 from harness.exit_codes import ExitCode
-from harness.runner import RunOptions, Signals, run_scenario
+from harness.runner import Signals
 from harness.scenario import load_scenario
 from harness.server import ServerProcess, build_launch_spec, free_port, port_is_bindable
-
-REPO = Path(__file__).resolve().parent.parent
-MODELS = REPO / "scenarios" / "models"
-
-
-def write_scenario(
-    tmp_path: Path, variants: str, workloads: str = "", retries: int = 0, timeout_s: float = 20, name: str = "lifecycle"
-) -> Path:
-    text = (
-        textwrap.dedent(f"""\
-        name: {name}
-        server:
-          backend: sim
-          model_path: {MODELS / "llama-tiny"}
-          args: {{--max-total-tokens: 4096, --skip-tokenizer-init: true}}
-          startup_timeout_s: {timeout_s}
-          startup_retries: {retries}
-          request_timeout_s: 20
-          sim: {{time_scale: 0.05, startup_s: 0.05, host_mem_scale: 0.001, mem_available_gib: 16}}
-        sampling: {{enabled: false, cooldown_timeout_s: 2}}
-        preflight: {{mode: warn}}
-        """)
-        + "variants:\n"
-        + textwrap.indent(textwrap.dedent(variants), "  ")
-    )
-    if workloads:
-        text += "workloads:\n" + textwrap.indent(textwrap.dedent(workloads), "  ")
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(text)
-    return path
-
-
-def run(path: Path, tmp_path: Path):
-    scenario = load_scenario(path)
-    outcome = run_scenario(
-        scenario, RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
-    )
-    return outcome, results.load_run(outcome.run_dir)
-
-
-def session_alive(sid: int) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except (OSError, psutil.Error):
-            continue
-    return out
-
+from tests.conftest import run_in_process, session_alive, start_harness, write_sim_scenario
 
 # -- P1 ------------------------------------------------------------------------------------------
 
 
 def test_p1_host_memory_is_classified_with_gb_and_retried_with_each_log_kept(tmp_path):
-    path = write_scenario(
+    path = write_sim_scenario(
         tmp_path,
         """\
         - name: huge
@@ -88,7 +35,7 @@ def test_p1_host_memory_is_classified_with_gb_and_retried_with_each_log_kept(tmp
         """,
         retries=1,
     )
-    outcome, loaded = run(path, tmp_path)
+    outcome, loaded = run_in_process(path, tmp_path)
     status = loaded.variant("huge").status
     assert status["state"] == "startup_failed" and status["cause"] == logscan.HOST_MEMORY
     assert status["cause_detail"]["requested_gb"] == pytest.approx(500.0, rel=0.01)
@@ -103,7 +50,7 @@ def test_p1_host_memory_is_classified_with_gb_and_retried_with_each_log_kept(tmp
 
 
 def test_p1_cuda_fault_is_not_retried(tmp_path):
-    path = write_scenario(
+    path = write_sim_scenario(
         tmp_path,
         """\
         - name: cuda
@@ -111,7 +58,7 @@ def test_p1_cuda_fault_is_not_retried(tmp_path):
         """,
         retries=3,
     )
-    outcome, loaded = run(path, tmp_path)
+    outcome, loaded = run_in_process(path, tmp_path)
     status = loaded.variant("cuda").status
     assert status["cause"] == logscan.CUDA_FAULT and status["attempts"] == 1
     assert "illegal memory access" in "\n".join(status["log_excerpt"]["lines"])
@@ -122,7 +69,7 @@ def test_p1_cuda_fault_is_not_retried(tmp_path):
 
 
 def _server(tmp_path, faults: list[str]) -> ServerProcess:
-    path = write_scenario(tmp_path, "- name: v\n  sim_faults: [" + ", ".join(faults) + "]\n")
+    path = write_sim_scenario(tmp_path, "- name: v\n  sim_faults: [" + ", ".join(faults) + "]\n")
     scenario = load_scenario(path)
     variant = scenario.expand_variants()[0]
     spec = build_launch_spec(scenario, variant, free_port())
@@ -193,7 +140,7 @@ WORKLOADS = """\
 
 
 def test_p5_death_mid_workload_is_partial_rows_kept_next_variant_runs(tmp_path):
-    path = write_scenario(
+    path = write_sim_scenario(
         tmp_path,
         """\
         - name: crashes
@@ -202,7 +149,7 @@ def test_p5_death_mid_workload_is_partial_rows_kept_next_variant_runs(tmp_path):
         """,
         workloads=WORKLOADS,
     )
-    outcome, loaded = run(path, tmp_path)
+    outcome, loaded = run_in_process(path, tmp_path)
     crashed = loaded.variant("crashes")
     assert crashed.status["state"] == "partial" and crashed.status["cause"] == logscan.SERVER_DIED
     rows = loaded.requests("crashes")
@@ -215,15 +162,16 @@ def test_p5_death_mid_workload_is_partial_rows_kept_next_variant_runs(tmp_path):
 
 
 def test_p6_death_after_the_last_response_fails_the_variant(tmp_path):
-    path = write_scenario(
+    path = write_sim_scenario(
         tmp_path,
         """\
         - name: dies_later
           sim_faults: [die_after_idle=1]
         """,
         workloads=WORKLOADS,
+        liveness_idle_s=3,  # the post-run idle outlasts the fault's second
     )
-    outcome, loaded = run(path, tmp_path)
+    outcome, loaded = run_in_process(path, tmp_path)
     status = loaded.variant("dies_later").status
     assert status["state"] == "failed" and status["cause"] == logscan.SERVER_DIED
     assert all(r["error"] is None for r in loaded.requests("dies_later"))  # every answer was fine
@@ -237,7 +185,7 @@ def test_p6_death_after_the_last_response_fails_the_variant(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_p15_signal_stops_servers_marks_interrupted_exits_130(tmp_path, sig):
-    path = write_scenario(
+    path = write_sim_scenario(
         tmp_path,
         """\
         - name: long
@@ -251,15 +199,7 @@ def test_p15_signal_stops_servers_marks_interrupted_exits_130(tmp_path, sig):
           timeout_s: 120
         """,
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", str(path), "--results-dir", str(tmp_path / "results"), "--no-report"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_harness("run", path, "--results-dir", tmp_path / "results", "--no-report")
     status_file = None
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -300,9 +240,10 @@ def test_signals_deferred_around_a_spawn_are_raised_on_leaving():
             time.sleep(5)
 
 
-def test_a_signal_dropped_inside_a_finalizer_is_raised_again_until_the_run_answers():
+def test_a_signal_dropped_inside_a_finalizer_is_raised_again_until_the_run_answers(monkeypatch):
     """Python drops an exception raised in a weakref callback or __del__ ("Exception ignored
     in ..."): a SIGTERM whose KeyboardInterrupt landed there must not let the run go on."""
+    monkeypatch.setattr(Signals, "REMIND_S", 0.2)  # the reminder's period (1 s in a run), 5x shorter
     with Signals() as signals:
         try:  # the first KeyboardInterrupt, swallowed as a finalizer would
             os.kill(os.getpid(), signal.SIGTERM)
@@ -325,7 +266,7 @@ def test_a_signal_dropped_inside_a_finalizer_is_raised_again_until_the_run_answe
 def test_unexecutable_server_command_is_a_startup_failure_not_a_crash(tmp_path):
     """A server command that cannot be executed at all (a wrong command_prefix or python path)
     is recorded as a startup failure with the OS error, and the run goes on to the next variant."""
-    path = write_scenario(
+    path = write_sim_scenario(
         tmp_path,
         """\
         - name: a
@@ -334,7 +275,7 @@ def test_unexecutable_server_command_is_a_startup_failure_not_a_crash(tmp_path):
     )
     text = path.read_text().replace("  backend: sim\n", "  backend: sim\n  command_prefix: [/nonexistent/wrapper]\n")
     path.write_text(text)
-    outcome, loaded = run(path, tmp_path)
+    outcome, loaded = run_in_process(path, tmp_path)
     assert outcome.exit_code == ExitCode.FAILED
     for name in ("a", "b"):
         status = loaded.variant(name).status
@@ -352,7 +293,7 @@ def test_a_harness_bug_mid_variant_stops_the_server_and_exits_3(tmp_path, monkey
         raise RuntimeError("bug in a workload runner")
 
     monkeypatch.setattr(serving_window, "run_window", broken_body)
-    path = write_scenario(tmp_path, "- name: a\n")
+    path = write_sim_scenario(tmp_path, "- name: a\n")
     rc = cli.main(["run", str(path), "--results-dir", str(tmp_path / "results"), "--no-report"])
     assert rc == ExitCode.BROKEN
     (status_path,) = (tmp_path / "results").glob("*/*/a/status.json")
@@ -367,9 +308,9 @@ def test_a_quality_arm_error_fails_that_variant_and_the_run_goes_on(tmp_path, mo
         raise RuntimeError("bug in a task generator")
 
     monkeypatch.setattr(quality_run, "run_quality", broken)
-    path = write_scenario(tmp_path, "- name: off\n- name: on\n  hicache: {ratio: 2}\n")
+    path = write_sim_scenario(tmp_path, "- name: off\n- name: on\n  hicache: {ratio: 2}\n")
     path.write_text(path.read_text() + "quality: {enabled: true, baseline_variant: 'off', mode: token_ids}\n")
-    outcome, loaded = run(path, tmp_path)
+    outcome, loaded = run_in_process(path, tmp_path)
     for name in ("off", "on"):
         status = loaded.variant(name).status
         assert status["state"] == "failed" and status["cause"] == "quality_error"

@@ -10,61 +10,20 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
-import psutil
 import pytest
 
 from harness import cli
 from harness import server as server_mod
 from harness.exit_codes import ExitCode
-from harness.runner import RunOptions, run_scenario
 from harness.scenario import load_scenario
 from harness.server import GpuBusy, ServerProcess, build_launch_spec, clear_orphans, find_marked_servers, free_port
-
-REPO = Path(__file__).resolve().parent.parent
-MODELS = REPO / "scenarios" / "models"
+from tests.conftest import REPO, alive, harness_env, run_in_process, session_alive, write_sim_scenario
 
 
 def _scenario(tmp_path: Path) -> Path:
-    path = tmp_path / "orphans.yaml"
-    path.write_text(
-        textwrap.dedent(f"""\
-        name: orphans
-        server:
-          backend: sim
-          model_path: {MODELS / "llama-tiny"}
-          args: {{--max-total-tokens: 4096, --skip-tokenizer-init: true}}
-          startup_timeout_s: 20
-          startup_retries: 0
-          liveness_idle_s: 0.1
-          sim: {{time_scale: 0.05, startup_s: 0.05, host_mem_scale: 0.001, mem_available_gib: 16}}
-        sampling: {{enabled: false, cooldown_timeout_s: 2}}
-        preflight: {{mode: warn}}
-        variants:
-          - name: a
-        """)
-    )
-    return path
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _session_alive(sid: int) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except (OSError, psutil.Error):
-            continue
-    return out
+    return write_sim_scenario(tmp_path, "- name: a\n", name="orphans")
 
 
 # A harness that starts a server and is SIGKILLed the next instant: before status.json could
@@ -86,18 +45,17 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _orphan_server(scenario: Path, run_dir: Path) -> int:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
         [sys.executable, "-c", _DIES_AFTER_SPAWN, str(scenario), str(run_dir)],
         capture_output=True,
         text=True,
-        env=env,
+        env=harness_env(),
         cwd=REPO,
         timeout=60,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     pid = int(proc.stdout.split()[0])
-    assert _alive(pid)
+    assert alive(pid)
     return pid
 
 
@@ -109,10 +67,8 @@ def test_a_fresh_run_stops_the_server_a_killed_harness_left_before_recording_it(
     (found,) = [m for m in find_marked_servers() if m.pid == pid]
     assert found.run == str(old_run.resolve()) and not found.harness_alive
 
-    outcome = run_scenario(
-        load_scenario(scenario), RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
-    )
-    assert not _alive(pid) and _session_alive(pid) == []
+    outcome, _ = run_in_process(scenario, tmp_path)
+    assert not alive(pid) and session_alive(pid) == []
     manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
     (stopped,) = manifest["orphans_stopped"]
     assert pid in stopped["pids"] and stopped["run"] == str(old_run.resolve()) and stopped["variant"] == "a"
@@ -125,11 +81,11 @@ def test_an_orphan_of_another_results_folder_is_left_alone(tmp_path):
     pid = _orphan_server(scenario, tmp_path / "elsewhere" / "orphans" / "run1")
     try:
         assert clear_orphans(tmp_path / "results") == []  # not this folder's, and no GPU says it is in the way
-        assert _alive(pid)
+        assert alive(pid)
         (stopped,) = clear_orphans(tmp_path / "elsewhere")
-        assert pid in stopped["pids"] and not _alive(pid)
+        assert pid in stopped["pids"] and not alive(pid)
     finally:
-        if _alive(pid):
+        if alive(pid):
             os.killpg(pid, signal.SIGKILL)
 
 
@@ -176,11 +132,8 @@ def test_a_signal_inside_the_spawn_is_raised_once_the_server_is_recorded(tmp_pat
         return proc
 
     monkeypatch.setattr(server_mod.subprocess, "Popen", popen_then_sigint)
-    outcome = run_scenario(
-        load_scenario(_scenario(tmp_path)),
-        RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False),
-    )
+    outcome, _ = run_in_process(_scenario(tmp_path), tmp_path)
     assert outcome.interrupted and spawned
     status = json.loads((outcome.run_dir / "a" / "status.json").read_text())
     assert status["state"] == "interrupted" and status["server"]["pid"] == spawned[0]
-    assert _session_alive(spawned[0]) == []
+    assert session_alive(spawned[0]) == []

@@ -11,10 +11,7 @@ set (`-m slow`) covers 24 instants over two variants.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -24,8 +21,8 @@ import pytest
 
 from harness import results
 from harness.exit_codes import ExitCode
+from tests.conftest import MODELS, alive, start_harness
 
-REPO = Path(__file__).resolve().parents[1]
 SCENARIO = """\
 name: signals
 server:
@@ -98,36 +95,11 @@ def _descendants(pid: int) -> list[int]:
         return []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def _run_case(tmp_path: Path, when: str, delay_s: float, sig: int) -> dict:
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(SCENARIO.format(model=REPO / "scenarios" / "models" / "llama-tiny"))
+    scenario.write_text(SCENARIO.format(model=MODELS / "llama-tiny"))
     results_dir, reports_dir = tmp_path / "results", tmp_path / "reports"
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "run",
-            str(scenario),
-            "--results-dir",
-            str(results_dir),
-            "--reports-dir",
-            str(reports_dir),
-        ],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_harness("run", scenario, "--results-dir", results_dir, "--reports-dir", reports_dir, cwd=tmp_path)
     lines: list[str] = []
     seen = threading.Event()
 
@@ -164,7 +136,7 @@ def _run_case(tmp_path: Path, when: str, delay_s: float, sig: int) -> dict:
 def _check(case: dict, when: str) -> None:
     out, run = case["out"], case["run"]
     assert case["rc"] == ExitCode.INTERRUPTED, out[-3000:]
-    assert not [p for p in case["servers"] if _alive(p)], "a server outlived the interrupted run"
+    assert not [p for p in case["servers"] if alive(p)], "a server outlived the interrupted run"
     if when == "COMPLETE":  # the run had finished: it stays COMPLETE, the report is what is missing
         assert (run / results.COMPLETE_MARKER).exists()
         assert "report interrupted" in out
