@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from harness.names import safe_name  # re-exported: the run store's folder names
 
@@ -81,16 +81,15 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()  # what open() gives a new file (mkstemp's are 0600): readable per umask
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new content, never a mix.
-    The file gets the mode ``open()`` would give it (0666 less the umask at import), not 0600."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _replace_atomic(path: Path, mode: int, write: Callable[[BinaryIO], None]) -> None:
+    """The one atomic writer: ``write`` fills a temp file in ``path``'s folder (of ``mode``), which is
+    fsynced and renamed over ``path``, then the folder is fsynced; readers see the old or the new
+    file, never a mix, and a failure leaves no temp file behind."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -103,16 +102,23 @@ def write_text_atomic(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new content, never a mix.
+    The file gets the mode ``open()`` would give it (0666 less the umask at import), not 0600."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _replace_atomic(path, FILE_MODE, lambda f: f.write(text.encode("utf-8")))
+
+
 def rewrite_lines_atomic(path: Path, transform: Callable[[str], str], chunk_bytes: int = 1 << 20) -> None:
     """Replace ``path`` by ``transform`` applied to its text, a run of whole lines (at most about
     ``chunk_bytes``) at a time, atomically (readers see the old or the new file). Bytes that are
     not UTF-8 pass through unchanged; memory stays bounded whatever the file's size; the file keeps
     its mode."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, os.stat(path).st_mode & 0o7777)  # the file keeps its mode
-        with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+
+    def write(dst: BinaryIO) -> None:
+        with open(path, "rb") as src:
             while True:
                 block = src.read(chunk_bytes)
                 if not block:
@@ -121,16 +127,8 @@ def rewrite_lines_atomic(path: Path, transform: Callable[[str], str], chunk_byte
                     block += src.readline()  # complete the last line
                 text = block.decode("utf-8", errors="surrogateescape")
                 dst.write(transform(text).encode("utf-8", errors="surrogateescape"))
-            dst.flush()
-            os.fsync(dst.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(path.parent)
+
+    _replace_atomic(path, os.stat(path).st_mode & 0o7777, write)  # the file keeps its mode
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -41,37 +41,13 @@ class BaselineMismatch(Exception):
 # ------------------------------------------------------------------------------ reading a run
 
 
-def _check_manifest(path: Path) -> None:
-    """The manifest's shape, before `results.load_run` reads it (a wrong shape names the file)."""
-    manifest = results.read_json(path)
-    if not isinstance(manifest, dict):
-        raise results.ResultsError(f"{path}: not a JSON object (got {type(manifest).__name__})")
-    results.check_schema(path, manifest)
-    sc = manifest.get("scenario")
-    if not isinstance(sc, dict) or not isinstance(sc.get("name"), str):
-        raise results.ResultsError(f'{path}: no scenario name ("scenario": {{"name": ...}})')
-    variants = manifest.get("variants", [])
-    if not isinstance(variants, list) or not all(
-        isinstance(v, dict) and isinstance(v.get("name"), str) for v in variants
-    ):
-        raise results.ResultsError(f'{path}: "variants" is not a list of objects with a name')
-
-
 def read_run(path: Path) -> results.LoadedRun:
-    """`results.load_run` with every file compare reads checked: the manifest's shape, each
-    status.json an object, each summary.json an object (or absent). Raises
-    `results.ResultsError` naming the file."""
-    root = Path(path)
-    if not root.is_dir():
-        raise results.ResultsError(f"{root}: no such run folder")
-    _check_manifest(results.RunPaths(root).manifest)
-    run = results.load_run(root)
+    """`results.load_run` (which checks the manifest's shape and that each status.json and
+    summary.json is an object) plus what compare reads further: each summary's ``workloads`` an
+    object. Raises `results.ResultsError` naming the file."""
+    run = results.load_run(Path(path))
     for v in run.variants:
-        if not isinstance(v.status, dict):
-            raise results.ResultsError(f"{v.paths.status}: not a JSON object (got {type(v.status).__name__})")
-        if v.summary is not None and not isinstance(v.summary, dict):
-            raise results.ResultsError(f"{v.paths.summary}: not a JSON object (got {type(v.summary).__name__})")
-        if isinstance(v.summary, dict) and not isinstance(v.summary.get("workloads") or {}, dict):
+        if v.summary is not None and not isinstance(v.summary.get("workloads") or {}, dict):
             raise results.ResultsError(f'{v.paths.summary}: "workloads" is not an object')
     return run
 
