@@ -17,7 +17,8 @@ very module pytest loaded as the conftest, not a second copy):
 * processes: ``alive(pid)``, ``session_alive(sid)`` (a server's tree), ``kill_hard`` (SIGKILL the harness like the OOM killer, reap its servers),
   ``reap_orphans`` (simulated servers of a test still alive).
 
-Fixtures: ``golden_run`` (copy a committed run folder), ``no_leaked_servers`` (autouse: no process
+Fixtures: ``golden_run`` (copy a committed run folder), ``tiny_quality_scenario`` and
+``tiny_quality_reference`` (that scenario run once, uninterrupted: session-wide), ``no_leaked_servers`` (autouse: no process
 the test started, and no simulated server logged under its ``tmp_path``, outlives the test), and
 pytest's ``pytester``.
 """
@@ -459,6 +460,22 @@ def no_leaked_servers(request):
         live.update((p.pid, p) for p in _live_sims(_server_pids(root)))
     leaked = _reap(list(live.values()), SERVER_STOP_GRACE_S)  # read here: a test of the fixture shortens it
     assert leaked == [], f"process(es) {leaked} outlived the test (killed now)"
+
+
+@pytest.fixture(scope="session")
+def tiny_quality_scenario(tmp_path_factory) -> Path:
+    """``tiny_scenario(n_on=3, quality=True)`` written once for the session (never edited)."""
+    return write_scenario(tmp_path_factory.mktemp("tiny"), tiny_scenario(n_on=3, quality=True))
+
+
+@pytest.fixture(scope="session")
+def tiny_quality_reference(tiny_quality_scenario, tmp_path_factory) -> Path:
+    """One uninterrupted, unsharded run of ``tiny_quality_scenario``, once for the session: what an
+    interrupted-and-resumed or a sharded-and-merged run must equal (read it, never write to it)."""
+    out = tmp_path_factory.mktemp("tiny_reference")
+    r = run_harness("run", tiny_quality_scenario, "--results-dir", out, "--no-report")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return only_run(out)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import results
+from harness import cli, results
 from harness.resume import check_resume, plan_resume, reopen_run
 from harness.runner import build_manifest
 from harness.scenario import load_scenario, variant_config_hash
@@ -34,17 +34,14 @@ from tests.conftest import (
 )
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory):
-    return write_scenario(tmp_path_factory.mktemp("scn"), tiny_scenario(n_on=3, quality=True))
+@pytest.fixture
+def scenario(tiny_quality_scenario):
+    return tiny_quality_scenario
 
 
-@pytest.fixture(scope="module")
-def reference(scenario, tmp_path_factory):
-    out = tmp_path_factory.mktemp("ref")
-    r = run_harness("run", scenario, "--results-dir", out, "--no-report")
-    assert r.returncode == 0, r.stdout + r.stderr
-    return shape(only_run(out))
+@pytest.fixture
+def reference(tiny_quality_reference):
+    return shape(tiny_quality_reference)
 
 
 def _rows_seen(variant: str, at_least: int = 1):
@@ -127,6 +124,7 @@ def test_sigkill_then_resume(scenario, reference, tmp_path, variant, point):
         assert rerun[0] == variant
 
 
+@pytest.mark.slow  # a resume left unfinished, then resumed: also the lock test's (in-process) first resume
 def test_resume_interrupted_again_then_resumed(scenario, reference, tmp_path):
     run = _interrupt_at(scenario, tmp_path, "on-r2", "rows", signal.SIGKILL)
     proc = start_harness("run", scenario, "--resume", run, "--no-report")
@@ -177,16 +175,16 @@ def test_refuses_changed_server_arg(tmp_path):
     assert not (run / ".attempts").exists()
 
 
-def test_refuses_changed_scenario_and_other_shard(scenario, tmp_path):
+def test_refuses_changed_scenario_and_other_shard(tmp_path, capsys):
     path = write_scenario(tmp_path, tiny_scenario(n_on=1))
     r = run_harness("run", path, "--only", "off", "--results-dir", tmp_path / "out", "--no-report")
     assert r.returncode == 0
     run = only_run(tmp_path / "out")
-    r = run_harness("run", path, "--resume", run, "--shard", "2/2", "--no-report")
-    assert r.returncode == 2 and "the run holds off" in r.stderr
+    assert cli.main(["run", str(path), "--resume", str(run), "--shard", "2/2", "--no-report"]) == 2
+    assert "the run holds off" in capsys.readouterr().err
     path.write_text(path.read_text() + "\n# edited\n")
-    r = run_harness("run", path, "--resume", run, "--no-report")
-    assert r.returncode == 2 and "scenario changed since the run" in r.stderr
+    assert cli.main(["run", str(path), "--resume", str(run), "--no-report"]) == 2
+    assert "scenario changed since the run" in capsys.readouterr().err
 
 
 def test_refuses_a_live_run(scenario, tmp_path):
@@ -203,6 +201,7 @@ def test_refuses_a_live_run(scenario, tmp_path):
         proc.wait(timeout=60)
 
 
+@pytest.mark.slow  # resume (the tests above) then merge (test_merge, on hand-made shards) in one story
 def test_killed_shard_resumed_then_merged(scenario, reference, tmp_path):
     """A shard whose task was killed (preemption) is resumed, then merged with the other shard:
     the merged run equals one uninterrupted run."""
@@ -307,9 +306,9 @@ def test_resume_stops_the_server_a_sigkilled_harness_left_running(scenario, refe
         ("off/summary.json", "torn", "not valid JSON"),
     ],
 )
-def test_damaged_result_files_refuse_the_resume_naming_the_file(tmp_path, file, content, says):
+def test_damaged_result_files_refuse_the_resume_naming_the_file(tmp_path, capsys, file, content, says):
     """``--resume`` of a run with a damaged file: exit 2 naming the file, no traceback, nothing
-    moved or started."""
+    moved or started (the CLI in this process; the refusals above run it as a user does)."""
     path = write_scenario(tmp_path, tiny_scenario(n_on=1))
     scn = load_scenario(path)
     run = results.create_run_dir(tmp_path / "out", scn.name)
@@ -323,9 +322,10 @@ def test_damaged_result_files_refuse_the_resume_naming_the_file(tmp_path, file, 
         (run.root / file).write_text('{"state": "o')
     else:
         results.write_json_atomic(run.root / file, content)
-    r = _resume(path, run.root)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert str(run.root / file) in r.stderr and says in r.stderr and "Traceback" not in r.stderr
+    rc = cli.main(["run", str(path), "--resume", str(run.root), "--no-report"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert str(run.root / file) in err and says in err and "Traceback" not in err
     assert not run.attempts.exists() and not (run.root / "on-r2" / "requests.jsonl").exists()
 
 

@@ -16,25 +16,22 @@ import pytest
 import yaml
 
 from harness import results
-from tests.conftest import REPO, harness_bin, harness_env, only_run, run_harness, shape, tiny_scenario, write_scenario
+from tests.conftest import REPO, harness_bin, harness_env, only_run, run_harness, shape
 
 SBATCH = REPO / "examples" / "slurm" / "hicache_nightly.sbatch"
 WORKFLOW = REPO / "examples" / "github" / "sharded-nightly.yml"
 VARIANTS = ["off", "on-r2", "on-r3", "on-r4"]
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory):
-    return write_scenario(tmp_path_factory.mktemp("scn"), tiny_scenario(n_on=3, quality=True))
+@pytest.fixture
+def scenario(tiny_quality_scenario):
+    return tiny_quality_scenario
 
 
-@pytest.fixture(scope="module")
-def reference(scenario, tmp_path_factory):
+@pytest.fixture
+def reference(tiny_quality_reference):
     """One uninterrupted, unsharded run of the same scenario."""
-    out = tmp_path_factory.mktemp("ref")
-    r = run_harness("run", scenario, "--results-dir", out, "--no-report")
-    assert r.returncode == 0, r.stdout + r.stderr
-    return only_run(out)
+    return tiny_quality_reference
 
 
 def _check_merged(merged: Path, reference: Path, n_shards: int) -> dict:
