@@ -548,7 +548,8 @@ def test_an_expected_failure_is_neutral_in_the_tables(golden_run, tmp_path):
     assert '<td class="fail">startup_failed' not in hicache
 
 
-def test_the_gpu_memory_series_names_the_gpus_sampled(golden_run, tmp_path, real_figures):
+@pytest.mark.usefixtures("real_figures")  # the GPU panel is drawn for real
+def test_the_gpu_memory_series_names_the_gpus_sampled(golden_run, tmp_path):
     run = golden_run("healthy")
     how = "CUDA_VISIBLE_DEVICES=2,3 → NVML [2, 3]"
     lines = (run / "off" / "samples.jsonl").read_text().splitlines()
