@@ -4,16 +4,12 @@ duration from stated speeds. Pure: reads the loaded `Scenario` (and a model's co
 it needs bytes), starts nothing. `harness run --dry-run` prints `estimate_run(...).to_lines()`.
 
 Token arithmetic, per variant and per repeat (``scenario.repeats``), from each workload's config
-exactly as its module sends it (L = prompt tokens, P = GPU pool, H = host pool):
+exactly as its module sends it: each kind declares it (``KIND = WorkloadKind(..., estimate=...)``,
+`harness.workloads.estimating`; its docstring says what it counts), so this module names no
+kind. Kinds that send on a clock (load points of ``duration_s``, a trace's span, a client's
+rate) also give their clock: such a workload lasts its clock or its serving, whichever is
+longer; think times add to the serving. L = prompt tokens, P = GPU pool, H = host pool.
 
-- cold_prefill: (warmup + n) x L.
-- repeat_prefill: cold n x L, repeated at once n x L (GPU-tier hits), the eviction filler in
-  prompts of min(L, P/2) (the module's own `eviction_sizes`), then n x L again.
-- parallel_prefixes: k x L per pass; the working set is W = k x L.
-- short_ttft: 2n short prompts and one long one.
-- decode: batch x n prompts, then output_tokens each.
-- multi_turn: turn t of a session sends first + (t-1) x (output + turn) tokens.
-- prefix_sharing_fanout: the prefix once, then fanout x (prefix + suffix).
 - quality (once per variant, not per repeat): every sample (tasks x lengths x samples_per_task)
   asked 1 + reasks times, churn before each re-ask; the OFF baseline also runs the control pass
   (the same asks; its re-asks without churn). The churn is what the arm will send on that
@@ -26,7 +22,8 @@ prefill: prompts expected to hit the GPU tier (an immediate repeat, a later mult
 history, the fan-out prefix, the control pass's re-asks, a second pass whose working set fits
 the GPU pool) are not counted, and everything that needs the host tier is counted as if
 recomputed (HiCache can only make it faster). Duration = computed / prefill_tok_s + output
-tokens / decode_tok_s (per request; concurrent requests decode together) + server starts
+tokens / decode_tok_s (per request; concurrent requests decode together), or a clocked
+workload's clock when longer, + server starts
 (``startup_s`` per attempt; an expected ``host_memory`` refusal is retried ``startup_retries``
 times) + the idle window and the final liveness wait. Speeds are the caller's (a scenario's
 measured numbers, e.g. seed 000's 1010 tok/s cold prefill); prefill is taken as flat in the
@@ -56,14 +53,10 @@ from harness.hostpool import (
     predict_host_pool,
 )
 from harness.model_config import ModelConfigError, ModelShape, load_model_shape
-from harness.scenario.values import TokenSize, resolve_tokens
-from harness.workloads.cold_prefill import ColdPrefill
-from harness.workloads.decode import Decode
-from harness.workloads.multi_turn import MultiTurn
-from harness.workloads.parallel_prefixes import ParallelPrefixes
-from harness.workloads.prefix_sharing_fanout import PrefixSharingFanout
-from harness.workloads.repeat_prefill import RepeatPrefill, eviction_sizes
-from harness.workloads.short_ttft import ShortTTFT
+from harness.workloads import kinds
+from harness.workloads.estimating import EstimateContext, WorkEstimate
+from harness.workloads.estimating import est as _est
+from harness.workloads.estimating import size as _size
 
 try:  # the quality arm's churn planner, where this tree has it: the estimate sends what the arm sends
     from harness.quality import churn as _churn_planner
@@ -72,7 +65,6 @@ except ImportError:  # pragma: no cover - older trees: full chunks of the config
 
 GIB = 1024**3
 SIM_DEFAULT_POOL_TOKENS = 20480  # harness.sim.server.DEFAULT_MAX_TOTAL_TOKENS (not imported: it pulls in uvicorn)
-MAMBA_TRACK_INTERVAL = 64  # sglang 0.5.17's mamba radix cache: states at 64-token boundaries
 
 # Where the GPU pool of a variant came from.
 POOL_ARG = "--max-total-tokens"
@@ -108,28 +100,6 @@ class PoolEstimate:
         return self.host_tokens / self.gpu_tokens
 
 
-@dataclass(frozen=True)
-class WorkEstimate:
-    """One workload (or the quality arm) on one variant, all repeats together."""
-
-    name: str
-    kind: str
-    requests: int
-    sent_tokens: int | None  # None: unknown (a size needs the pool, or an unknown kind)
-    computed_tokens: int | None  # upper bound: nothing comes back from the host tier
-    expected_tokens: int | None  # a healthy stack: host-tier hits where the pools allow them
-    output_tokens: int
-    decode_s: float | None  # None: no decode speed given
-    working_set_tokens: int | None = None
-    warnings: tuple[str, ...] = ()
-    churn_requests: int = 0  # of ``requests``: the quality arm's churn, sent but never recorded
-
-    @property
-    def recorded_requests(self) -> int:
-        """The rows it appends to requests.jsonl / quality.jsonl (the churn is not recorded)."""
-        return self.requests - self.churn_requests
-
-
 def _sum(values: Iterable[int | float | None]) -> Any:
     vals = list(values)
     return None if any(v is None for v in vals) else sum(vals)  # type: ignore[arg-type]
@@ -161,18 +131,21 @@ class VariantEstimate:
     def expected_tokens(self) -> int | None:
         return _sum(w.expected_tokens for w in self.work)
 
-    def _seconds(self, tokens: int | None) -> float | None:
-        return None if tokens is None else tokens / self.prefill_tok_s + (self.decode_s or 0.0) + self.overhead_s
+    def _seconds(self, tokens: str) -> float | None:
+        """Each workload's serving (``tokens`` of it computed, then decoded) or its own clock,
+        whichever is longer, plus its waits; then the starts and idle windows."""
+        walls = [w.wall_s(getattr(w, tokens), self.prefill_tok_s) for w in self.work]
+        return None if any(x is None for x in walls) else sum(walls) + self.overhead_s  # type: ignore[arg-type]
 
     @property
     def seconds(self) -> float | None:
         """Upper bound: every token that needs the host tier is recomputed."""
-        return self._seconds(self.computed_tokens)
+        return self._seconds("computed_tokens")
 
     @property
     def expected_seconds(self) -> float | None:
         """A healthy stack: host-tier hits wherever the pools allow them."""
-        return self._seconds(self.expected_tokens)
+        return self._seconds("expected_tokens")
 
     @property
     def all_warnings(self) -> tuple[str, ...]:
@@ -491,29 +464,6 @@ def variant_pool(
 # ----------------------------------------------------------------------------- per workload
 
 
-def _size(value: Any, pool: int | None) -> int | None:
-    """Tokens of a scenario size, or None when it is "x pool" and the pool is unknown."""
-    if value is None:
-        return None
-    ts = value if isinstance(value, TokenSize) else TokenSize.parse(value)
-    if ts.relative and pool is None:
-        return None
-    return resolve_tokens(ts, pool)
-
-
-def _mul(*xs: int | None) -> int | None:
-    out = 1
-    for x in xs:
-        if x is None:
-            return None
-        out *= x
-    return out
-
-
-def _add(*xs: int | None) -> int | None:
-    return None if any(x is None for x in xs) else sum(xs)  # type: ignore[arg-type]
-
-
 def _decode_s(steps: int, decode_tok_s: float | None) -> float | None:
     """Seconds to generate ``steps`` tokens one after another (the first comes with the prefill)."""
     if decode_tok_s is None:
@@ -521,230 +471,44 @@ def _decode_s(steps: int, decode_tok_s: float | None) -> float | None:
     return max(0, steps) / decode_tok_s
 
 
-class _Ctx:
-    """What every workload's arithmetic needs about its variant."""
-
-    def __init__(
-        self, pool: PoolEstimate, hicache: bool, hybrid: bool, repeats: int, decode_tok_s: float | None
-    ) -> None:
-        self.pool, self.hicache, self.hybrid = pool, hicache, hybrid
-        self.repeats, self.decode_tok_s = repeats, decode_tok_s
-        self.P = pool.gpu_tokens
-        self.H = pool.host_tokens if hicache else None
-        limits = [x for x in (pool.context_tokens, self.P) if x is not None]
-        self.max_input = min(limits) - 1 if limits else None  # sglang's max_req_input_len
-
-    def too_long(self, *lengths: int | None) -> list[str]:
-        return [
-            f"a {n:,}-token prompt exceeds what the server accepts (min(context, GPU pool) - 1 = "
-            f"{self.max_input:,}): it will be refused"
-            for n in lengths
-            if n is not None and self.max_input is not None and n > self.max_input
-        ]
-
-    def aligned(self, what: str, n: int | None) -> list[str]:
-        if self.hybrid and n is not None and n > 0 and n % MAMBA_TRACK_INTERVAL == 0:
-            return [
-                f"{what} {n:,} is a multiple of {MAMBA_TRACK_INTERVAL} on a hybrid model: its "
-                f"repeats get no cache hit at all (sglang 0.5.17); use a length off the multiple"
-            ]
-        return []
-
-    def evicted(self, traffic: int | None) -> bool:
-        """Pushed out of the GPU pool by ``traffic`` tokens since its last use (itself included);
-        True when the pool is unknown (the upper bound)."""
-        return self.P is None or traffic is None or traffic > self.P
-
-    def host_window(self, what: str, traffic: int | None) -> tuple[bool, list[str]]:
-        """Can something come back from the host tier after ``traffic`` tokens since its last use
-        (itself included)? (host hit expected, warnings) -- warnings only for HiCache variants."""
-        if not self.hicache or traffic is None or self.P is None:
-            return False, []
-        x = traffic / self.P
-        if traffic <= self.P:
-            return False, [f"{what} {x:.2f}x GPU pool: stays on the GPU, no host-tier hits expected"]
-        if self.H is None:
-            return False, []
-        hx = self.H / self.P
-        if self.H <= self.P + max(1, self.P // 1000):
-            return False, [
-                f"{what} {x:.2f}x GPU pool, but the host pool is only {hx:.2f}x and keeps a copy "
-                f"of every GPU page: no room for host-only pages, host-tier hits only by "
-                f"accident of concurrency"
-            ]
-        if traffic > self.H:
-            return False, [
-                f"{what} {x:.2f}x GPU pool exceeds the host pool ({hx:.2f}x): pushed out of the "
-                f"host tier too (LRU), no host-tier hits expected"
-            ]
-        return True, []
-
-
-def _est(
-    name: str,
-    kind: str,
-    requests: int,
-    sent: int | None,
-    computed: int | None,
-    expected: int | None,
-    outputs: int,
-    decode_s: float | None,
-    warnings: Iterable[str] = (),
-    working_set: int | None = None,
-) -> WorkEstimate:
-    return WorkEstimate(
-        name=name,
-        kind=kind,
-        requests=requests,
-        sent_tokens=sent,
-        computed_tokens=computed,
-        expected_tokens=expected,
-        output_tokens=outputs,
-        decode_s=decode_s,
-        working_set_tokens=working_set,
-        warnings=tuple(dict.fromkeys(warnings)),
+def _ctx(
+    pool: PoolEstimate,
+    hicache: bool,
+    hybrid: bool,
+    repeats: int,
+    decode_tok_s: float | None,
+    scenario: Any,
+    prefill_tok_s: float | None = None,
+) -> EstimateContext:
+    return EstimateContext(
+        pool.gpu_tokens,
+        pool.host_tokens,
+        pool.context_tokens,
+        hicache,
+        hybrid,
+        repeats,
+        decode_tok_s,
+        getattr(scenario, "base_dir", None),
+        prefill_tok_s,
     )
 
 
-def _workload(w: Any, c: _Ctx) -> WorkEstimate:
-    """One workload, all repeats."""
-    r, P, kind, name = c.repeats, c.P, str(w.kind), str(w.name)
-    new = w.new_tokens()
-    dec_steps = max(0, new - 1)
-    if isinstance(w, ColdPrefill):
-        L = _size(w.prompt_tokens, P)
-        reqs = w.warmup + w.n
-        sent = _mul(reqs, L, r)
+def _workload(w: Any, c: EstimateContext) -> WorkEstimate:
+    """One workload, all repeats: its kind's ``estimate`` hook (`WorkloadKind.estimate`)."""
+    kind = kinds().get(str(w.kind))
+    if kind is None or kind.estimate is None:
         return _est(
-            name,
-            kind,
-            reqs * r,
-            sent,
-            sent,
-            sent,
-            reqs * r * new,
-            _decode_s(reqs * r * dec_steps, c.decode_tok_s),
-            c.too_long(L),
+            str(w.name),
+            str(w.kind),
+            0,
+            None,
+            None,
+            None,
+            0,
+            None,
+            [f"workload kind {w.kind} has no estimate: its tokens are not counted"],
         )
-    if isinstance(w, RepeatPrefill):
-        L, E = _size(w.prompt_tokens, P), _size(w.eviction_tokens, P)
-        n = w.n
-        sizes = eviction_sizes(E, L, P) if None not in (E, L, P) else None
-        filler = sum(sizes) if sizes is not None else E
-        reqs = 3 * n + (len(sizes) if sizes is not None else 0)
-        sent = _mul(_add(_mul(3 * n, L), filler), r)
-        prompts = _mul(n, L)
-        again = prompts if c.evicted(prompts) else 0  # repeated at once: GPU-tier hits if they fit
-        traffic = _add(prompts, filler)
-        host_ok, warn = c.host_window("prompts + eviction traffic", traffic)
-        after = 0 if (host_ok or not c.evicted(traffic)) else prompts
-        computed = _mul(_add(prompts, again, filler, prompts if c.evicted(traffic) else 0), r)
-        expected = _mul(_add(prompts, again, filler, after), r)
-        return _est(
-            name,
-            kind,
-            reqs * r,
-            sent,
-            computed,
-            expected,
-            reqs * r * new,
-            _decode_s(reqs * r * dec_steps, c.decode_tok_s),
-            c.too_long(L) + c.aligned("prompt_tokens", L) + warn,
-            traffic,
-        )
-    if isinstance(w, ParallelPrefixes):
-        L = _size(w.prompt_tokens, P)
-        W = _mul(w.k, L)
-        reqs = w.k * w.passes
-        sent = _mul(W, w.passes, r)
-        host_ok, warn = c.host_window("working set", W)
-        computed = _mul(W, w.passes if c.evicted(W) else 1, r)
-        expected = _mul(W, 1 if (host_ok or not c.evicted(W)) else w.passes, r)
-        return _est(
-            name,
-            kind,
-            reqs * r,
-            sent,
-            computed,
-            expected,
-            reqs * r * new,
-            _decode_s(w.passes * r * dec_steps, c.decode_tok_s),
-            c.too_long(L) + c.aligned("prompt_tokens", L) + warn,
-            W,
-        )
-    if isinstance(w, ShortTTFT):
-        S = _size(w.prompt_tokens, P)
-        has_long = w.long_prompt_tokens is not None
-        long_ = _size(w.long_prompt_tokens, P) if has_long else 0
-        n_short = w.n * (2 if has_long else 1)
-        reqs = n_short + (1 if has_long else 0)
-        sent = _mul(_add(_mul(n_short, S), long_), r)
-        return _est(
-            name,
-            kind,
-            reqs * r,
-            sent,
-            sent,
-            sent,
-            reqs * r * new,
-            _decode_s(reqs * r * dec_steps, c.decode_tok_s),
-            c.too_long(long_),
-        )
-    if isinstance(w, Decode):
-        L = _size(w.prompt_tokens, P)
-        reqs = w.batch * w.n
-        sent = _mul(reqs, L, r)
-        return _est(
-            name,
-            kind,
-            reqs * r,
-            sent,
-            sent,
-            sent,
-            reqs * r * w.output_tokens,
-            _decode_s(w.n * r * (w.output_tokens - 1), c.decode_tok_s),
-            c.too_long(L),
-        )
-    if isinstance(w, MultiTurn):
-        F, M, Out, T, S = _size(w.first_turn_tokens, P), _size(w.turn_tokens, P), w.output_tokens, w.turns, w.sessions
-        sent = computed = None
-        last = None
-        if F is not None and M is not None:
-            prompts = [F + (t - 1) * (Out + M) for t in range(1, T + 1)]
-            last = prompts[-1]
-            sent = S * sum(prompts) * r
-            histories_fit = P is not None and S * (last + Out) <= P
-            computed = (S * (F + (T - 1) * (Out + M)) if histories_fit else S * sum(prompts)) * r
-        return _est(
-            name,
-            kind,
-            S * T * r,
-            sent,
-            computed,
-            computed,
-            S * T * Out * r,
-            _decode_s(T * r * (Out - 1), c.decode_tok_s),
-            c.too_long(last),
-        )
-    if isinstance(w, PrefixSharingFanout):
-        X, Y, N = _size(w.prefix_tokens, P), _size(w.suffix_tokens, P), w.fanout
-        sent = _mul(_add(X, _mul(N, _add(X, Y))), r)
-        computed = _mul(_add(X, _mul(N, Y)), r)
-        reqs = 1 + N
-        return _est(
-            name,
-            kind,
-            reqs * r,
-            sent,
-            computed,
-            computed,
-            reqs * r * new,
-            _decode_s(2 * r * dec_steps, c.decode_tok_s),
-            c.too_long(_add(X, Y)) + c.aligned("prefix_tokens", X),
-        )
-    return _est(
-        name, kind, 0, None, None, None, 0, None, [f"workload kind {kind} has no estimate: its tokens are not counted"]
-    )
+    return kind.estimate(w, c)
 
 
 def churn_chunks(churn_tokens: int, pool_tokens: int | None) -> list[int]:
@@ -765,7 +529,9 @@ class _Churn:
     note: str
 
 
-def _plan_churn(requested: int, c: _Ctx, prompt_tokens: int, write_policy: str | None, needs_host: bool) -> _Churn:
+def _plan_churn(
+    requested: int, c: EstimateContext, prompt_tokens: int, write_policy: str | None, needs_host: bool
+) -> _Churn:
     """The churn the quality arm will send on this variant: the arm's own planner when this tree has
     it (it clamps the configured churn into the window per variant), else the configured churn in
     full chunks."""
@@ -788,7 +554,7 @@ def _plan_churn(requested: int, c: _Ctx, prompt_tokens: int, write_policy: str |
     return _Churn(plan.tokens, n, True, ok, plan.note)
 
 
-def _quality(q: Any, c: _Ctx, baseline: bool, write_policy: str | None) -> WorkEstimate:
+def _quality(q: Any, c: EstimateContext, baseline: bool, write_policy: str | None) -> WorkEstimate:
     """The quality arm on one variant (once, not per repeat)."""
     P = c.P
     lengths = [_size(x, P) for x in q.lengths]
@@ -964,7 +730,15 @@ def estimate_run(
                 )
             )
             continue
-        c = _Ctx(pool, v.hicache is not None, bool(shape is not None and shape.is_hybrid), repeats, decode_tok_s)
+        c = _ctx(
+            pool,
+            v.hicache is not None,
+            bool(shape is not None and shape.is_hybrid),
+            repeats,
+            decode_tok_s,
+            scenario,
+            float(prefill_tok_s),
+        )
         work = [_workload(w, c) for w in scenario.workloads]
         if q.enabled:
             work.append(
@@ -1030,12 +804,12 @@ def request_counts(
         else:
             shape, note = _shape_of(v)
             pool = variant_pool(scenario, v, gpu_pool_tokens=gpu_pool_tokens, shape=shape, shape_note=note)
-            c = _Ctx(pool, v.hicache is not None, bool(shape is not None and shape.is_hybrid), repeats, None)
+            c = _ctx(pool, v.hicache is not None, bool(shape is not None and shape.is_hybrid), repeats, None, scenario)
             n = sum(_workload(w, c).recorded_requests for w in scenario.workloads)
         if q.enabled:
             shape, note = _shape_of(v)
             pool = variant_pool(scenario, v, gpu_pool_tokens=gpu_pool_tokens, shape=shape, shape_note=note)
-            c = _Ctx(pool, v.hicache is not None, bool(shape is not None and shape.is_hybrid), repeats, None)
+            c = _ctx(pool, v.hicache is not None, bool(shape is not None and shape.is_hybrid), repeats, None, scenario)
             n += _quality(
                 q,
                 c,

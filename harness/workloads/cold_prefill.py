@@ -10,6 +10,7 @@ from typing import Literal
 from harness.scenario.values import Count, NonNegInt, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
 from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind
 
 
@@ -54,8 +55,29 @@ COLD_PREFILL_FIGURES = (
     ),
 )
 
+
+def estimate(w: ColdPrefill, c: EstimateContext) -> WorkEstimate:
+    """(warmup + n) x L, all computed."""
+    r, new = c.repeats, w.new_tokens()
+    L = c.size(w.prompt_tokens)
+    reqs = w.warmup + w.n
+    sent = mul(reqs, L, r)
+    return est(
+        w.name,
+        w.kind,
+        reqs * r,
+        sent,
+        sent,
+        sent,
+        reqs * r * new,
+        c.decode_s(reqs * r * max(0, new - 1)),
+        c.too_long(L),
+    )
+
+
 KIND = WorkloadKind(
     config=ColdPrefill,
+    estimate=estimate,
     run=run,
     derived=COLD_PREFILL_FIGURES,
     report_rows=(

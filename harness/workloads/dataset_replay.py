@@ -42,6 +42,7 @@ from harness.scenario.values import Count, PosFloat, PosInt, TokenSize, TokenSiz
 from harness.workloads.arrivals import CLOCK_DERIVED, CLOCK_ROWS, Load, Outgoing, Point, point_figures, run_point
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.estimating import EstimateContext, WorkEstimate, est, point_requests
 from harness.workloads.kind import WorkloadKind
 from harness.workloads.slo import SLOFields
 
@@ -217,8 +218,109 @@ def phase_figures(cfg: DatasetReplay | None, phase: str, records: Sequence[Reque
     return point_figures(cfg, phase, records, cfg.load_points(), window)
 
 
+def _file_requests(cfg: DatasetReplay, c: EstimateContext) -> tuple[list[tuple[int, int, int]], list[str]]:
+    """(prompt tokens, output tokens, tokens an earlier request shares with it) of the requests
+    the replay would send (max_requests, max_prompt_tokens applied), and warnings. Shared: a
+    trace's leading hash ids seen before (block_tokens each), a document asked about before. Text
+    lengths are word counts (`datasets.WordIds`): approximate, no tokenizer is loaded here."""
+    requests = D.load_dataset(cfg.format, resolve_path(cfg.path, c.scenario_dir))
+    if cfg.order == "shuffled":
+        requests = D.shuffled(requests, 0)
+    longest = c.size(cfg.max_prompt_tokens)
+    parts = D.PartIds(D.WordIds(32000)) if cfg.format != "mooncake" else None
+    warn = [] if parts is None else ["prompt lengths are the texts' word counts (the tokenizer's differ)"]
+    seen: set = set()
+    out: list[tuple[int, int, int]] = []
+    for req in requests:
+        if cfg.max_requests is not None and len(out) >= cfg.max_requests:
+            break
+        if parts is None:
+            n, o = req.input_length or 0, req.output_length or 1
+            chains = [tuple(req.hash_ids[: k + 1]) for k in range(len(req.hash_ids))]
+            shared = min(n, cfg.block_tokens * next((k for k, ch in enumerate(chains) if ch not in seen), len(chains)))
+        else:
+            n, o = parts.length(req), (len(parts.encoder.encode(req.reply)) if req.reply else 1)
+            chains = [req.parts[:-1]] if len(req.parts) > 1 else []
+            shared = sum(len(parts.of(x)) for x in req.parts[:-1]) if chains and chains[0] in seen else 0
+        if n < 1 or (longest is not None and n > longest):
+            continue
+        seen.update(chains)
+        out.append((n, min(cfg.output_tokens or max(1, o), cfg.max_output_tokens), shared))
+    return out, warn
+
+
+def estimate(cfg: DatasetReplay, c: EstimateContext) -> WorkEstimate:
+    """Reads the file (nothing else): each load point sends the file's usable requests (at
+    ``rate``: as many as ``duration_s`` allows; a trace: on its own clock, ``speed`` times as
+    fast). Computed: every prompt (the upper bound); expected: what an earlier request shares
+    with it (a document's questions, a trace's leading hash ids) is not computed again while the
+    file's distinct tokens fit the GPU pool (or, with HiCache, the host pool)."""
+    try:
+        reqs, warn = _file_requests(cfg, c)
+    except (D.DatasetError, OSError) as exc:
+        return est(cfg.name, cfg.kind, 0, None, None, None, 0, None, [f"cannot read the dataset: {exc}"])
+    r = c.repeats
+    if not reqs:
+        return est(cfg.name, cfg.kind, 0, 0, 0, 0, 0, 0.0, warn + ["no usable request in the file"])
+    tokens = sum(n for n, _, _ in reqs)
+    distinct = tokens - sum(x for _, _, x in reqs)
+    host_ok, w = c.host_window("the file's distinct tokens", distinct)
+    once = distinct if (host_ok or not c.evicted(distinct)) else tokens
+    avg_in, avg_out = tokens / len(reqs), sum(o for _, o, _ in reqs) / len(reqs)
+    n_total, clock = 0, 0.0
+    sent = computed = expected = 0
+    for point in cfg.load_points():
+        if cfg.arrivals == "trace":
+            offsets = D.trace_offsets_ns(
+                [D.DatasetRequest(i, timestamp_ms=t) for i, t in enumerate(_stamps(cfg, c))], cfg.speed
+            )
+            span = offsets[-1] / 1e9 if offsets else 0.0
+            k = len(reqs) if cfg.duration_s is None else sum(1 for o in offsets if o < cfg.duration_s * 1e9)
+            clock += span if cfg.duration_s is None else min(span, cfg.duration_s)
+        elif point.rate is not None:
+            k = len(reqs) if cfg.duration_s is None else min(len(reqs), round(point.rate * cfg.duration_s))
+            clock += k / point.rate
+            _, m = point_requests(point.rate, point.cap, k / point.rate, round(avg_in), round(avg_out), c)
+            warn += [f"{point.phase}: {x}" for x in m]
+        else:
+            k = len(reqs)  # a closed loop sends them all (or until duration_s)
+        frac = k / len(reqs)
+        n_total += k
+        sent += round(tokens * frac)
+        computed += round(tokens * frac)
+        expected += round(once * frac)
+    return est(
+        cfg.name,
+        cfg.kind,
+        n_total * r,
+        sent * r,
+        computed * r,
+        expected * r,
+        round(n_total * avg_out) * r,
+        None if c.decode_tok_s is None else 0.0,  # decoding overlaps the clock
+        warn + w + c.too_long(max(n for n, _, _ in reqs)),
+        distinct,
+        clock_s=clock * r,
+    )
+
+
+def _stamps(cfg: DatasetReplay, c: EstimateContext) -> list[float]:
+    """The trace's timestamps (ms) of the requests the replay sends."""
+    longest = c.size(cfg.max_prompt_tokens)
+    out = []
+    for req in D.load_dataset(cfg.format, resolve_path(cfg.path, c.scenario_dir)):
+        if cfg.max_requests is not None and len(out) >= cfg.max_requests:
+            break
+        n = req.input_length or 0
+        if n >= 1 and (longest is None or n <= longest):
+            out.append(req.timestamp_ms or 0.0)
+    return out
+
+
 KIND = WorkloadKind(
     config=DatasetReplay,
+    estimate=estimate,
+    load_points=True,
     run=run,
     derived=CLOCK_DERIVED,
     report_rows=CLOCK_ROWS,

@@ -10,6 +10,7 @@ from typing import Literal
 from harness.scenario.values import Count, PosInt, TokenSize, TokenSizeT
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
 from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind
 
 
@@ -39,8 +40,28 @@ async def run(ctx: WorkloadContext, cfg: Decode) -> None:
         )
 
 
+def estimate(w: Decode, c: EstimateContext) -> WorkEstimate:
+    """batch x n prompts, then output_tokens each (a batch decodes together)."""
+    r = c.repeats
+    L = c.size(w.prompt_tokens)
+    reqs = w.batch * w.n
+    sent = mul(reqs, L, r)
+    return est(
+        w.name,
+        w.kind,
+        reqs * r,
+        sent,
+        sent,
+        sent,
+        reqs * r * w.output_tokens,
+        c.decode_s(w.n * r * (w.output_tokens - 1)),
+        c.too_long(L),
+    )
+
+
 KIND = WorkloadKind(
     config=Decode,
+    estimate=estimate,
     run=run,
     derived=(
         Derived(

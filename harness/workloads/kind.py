@@ -8,6 +8,13 @@ compare, report and history read these declarations (``harness.workloads.kinds()
 whose figures need its records and its config (schedule lag, SLO attainment) declares
 ``phase_figures``: the summary keeps what it returns under each phase's ``"figures"``, where the
 kind's derived figures read it.
+
+The shapes the report and compare draw from a kind's phases are declared here too:
+``load_points`` (its phases are the load points of a sweep, their ``figures`` carrying
+``sweep_axis``/``sweep_value``, the offered and achieved rate, schedule lag and SLO attainment:
+latency-vs-load and goodput curves, the knee, curve points compared pairwise), ``round_of``
+(its phases are rounds of conversations: per-round TTFT and tier hits) and ``estimate`` (what
+``harness estimate`` / ``--dry-run`` count for it, `harness.workloads.estimating`).
 """
 
 from __future__ import annotations
@@ -88,6 +95,10 @@ class WorkloadKind:
     # (the workload's config, or None where the summary has none; a phase's name; its records,
     # warm-up included) -> JSON-ready figures kept in that phase's summary under "figures"; pure
     phase_figures: Callable[[Any, str, Sequence[Any]], Mapping[str, Any]] | None = None
+    load_points: bool = False  # its phases are a sweep's load points (figures: sweep_axis, sweep_value, rates)
+    round_of: Callable[[str], int | None] | None = None  # a phase -> its round (None: not a round)
+    # (the workload's config, `estimating.EstimateContext`) -> `estimating.WorkEstimate`; None: not estimated
+    estimate: Callable[[Any, Any], Any] | None = None
 
     @property
     def name(self) -> str:

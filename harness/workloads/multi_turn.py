@@ -16,6 +16,7 @@ import numpy as np
 from harness.scenario.values import Count, PosInt, TokenSize, TokenSizeT
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.estimating import EstimateContext, WorkEstimate, est
 from harness.workloads.kind import Derived, PhaseSummaries, WorkloadKind
 
 
@@ -61,8 +62,35 @@ def later_turns_cached_fraction(phases: PhaseSummaries) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def estimate(w: MultiTurn, c: EstimateContext) -> WorkEstimate:
+    """Turn t of a session sends first + (t-1) x (output + turn) tokens; a later turn's history
+    hits the GPU tier while every session's history fits the pool."""
+    r, P = c.repeats, c.P
+    F, M, Out, T, S = c.size(w.first_turn_tokens), c.size(w.turn_tokens), w.output_tokens, w.turns, w.sessions
+    sent = computed = None
+    last = None
+    if F is not None and M is not None:
+        prompts = [F + (t - 1) * (Out + M) for t in range(1, T + 1)]
+        last = prompts[-1]
+        sent = S * sum(prompts) * r
+        histories_fit = P is not None and S * (last + Out) <= P
+        computed = (S * (F + (T - 1) * (Out + M)) if histories_fit else S * sum(prompts)) * r
+    return est(
+        w.name,
+        w.kind,
+        S * T * r,
+        sent,
+        computed,
+        computed,
+        S * T * Out * r,
+        c.decode_s(T * r * (Out - 1)),
+        c.too_long(last),
+    )
+
+
 KIND = WorkloadKind(
     config=MultiTurn,
+    estimate=estimate,
     run=run,
     derived=(
         Derived(

@@ -46,6 +46,7 @@ from harness.workloads.arrivals import (
 )
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.estimating import EstimateContext, WorkEstimate, est
 from harness.workloads.kind import Derived, PhaseStat, PhaseSummaries, ReportRow, WorkloadKind, ratio
 
 ROUND_ROWS = 10  # rounds with a row of their own in the report's HiCache table
@@ -181,8 +182,56 @@ def phase_figures(cfg: MultiTurnClients | None, phase: str, records: Sequence[Re
     return lag_figures(records, cfg.lag_limit_ms if cfg is not None else LAG_LIMIT_MS)
 
 
+def estimate(cfg: MultiTurnClients, c: EstimateContext) -> WorkEstimate:
+    """Round r of a client sends first + (r-1) x (turn + output) tokens, up to ``rounds`` or
+    ``max_context_tokens``. A round's history is cached while every conversation fits the GPU
+    pool (computed: its new turn only); past the GPU pool, a healthy HiCache serves it from the
+    host tier while they fit there (expected), and the upper bound recomputes it. The clock: the
+    think times between rounds add to the serving; a ``client_rate`` clock and the start spread
+    overlap it."""
+    r, Out = c.repeats, cfg.output_tokens
+    F, M = c.size(cfg.first_turn_tokens), c.size(cfg.turn_tokens)
+    limit = c.size(cfg.max_context_tokens) if cfg.max_context_tokens is not None else None
+    if F is None or M is None or (cfg.max_context_tokens is not None and limit is None):
+        return est(cfg.name, cfg.kind, 0, None, None, None, 0, None, ['"x pool" sizes need the GPU pool: not counted'])
+    prompts = [F + (k - 1) * (M + Out) for k in range(1, cfg.rounds + 1)]
+    if limit is not None:
+        prompts = [x for x in prompts if x + Out <= limit]
+    C, R = cfg.clients, len(prompts)
+    if not R:
+        return est(
+            cfg.name, cfg.kind, 0, 0, 0, 0, 0, 0.0, ["the first round is over max_context_tokens: nothing is sent"]
+        )
+    sent = C * sum(prompts) * r
+    fresh = C * (F + (R - 1) * (M + Out)) * r  # every history cached: each round computes its new turn
+    conversations = C * (prompts[-1] + Out)
+    host_ok, warn = c.host_window("all conversations", conversations)
+    computed = fresh if not c.evicted(conversations) else sent
+    expected = fresh if (host_ok or not c.evicted(conversations)) else sent
+    if cfg.client_rate is not None:  # rounds due on the client's clock: the serving overlaps it
+        clock, idle = ((R - 1) / cfg.client_rate + cfg.start_spread_s) * r, 0.0
+    else:  # a think time starts when the answer came: it adds to the serving
+        clock, idle = cfg.start_spread_s * r, (R - 1) * cfg.think_time_s * r
+    return est(
+        cfg.name,
+        cfg.kind,
+        C * R * r,
+        sent,
+        computed,
+        expected,
+        C * R * Out * r,
+        c.decode_s(R * r * (Out - 1)),  # the clients decode together, round after round
+        c.too_long(prompts[-1]) + warn,
+        conversations,
+        clock_s=clock,
+        idle_s=idle,
+    )
+
+
 KIND = WorkloadKind(
     config=MultiTurnClients,
+    estimate=estimate,
+    round_of=round_of,
     run=run,
     derived=(
         Derived(

@@ -34,6 +34,7 @@ from harness.scenario.values import Count, PosFloat, PosInt, TokenSize, TokenSiz
 from harness.workloads.arrivals import CLOCK_DERIVED, CLOCK_ROWS, Load, Outgoing, point_figures, run_point
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.estimating import EstimateContext, WorkEstimate, est, point_requests
 from harness.workloads.kind import WorkloadKind
 from harness.workloads.slo import SLOFields
 
@@ -89,8 +90,47 @@ def phase_figures(cfg: OpenLoop | None, phase: str, records: Sequence[RequestRec
     return point_figures(cfg, phase, records, cfg.points() if cfg else [], cfg.measured_window_s() if cfg else None)
 
 
+def estimate(cfg: OpenLoop, c: EstimateContext) -> WorkEstimate:
+    """Each load point runs ``duration_s``: ``rate`` x duration requests (a closed loop, or a cap
+    the stated speeds cannot keep up with: what those speeds serve). A request computes its own
+    part; the shared prefixes once each while they fit the GPU pool (else every time)."""
+    r = c.repeats
+    L = c.size(cfg.prompt_tokens)
+    shared = c.size(cfg.prefix_tokens) if cfg.prefix_tokens is not None else 0
+    if L is None or shared is None:
+        return est(cfg.name, cfg.kind, 0, None, None, None, 0, None, ['"x pool" sizes need the GPU pool: not counted'])
+    prefixes_fit = not shared or not c.evicted(cfg.prefixes * shared + L)
+    own = L - shared if prefixes_fit else L
+    n, warn = 0, []
+    for point in cfg.points():
+        k, w = point_requests(point.rate, point.cap, cfg.duration_s, own, cfg.output_tokens, c)
+        warn += [f"{point.phase}: {m}" for m in w]
+        if k is None:
+            return est(
+                cfg.name, cfg.kind, 0, None, None, None, 0, None, warn, clock_s=len(cfg.points()) * cfg.duration_s * r
+            )
+        n += k
+    sent = n * L * r
+    computed = (n * own + (cfg.prefixes * shared if prefixes_fit else 0)) * r
+    clock = len(cfg.points()) * cfg.duration_s * r
+    return est(
+        cfg.name,
+        cfg.kind,
+        n * r,
+        sent,
+        computed,
+        computed,
+        n * r * cfg.output_tokens,
+        None if c.decode_tok_s is None else 0.0,  # decoding overlaps the clock (within clock_s)
+        c.too_long(L) + warn,
+        clock_s=clock,
+    )
+
+
 KIND = WorkloadKind(
     config=OpenLoop,
+    estimate=estimate,
+    load_points=True,
     run=run,
     derived=CLOCK_DERIVED,
     report_rows=CLOCK_ROWS,

@@ -13,6 +13,7 @@ from typing import Literal
 from harness.scenario.values import Count, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
 from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind, ratio
 
 
@@ -42,8 +43,34 @@ async def run(ctx: WorkloadContext, cfg: ParallelPrefixes) -> None:
 _PASS1_WALL = PhaseStat("pass1", "pass_wall_s")
 _PASS2_WALL = PhaseStat("pass2", "pass_wall_s")
 
+
+def estimate(w: ParallelPrefixes, c: EstimateContext) -> WorkEstimate:
+    """k x L per pass; the working set is W = k x L (a second pass hits where W fits)."""
+    r, new = c.repeats, w.new_tokens()
+    L = c.size(w.prompt_tokens)
+    W = mul(w.k, L)
+    reqs = w.k * w.passes
+    sent = mul(W, w.passes, r)
+    host_ok, warn = c.host_window("working set", W)
+    computed = mul(W, w.passes if c.evicted(W) else 1, r)
+    expected = mul(W, 1 if (host_ok or not c.evicted(W)) else w.passes, r)
+    return est(
+        w.name,
+        w.kind,
+        reqs * r,
+        sent,
+        computed,
+        expected,
+        reqs * r * new,
+        c.decode_s(w.passes * r * max(0, new - 1)),
+        c.too_long(L) + c.aligned("prompt_tokens", L) + warn,
+        W,
+    )
+
+
 KIND = WorkloadKind(
     config=ParallelPrefixes,
+    estimate=estimate,
     run=run,
     derived=(
         Derived(

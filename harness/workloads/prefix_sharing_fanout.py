@@ -14,6 +14,7 @@ from typing import Literal
 from harness.scenario.values import Count, TokenSize, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.estimating import EstimateContext, WorkEstimate, add, est, mul
 from harness.workloads.kind import (
     Derived,
     PhaseStat,
@@ -56,8 +57,30 @@ def fanout_cached_fraction(phases: PhaseSummaries) -> float | None:
 _SEED_TTFT = PhaseStat("seed", "ttft_ms")
 _FANOUT_TTFT = PhaseStat("fanout", "ttft_ms")
 
+
+def estimate(w: PrefixSharingFanout, c: EstimateContext) -> WorkEstimate:
+    """The prefix once, then fanout x (prefix + suffix); the fan-out computes only its suffixes."""
+    r, new = c.repeats, w.new_tokens()
+    X, Y, N = c.size(w.prefix_tokens), c.size(w.suffix_tokens), w.fanout
+    sent = mul(add(X, mul(N, add(X, Y))), r)
+    computed = mul(add(X, mul(N, Y)), r)
+    reqs = 1 + N
+    return est(
+        w.name,
+        w.kind,
+        reqs * r,
+        sent,
+        computed,
+        computed,
+        reqs * r * new,
+        c.decode_s(2 * r * max(0, new - 1)),
+        c.too_long(add(X, Y)) + c.aligned("prefix_tokens", X),
+    )
+
+
 KIND = WorkloadKind(
     config=PrefixSharingFanout,
+    estimate=estimate,
     run=run,
     derived=(
         Derived(

@@ -18,6 +18,7 @@ from harness.scenario.values import Count, TokenSize, TokenSizeT
 from harness.workloads.cold_prefill import COLD_PREFILL_FIGURES
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.estimating import EstimateContext, WorkEstimate, add, est, mul
 from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind, ratio
 
 
@@ -66,8 +67,41 @@ async def run(ctx: WorkloadContext, cfg: RepeatPrefill) -> None:
 
 _COLD_TTFT = PhaseStat("cold", "ttft_ms")
 
+
+def estimate(w: RepeatPrefill, c: EstimateContext) -> WorkEstimate:
+    """Cold n x L, repeated at once n x L (GPU-tier hits), the eviction filler in prompts of
+    min(L, P/2) (`eviction_sizes`), then n x L again (host-tier hits where the pools allow)."""
+    r, P, new = c.repeats, c.P, w.new_tokens()
+    L, E = c.size(w.prompt_tokens), c.size(w.eviction_tokens)
+    n = w.n
+    sizes = eviction_sizes(E, L, P) if E is not None and L is not None and P is not None else None
+    filler = sum(sizes) if sizes is not None else E
+    reqs = 3 * n + (len(sizes) if sizes is not None else 0)
+    sent = mul(add(mul(3 * n, L), filler), r)
+    prompts = mul(n, L)
+    again = prompts if c.evicted(prompts) else 0  # repeated at once: GPU-tier hits if they fit
+    traffic = add(prompts, filler)
+    host_ok, warn = c.host_window("prompts + eviction traffic", traffic)
+    after = 0 if (host_ok or not c.evicted(traffic)) else prompts
+    computed = mul(add(prompts, again, filler, prompts if c.evicted(traffic) else 0), r)
+    expected = mul(add(prompts, again, filler, after), r)
+    return est(
+        w.name,
+        w.kind,
+        reqs * r,
+        sent,
+        computed,
+        expected,
+        reqs * r * new,
+        c.decode_s(reqs * r * max(0, new - 1)),
+        c.too_long(L) + c.aligned("prompt_tokens", L) + warn,
+        traffic,
+    )
+
+
 KIND = WorkloadKind(
     config=RepeatPrefill,
+    estimate=estimate,
     run=run,
     filler_phases=frozenset({"evict"}),
     derived=COLD_PREFILL_FIGURES

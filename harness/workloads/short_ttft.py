@@ -18,6 +18,7 @@ from harness.records import RequestRecord
 from harness.scenario.values import Count, TokenSize, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
+from harness.workloads.estimating import EstimateContext, WorkEstimate, add, est, mul
 from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind, ratio
 
 START_DELAY_S = 0.01  # let the long request reach the server's scheduler first
@@ -77,8 +78,32 @@ def inside_prefill(short: RequestRecord, long: RequestRecord | None) -> bool:
 _ALONE = PhaseStat("alone", "ttft_ms")
 _DURING = PhaseStat("during_long", "ttft_ms")
 
+
+def estimate(w: ShortTTFT, c: EstimateContext) -> WorkEstimate:
+    """2n short prompts and one long one (n short alone without a long prompt)."""
+    r, new = c.repeats, w.new_tokens()
+    S = c.size(w.prompt_tokens)
+    has_long = w.long_prompt_tokens is not None
+    long_ = c.size(w.long_prompt_tokens) if has_long else 0
+    n_short = w.n * (2 if has_long else 1)
+    reqs = n_short + (1 if has_long else 0)
+    sent = mul(add(mul(n_short, S), long_), r)
+    return est(
+        w.name,
+        w.kind,
+        reqs * r,
+        sent,
+        sent,
+        sent,
+        reqs * r * new,
+        c.decode_s(reqs * r * max(0, new - 1)),
+        c.too_long(long_),
+    )
+
+
 KIND = WorkloadKind(
     config=ShortTTFT,
+    estimate=estimate,
     run=run,
     derived=(
         Derived(
