@@ -136,6 +136,7 @@ SUMMARY_COLUMNS = {
     "mean": float,
     "p50": float,
     "p90": float,
+    "p95": float,
     "p99": float,
     "min": float,
     "max": float,

@@ -8,7 +8,7 @@ Metric names (what a check may name; docs/reports.md has the table):
                                          NOT_EXERCISED, NOT_COMPARABLE)
   <workload>.<derived>                   summary["workloads"][wl]["derived"][key], e.g.
                                          parallel_prefixes.second_pass_speedup, decode.decode_tok_s
-  <workload>.<phase>.<metric>_<stat>     a phase statistic, stat one of n mean p50 p90 p99 min max,
+  <workload>.<phase>.<metric>_<stat>     a phase statistic, stat one of n mean p50 p90 p95 p99 min max,
                                          e.g. short_ttft.alone.ttft_ms_p50, cold_prefill.cold.prefill_tok_s_p90
   <workload>.<phase>.<metric>            the same with stat p50
   <workload>.<phase>.hits.<key>          the phase's tier-hit counts, e.g. parallel_prefixes.pass2.hits.host_tokens
@@ -38,7 +38,7 @@ from typing import Any
 from harness import results
 from harness.scenario.values import Check, Gate, Threshold
 
-STATS = ("n", "mean", "p50", "p90", "p99", "min", "max")
+STATS = ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")
 
 
 class _AnyEnv(Mapping):

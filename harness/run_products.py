@@ -46,6 +46,7 @@ CSV_COLUMNS = [
     "mean",
     "p50",
     "p90",
+    "p95",
     "p99",
     "min",
     "max",

@@ -7,7 +7,7 @@ never 0):
      "workloads": {<workload>: {
          "phases": {<phase>: {
              "n", "n_errors", "errors": {error: count}, "n_warmup", "filler": bool,
-             "metrics": {<metric>: {"n", "mean", "p50", "p90", "p99", "min", "max"} | null},
+             "metrics": {<metric>: {"n", "mean", "p50", "p90", "p95", "p99", "min", "max"} | null},
              "hits": {"prompt_tokens", "cached_tokens", "device_tokens", "host_tokens",
                       "storage_tokens", "requests_with_host_hit", "requests_with_device_hit",
                       "tiers_reported"},
@@ -50,21 +50,22 @@ from harness.records import RequestRecord
 from harness.workloads import derived_figures, kinds
 
 SUMMARY_VERSION = 1
-STAT_KEYS = ("n", "mean", "p50", "p90", "p99", "min", "max")
+STAT_KEYS = ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")
 
 
 def stats(values: Iterable[float | None]) -> dict[str, float | int] | None:
-    """n, mean, p50, p90, p99, min, max of the finite values; None if there are none."""
+    """n, mean, p50, p90, p95, p99, min, max of the finite values; None if there are none."""
     a = np.asarray([v for v in values if v is not None], dtype=float)
     a = a[np.isfinite(a)]
     if a.size == 0:
         return None
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    p50, p90, p95, p99 = np.percentile(a, [50, 90, 95, 99])
     return {
         "n": int(a.size),
         "mean": float(a.mean()),
         "p50": float(p50),
         "p90": float(p90),
+        "p95": float(p95),
         "p99": float(p99),
         "min": float(a.min()),
         "max": float(a.max()),

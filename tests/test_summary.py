@@ -15,6 +15,7 @@ def test_stats_known_values():
         "mean": 2.5,
         "p50": 2.5,
         "p90": pytest.approx(3.7),
+        "p95": pytest.approx(3.85),
         "p99": pytest.approx(3.97),
         "min": 1.0,
         "max": 4.0,

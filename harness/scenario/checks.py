@@ -237,7 +237,7 @@ def gate_problem(scn: Scenario, metric: str) -> str | None:
 # ``.n_warmup`` / ``.hits.<key>``; ``quality.parity``; ``sampling.<phase>.<key>``; ``pools.<key>``;
 # ``status.<key>``. Phase names and the keys under sampling/pools/status/hits are not declared
 # anywhere, so only their shape is checked.
-CHECK_STATS = ("n", "mean", "p50", "p90", "p99", "min", "max")
+CHECK_STATS = ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")
 PHASE_COUNTS = ("n", "n_errors", "n_warmup")
 CHECK_ROOTS = ("quality", "sampling", "pools", "status")
 
