@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from harness import results
+from harness.compare.curves import CurvePointRow, curve_points
 from harness.compare.runs import (
     BaselineChoice,
     check_same_scenario,
@@ -153,6 +154,7 @@ class Comparison:
     reasons: list[str] = field(default_factory=list)  # why the outcome is what it is
     gate: list[str] = field(default_factory=list)  # the gate's texts ([]: every row gates)
     baseline_choice: list[str] = field(default_factory=list)  # how the baseline was chosen
+    curves: list[CurvePointRow] = field(default_factory=list)  # sweeps' load points, pairwise
     candidate: dict = field(default_factory=dict)
     baseline: dict | None = None
 
@@ -196,6 +198,7 @@ class Comparison:
             "notes": self.notes,
             "variants": [v.to_dict() for v in self.variants],
             "metrics": [m.to_dict() for m in self.metrics],
+            "curves": [c.to_dict() for c in self.curves],
             "expectations": self.expectations,
         }
 
@@ -617,6 +620,7 @@ def compare_runs(
             for r in rows:
                 if r.workload in changed_workloads:
                     r.state, r.note = "not_comparable", "workload definition changed"
+            comp.curves.extend(curve_points(name, bv.summary, cv.summary, cand_kinds, rows))
             comp.metrics.extend(rows)
         if cv is not None and cv.status.get("state") == "ok":  # parity is the candidate's own: judged
             row = parity_row(name, bv.summary if bv else None, cv.summary, policy)  # even when not comparable
@@ -624,4 +628,8 @@ def compare_runs(
                 row.threshold_source = "parity verdict"
                 comp.metrics.append(row)
     judge(comp, exp.gate, exp.quality_baseline)
+    for c in comp.curves:  # a point gates when one of its metric rows does
+        c.gating = any(
+            m.gating for m in comp.metrics if (m.variant, m.workload, m.phase) == (c.variant, c.workload, c.phase)
+        )
     return comp

@@ -18,6 +18,10 @@ from harness.compare.comparison import (
     Comparison,
     MetricRow,
 )
+from harness.compare.curves import PERCENTILES, CurvePointRow
+from harness.workloads.slo import SLO_DERIVED
+
+HEADLINE_FIGURES = tuple(d.name for d in SLO_DERIVED if d.compared)  # the knee and the best goodput
 
 SIMULATED_LINE = (
     "**SIMULATED**: a run compared here came from the simulated server (backend sim): "
@@ -149,6 +153,7 @@ def to_markdown(comp: Comparison) -> str:
                 f"{change} | {_mde(m)} | {m.threshold * 100:.0f}% | {_md(_test(m))} | {state} |"
             )
         lines.append("")
+    lines += _headline_lines(comp) + _curve_lines(comp.curves)
     measured = [m for m in comp.metrics if m.sample != "verdict"]
     unchanged = sum(1 for m in measured if m.state == "unchanged")
     if unchanged:
@@ -179,12 +184,62 @@ def junit_part(name: str) -> str:
     return name.replace(".", "_")
 
 
+def _headline_lines(comp: Comparison) -> list[str]:
+    """The knee and best goodput of every sweep, whatever their state (they are the headline)."""
+    rows = [m for m in comp.metrics if m.phase == "*" and m.metric in HEADLINE_FIGURES]
+    if not rows:
+        return []
+    out = [
+        "**Knee and goodput** (per repeat; gate them as `<workload>.knee_rate`, `.knee_concurrency`, `.goodput_rps`):",
+        "",
+        "| variant | figure | gate | baseline | candidate | change [95% CI] | test | state |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in rows:
+        b, c = _values(m)
+        out.append(
+            f"| {_md(m.variant)} | {_md(m.name)} | {'yes' if m.gating else 'no'} | {b} | {c} | {_pct(m.change)}{_ci(m)} | "
+            f"{_md(_test(m))} | {'**' + m.state + '**' if m.gating else m.state} |"
+        )
+    return out + [""]
+
+
+def _pcts(v: dict | None) -> str:
+    return " / ".join(_fmt((v or {}).get(p)) for p in PERCENTILES) if v else "—"
+
+
+def _curve_lines(curves: list[CurvePointRow]) -> list[str]:
+    """The sweeps' load points, baseline → candidate, TTFT and TPOT at p50 / p90 / p95 / p99."""
+    if not curves:
+        return []
+    out = [
+        "**Latency vs load** (each point against the baseline's at the same rate; ms at "
+        + " / ".join(PERCENTILES)
+        + "):",
+        "",
+        "| variant | workload | point | TTFT baseline | TTFT candidate | TPOT baseline | TPOT candidate "
+        "| goodput req/s | state |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in curves:
+        state = f"**{c.state}**" if c.gating and c.state != "unchanged" else c.state
+        note = f" ({_md(c.note)})" if c.note else ""
+        out.append(
+            f"| {_md(c.variant)} | {_md(c.workload)} | {_md(c.phase)} | {_pcts(c.baseline.get('ttft_ms'))} | "
+            f"{_pcts(c.candidate.get('ttft_ms'))} | {_pcts(c.baseline.get('tpot_ms'))} | "
+            f"{_pcts(c.candidate.get('tpot_ms'))} | {_fmt(c.baseline_goodput)} → {_fmt(c.candidate_goodput)} | "
+            f"{state}{note} |"
+        )
+    return out + [""]
+
+
 def to_junit(comp: Comparison) -> str:
     """JUnit XML: one test case per metric, variant and expectation. A regression in a gating
     metric is a failure, a gating metric that could not be judged an error (inconclusive), a
     non-gating one skipped; a gated variant that was not compared is an error. Classnames:
-    ``variants``, ``metrics.<variant>``, ``expectations.<variant>`` (dots in a variant's name
-    become ``_``); a metric case is named ``workload/phase/metric``. ``time``: a variant's case
+    ``variants``, ``metrics.<variant>``, ``curves.<variant>``, ``expectations.<variant>`` (dots in
+    a variant's name become ``_``); a metric case is named ``workload/phase/metric``, a curve
+    point's ``workload/phase``. ``time``: a variant's case
     carries the candidate variant's wall seconds, the others 0; suites and the root sum them and
     carry the totals."""
     name = "harness compare" + (" (SIMULATED)" if comp.simulated else "")
@@ -221,6 +276,23 @@ def to_junit(comp: Comparison) -> str:
             ET.SubElement(tc, "skipped", message=f"{m.state}: {msg}")
         else:
             ET.SubElement(tc, "system-out").text = f"{m.state}: {msg}"
+    if comp.curves:
+        s_c = suite("curves")
+        for c in comp.curves:
+            tc = case(s_c, f"curves.{junit_part(c.variant)}", f"{c.workload}/{c.phase}")
+            msg = (
+                f"{c.phase}: TTFT {_pcts(c.baseline.get('ttft_ms'))} -> {_pcts(c.candidate.get('ttft_ms'))} ms "
+                f"({'/'.join(PERCENTILES)}), goodput {_fmt(c.baseline_goodput)} -> {_fmt(c.candidate_goodput)} req/s"
+                + (f"; {c.note}" if c.note else "")
+            )
+            if c.state == "regression" and c.gating:
+                ET.SubElement(tc, "failure", message=msg, type="regression").text = msg
+            elif c.state in ("inconclusive", "not_comparable") and c.gating:
+                ET.SubElement(tc, "error", message=f"{c.state}: {msg}", type=c.state).text = msg
+            elif c.state in ("regression", "inconclusive", "not_comparable"):
+                ET.SubElement(tc, "skipped", message=f"{c.state}: {msg}")
+            else:
+                ET.SubElement(tc, "system-out").text = f"{c.state}: {msg}"
     s_e = suite("expectations")
     for e in comp.expectations:
         tc = case(s_e, f"expectations.{junit_part(str(e['variant']))}", e["check"])

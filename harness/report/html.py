@@ -21,6 +21,17 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from harness import results
 from harness.report import plots as P
+from harness.report.curves import (
+    CURVE_METRICS,
+    PERCENTILES,
+    LoadCurves,
+    RoundSeries,
+    headline,
+    lag_series,
+    lag_warnings,
+    load_curves,
+    round_series,
+)
 from harness.report.failures import failures
 from harness.report.formatting import failure_text, fmt_num
 from harness.report.header import banner, header, judged_expectations, probe_rows, variant_rows
@@ -28,9 +39,10 @@ from harness.report.quality_view import parity_groups, worst_samples
 from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
 from harness.report.tables import hicache_table, load_back, memory_table
 from harness.report.view import load_view
+from harness.schedule import LAG_LIMIT_MS
 
 TEMPLATES = Path(__file__).parent / "templates"
-SECTIONS = ("header", "hicache", "memory", "timeseries", "latency", "quality", "failures", "comparison")
+SECTIONS = ("header", "hicache", "load", "memory", "timeseries", "latency", "quality", "failures", "comparison")
 
 
 def _env() -> Environment:
@@ -51,16 +63,21 @@ def figure_png(
     nrows: int = 1,
     sharex: bool = False,
     dpi: int = 90,
+    ncols: int = 1,
 ) -> str:
-    """Draw with ``draw(ax)`` (or ``draw(axes)`` when nrows > 1) on a fresh Agg figure and return
-    the PNG as base64 text for a ``data:`` URI."""
+    """Draw with ``draw(ax)`` (``draw(axes)`` when nrows > 1: a list; with ncols > 1: rows of
+    axes) on a fresh Agg figure and return the PNG as base64 text for a ``data:`` URI."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=size, dpi=dpi)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, 1, sharex=sharex, squeeze=False)[:, 0]
-    draw(axes[0] if nrows == 1 else list(axes))
+    grid = fig.subplots(nrows, ncols, sharex=sharex, squeeze=False)
+    if ncols > 1:
+        draw([list(row) for row in grid])
+    else:
+        axes = grid[:, 0]
+        draw(axes[0] if nrows == 1 else list(axes))
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -86,6 +103,148 @@ def _wide(groups) -> bool:
     vals = np.concatenate([np.asarray(v, dtype=float) for _, d in groups for v in d.values()] or [np.array([])])
     vals = vals[np.isfinite(vals) & (vals > 0)]
     return bool(vals.size) and vals.max() / vals.min() > 20
+
+
+def _x_label(c: LoadCurves) -> str:
+    return "max concurrency (requests in flight)" if c.axis == "conc" else "offered rate, req/s"
+
+
+def _offered(c: LoadCurves, p) -> float | None:
+    """A point's x on the offered axis: the swept rate or concurrency (a trace: its achieved rate)."""
+    if c.axis == "conc":
+        return p.value
+    return p.offered_rps if p.offered_rps is not None else p.value if p.axis else p.achieved_rps
+
+
+def _latency_fig(c: LoadCurves) -> str:
+    def draw(rows):
+        for r, (m, label) in enumerate(CURVE_METRICS):
+            for col, x_of, xlabel in (
+                (0, lambda p: _offered(c, p), _x_label(c)),
+                (1, lambda p: p.achieved_rps, "achieved send rate, req/s"),
+            ):
+                series = {
+                    n: ([x_of(p) for p in pts], {pc: [p.latency[m][pc] for p in pts] for pc in PERCENTILES})
+                    for n, pts in c.points.items()
+                }
+                P.plot_percentile_lines(
+                    rows[r][col], series, f"{label} ms", xlabel if r == len(CURVE_METRICS) - 1 else "", c.slo.get(m)
+                )
+
+    return figure_png(draw, size=(13, 8.4), nrows=len(CURVE_METRICS), ncols=2)
+
+
+def _goodput_fig(c: LoadCurves) -> str:
+    def draw(row):
+        row = row[0]
+        series = {
+            n: ([_offered(c, p) for p in pts], [p.goodput_rps for p in pts], [p.achieved_rps for p in pts])
+            for n, pts in c.points.items()
+        }
+        P.plot_goodput(row[0], series, c.knee, _x_label(c), c.slo_percentile)
+        fractions = {
+            n: (
+                [_offered(c, p) for p in pts],
+                {
+                    "all limits": [p.slo_met_fraction for p in pts],
+                    **{
+                        f"{m.removesuffix('_ms').upper()} ≤ {c.slo[m]:g} ms": [p.met.get(m) for p in pts] for m in c.slo
+                    },
+                },
+            )
+            for n, pts in c.points.items()
+        }
+        P.plot_slo_fractions(row[1], fractions, _x_label(c))
+
+    return figure_png(draw, size=(13, 3.4), nrows=1, ncols=2)
+
+
+def _curve_rows(c: LoadCurves) -> list[dict[str, Any]]:
+    rows = []
+    for n, pts in c.points.items():
+        for p in pts:
+            rows.append(
+                {
+                    "variant": n,
+                    "phase": p.phase,
+                    "offered": _offered(c, p),
+                    "achieved": p.achieved_rps,
+                    "n": p.n,
+                    "latency": [[p.latency[m][pc] for pc in PERCENTILES] for m, _ in CURVE_METRICS],
+                    "goodput": p.goodput_rps,
+                    "met": p.slo_met_fraction,
+                    "percentile_met": p.slo_percentile_met,
+                    "lag": p.lag_p99_ms,
+                    "client_bound": p.client_bound,
+                }
+            )
+    return rows
+
+
+def _rounds_context(r: RoundSeries) -> dict[str, Any]:
+    def draw(axes):
+        series = {n: (r.rounds, {pc: by[pc] for pc in ("p50", "p90")}) for n, by in r.ttft.items()}
+        P.plot_percentile_lines(axes[0], series, "TTFT ms", "round")
+        axes[0].set_xticks(r.rounds)
+        P.plot_round_tiers(axes[1], r.rounds, r.tiers)
+
+    rows = []
+    for i, k in enumerate(r.rounds):
+        for n in r.ttft:
+            rows.append(
+                {
+                    "round": k,
+                    "variant": n,
+                    "ttft": [r.ttft[n][pc][i] for pc in PERCENTILES],
+                    "tiers": [r.tiers[n][t][i] for t in ("device", "host", "storage", "computed")],
+                    "host_share": r.host_share[n][i],
+                }
+            )
+    return {
+        "workload": r.workload,
+        "png": figure_png(draw, size=(12, 6.4), nrows=2),
+        "rows": rows,
+        "first_host_round": r.first_host_round,
+    }
+
+
+def _lag_fig(labels: list[str], vals: dict[str, list[float | None]]) -> str:
+    def draw(ax):
+        P.plot_grouped_bars(ax, labels, vals, "schedule lag, ms")
+        P.limit_line(ax, LAG_LIMIT_MS, f"{LAG_LIMIT_MS:g} ms")
+
+    return figure_png(draw, size=(10, 2.8))
+
+
+def load_context(view) -> dict[str, Any]:
+    """The load section and the headline: curves, goodput and the knee, rounds, lag warnings."""
+    curves = load_curves(view)
+    warnings = lag_warnings(view)
+    lag_figs = {}
+    for n in dict.fromkeys(w.variant for w in warnings):
+        labels, vals = lag_series(view, n)
+        if labels:
+            lag_figs[n] = _lag_fig(labels, vals)
+    return {
+        "headline": headline(curves),
+        "curves": [
+            {
+                "workload": c.workload,
+                "axis": c.axis,
+                "slo": c.slo,
+                "percentile": c.slo_percentile,
+                "latency_png": _latency_fig(c),
+                "goodput_png": _goodput_fig(c) if c.slo else None,
+                "rows": _curve_rows(c),
+            }
+            for c in curves
+        ],
+        "rounds": [_rounds_context(r) for r in round_series(view)],
+        "lag_warnings": [{"variant": w.variant, "text": w.text()} for w in warnings],
+        "lag_figs": lag_figs,
+        "percentiles": PERCENTILES,
+        "curve_metrics": [label for _, label in CURVE_METRICS],
+    }
 
 
 def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
@@ -170,6 +329,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         "run_path": str(view.root),
         "sections": SECTIONS,
         "report_rel": report_dir.relative_to(Path(reports_dir)),
+        "load": load_context(view),
     }
 
 

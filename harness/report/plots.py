@@ -219,3 +219,184 @@ def plot_history(
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
+
+
+# ------------------------------------------------------------------------ load shapes
+
+CURVE_MAX_POINTS = 400  # a line of a curve figure keeps at most this many points
+PERCENTILE_STYLES = {"p50": "-", "p90": "--", "p95": "-.", "p99": ":"}
+TIER_COLORS = {"device": "#55a868", "host": "#dd8452", "storage": "#8172b3", "computed": "#b0b0b0"}
+
+
+def decimate(x: Sequence[float], y: Sequence[float | None], max_points: int = CURVE_MAX_POINTS):
+    """(x, y) as float arrays of at most ``max_points`` evenly spaced points (first and last kept);
+    None becomes NaN (a gap, never 0)."""
+    xa = np.asarray(x, dtype=float)
+    ya = np.asarray([np.nan if v is None else v for v in y], dtype=float)
+    if xa.size <= max_points:
+        return xa, ya
+    idx = np.unique(np.linspace(0, xa.size - 1, max_points).round().astype(int))
+    return xa[idx], ya[idx]
+
+
+def plot_percentile_lines(
+    ax,
+    series: Mapping[str, tuple[Sequence[float | None], Mapping[str, Sequence[float | None]]]],
+    ylabel: str = "",
+    xlabel: str = "",
+    limit: float | None = None,
+    log_y: bool = False,
+) -> None:
+    """One colour per variant (``series``: variant → (x, {percentile: y})), one line style per
+    percentile (p50 solid, p90 dashed, p95 dash-dot, p99 dotted); ``limit``: an SLO as a red
+    horizontal line. Points without an x or a y are left out; long series are decimated."""
+    drawn = False
+    for i, (name, (xs, by_pct)) in enumerate(series.items()):
+        for pct, ys in by_pct.items():
+            keep = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None and np.isfinite(y)]
+            if not keep:
+                continue
+            x, y = decimate([k[0] for k in keep], [k[1] for k in keep])
+            ax.plot(x, y, PERCENTILE_STYLES.get(pct, "-"), marker="o", ms=3, lw=1.3, color=color_for(i))
+            drawn = True
+    if not drawn:
+        no_data(ax)
+        return
+    if limit is not None:
+        ax.axhline(limit, color="#c44e52", lw=1, alpha=0.8)
+        ax.text(1.0, limit, f" SLO {limit:g}", transform=ax.get_yaxis_transform(), fontsize=6.5, color="#c44e52")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, alpha=0.3)
+    handles = [ax.plot([], [], color=color_for(i), lw=2, label=n)[0] for i, n in enumerate(series)]
+    pcts = list(dict.fromkeys(p for _, by in series.values() for p in by))
+    handles += [ax.plot([], [], PERCENTILE_STYLES.get(p, "-"), color="#444", label=p)[0] for p in pcts]
+    ax.legend(handles=handles, fontsize=6.5, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
+
+
+def plot_goodput(
+    ax,
+    series: Mapping[str, tuple[Sequence[float | None], Sequence[float | None], Sequence[float | None]]],
+    knees: Mapping[str, float | None],
+    xlabel: str = "offered rate, req/s",
+    percentile: int | None = None,
+) -> None:
+    """Goodput (solid) and achieved rate (thin dotted) against the offered load, one colour per
+    variant (``series``: variant → (x, goodput, achieved)); each variant's knee as a dashed
+    vertical line, labelled. A variant without a knee says so in the legend."""
+    drawn = False
+    for i, (name, (xs, good, achieved)) in enumerate(series.items()):
+        for ys, style, lw in ((good, "-o", 1.6), (achieved, ":", 1.0)):
+            keep = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+            if keep:
+                x, y = decimate([k[0] for k in keep], [k[1] for k in keep])
+                ax.plot(x, y, style, ms=3, lw=lw, color=color_for(i))
+                drawn = True
+        k = knees.get(name)
+        if k is not None:
+            ax.axvline(k, ls="--", lw=1.2, color=color_for(i))
+            ax.text(
+                k,
+                1.0,
+                f" knee {k:g}",
+                transform=ax.get_xaxis_transform(),
+                fontsize=6.5,
+                color=color_for(i),
+                va="top",
+                rotation=90,
+            )
+    if not drawn:
+        no_data(ax)
+        return
+    ax.set_ylabel("req/s", fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, alpha=0.3)
+    at = f" (p{percentile})" if percentile else ""
+    handles = [
+        ax.plot([], [], "-o", ms=3, color=color_for(i), label=f"{n} goodput, knee{at} {_g(knees.get(n))}")[0]
+        for i, n in enumerate(series)
+    ]
+    handles.append(ax.plot([], [], ":", color="#444", label="achieved rate")[0])
+    ax.legend(handles=handles, fontsize=6.5, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
+
+
+def _g(v: float | None) -> str:
+    return "none" if v is None else f"{v:g}"
+
+
+def plot_slo_fractions(
+    ax, series: Mapping[str, tuple[Sequence[float | None], Mapping[str, Sequence[float | None]]]], xlabel: str = ""
+) -> None:
+    """The share of requests meeting each SLO limit (and all of them) against the load: one colour
+    per variant, one line style per limit (``series``: variant → (x, {limit: shares}))."""
+    styles = ["-", "--", "-.", ":"]
+    names: list[str] = []
+    drawn = False
+    for i, (_, (xs, by_limit)) in enumerate(series.items()):
+        for label, ys in by_limit.items():
+            if label not in names:
+                names.append(label)
+            keep = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+            if keep:
+                x, y = decimate([k[0] for k in keep], [k[1] for k in keep])
+                ax.plot(x, y, styles[names.index(label) % 4], marker="o", ms=3, lw=1.3, color=color_for(i))
+                drawn = True
+    if not drawn:
+        no_data(ax, "no SLO")
+        return
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_ylabel("share meeting the SLO", fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, alpha=0.3)
+    handles = [ax.plot([], [], color=color_for(i), lw=2, label=n)[0] for i, n in enumerate(series)]
+    handles += [ax.plot([], [], styles[k % 4], color="#444", label=n)[0] for k, n in enumerate(names)]
+    ax.legend(handles=handles, fontsize=6.5, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
+
+
+def plot_round_tiers(
+    ax, rounds: Sequence[int], tiers: Mapping[str, Mapping[str, Sequence[float]]], ylabel: str = "prompt tokens"
+) -> None:
+    """Per round (x), one stacked bar per variant (side by side, labelled under the bar): tokens
+    from the GPU (device), the host tier, storage, and computed (miss)."""
+    if not rounds or not tiers:
+        no_data(ax)
+        return
+    names = list(tiers)
+    width = 0.8 / len(names)
+    x0 = np.arange(len(rounds), dtype=float)
+    for vi, n in enumerate(names):
+        x = x0 - 0.4 + width * (vi + 0.5)
+        bottom = np.zeros(len(rounds))
+        for tier in ("device", "host", "storage", "computed"):
+            vals = np.nan_to_num(np.asarray(tiers[n].get(tier, [0] * len(rounds)), dtype=float))
+            ax.bar(
+                x,
+                vals,
+                width * 0.92,
+                bottom=bottom,
+                color=TIER_COLORS[tier],
+                label=tier if vi == 0 else None,
+                edgecolor="white",
+                lw=0.4,
+            )
+            bottom += vals
+        if len(names) > 1:
+            for xi in x:
+                ax.text(xi, 0, n, rotation=90, fontsize=5.5, ha="center", va="bottom", color="#222")
+    ax.set_xticks(x0)
+    ax.set_xticklabels([f"round {k}" for k in rounds], fontsize=7)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0)
+
+
+def limit_line(ax, y: float, label: str) -> None:
+    """A red horizontal line at ``y`` (a limit), labelled at the right."""
+    ax.axhline(y, color="#c44e52", lw=1, ls="--")
+    ax.text(1.0, y, f" {label}", transform=ax.get_yaxis_transform(), fontsize=6.5, color="#c44e52", va="center")
