@@ -128,10 +128,15 @@ def _latency_fig(c: LoadCurves) -> str:
                     for n, pts in c.points.items()
                 }
                 P.plot_percentile_lines(
-                    rows[r][col], series, f"{label} ms", xlabel if r == len(CURVE_METRICS) - 1 else "", c.slo.get(m)
+                    rows[r][col],
+                    series,
+                    f"{label} ms",
+                    xlabel if r == len(CURVE_METRICS) - 1 else "",
+                    c.slo.get(m),
+                    legend=col == 1 and r == 0,  # one legend for the figure
                 )
 
-    return figure_png(draw, size=(13, 8.4), nrows=len(CURVE_METRICS), ncols=2)
+    return figure_png(draw, size=(13, 7.5), nrows=len(CURVE_METRICS), ncols=2)
 
 
 def _goodput_fig(c: LoadCurves) -> str:

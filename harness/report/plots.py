@@ -246,6 +246,7 @@ def plot_percentile_lines(
     xlabel: str = "",
     limit: float | None = None,
     log_y: bool = False,
+    legend: bool = True,
 ) -> None:
     """One colour per variant (``series``: variant → (x, {percentile: y})), one line style per
     percentile (p50 solid, p90 dashed, p95 dash-dot, p99 dotted); ``limit``: an SLO as a red
@@ -271,6 +272,8 @@ def plot_percentile_lines(
     ax.set_xlabel(xlabel, fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)
+    if not legend:
+        return
     handles = [ax.plot([], [], color=color_for(i), lw=2, label=n)[0] for i, n in enumerate(series)]
     pcts = list(dict.fromkeys(p for _, by in series.values() for p in by))
     handles += [ax.plot([], [], PERCENTILE_STYLES.get(p, "-"), color="#444", label=p)[0] for p in pcts]
