@@ -51,7 +51,7 @@ def _text(rates=RATES) -> str:
     return SCENARIO.replace("RATES", ", ".join(str(r) for r in rates))
 
 
-def _configs(rates=RATES) -> dict:
+def _configs(rates=RATES, lag_limit_ms: float = 1.0) -> dict:
     ol = workload(
         name="ol",
         kind="open_loop",
@@ -60,6 +60,7 @@ def _configs(rates=RATES) -> dict:
         prompt_tokens=1000,
         output_tokens=3,
         slo={"ttft_ms": 200},
+        lag_limit_ms=lag_limit_ms,
     )
     return {"ol": ol, "chat": workload(name="chat", kind="multi_turn_clients", clients=2, rounds=3)}
 
@@ -109,10 +110,10 @@ def _records(variant: str, *, lag_ms: float = 0.01, lagged_phase: str | None = N
     return out
 
 
-def _run(tmp_path, run_id="20261201T000000Z-aaaaaa", rates=RATES, **kw):
+def _run(tmp_path, run_id="20261201T000000Z-aaaaaa", rates=RATES, lag_limit_ms=1.0, **kw):
     recs = {v: _records(v, rates=rates, **kw.get(v, {})) for v in ("off", "on")}
     names = {"ol": "open_loop", "chat": "multi_turn_clients"}
-    summaries = {v: summarize(r, names, _configs(rates)) for v, r in recs.items()}
+    summaries = {v: summarize(r, names, _configs(rates, lag_limit_ms)) for v, r in recs.items()}
     return write_run(tmp_path / "results", run_id, recs, text=_text(rates), summaries=summaries)
 
 
@@ -209,10 +210,11 @@ def test_the_lag_warning_appears_when_a_lag_is_forced_and_not_otherwise(clean, l
     assert html.index('id="lag-warnings"') < html.index('id="hicache"')  # at the top of the page
     assert html.count("variant-lag") == 1  # in the off variant's section only
     _png(html, "schedule lag of off")
-    # a lag over 1 ms that the workload did not flag (its own limit is higher) still warns
-    loose = _run(tmp_path / "d", off={"lag_ms": 2.0})
-    flags = {(x.phase, x.client_bound) for x in lag_warnings(load_view(loose))}
-    assert ("rate_1", True) in flags  # lag_limit_ms defaults to 1 ms: flagged too
+    # a p99 lag over 1 ms that the workload did not flag (its own lag_limit_ms is 5) still warns
+    loose = _run(tmp_path / "d", lag_limit_ms=5.0, off={"lag_ms": 2.0})
+    flags = {(x.variant, x.workload, x.phase, x.client_bound) for x in lag_warnings(load_view(loose))}
+    assert flags == {("off", "ol", f"rate_{r}", False) for r in RATES}
+    assert not lag_warnings(load_view(_run(tmp_path / "e", lag_limit_ms=5.0, off={"lag_ms": 0.9})))
 
 
 def test_decimate_keeps_the_ends_and_at_most_max_points():
