@@ -283,3 +283,17 @@ def _sglang(text: str) -> str:
     return text.replace(
         "server: {backend: sim, model_path: models/llama-tiny}", "server: {backend: sglang, model_path: /m}"
     )
+
+
+def test_achieved_rate_and_goodput_count_each_repeat_once():
+    """A phase pools its repeats' requests: the achieved rate is each repeat's sends over its own
+    span (the pause between repeats is no load) and goodput is over as many windows as repeats."""
+    recs = []
+    for rep in (0, 1):
+        for i in range(6):
+            r = make_record(workload="ol", phase="rate_2", repeat=rep, index=i, sent_ns=(rep * 600_000 + i * 500) * MS)
+            r.scheduled_ns = r.sent_ns
+            recs.append(r)
+    f = summarize(recs, {"ol": "open_loop"}, _configs())["workloads"]["ol"]["phases"]["rate_2"]["figures"]
+    assert f["achieved_rps"] == pytest.approx(2.0)  # not 11 sends over ten minutes
+    assert f["goodput_rps"] == pytest.approx(12 / (2 * 3.0))  # 12 good requests, two 3 s windows

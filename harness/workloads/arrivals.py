@@ -466,11 +466,16 @@ async def run_point(
 
 def lag_figures(records: Sequence[RequestRecord], limit_ms: float = LAG_LIMIT_MS) -> dict[str, Any]:
     """Schedule lag of a phase's measured requests that carry a schedule (pure): n, p50/p99/max
-    ms, the limit and ``client_bound`` (p99 over the limit); the achieved send rate."""
+    ms, the limit and ``client_bound`` (p99 over the limit); the achieved send rate (each
+    repeat's sends over its own span, pooled: the time between two repeats is no load)."""
     measured = [r for r in records if not r.warmup]
     lag = schedule_lag(measured, limit_ms=limit_ms)
-    sent = sorted(r.sent_ns for r in measured if r.scheduled_ns is not None)
-    achieved = (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e9) if len(sent) > 1 and sent[-1] > sent[0] else None
+    gaps = spans = 0.0
+    for rep in sorted({r.repeat for r in measured}):
+        sent = sorted(r.sent_ns for r in measured if r.scheduled_ns is not None and r.repeat == rep)
+        if len(sent) > 1 and sent[-1] > sent[0]:
+            gaps, spans = gaps + len(sent) - 1, spans + (sent[-1] - sent[0]) / 1e9
+    achieved = gaps / spans if spans else None
     return {
         "lag_n": lag.n,
         "lag_p50_ms": lag.p50_ms,
@@ -487,7 +492,8 @@ def point_figures(
 ) -> dict[str, Any]:
     """A load point's ``figures`` (a clocked kind's ``phase_figures``): its sweep axis and value
     (from the phase's name), schedule lag and achieved rate, the offered rate and, with an
-    ``slo``, its attainment and goodput over ``window_s``. ``cfg`` None (a summary made without
+    ``slo``, its attainment and goodput over ``window_s`` (one repeat's window: a phase holding
+    several repeats' requests is measured over as many windows). ``cfg`` None (a summary made without
     the config): the schedule figures only."""
     out: dict[str, Any] = {}
     parsed = parse_point_phase(phase)
@@ -497,7 +503,8 @@ def point_figures(
         return {**out, **lag_figures(records)}
     out.update(lag_figures(records, cfg.lag_limit_ms))
     out["offered_rps"] = next((p.rate for p in points if p.phase == phase), None)
-    out.update(slo_figures(records, cfg.slo, cfg.slo_percentile, window_s))
+    repeats = len({r.repeat for r in records if not r.warmup}) or 1  # the phase pools the repeats' windows
+    out.update(slo_figures(records, cfg.slo, cfg.slo_percentile, window_s * repeats if window_s else None))
     return out
 
 
