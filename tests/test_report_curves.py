@@ -206,7 +206,7 @@ def test_the_lag_warning_appears_when_a_lag_is_forced_and_not_otherwise(clean, l
     assert (w.variant, w.workload, w.phase, w.client_bound) == ("off", "ol", "rate_2", True)
     assert w.lag_p99_ms == pytest.approx(3.0)
     top = _section(html, "lag-warnings")
-    assert "off: ol/rate_2 sent late" in top and "on:" not in top
+    assert "off: ol sent late — rate_2 (lag p99 3 ms, flagged client-bound)" in top and "on:" not in top
     assert html.index('id="lag-warnings"') < html.index('id="hicache"')  # at the top of the page
     assert html.count("variant-lag") == 1  # in the off variant's section only
     _png(html, "schedule lag of off")

@@ -241,11 +241,6 @@ class LagWarning:
     limit_ms: float | None
     client_bound: bool
 
-    def text(self) -> str:
-        lag = "—" if self.lag_p99_ms is None else f"{self.lag_p99_ms:.3g} ms"
-        why = "flagged CLIENT-BOUND" if self.client_bound else f"over {LAG_LIMIT_MS:g} ms"
-        return f"{self.variant}: {self.workload}/{self.phase} sent late — schedule lag p99 {lag} ({why})"
-
 
 def lag_warnings(view: RunView) -> list[LagWarning]:
     """Phases (of variants that ran) whose p99 schedule lag is over 1 ms or that their workload

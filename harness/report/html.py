@@ -221,6 +221,18 @@ def _lag_fig(labels: list[str], vals: dict[str, list[float | None]]) -> str:
     return figure_png(draw, size=(10, 2.8))
 
 
+def _lag_groups(warnings: list) -> list[dict[str, Any]]:
+    """The warnings, one line per variant and workload: ``off: open_loop sent late — rate_8 (lag p99
+    3.56 ms, flagged client-bound), ...``."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for w in warnings:
+        lag = "—" if w.lag_p99_ms is None else f"{w.lag_p99_ms:.3g} ms"
+        groups.setdefault((w.variant, w.workload), []).append(
+            f"{w.phase} (lag p99 {lag}" + (", flagged client-bound)" if w.client_bound else ")")
+        )
+    return [{"variant": v, "text": f"{v}: {wl} sent late — " + ", ".join(items)} for (v, wl), items in groups.items()]
+
+
 def load_context(view) -> dict[str, Any]:
     """The load section and the headline: curves, goodput and the knee, rounds, lag warnings."""
     curves = load_curves(view)
@@ -245,7 +257,7 @@ def load_context(view) -> dict[str, Any]:
             for c in curves
         ],
         "rounds": [_rounds_context(r) for r in round_series(view)],
-        "lag_warnings": [{"variant": w.variant, "text": w.text()} for w in warnings],
+        "lag_warnings": _lag_groups(warnings),
         "lag_figs": lag_figs,
         "percentiles": PERCENTILES,
         "curve_metrics": [label for _, label in CURVE_METRICS],
