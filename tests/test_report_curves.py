@@ -27,6 +27,7 @@ from harness.report.view import load_view
 from harness.run_products import write_summary_csv
 from harness.scenario import load_scenario_text
 from harness.summary import summarize
+from tests.conftest import only_run, run_harness, sim_scenario, write_scenario
 from tests.factories import MS, make_record, write_run
 from tests.sim_workloads import workload
 
@@ -297,3 +298,38 @@ def test_achieved_rate_and_goodput_count_each_repeat_once():
     f = summarize(recs, {"ol": "open_loop"}, _configs())["workloads"]["ol"]["phases"]["rate_2"]["figures"]
     assert f["achieved_rps"] == pytest.approx(2.0)  # not 11 sends over ten minutes
     assert f["goodput_rps"] == pytest.approx(12 / (2 * 3.0))  # 12 good requests, two 3 s windows
+
+
+@pytest.mark.slow
+def test_a_simulated_sweep_and_conversations_end_to_end(tmp_path):
+    """``harness run`` on the simulator (a rate sweep with an SLO, chat clients whose histories
+    outgrow a 4,096-token GPU pool, OFF and ON), then the report: the headline, the curves with
+    p95, the rounds with ON's host-tier tokens. Numbers depend on the machine's load: only shapes
+    and the knee's consistency with the stored points are asserted."""
+    text = sim_scenario(
+        """\
+        - name: "off"
+        - name: "on"
+          hicache: {ratio: 2, mem_layout: page_first, write_policy: write_through}
+        """,
+        """\
+        - {kind: open_loop, arrivals: constant, rate: [2, 8], duration_s: 1.0, prompt_tokens: 1000, output_tokens: 2,
+           slo: {ttft_ms: 5000}}
+        - {kind: multi_turn_clients, clients: 4, rounds: 5, first_turn_tokens: 600, turn_tokens: 150, output_tokens: 8}
+        """,
+        name="curves_e2e",
+        time_scale=0.25,
+    )
+    scenario = write_scenario(tmp_path, text)
+    out = run_harness("run", scenario, "--results-dir", tmp_path / "results", "--reports-dir", tmp_path / "reports")
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = only_run(tmp_path / "results")
+    html = next((tmp_path / "reports").rglob("index.html")).read_text()
+    (ol,) = load_curves(load_view(run))
+    assert ol.knee == {"off": 8.0, "on": 8.0}  # a 5 s SLO: both points meet it
+    assert re.findall(r'<td class="knee">([^<]*)<', _section(html, "headline")) == ["8 req/s", "8 req/s"]
+    assert _section(html, "curve-open_loop").count("<th>p95</th>") == 3
+    (chat,) = round_series(load_view(run))
+    assert chat.rounds == [1, 2, 3, 4, 5] and sum(chat.tiers["off"]["host"]) == 0
+    assert sum(chat.tiers["on"]["host"]) > 0  # the later rounds came back from the host tier
+    _png(html, "rounds of multi_turn_clients")
