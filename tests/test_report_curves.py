@@ -245,8 +245,8 @@ def test_compare_pairs_curve_points_and_shows_the_knee(tmp_path):
     line = next(x for x in md.splitlines() if x.startswith("| on | ol | rate_4 |"))
     assert "regression" in line
     suites = {s.get("name"): s for s in ET.fromstring(to_junit(comp).split("\n", 1)[1])}
-    cases = {c.get("classname") + "/" + c.get("name"): c for c in suites["curves"].findall("testcase")}
-    assert len(cases) == 6 and cases["on.ol/rate_4"].find("skipped") is not None  # a regression, not gated
+    cases = {c.get("classname") + ":" + c.get("name"): c for c in suites["curves"].findall("testcase")}
+    assert len(cases) == 6 and cases["curves.on:ol/rate_4"].find("skipped") is not None  # a regression, not gated
     assert "ttft" not in "".join(comp.gate)  # the gate names the knee and goodput
 
 
