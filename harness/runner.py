@@ -307,6 +307,8 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
         attached = external.attach(scenario, variants)
         variants = attached.variants
         _learn_server_secrets(redactor, attached)
+        # a simulated server says so (harness/sim): its figures are labelled simulated like sim's
+        simulated = any(e.info is not None and e.info.simulated for e in attached.endpoints.values())
     with Signals() as signals:
         # GpuBusy (exit 2) before anything is written; an external run starts no server: none to clear
         orphans = clear_orphans(options.results_dir) if attached is None else []
@@ -373,6 +375,10 @@ def _execute_locked(
     for line in attached.notes() if attached is not None else ():
         progress.note(line)
     counts = request_counts(scenario, variants)
+    for v in variants if attached is not None else ():  # a running server's pool is known: exact counts
+        info = attached.endpoints[v.name].info
+        if info is not None and info.max_total_num_tokens:
+            counts.update(request_counts(scenario, [v], gpu_pool_tokens=info.max_total_num_tokens))
     state = _RunState(redactor)
     state.attached = attached
     with Signals() as signals:

@@ -345,7 +345,8 @@ def identify_sglang(base_url: str, timeout_s: float = 10.0) -> Identified:
                 seen.append(f"{path}: {exc.reason}")
                 continue
             if status != 200:
-                seen.append(f"{path} answered {status}")
+                auth = " (it wants credentials: the harness sends none)" if status in (401, 403) else ""
+                seen.append(f"{path} answered {status}{auth}")
                 continue
             try:
                 obj = loads_strict(body)

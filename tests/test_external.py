@@ -176,6 +176,7 @@ def test_off_and_on_servers_measured_with_parity_and_left_running(servers, tmp_p
     run = only_run(tmp_path / "results")
     manifest = results.read_json(run / "manifest.json")
     assert manifest["backend"] == "external" and manifest["quality_baseline"] == "off"
+    assert manifest["simulated"] is True  # the servers say they are simulated: the run says so too
     entries = {v["name"]: v for v in manifest["variants"]}
     # HiCache as each server reports it, and the server's own arguments and version
     assert entries["off"]["hicache"] is None and entries["on"]["hicache"]["ratio"] == 2
@@ -256,6 +257,10 @@ def test_identify_sglang_says_what_it_saw(servers, other_server):
     handler.answers["/v1/models"] = (200, "application/json", b'{"data": [{"id": "m", "owned_by": "sglang"}]}')
     found = identify_sglang(url)
     assert found.path == "/v1/models" and found.info is None
+    handler.answers["/get_server_info"] = (401, "application/json", b'{"error": "unauthorized"}')
+    handler.answers["/v1/models"] = (401, "application/json", b'{"error": "unauthorized"}')
+    with pytest.raises(NotSglangError, match="answered 401 \\(it wants credentials: the harness sends none\\)"):
+        identify_sglang(url)
     with pytest.raises(NotSglangError, match="nothing answers"):
         identify_sglang(f"http://127.0.0.1:{free_port()}")
     found = identify_sglang(servers[1].url)
