@@ -399,7 +399,8 @@ def _execute_locked(
         except KeyboardInterrupt:
             signals.hold()
             outcome.interrupted = True
-            progress.note(f"interrupted ({signals.name}): stopping the server and marking the run")
+            what = "leaving the running servers as they are" if attached is not None else "stopping the server"
+            progress.note(f"interrupted ({signals.name}): {what} and marking the run")
             state.interrupt()
             results.write_json_atomic(run.interrupted, {"at": results.utc_now_iso(), "signal": signals.name})
             outcome.verdict = finish_run(scenario, run, interrupted=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import json
 import re
+import signal
 import textwrap
 import threading
 from pathlib import Path
@@ -24,7 +25,15 @@ from harness.scenario.urls import parse_url_args, scenario_with_urls
 from harness.secrets import is_secret_name
 from harness.server_info import NotSglangError, identify_sglang
 from harness.sim.testing import SimProcess, free_port
-from tests.conftest import TINY_QUALITY, only_run, run_harness, sim_scenario, write_scenario
+from tests.conftest import (
+    TINY_QUALITY,
+    only_run,
+    run_harness,
+    sim_scenario,
+    start_harness,
+    wait_state,
+    write_scenario,
+)
 
 API_KEY = "sekrit-api-key-4711"
 POOL = ["--max-total-tokens", "8192", "--skip-tokenizer-init", "--enable-metrics"]
@@ -352,3 +361,24 @@ def test_the_formats_external_example_validates():
         ("off", "http://gpu-a:30000"),
         ("on", "http://gpu-b:30000"),
     ]
+
+
+@pytest.mark.slow
+def test_interrupt_leaves_the_servers_running_and_resume_asks_them_again(tmp_path):
+    with (
+        SimProcess(POOL, time_scale=0.5) as off,
+        SimProcess([*POOL, "--enable-hierarchical-cache"], time_scale=0.5) as on,
+    ):
+        text = external_text(off.url, on.url, quality=False).replace("n: 2\n", "n: 20\n")
+        path = write_scenario(tmp_path, text)
+        proc = start_harness("run", path, "--results-dir", tmp_path / "results", "--no-report")
+        run = wait_state(tmp_path / "results", "on", "running", proc)
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=120)[0]
+        assert proc.returncode == ExitCode.INTERRUPTED, out
+        assert "leaving the running servers as they are" in out
+        assert off.proc.poll() is None and on.proc.poll() is None  # nothing of theirs was stopped
+        r = run_harness("run", path, "--resume", run, "--no-report")
+        assert r.returncode == ExitCode.OK, r.stdout + r.stderr
+        assert "on: " + on.url + " is sglang" in r.stderr  # asked again before the rerun
+        assert results.read_json(run / "on" / "status.json")["state"] == "ok"
