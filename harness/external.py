@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,7 +23,6 @@ import psutil
 
 from harness.sampling import checked_metric_values, parse_metrics_text
 from harness.scenario.models import HiCache, Variant
-from harness.secrets import Redactor
 from harness.server_info import (
     IDENTITY,
     MAX_INFO_BYTES,
@@ -78,13 +78,14 @@ class Endpoint:
         parts = [f"ratio {hc.ratio:g}" if hc.ratio is not None else None, hc.mem_layout, hc.write_policy]
         return "HiCache on" + (f" ({', '.join(p for p in parts if p)})" if any(parts) else "")
 
-    def manifest_entry(self, redactor: Redactor) -> dict[str, Any]:
+    def manifest_entry(self, redact: Callable[[Any], Any]) -> dict[str, Any]:
         """The manifest's ``variants[].server`` of an external variant: the URL, how it was
-        recognised, the server's version and own arguments (secrets redacted), HiCache as the
-        server reports it, /metrics and whose host memory is sampled."""
+        recognised, the server's version and own arguments (through ``redact``: the run's
+        ``fingerprint.scrub_json``), HiCache as the server reports it, /metrics and whose host
+        memory is sampled."""
         args = None
         if self.info is not None:
-            args = redactor.obj({k: v for k, v in self.info.raw.items() if k not in _NOT_ARGS})
+            args = redact({k: v for k, v in self.info.raw.items() if k not in _NOT_ARGS})
         return {
             "url": self.url,
             "identified_by": self.identified_by,

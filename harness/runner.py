@@ -21,6 +21,7 @@ folder (a fresh one, or one that ``harness.resume`` reopened).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import shlex
@@ -240,7 +241,8 @@ def build_manifest(
         d = describe_launch(scenario, v, redactor=redactor)
         extra = {}
         if attached is not None and v.name in attached.endpoints:
-            extra = {"url": v.url, "server": attached.endpoints[v.name].manifest_entry(redactor)}
+            scrub = functools.partial(fingerprint.scrub_json, redactor)  # numbers stay figures
+            extra = {"url": v.url, "server": attached.endpoints[v.name].manifest_entry(scrub)}
         entries.append(
             {
                 "name": v.name,
@@ -331,11 +333,11 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
 
 
 def _learn_server_secrets(redactor: Redactor, attached: external.AttachedRun) -> None:
-    """The values under secret names in the servers' own arguments (``api_key``), scrubbed from
-    every file of the run like the scenario's."""
+    """The string values under secret names in the servers' own arguments (``api_key``),
+    scrubbed from every file of the run like the scenario's (numbers are figures, never secrets)."""
     for e in attached.endpoints.values():
         if e.info is not None:
-            redactor.learn(dict(e.info.raw))
+            redactor.learn({k: v for k, v in e.info.raw.items() if isinstance(v, str)})
 
 
 def execute_run(

@@ -69,7 +69,7 @@ def scenario_with_urls(
     if not isinstance(y.data, dict):
         raise ScenarioError([ErrorItem(str(src), 1, None, "a scenario must be a mapping")])
     tree = rewrite_tree(y.data, urls, src.stem)
-    text = f"# {src} with --url\n" + json.dumps(tree, indent=2) + "\n"
+    text = f"# {src.name} with --url\n" + json.dumps(tree, indent=2) + "\n"  # its hash: the same from any folder
     return load_scenario_text(text, file=f"{src.name} (--url)", env=env, base_dir=src.absolute().parent)
 
 
