@@ -190,18 +190,43 @@ def _typed(df: pd.DataFrame, dtypes: dict[str, Any]) -> pd.DataFrame:
 
 
 def _cast(s: pd.Series, dtype: Any) -> pd.Series:
+    """``s`` as ``dtype``, vectorised (no Python call per element on the large tables): missing
+    values (None, NaN, NA) become NA; other values of a string column become ``str(v)``."""
     if dtype == _INT:
         num = pd.to_numeric(s, errors="coerce")
         return num.round().astype(_INT) if num.dtype.kind == "f" else num.astype(_INT)
     if dtype == "boolean":
-        return s.map(lambda v: pd.NA if v is None or (isinstance(v, float) and np.isnan(v)) else bool(v)).astype(
-            "boolean"
-        )
+        if s.dtype.kind == "b":
+            return s.astype("boolean")
+        if s.dtype.kind in "iuf":  # NaN → NA; a number is true when non-zero, as bool(v)
+            return s.ne(0).astype("boolean").mask(s.isna())
+        return s.map(
+            lambda v: pd.NA if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)) else bool(v)
+        ).astype("boolean")
     if dtype is float:
         return pd.to_numeric(s, errors="coerce").astype(float)
     if dtype == _STR:
-        return s.map(lambda v: pd.NA if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)).astype(_STR)
+        return s.astype(_STR)  # str(v) per value, None/NaN/NA → NA (pandas' ensure_string_array)
     return s.astype(dtype)
+
+
+def _per_unique(columns: list[pd.Series], fn: Any) -> list[Any]:
+    """``[fn(*row) for row in zip(*columns)]`` computed once per distinct row (the phase labels of
+    a million requests are a few dozen pairs): factorised codes, one call per unique."""
+    n = len(columns[0]) if columns else 0
+    if n == 0:
+        return []
+    codes = np.zeros(n, dtype=np.int64)
+    uniques = []
+    for col in columns:
+        c, u = pd.factorize(col, use_na_sentinel=True)
+        codes = codes * (len(u) + 1) + (c + 1)
+        uniques.append(u)
+    combos, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    values = [fn(*(col.iat[i] for col in columns)) for i in first]
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out[inverse.reshape(-1)]
 
 
 # ----------------------------------------------------------------------------- a run
@@ -236,25 +261,28 @@ def requests_table(path: Path, variant: str | None = None) -> pd.DataFrame:
 
 
 def _type_requests(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    df["phase_key"] = [phase_key(w, p) for w, p in zip(df["workload"], df["phase"])]
-    df["warmup"] = df["warmup"].map(lambda v: v is True).astype(bool)
+    """The API's requests table from a frames requests frame: a new frame of the same columns,
+    cast (``df`` is not changed; unchanged columns are not copied twice)."""
+    cols = {c: df[c] for c in df.columns}
+    cols["phase_key"] = pd.Series(_per_unique([df["workload"], df["phase"]], phase_key), index=df.index, dtype=object)
+    warm = df["warmup"]
+    cols["warmup"] = warm.astype(bool) if warm.dtype == bool else warm.map(lambda v: v is True).astype(bool)
     for c in REQUEST_INTS:
-        df[c] = _cast(df[c], _INT)
-    for c in REQUEST_STRS:
-        df[c] = _cast(df[c], _STR)
-    df["concurrency_group"] = _cast(df["concurrency_group"], _STR)
+        cols[c] = _cast(cols[c], _INT)
+    for c in (*REQUEST_STRS, "concurrency_group"):
+        cols[c] = _cast(cols[c], _STR)
     order = ["variant", "workload", "phase", "phase_key"]
-    return df[order + [c for c in df.columns if c not in order]]
+    return pd.DataFrame({c: cols[c] for c in order + [c for c in cols if c not in order]}, index=df.index, copy=False)
 
 
 def _type_samples(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
-    keys = df["phase"].tolist()
-    split = [split_phase_key(k) for k in keys]
-    df["phase_key"] = _cast(pd.Series(keys, index=df.index, dtype=object), _STR)
-    df["workload"] = _cast(pd.Series([w for w, _ in split], index=df.index, dtype=object), _STR)
-    df["phase"] = _cast(pd.Series([p for _, p in split], index=df.index, dtype=object), _STR)
+    keys = df["phase"]
+    workloads = _per_unique([keys], lambda k: split_phase_key(k)[0])
+    phases = _per_unique([keys], lambda k: split_phase_key(k)[1])
+    df["phase_key"] = _cast(pd.Series(keys.to_numpy(dtype=object), index=df.index, dtype=object), _STR)
+    df["workload"] = _cast(pd.Series(workloads, index=df.index, dtype=object), _STR)
+    df["phase"] = _cast(pd.Series(phases, index=df.index, dtype=object), _STR)
     df["variant"] = _cast(df["variant"], _STR)
     df["t_ns"] = _cast(df["t_ns"], _INT)
     order = ["variant", "workload", "phase", "phase_key"]

@@ -78,6 +78,28 @@ def test_missing_values_are_na_never_zero(tmp_path):
     assert pd.isna(req["ttft_ms"][0])
 
 
+def test_vectorised_casts_keep_the_per_value_rules():
+    """_cast and the phase keys run per column (no Python call per value on a million rows); they
+    give what the per-value rules give: str(v), missing → NA, a number is true when non-zero."""
+    import numpy as np
+
+    mixed = pd.Series(["a", None, np.nan, 3, True, 1.5, pd.NA], dtype=object)
+    strs = api._cast(mixed, "string")
+    assert str(strs.dtype) == "string"
+    assert strs.tolist() == ["a", pd.NA, pd.NA, "3", "True", "1.5", pd.NA]
+    flags = api._cast(pd.Series([1.0, np.nan, 0.0, 0.5]), "boolean")
+    assert str(flags.dtype) == "boolean" and flags.tolist() == [True, pd.NA, False, True]
+    assert api._cast(pd.Series([True, False]), "boolean").tolist() == [True, False]
+    ints = api._cast(pd.Series([1.0, np.nan, 2.6]), "Int64")
+    assert str(ints.dtype) == "Int64" and ints.tolist() == [1, pd.NA, 3]
+    workloads = pd.Series(["w", None, "w", "v", np.nan, ""], dtype=object)
+    phases = pd.Series(["p", "idle", "p", None, None, "q"], dtype=object)
+    keys = api._per_unique([workloads, phases], api.phase_key)
+    assert list(keys) == [api.phase_key(w, p) for w, p in zip(workloads, phases)]
+    assert list(keys[:4]) == ["w/p", "idle", "w/p", pd.NA]
+    assert len(api._per_unique([pd.Series([], dtype=object)], api.split_phase_key)) == 0
+
+
 def test_derived_figures(golden_run):
     path = golden_run("healthy")
     d = api.load_run(path).derived
