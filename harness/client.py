@@ -72,6 +72,12 @@ except ImportError:  # pragma: no cover - stdlib path
     _orjson = None
 
 
+def client_stack() -> dict[str, str]:
+    """What the streaming client runs on, for the manifest: the event loop (`http1.event_loop_name`)
+    and the JSON codec of the answers (``orjson`` or the stdlib's ``json``)."""
+    return {"event_loop": http1.event_loop_name(), "json": "orjson" if _orjson is not None else "json"}
+
+
 def _decode(data: bytes) -> Any:
     """Strict JSON (no NaN/Infinity). orjson when installed; whatever it refuses is decoded
     again by `loads_strict`, which says why (or accepts what orjson cannot, e.g. ints > 64 bits)."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -41,10 +42,22 @@ DRAIN_BYTES = 64 << 10  # read after the consumer is DONE, to keep the connectio
 DRAIN_S = 5.0
 
 
+LOOP_ENV = "HARNESS_EVENT_LOOP"  # "asyncio": asyncio's own loop even when uvloop is installed
+
+
+def event_loop_name() -> str:
+    """The event loop `run` uses: ``uvloop`` when it is installed (the `fast` extra) and
+    ``HARNESS_EVENT_LOOP`` is not ``asyncio``, else ``asyncio``."""
+    if os.environ.get(LOOP_ENV, "").strip().lower() == "asyncio":
+        return "asyncio"
+    return "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+
+
 def run(coro):
     """`asyncio.run(coro)` on uvloop when it is installed (it halves the client's CPU per chunk
-    and most of its stamping delay: docs/client-fidelity.md), else on asyncio's own loop."""
-    if importlib.util.find_spec("uvloop") is not None:
+    and most of its stamping delay: docs/client-fidelity.md), else on asyncio's own loop
+    (`event_loop_name`)."""
+    if event_loop_name() == "uvloop":
         import uvloop  # optional, heavy-ish: only when asked for
 
         return uvloop.run(coro)

@@ -43,6 +43,7 @@ from harness import (
     run_products,
     serving_window,
 )
+from harness.client import client_stack
 from harness.estimate import request_counts
 from harness.exit_codes import ExitCode
 from harness.expectations import evaluate_run_expectations
@@ -274,6 +275,7 @@ def build_manifest(
         "seed": scenario.seed,
         "repeats": scenario.repeats,
         "host": fingerprint.host_fingerprint(),
+        "client": client_stack(),  # event loop and JSON codec of the streaming client
         "env": fingerprint.allowlisted_env(dict(os.environ), redactor=redactor),
         "sglang": None,
         "probe": None,

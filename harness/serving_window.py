@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from harness import logscan, results
+from harness import http1, logscan, results
 from harness.client import GenerateRequest, Labels, StreamingClient
 from harness.model_config import model_vocab_size
 from harness.quality import run as quality_run
@@ -341,7 +341,7 @@ def run_window(
             watcher.cancel()
 
     try:
-        state, cause, detail = asyncio.run(watched_body())
+        state, cause, detail = http1.run(watched_body())  # on uvloop when installed
     finally:
         requests.close()
         quality_rows.close()

@@ -537,3 +537,35 @@ def test_generated_rids_are_unique_per_client_and_across_clients():
     req, lab = GenerateRequest(input_ids=[3]), Labels(workload="w", phase="p", index=1)
     rids = [c._prepare(req, lab, None, None, None).rid for c in (a, b) for _ in range(1000)]
     assert len(set(rids)) == 2000 and all(r.startswith("w-p-r0-1-") for r in rids)
+
+
+TIMES = ("wall_start", "sent_ns", "first_token_ns", "done_ns", "chunk_ns", "scheduled_ns", "rid")
+
+
+@pytest.mark.parametrize("chunks", [CUMULATIVE, INCREMENTAL], ids=["cumulative", "incremental"])
+def test_uvloop_and_asyncio_loops_give_the_same_records(chunks, monkeypatch):
+    """`harness run` drives the client through `http1.run`: on uvloop when installed, else (or
+    with HARNESS_EVENT_LOOP=asyncio) asyncio's loop. The records are the same but for times."""
+    from harness import http1
+    from harness.client import client_stack
+
+    pytest.importorskip("uvloop")
+    url, _, _ = serve(lambda request: Answer(200, sse(chunks)))
+
+    async def go():
+        async with StreamingClient(url) as client:
+            reqs = [GenerateRequest(input_ids=list(range(3, 13)), max_new_tokens=3) for _ in range(3)]
+            recs = await asyncio.gather(
+                *(client.generate(r, Labels(workload="w", phase="p", index=i)) for i, r in enumerate(reqs))
+            )
+            return type(asyncio.get_running_loop()).__module__, recs
+
+    rows = {}
+    for name in ("uvloop", "asyncio"):
+        monkeypatch.setenv(http1.LOOP_ENV, name)
+        assert http1.event_loop_name() == name and client_stack()["event_loop"] == name
+        module, recs = http1.run(go())
+        assert module.startswith(name)
+        rows[name] = [{k: v for k, v in json.loads(r.to_json()).items() if k not in TIMES} for r in recs]
+        assert all(r.error is None and r.completion_tokens == 3 for r in recs)
+    assert rows["uvloop"] == rows["asyncio"]

@@ -80,6 +80,10 @@ def test_manifest_fingerprint_and_no_secret_in_any_file(tmp_path, monkeypatch):
     assert manifest["scenario"]["hash"] and "variants:" in manifest["scenario"]["text"]
     host = manifest["host"]
     assert {"kernel", "wsl", "cpu", "mem_total_kib", "gpus"} <= set(host)
+    assert manifest["client"]["event_loop"] in ("uvloop", "asyncio") and manifest["client"]["json"] in (
+        "orjson",
+        "json",
+    )
     (variant,) = manifest["variants"]
     assert variant["config_hash"] and "--max-total-tokens" in variant["argv"]
     assert variant["env"]["SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB"] == "1"
