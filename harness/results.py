@@ -22,6 +22,8 @@ import os
 import secrets
 import socket
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,30 +162,93 @@ def read_json(path: Path) -> Any:
 
 
 class JsonlWriter:
-    """Append-only JSONL: one JSON object per line, flushed and fsynced per line.
+    """Append-only JSONL: one JSON object per line.
 
-    A crash keeps every line written before it; at most the last line is torn, and
-    :func:`read_jsonl` skips a torn last line with a warning.
+    In the caller's thread (the default) each line is written, flushed and fsynced before
+    `append` returns. With ``background=True`` (the request records of a serving window: their
+    appends run on the client's event loop, where a blocking fsync of several ms would delay the
+    stamping of every other stream's reads) `append` encodes the line and hands it to a writer
+    thread, which writes what has queued up, flushes it at once and fsyncs at most every
+    ``sync_interval_s`` and at `close` (which waits for every line). A write error in the thread
+    (a full disk) is raised by the next `append` or by `close`.
+
+    A crash keeps every line written before it (in the background: every line the thread had
+    written; a kill loses at most the lines of its last few ms); at most the last line is torn,
+    and :func:`read_jsonl` skips a torn last line with a warning.
     """
 
-    def __init__(self, path: Path, fsync: bool = True):
+    def __init__(self, path: Path, fsync: bool = True, *, background: bool = False, sync_interval_s: float = 0.2):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "a", encoding="utf-8")
         self._fsync = fsync
         self.count = 0
+        self._thread: threading.Thread | None = None
+        if background:
+            self._pending: list[str] = []
+            self._cond = threading.Condition()
+            self._closing = False
+            self._error: BaseException | None = None
+            self._sync_interval_s = sync_interval_s
+            self._thread = threading.Thread(target=self._drain, name=f"jsonl:{self.path.name}", daemon=True)
+            self._thread.start()
 
     def append(self, obj: Any) -> None:
-        line = json.dumps(obj, separators=(",", ":"), default=_json_default)
-        self._f.write(line + "\n")
-        self._f.flush()
-        if self._fsync:
-            os.fsync(self._f.fileno())
+        line = json.dumps(obj, separators=(",", ":"), default=_json_default) + "\n"
+        if self._thread is None:
+            self._f.write(line)
+            self._f.flush()
+            if self._fsync:
+                os.fsync(self._f.fileno())
+        else:
+            with self._cond:
+                if self._error is not None:
+                    raise self._error
+                if self._closing:
+                    raise ValueError(f"{self.path}: append after close")
+                self._pending.append(line)
+                self._cond.notify()
         self.count += 1
 
+    def _drain(self) -> None:
+        synced = time.monotonic()
+        dirty = False
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait(self._sync_interval_s if dirty else None)
+                    if dirty and not self._pending:
+                        break  # the interval passed: fsync what was written
+                lines, self._pending = self._pending, []
+                closing = self._closing and not lines
+            try:
+                if lines:
+                    self._f.write("".join(lines))
+                    self._f.flush()
+                    dirty = True
+                if dirty and self._fsync and (closing or time.monotonic() - synced >= self._sync_interval_s):
+                    os.fsync(self._f.fileno())
+                    synced, dirty = time.monotonic(), False
+                elif dirty and not self._fsync:
+                    dirty = False
+            except OSError as exc:
+                with self._cond:
+                    self._error = exc
+                return
+            if closing:
+                return
+
     def close(self) -> None:
+        if self._thread is not None and not self._f.closed:
+            with self._cond:
+                self._closing = True
+                self._cond.notify()
+            self._thread.join()
         if not self._f.closed:
             self._f.close()
+        if self._thread is not None and self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
     def __enter__(self) -> JsonlWriter:
         return self

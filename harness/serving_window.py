@@ -197,7 +197,7 @@ class _Recorder:
     ``on_record`` (the hang watch, the progress line)."""
 
     def __init__(self, path: Path, *on_record: Callable[[object], None]):
-        self.writer = results.JsonlWriter(path)
+        self.writer = results.JsonlWriter(path, background=True)  # no fsync on the client's event loop
         self.rows: list = []
         self.on_record = on_record  # the hang watch, the progress line
 

@@ -42,6 +42,40 @@ def test_read_jsonl_skips_torn_last_line(tmp_path, caplog):
     assert "torn last line" in caplog.text
 
 
+def test_background_writer_keeps_every_line_in_order_and_off_the_callers_thread(tmp_path, monkeypatch):
+    """The request records' writer (serving window): append never fsyncs in the caller's thread
+    (the client's event loop); the thread writes every line, in order, and fsyncs before close
+    returns."""
+    import threading
+
+    synced_in = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(results.os, "fsync", lambda fd: (synced_in.append(threading.current_thread()), real_fsync(fd)))
+    p = tmp_path / "r.jsonl"
+    w = results.JsonlWriter(p, background=True, sync_interval_s=60)
+    for i in range(500):
+        w.append({"i": i})
+    w.close()
+    assert [r["i"] for r in results.read_jsonl(p)] == list(range(500)) and w.count == 500
+    assert synced_in and threading.main_thread() not in synced_in  # the final fsync, in the thread
+    with pytest.raises(ValueError, match="after close"):
+        w.append({"i": 500})
+
+
+def test_background_writer_raises_a_write_error_to_the_caller(tmp_path):
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    w = results.JsonlWriter(Path("/dev/full"), fsync=False, background=True)
+    with pytest.raises(OSError):
+        for _ in range(10_000):  # the thread's write fails; a later append or close says so
+            w.append({"pad": "x" * 1000})
+        w.close()
+    try:
+        w.close()
+    except OSError:
+        pass
+
+
 def test_read_jsonl_corruption_in_middle_names_file_and_line(tmp_path):
     p = tmp_path / "r.jsonl"
     p.write_text('{"i": 1}\nnot json\n{"i": 3}\n')

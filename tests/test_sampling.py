@@ -77,6 +77,52 @@ def test_parse_metrics_keeps_sglang_series_and_drops_buckets():
     assert not is_counter_key('sglang:token_usage{model_name="m"}')
 
 
+TRICKY_TEXT = METRICS_TEXT + (
+    "# TYPE sglang:odd_total counter\n"
+    'sglang:odd_total{path="/a,b}c",q="say \\"hi\\"",nl="x\\ny",bs="c:\\\\d",} 7 1700000000000\n'
+    "sglang:no_labels_total 3e2\n"
+    'sglang:spaced {a = "1" , b="2"}   4.5\n'
+    'sglang:gauge_nan{a="1"} NaN\n'
+    'sglang:gauge_inf{a="1"} +Inf\n'
+    "sglang:empty_labels{} 1\n"
+)
+
+
+def _prometheus_client_parse(text: str, prefix: str = "sglang:") -> dict[str, float]:
+    """What parse_metrics_text returned when it used prometheus_client's parser (the reference)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.startswith(prefix) and not s.name.endswith(("_bucket", "_created", "_gsum", "_gcount")):
+                out[metric_key(s.name, s.labels)] = float(s.value)
+    return out
+
+
+def test_the_metrics_reader_gives_what_prometheus_client_gives():
+    """The sampler's own /metrics reader (a regular expression per kept line) against
+    prometheus_client's parser: escaped and odd label values, no labels, timestamps, NaN/Inf,
+    spaces, and the simulator's whole /metrics."""
+    import math
+
+    from harness.sim.metrics import SimMetrics
+
+    want = _prometheus_client_parse(TRICKY_TEXT)
+    got = parse_metrics_text(TRICKY_TEXT)
+    assert got.keys() == want.keys() and len(got) == 11
+    assert all(got[k] == want[k] or (math.isnan(got[k]) and math.isnan(want[k])) for k in got)
+    odd = {"path": "/a,b}c", "q": 'say "hi"', "nl": "x\ny", "bs": "c:\\d"}  # unescaped, as prometheus_client
+    assert got[metric_key("sglang:odd_total", odd)] == 7.0
+    sim = SimMetrics("m")
+    sim.cached("host", 5)
+    sim_text = sim.render().decode()
+    assert parse_metrics_text(sim_text) == _prometheus_client_parse(sim_text) and parse_metrics_text(sim_text)
+    for bad in ('sglang:x{a="1" 2', "sglang:x", "sglang:x{a=1} 2", "sglang:x one"):
+        with pytest.raises(ValueError):
+            parse_metrics_text(bad + "\n")
+
+
 # ----------------------------------------------------------------------------- summaries
 
 
