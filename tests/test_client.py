@@ -569,3 +569,43 @@ def test_uvloop_and_asyncio_loops_give_the_same_records(chunks, monkeypatch):
         rows[name] = [{k: v for k, v in json.loads(r.to_json()).items() if k not in TIMES} for r in recs]
         assert all(r.error is None and r.completion_tokens == 3 for r in recs)
     assert rows["uvloop"] == rows["asyncio"]
+
+
+@pytest.mark.parametrize("burst_ns, polled_between", [(0, True), (10**12, False)])
+def test_a_burst_of_sends_lets_the_loop_poll_between_them(burst_ns, polled_between, monkeypatch):
+    """A concurrency group started at once: past `burst_ns` of sends in one turn of the event
+    loop, the rest wait for the next turn (the loop reads and stamps the sockets in between), in
+    order; every request still gets its answer."""
+    from harness import http1
+
+    url, _, _ = serve(lambda request: Answer(200, sse(CUMULATIVE)))
+    turns = [0]
+    at_send = []
+    real_start = http1.Pool.start
+
+    def start(self, *a, **kw):
+        at_send.append(turns[0])
+        return real_start(self, *a, **kw)
+
+    monkeypatch.setattr(http1.Pool, "start", start)
+
+    async def go():
+        loop = asyncio.get_running_loop()
+
+        def tick():
+            turns[0] += 1
+            loop.call_soon(tick)
+
+        async with StreamingClient(url) as client:
+            client.burst_ns = burst_ns
+            req = GenerateRequest(input_ids=[3], max_new_tokens=3)
+            loop.call_soon(tick)
+            return await asyncio.gather(*(client.generate(req, Labels(index=i)) for i in range(12)))
+
+    recs = run(go())
+    assert [r.index for r in recs] == list(range(12)) and all(r.error is None for r in recs)
+    assert len(at_send) == 12
+    if polled_between:
+        assert len(set(at_send)) == 12 and at_send == sorted(at_send)  # one send per turn here
+    else:
+        assert len(set(at_send)) == 1  # all in one turn
