@@ -217,12 +217,10 @@ def _per_unique(columns: list[pd.Series], fn: Any) -> list[Any]:
     if n == 0:
         return []
     codes = np.zeros(n, dtype=np.int64)
-    uniques = []
     for col in columns:
         c, u = pd.factorize(col, use_na_sentinel=True)
         codes = codes * (len(u) + 1) + (c + 1)
-        uniques.append(u)
-    combos, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     values = [fn(*(col.iat[i] for col in columns)) for i in first]
     out = np.empty(len(values), dtype=object)
     out[:] = values
