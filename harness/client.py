@@ -847,13 +847,21 @@ class StreamingClient:
                 return
             fut = asyncio.get_running_loop().create_future()
             self._parked.append(fut)
-            await fut
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if not fut.cancelled():  # woken, then cancelled before it ran: wake one in its place
+                    self._wake(1)
+                raise
 
     def _end_burst(self) -> None:
         """Next turn of the loop: a new burst may begin; wake as many parked senders as the last
         burst held (they run in this order on the following turn)."""
         self._burst_start = None
-        for _ in range(max(1, self._burst_sends)):
+        self._wake(max(1, self._burst_sends))
+
+    def _wake(self, n: int) -> None:
+        for _ in range(n):
             while self._parked:
                 fut = self._parked.popleft()
                 if not fut.done():  # a cancelled waiter is skipped

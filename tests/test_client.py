@@ -609,3 +609,23 @@ def test_a_burst_of_sends_lets_the_loop_poll_between_them(burst_ns, polled_betwe
         assert len(set(at_send)) == 12 and at_send == sorted(at_send)  # one send per turn here
     else:
         assert len(set(at_send)) == 1  # all in one turn
+
+
+def test_cancelled_senders_of_a_burst_do_not_strand_the_others():
+    url, _, _ = serve(lambda request: Answer(200, sse(CUMULATIVE)))
+
+    async def go():
+        async with StreamingClient(url) as client:
+            client.burst_ns = 0  # one send per turn: the rest park
+            req = GenerateRequest(input_ids=[3], max_new_tokens=3)
+            tasks = [asyncio.ensure_future(client.generate(req, Labels(index=i))) for i in range(10)]
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            for i in (2, 3, 7):
+                tasks[i].cancel()
+            done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 20)
+            return done
+
+    done = run(go())
+    assert [i for i, r in enumerate(done) if isinstance(r, asyncio.CancelledError)] == [2, 3, 7]
+    assert all(r.error is None for i, r in enumerate(done) if i not in (2, 3, 7))
