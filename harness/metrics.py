@@ -23,7 +23,8 @@ The inputs are the raw fields of `REQUEST_FIELDS`, a record's chunk reductions (
   prefill_tok_s        (prompt tokens − cached tokens) ÷ TTFT: the tokens actually computed
   prefill_total_tok_s  prompt tokens ÷ TTFT (seed 000's "75K tok / TTFT")
   decode_tok_s         tokens after the first chunk ÷ (last token chunk − first token chunk)
-  cached_fraction, device_hit_fraction, host_hit_fraction   server-reported cached ÷ prompt tokens
+  cached_fraction, device_hit_fraction, host_hit_fraction, storage_hit_fraction
+                       server-reported cached ÷ prompt tokens (storage: the L3 tier's share)
   pass_wall_s          per concurrency group: last done − first sent (parallel_prefixes passes)
 Prompt tokens are the server's `prompt_tokens` where reported, else the `prompt_len` we sent
 (0: undefined). A workload's derived figures (second_pass_speedup, host_speedup, ...) are declared
@@ -53,6 +54,7 @@ REQUEST_FIELDS = (
     "cached_tokens",
     "cached_device",
     "cached_host",
+    "cached_storage",
 )
 CHUNK_INPUTS = ("first_chunk_ns", "last_chunk_ns", "tokens_after_first", "itl_mean_ms")
 GROUP_INPUTS = ("first_sent_ns", "last_done_ns")
@@ -241,6 +243,13 @@ METRICS: dict[str, Metric] = {
             True,
             "prompt tokens served from the host tier",
             _fraction_of_prompt("cached_host"),
+        ),
+        Metric(
+            "storage_hit_fraction",
+            "fraction",
+            True,
+            "prompt tokens served from the storage tier (L3)",
+            _fraction_of_prompt("cached_storage"),
         ),
         Metric(
             "device_hit_fraction",

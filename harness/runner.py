@@ -325,7 +325,9 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
                 if orphans:
                     manifest["orphans_stopped"] = orphans
                 if options.probe:
-                    manifest["probe"] = run_probes({"quick": True})
+                    # the disk probe measures the storage tier's disk where a variant has one
+                    storage_dir = next((d for v in variants if (d := v.storage_dir())), None)
+                    manifest["probe"] = run_probes({"quick": True, "storage_dir": storage_dir})
                 results.write_json_atomic(run.manifest, manifest)
             except KeyboardInterrupt:  # before any variant: an empty, interrupted run folder
                 signals.hold()

@@ -569,6 +569,50 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(vs) / len(vs) if vs else None
 
 
+# sglang's storage tier (L3) series (StorageMetricsCollector, labels storage_backend/tp_rank/dp_rank)
+STORAGE_COUNTERS = {
+    "prefetched_tokens": "sglang:prefetched_tokens_total",  # storage -> host
+    "backuped_tokens": "sglang:backuped_tokens_total",  # host -> storage
+}
+STORAGE_BANDWIDTH_HISTOGRAMS = {"prefetch": "sglang:prefetch_bandwidth", "backup": "sglang:backup_bandwidth"}  # GB/s
+
+
+def storage_io(counter_deltas: Mapping[str, float]) -> dict[str, float | None] | None:
+    """A phase's storage-tier figures from its counter deltas (pure), None when the server
+    exported no storage series: prefetched/backuped tokens, ``cached_storage_tokens``
+    (``cached_tokens_total`` with a ``cache_source`` starting "storage"), and the mean GB/s of
+    sglang's per-operation bandwidth histograms (``prefetch_gbs``, ``backup_gbs``: sum ÷ count)
+    with their operation counts. Summed over label sets (ranks)."""
+    sums: dict[str, float] = {}
+    seen = False
+    for key, v in counter_deltas.items():
+        name = key.split("{", 1)[0]
+        for field, series in STORAGE_COUNTERS.items():
+            if name == series:
+                sums[field] = sums.get(field, 0.0) + v
+                seen = True
+        for op, series in STORAGE_BANDWIDTH_HISTOGRAMS.items():
+            for part in ("_sum", "_count"):
+                if name == series + part:
+                    sums[op + part] = sums.get(op + part, 0.0) + v
+                    seen = True
+        if name == "sglang:cached_tokens_total" and 'cache_source="storage' in key:
+            sums["cached_storage_tokens"] = sums.get("cached_storage_tokens", 0.0) + v
+            seen = True
+    if not seen:
+        return None
+    out: dict[str, float | None] = {
+        "prefetched_tokens": sums.get("prefetched_tokens", 0.0),
+        "backuped_tokens": sums.get("backuped_tokens", 0.0),
+        "cached_storage_tokens": sums.get("cached_storage_tokens", 0.0),
+    }
+    for op in STORAGE_BANDWIDTH_HISTOGRAMS:
+        n = sums.get(op + "_count", 0.0)
+        out[op + "_ops"] = n
+        out[op + "_gbs"] = sums.get(op + "_sum", 0.0) / n if n > 0 else None
+    return out
+
+
 def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
     """Samples (in time order) → {phase: summary}, phases in order of first appearance.
 
@@ -578,7 +622,8 @@ def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
     max_gpu_util_pct ({index: %}), peak_server_gpu_mem_mib ({index: MiB} of the server's own
     processes, where NVML listed them), gpus_sampled (the GPU indices the phase's samples read,
     as strings), gpu_selection (the last ``gpu_selection`` record in effect during the phase, or
-    None), counter_deltas ({series: increase}) and gauges_max.
+    None), counter_deltas ({series: increase}), gauges_max, and storage (`storage_io` of the
+    deltas: the storage tier's tokens and GB/s, None without storage series).
 
     A phase may occur in several runs (e.g. idle again later); its figures cover all of them.
     Counter deltas of a run start at the last sample before it (the previous phase's last
@@ -660,5 +705,6 @@ def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
             "gpu_selection": selection_of.get(ph),
             "counter_deltas": dict(sorted(deltas.get(ph, {}).items())),
             "gauges_max": dict(sorted(gauges.items())),
+            "storage": storage_io(deltas.get(ph, {})),
         }
     return out

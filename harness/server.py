@@ -107,7 +107,11 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
     core = ["--model-path", str(variant.model_path), "--host", variant.host, "--port", str(port)]
     if variant.tp_size > 1:
         core += ["--tp-size", str(variant.tp_size)]
-    env: dict[str, str] = {k: str(v) for k, v in variant.env.items()}
+    # the hicache block's environment (the file backend's directory), the variant's env over it
+    env: dict[str, str] = {
+        **(variant.hicache.env() if variant.hicache else {}),
+        **{k: str(v) for k, v in variant.env.items()},
+    }
     sim_flags: list[str] = []
     if simulated:
         python, module = sys.executable, SIM_MODULE
@@ -122,6 +126,9 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
         ]
         if sim.mem_available_gib is not None:
             sim_flags += ["--sim-mem-available-gib", _fmt(sim.mem_available_gib)]
+        for knob in ("storage_gb", "storage_read_gbs", "storage_write_gbs"):
+            if getattr(sim, knob) is not None:
+                sim_flags += ["--sim-" + knob.replace("_", "-"), _fmt(getattr(sim, knob))]
         for fault in variant.all_sim_faults():
             sim_flags += ["--sim-fault", fault]
         env["PYTHONPATH"] = _prepend_path(str(repo_root()), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))

@@ -31,6 +31,14 @@ def summary(res: Mapping[str, Any]) -> str:
     lines = [
         f"kernel {res.get('kernel_release')}  WSL2: {'yes' if res.get('wsl') else 'no'}",
     ]
+    disk = res.get("disk")
+    if disk:
+        lines.append(
+            f"disk {disk.get('path')}: write {_fmt(disk.get('write_gbs'), '.2f')} GB/s, read "
+            f"{_fmt(disk.get('read_gbs'), '.2f')} GB/s ({disk.get('method')}, {disk.get('nbytes', 0) / MIB:.0f} MiB)"
+            if disk.get("ok")
+            else f"disk {disk.get('path')}: FAILED ({disk.get('error')})"
+        )
     if not res.get("gpu_present"):
         lines.append(f"GPU: none ({res.get('reason')})")
         if res.get("torch_version"):
@@ -132,6 +140,14 @@ def build_parser(prog: str = "harness probe") -> argparse.ArgumentParser:
     ap.add_argument("--quick", action="store_true", help="smaller buffers and fewer repeats")
     ap.add_argument("--timeout", type=float, default=180.0, help="hard limit per probe subprocess, seconds")
     ap.add_argument("--device", type=int, default=0, help="CUDA device index to probe")
+    ap.add_argument(
+        "--storage-dir",
+        default=None,
+        help="directory whose disk the disk-bandwidth probe measures (the storage tier's; default: temp dir)",
+    )
+    ap.add_argument(
+        "--disk-bytes", type=_size, default=None, help="disk probe file size (default 256MiB; --quick 64MiB)"
+    )
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     return ap
 
@@ -149,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         timeout_s=args.timeout,
         device=args.device,
         verbose=not args.quiet,
+        storage_dir=args.storage_dir,
+        disk_bytes=args.disk_bytes,
     )
     res = run_probes(opts)
     print(summary(res))

@@ -4,7 +4,8 @@ memory.
 `run_probes(options)` records WSL or not, the driver/CUDA versions, per-device HMM/ATS
 attributes (seed 003), whether a GPU kernel can store to cudaHostRegister-ed memory with each
 flag 0..3 and to cudaHostAlloc memory (seed 000), copy bandwidth for pinned, registered and
-pageable buffers, and how long registering a large buffer takes. Every GPU probe runs in its
+pageable buffers, how long registering a large buffer takes, and the sequential bandwidth of the
+disk under the storage tier's directory (`harness.probe.disk`, in this process, GPU or not). Every GPU probe runs in its
 own subprocess (`harness.probe.worker`) under a hard timeout, so one failure, hang or poisoned
 CUDA context cannot stop the others. Without torch or CUDA the result says so
 (`gpu_present: false`, `reason`).
@@ -28,6 +29,7 @@ from typing import Any, Mapping
 
 from harness import procfs
 from harness.fingerprint import is_wsl
+from harness.probe.disk import disk_bandwidth
 
 SCHEMA_VERSION = 1
 REGISTER_FLAGS = (0, 1, 2, 3)  # Default, Portable, Mapped, Portable|Mapped
@@ -51,6 +53,8 @@ class ProbeOptions:
     kwrite_bytes: int = 1 * MIB
     register_mem_fraction: float = 0.5  # cap: this fraction of MemAvailable
     verbose: bool = False  # progress lines on stderr
+    storage_dir: str | None = None  # the disk probe's directory (default: the temp directory)
+    disk_bytes: int | None = None  # the disk probe's file (default 256 MiB; quick 64 MiB; 0: no disk probe)
 
     def resolved(self) -> "ProbeOptions":
         q = self.quick
@@ -59,6 +63,8 @@ class ProbeOptions:
             nbytes=int(self.nbytes if self.nbytes is not None else (256 * MIB if q else GIB)),
             register_gib=float(self.register_gib if self.register_gib is not None else (1.0 if q else 8.0)),
             repeats=int(self.repeats if self.repeats is not None else (3 if q else 5)),
+            disk_bytes=int(self.disk_bytes if self.disk_bytes is not None else (64 * MIB if q else 256 * MIB)),
+            storage_dir=self.storage_dir or tempfile.gettempdir(),
         )
 
 
@@ -213,6 +219,7 @@ def _empty_result() -> dict:
         "bandwidth_gbs": {f"{k}_{d}": None for k in BANDWIDTH_KINDS for d in ("h2d", "d2h")},
         "bandwidth": None,
         "register_seconds": None,
+        "disk": None,
         "errors": [],
         "options": None,
         "created_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -249,6 +256,12 @@ def run_probes(options: ProbeOptions | Mapping[str, Any] | None = None, *, runne
     def done() -> dict:
         res["elapsed_s"] = round(time.monotonic() - t_start, 3)
         return res
+
+    if opts.disk_bytes:
+        log(f"disk bandwidth under {opts.storage_dir}")
+        res["disk"] = disk_bandwidth(opts.storage_dir, opts.disk_bytes)
+        if not res["disk"]["ok"]:
+            res["errors"].append(f"disk bandwidth: {res['disk']['error']}")
 
     if runner is None and not torch_installed():
         res["reason"] = REASON_NO_TORCH

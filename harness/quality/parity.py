@@ -217,8 +217,15 @@ def compare_outputs(ref: Any, cand: Any, tie_epsilon: float = 0.05, top_k: int =
         kind=kind,
         ref_correct=ref.correct,
         cand_correct=cand.correct,
-        cand_cached_host=getattr(cand, "cached_host", None),
+        cand_cached_host=_through_host(cand),
     )
+
+
+def _through_host(rec: Any) -> int | None:
+    """Tokens whose KV came back through the host tier: host hits plus storage (L3) hits, which
+    sglang prefetches into the host pool first. None when the server reported neither."""
+    host, storage = getattr(rec, "cached_host", None), getattr(rec, "cached_storage", None)
+    return None if host is None and storage is None else (host or 0) + (storage or 0)
 
 
 def mcnemar_exact_p(lost: int, gained: int) -> float:

@@ -45,6 +45,7 @@ class QualityRecord:
     cached_tokens: int | None = None
     cached_device: int | None = None
     cached_host: int | None = None
+    cached_storage: int | None = None
     text: str | None = None
     answer: str | list[str] | None = None
     correct: bool | None = None
@@ -63,7 +64,9 @@ class QualityRecord:
 
     @property
     def host_hit(self) -> bool:
-        return bool(self.cached_host)
+        """KV came back through the host tier: from the host pool, or from storage (L3), whose
+        pages sglang prefetches into the host pool and loads back from there."""
+        return bool(self.cached_host) or bool(self.cached_storage)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -65,6 +65,7 @@ class QualityPlan:
     top_logprobs: int
     mode: str  # "text" | "token_ids"
     control: bool
+    churn_past_host: bool = False  # ON arm: churn past the host pool too, so re-asks come from storage
 
 
 def plan_quality(cfg: Any, pool_tokens: int | None, have_tokenizer: bool) -> QualityPlan:
@@ -87,6 +88,7 @@ def plan_quality(cfg: Any, pool_tokens: int | None, have_tokenizer: bool) -> Qua
         top_logprobs=int(_get(cfg, "top_logprobs", 5)),
         mode=mode,
         control=bool(_get(cfg, "control", True)),
+        churn_past_host=bool(_get(cfg, "churn_past_host", False)),
     )
 
 
@@ -271,15 +273,22 @@ async def run_quality(
 
     roles = [arm_role] + (["control"] if arm_role == "off" and plan.control else [])
     out: list[QualityRecord] = []
+    si = as_server_info(server_info)
+    has_storage = si is not None and si.hicache.storage_backend is not None
     for role in roles:
+        # only where the server has a storage tier: elsewhere churn past the host means recompute
+        past_host = plan.churn_past_host and has_storage and role == "on" and bool(limits.host_pool)
         churn = plan_churn(
-            plan.churn_tokens,
+            # storage tier (L3): past the GPU and the host pool, so a re-ask comes back from storage
+            max(plan.churn_tokens, (limits.host_pool or 0) + (limits.device_pool or 0))
+            if past_host
+            else plan.churn_tokens,
             device_pool=limits.device_pool,
             host_pool=limits.host_pool,
             max_input=limits.max_input,
             prompt_tokens=longest,
             write_policy=limits.write_policy,
-            needs_host=role == "on",
+            needs_host=role == "on" and not past_host,
         )
         churn_plan = churn.to_dict()
         state = {"chunk": churn.chunk}
@@ -349,6 +358,7 @@ async def run_quality(
                     cached_tokens=rr.cached_tokens,
                     cached_device=rr.cached_device,
                     cached_host=rr.cached_host,
+                    cached_storage=rr.cached_storage,
                     text=text,
                     answer=s.answer.to_json() if p.mode == "text" else None,
                     correct=correct,

@@ -6,6 +6,7 @@ Workload blocks are not declared here: each workload kind declares its own confi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -18,6 +19,7 @@ from pydantic import (
     PrivateAttr,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
 
 from harness.scenario.values import (
@@ -82,6 +84,10 @@ class SimOptions(ScenarioModel):
     mem_available_gib: PosFloat | None = None
     startup_s: NonNegFloat = 1.0
     faults: list[Fault] = []
+    # the storage tier (L3) of the cost model; None: the simulator's defaults (docs/simulator.md)
+    storage_gb: PosFloat | None = None
+    storage_read_gbs: PosFloat | None = None
+    storage_write_gbs: PosFloat | None = None
 
 
 class Watchdog(ScenarioModel):
@@ -156,6 +162,35 @@ class Server(ScenarioModel):
         return v
 
 
+STORAGE_PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")  # sglang's choices
+FILE_BACKEND_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"  # where sglang's HiCacheFile writes
+FILE_BACKEND_DEFAULT_DIR = "/tmp/hicache"  # HiCacheFile's default file_path
+ExtraConfigValue = Union[bool, int, float, str]
+
+
+class HiCacheStorage(ScenarioModel):
+    """``hicache.storage``: options of the storage tier (L3) that ``hicache.storage_backend``
+    names. None fields are not passed (sglang's defaults apply: ``best_effort``, prefetch
+    threshold 256 tokens, directory ``/tmp/hicache``). sglang has no storage write policy of its
+    own: a page goes to storage when its host backup lands, so ``hicache.write_policy`` sets both."""
+
+    dir: str | None = None  # file backend: env SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR
+    prefetch_policy: Literal[STORAGE_PREFETCH_POLICIES] | None = None  # type: ignore[valid-type]
+    # keys of --hicache-storage-backend-extra-config that sglang's HiRadixCache reads
+    prefetch_threshold: PosInt | None = None  # tokens: fewer storage hits are not prefetched
+    prefetch_timeout_base: PosFloat | None = None  # seconds (policy timeout)
+    prefetch_timeout_per_ki_token: PosFloat | None = None  # seconds per 1024 tokens (policy timeout)
+    extra_config: dict[str, ExtraConfigValue] = {}  # any other key, passed as is
+
+    def extra_config_json(self) -> str | None:
+        """The ``--hicache-storage-backend-extra-config`` JSON (keys sorted), or None when empty."""
+        cfg: dict[str, Any] = dict(self.extra_config)
+        for key in ("prefetch_threshold", "prefetch_timeout_base", "prefetch_timeout_per_ki_token"):
+            if getattr(self, key) is not None:
+                cfg[key] = getattr(self, key)
+        return json.dumps(cfg, sort_keys=True, separators=(",", ":")) if cfg else None
+
+
 class HiCache(ScenarioModel):
     """A variant's HiCache block (its presence turns HiCache on). None fields are not passed:
     sglang's own default applies (ratio 2.0, write_through, kernel; layout depends on version)."""
@@ -166,6 +201,23 @@ class HiCache(ScenarioModel):
     write_policy: Literal[WRITE_POLICIES] | None = None  # type: ignore[valid-type]
     io_backend: Literal[IO_BACKENDS] | None = None  # type: ignore[valid-type]
     storage_backend: str | None = None
+    storage: HiCacheStorage | None = None  # the storage tier's options (needs storage_backend)
+
+    @model_validator(mode="after")
+    def _storage_needs_backend(self) -> "HiCache":
+        if self.storage is not None and self.storage_backend is None:
+            raise ValueError("hicache.storage needs hicache.storage_backend (e.g. file)")
+        if self.storage is not None and self.storage.dir is not None and self.storage_backend != "file":
+            raise ValueError(
+                f"hicache.storage.dir is the file backend's directory; storage_backend is {self.storage_backend}"
+            )
+        return self
+
+    def env(self) -> dict[str, str]:
+        """Environment the block sets: the file backend's directory."""
+        if self.storage is not None and self.storage.dir is not None:
+            return {FILE_BACKEND_DIR_ENV: self.storage.dir}
+        return {}
 
     @property
     def effective_ratio(self) -> float:
@@ -186,6 +238,12 @@ class HiCache(ScenarioModel):
         ):
             if getattr(self, attr) is not None:
                 out += [flag, str(getattr(self, attr))]
+        if self.storage is not None:
+            if self.storage.prefetch_policy is not None:
+                out += ["--hicache-storage-prefetch-policy", self.storage.prefetch_policy]
+            extra = self.storage.extra_config_json()
+            if extra is not None:
+                out += ["--hicache-storage-backend-extra-config", extra]
         return out
 
 
@@ -284,6 +342,8 @@ class Quality(ScenarioModel):
     top_logprobs: PosInt = 5
     tie_epsilon: NonNegFloat = 0.05
     mode: Literal["auto", "text", "token_ids"] = "auto"
+    # the ON arm's churn also fills the host pool, so re-asks come back from the storage tier (L3)
+    churn_past_host: bool = False
 
 
 def _fraction(v: Any) -> Any:
@@ -357,6 +417,17 @@ class Variant(BaseModel):
     @property
     def hicache_enabled(self) -> bool:
         return self.hicache is not None
+
+    def storage_dir(self) -> str | None:
+        """The directory of the ``file`` storage backend this variant's server writes (its env,
+        else the hicache block's ``storage.dir``, else sglang's default); None without one."""
+        if self.hicache is None or self.hicache.storage_backend != "file":
+            return None
+        return (
+            self.env.get(FILE_BACKEND_DIR_ENV)
+            or self.hicache.env().get(FILE_BACKEND_DIR_ENV)
+            or FILE_BACKEND_DEFAULT_DIR
+        )
 
     def all_sim_faults(self) -> list[str]:
         return (list(self.sim.faults) if self.sim else []) + list(self.sim_faults)

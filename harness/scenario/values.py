@@ -446,6 +446,8 @@ _RESERVED_ARGS = {
     "--hicache-write-policy": "set hicache.write_policy",
     "--hicache-io-backend": "set hicache.io_backend",
     "--hicache-storage-backend": "set hicache.storage_backend",
+    "--hicache-storage-prefetch-policy": "set hicache.storage.prefetch_policy",
+    "--hicache-storage-backend-extra-config": "set hicache.storage (prefetch_threshold, ..., extra_config)",
 }
 _FLAG_RE = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -6,7 +6,8 @@ One job: translate HTTP to :class:`Engine` calls and engine state back to sglang
   ``data: {json}\\n\\n`` per new token(s), cumulative ``output_ids`` (and ``text`` unless
   ``--skip-tokenizer-init``), then ``data: [DONE]\\n\\n``.  ``meta_info``: id, finish_reason,
   prompt_tokens, completion_tokens, cached_tokens, ``cached_tokens_details`` (null on a miss,
-  ``{"device": N, "host": M}`` on a hit, as sglang 0.5.17 did), e2e_latency; with
+  ``{"device": N, "host": M}`` on a hit, as sglang 0.5.17 did; with a storage backend also
+  ``"storage": K, "storage_backend": NAME``, as sglang adds when L3 is on), e2e_latency; with
   return_logprob ``output_token_logprobs`` = [[logprob, token_id, null], ...] and
   ``output_top_logprobs`` = per position [[logprob, token_id, null] x k], cumulative.
 - ``/v1/completions`` (minimal OpenAI shape), ``/health``, ``/health_generate``,
@@ -56,10 +57,12 @@ def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": {"message": message}, "object": "error", "code": status}, status_code=status)
 
 
-def _meta(req: SimRequest) -> dict[str, Any]:
-    details = None
+def _meta(req: SimRequest, storage_backend: str | None = None) -> dict[str, Any]:
+    details: dict[str, Any] | None = None
     if req.cached_tokens:
         details = {"device": req.cached_device, "host": req.cached_host}
+        if storage_backend is not None:
+            details.update(storage=req.cached_storage, storage_backend=storage_backend)
     meta: dict[str, Any] = {
         "id": req.rid,
         "finish_reason": req.finish_reason,
@@ -170,7 +173,7 @@ def build_app(st: AppState) -> Starlette:
         if not st.skip_tokenizer:
             out["text"] = decode_ids(req.output_ids)
         out["output_ids"] = list(req.output_ids)
-        out["meta_info"] = _meta(req)
+        out["meta_info"] = _meta(req, engine.cfg.storage_backend)
         return out
 
     async def generate(request: Request) -> Response:

@@ -14,6 +14,10 @@ from harness.sim.faults import Fault, FaultArg
 # --sim-step-ms-per-request: how much each running request adds to a decode step (ms), the cost
 # model's batch-size-dependent term (harness.sim.engine.CostModel; docs/simulator.md)
 DEFAULT_STEP_MS_PER_REQUEST = 0.1
+# the storage tier (L3) of the cost model: an NVMe drive's order of magnitude (docs/simulator.md)
+DEFAULT_STORAGE_GB = 1000.0
+DEFAULT_STORAGE_READ_GBS = 2.0
+DEFAULT_STORAGE_WRITE_GBS = 1.0
 
 
 @dataclass
@@ -28,6 +32,9 @@ class SimArgs:
     startup_s: float
     faults: dict[Fault, FaultArg | None] = field(default_factory=dict)
     step_ms_per_request: float = DEFAULT_STEP_MS_PER_REQUEST  # ms a running request adds to a decode step
+    storage_gb: float = DEFAULT_STORAGE_GB  # L3 capacity (GB of KV) when a storage backend is named
+    storage_read_gbs: float = DEFAULT_STORAGE_READ_GBS  # storage -> host prefetch bandwidth
+    storage_write_gbs: float = DEFAULT_STORAGE_WRITE_GBS  # host -> storage backup bandwidth
 
     def __getattr__(self, name: str) -> Any:
         # convenience: args.max_total_tokens etc. read straight from the sglang namespace

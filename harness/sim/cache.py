@@ -25,12 +25,22 @@ Model (one node per page of ``page_size`` tokens, keyed by its parent and its to
   leaves are evicted LRU; a page that cannot get a host slot stays device-only.
 - Locked pages (a running request's matched prefix) are never evicted.
 Mamba slot pools are not capacity-limited here; their bytes are costed on load-back.
+
+Storage tier (L3, ``--hicache-storage-backend``): below the host pool, ``storage_tokens`` of
+capacity, LRU.  A page is keyed there by a hash chained over its whole prefix (like sglang's
+page hashes), so it outlives its node in the tree.  As in sglang's HiRadixCache, a page is
+written to storage when its host backup lands (``write_through``: at insert; ``write_back``: at
+device eviction), so a page evicted from the host is already on storage.  Matching continues
+past the device and host pages into storage; :meth:`TwoTierCache.prefetch` brings those pages
+into the host pool (as host pages, then loaded back like any host hit).  Hybrid models: no
+storage matching (not modelled).
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 MAMBA_TRACK_INTERVAL = 64
@@ -51,6 +61,7 @@ class Page:
     access: int = 0
     ckpt: bool = False  # a mamba state is stored at the end of this page
     alive: bool = True
+    chain: int = 0  # hash of the whole prefix up to and including this page (its storage key)
 
 
 @dataclass
@@ -60,6 +71,8 @@ class Match:
     device: list[Page] = field(default_factory=list)
     host: list[Page] = field(default_factory=list)
     page_size: int = 1
+    # storage-only pages past the host ones: (page index, chunk, chain hash); not in the tree
+    storage: list[tuple[int, object, int]] = field(default_factory=list)
 
     @property
     def pages(self) -> list[Page]:
@@ -77,6 +90,15 @@ class Match:
     def tokens(self) -> int:
         return self.device_tokens + self.host_tokens
 
+    @property
+    def storage_tokens(self) -> int:
+        return len(self.storage) * self.page_size
+
+
+def chain_hash(parent_chain: int, chunk: object) -> int:
+    """A page's storage key: its content chained over every page before it."""
+    return hash((parent_chain, chunk))
+
 
 @dataclass
 class CacheStats:
@@ -86,6 +108,9 @@ class CacheStats:
     host_evicted_tokens: int = 0
     backup_tokens: int = 0  # device -> host writes
     load_back_tokens: int = 0  # host -> device loads
+    storage_written_tokens: int = 0  # host -> storage writes (sglang's backuped_tokens)
+    storage_read_tokens: int = 0  # storage -> host prefetches (sglang's prefetched_tokens)
+    storage_evicted_tokens: int = 0
 
 
 class TwoTierCache:
@@ -99,8 +124,13 @@ class TwoTierCache:
         write_policy: str = "write_through",
         hybrid: bool = False,
         enabled: bool = True,
+        storage_tokens: int = 0,
     ) -> None:
         self.page_size = page_size
+        self.storage_capacity = storage_tokens // page_size if host_tokens > 0 else 0
+        # False: storage writes are acknowledged but never land (fault missing_storage_pages)
+        self.storage_keeps_writes = True
+        self._storage: OrderedDict[int, None] = OrderedDict()  # chain hash -> (), LRU first
         self.device_capacity = device_tokens // page_size
         self.host_capacity = host_tokens // page_size
         self.hicache = host_tokens > 0
@@ -113,7 +143,8 @@ class TwoTierCache:
 
     # ------------------------------------------------------------------ state
     def reset(self) -> None:
-        """Drop every page on both tiers (``/flush_cache``)."""
+        """Drop every page on the device and host tiers (``/flush_cache``; storage is kept, as
+        sglang's file backend keeps its files)."""
         self._pages: dict[tuple, Page] = {}
         self.device_pages = 0
         self.host_pages = 0
@@ -137,6 +168,49 @@ class TwoTierCache:
     @property
     def host_capacity_tokens(self) -> int:
         return self.host_capacity * self.page_size
+
+    @property
+    def storage_used_tokens(self) -> int:
+        return len(self._storage) * self.page_size
+
+    # ------------------------------------------------------------------ storage
+    def _store(self, node: Page) -> None:
+        """The page's host backup landed: write it to storage (LRU; evicts the oldest page)."""
+        if not self.storage_capacity:
+            return
+        self.stats.storage_written_tokens += self.page_size
+        if not self.storage_keeps_writes:
+            return
+        if node.chain in self._storage:
+            self._storage.move_to_end(node.chain)
+            return
+        while len(self._storage) >= self.storage_capacity:
+            self._storage.popitem(last=False)
+            self.stats.storage_evicted_tokens += self.page_size
+        self._storage[node.chain] = None
+
+    def prefetch(self, m: Match) -> list[Page]:
+        """Bring ``m.storage`` pages into the host pool as host pages under the last matched page
+        (locked, so nothing evicts them before the caller loads them back); appends them to
+        ``m.host`` and stops at the first page that gets no host slot. Returns the new pages."""
+        parent = m.pages[-1] if m.pages else None
+        new: list[Page] = []
+        for depth, chunk, chain in m.storage:
+            if not self._host_slot():
+                break
+            key = (id(parent) if parent is not None else 0, chunk)
+            node = Page(key=key, parent=parent, depth=depth, on_device=False, on_host=True, lock=1, chain=chain)
+            self._pages[key] = node
+            self.host_pages += 1
+            if parent is not None:
+                parent.kids.add(node)
+            self._storage.move_to_end(chain)
+            new.append(node)
+            parent = node
+        self.stats.storage_read_tokens += len(new) * self.page_size
+        m.host.extend(new)
+        m.storage = []
+        return new
 
     # ------------------------------------------------------------------ lookup
     # Hot loops (a prompt is thousands of pages at page size 1) inline these helpers: the
@@ -171,6 +245,13 @@ class TwoTierCache:
             path = path[: last + 1]
         for node in path:
             (m.device if node.on_device and not m.host else m.host).append(node)
+        if self._storage and not self.hybrid and len(path) < max_pages:
+            chain = path[-1].chain if path else 0
+            for depth, chunk in enumerate(self._chunks(tokens, max_pages)[len(path) :], start=len(path)):
+                chain = chain_hash(chain, chunk)
+                if chain not in self._storage:
+                    break
+                m.storage.append((depth, chunk, chain))
         return m
 
     # ------------------------------------------------------------------ locking / LRU
@@ -267,6 +348,7 @@ class TwoTierCache:
                 node.on_host = True
                 self.host_pages += 1
                 written = 1
+                self._store(node)
             node.on_device = False
             self.device_pages -= 1
             self.stats.evicted_tokens += self.page_size
@@ -332,7 +414,7 @@ class TwoTierCache:
                         break
                     free = self.device_free_tokens
                 free -= ps
-                node = Page(key=key, parent=parent, depth=i)
+                node = Page(key=key, parent=parent, depth=i, chain=chain_hash(parent.chain if parent else 0, chunk))
                 pages[key] = node
                 self.device_pages += 1
                 if parent is not None:
@@ -342,6 +424,7 @@ class TwoTierCache:
                     node.on_host = True
                     self.host_pages += 1
                     written += 1
+                    self._store(node)
             elif not node.on_device:
                 # host-only page recomputed by this request: it is on the device again
                 if free < ps:

@@ -12,18 +12,26 @@ it parses, then hands the SimArgs to ``server.run``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
 from collections.abc import Mapping
 from typing import Any, Sequence
 
-from harness.sim.args import DEFAULT_STEP_MS_PER_REQUEST, SimArgs
+from harness.sim.args import (
+    DEFAULT_STEP_MS_PER_REQUEST,
+    DEFAULT_STORAGE_GB,
+    DEFAULT_STORAGE_READ_GBS,
+    DEFAULT_STORAGE_WRITE_GBS,
+    SimArgs,
+)
 from harness.sim.faults import Fault, FaultArg, FaultError, parse_fault
 
 HICACHE_LAYOUTS = ["layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"]
 WRITE_POLICIES = ["write_through", "write_back", "write_through_selective"]
 IO_BACKENDS = ["kernel", "direct"]
+PREFETCH_POLICIES = ["best_effort", "wait_complete", "timeout"]
 KV_CACHE_DTYPES = [
     "auto",
     "bf16",
@@ -44,6 +52,17 @@ def _fault(text: str) -> tuple[Fault, FaultArg | None]:
         return parse_fault(text)
     except FaultError as exc:  # argparse prints it and exits 2, as for any malformed flag
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _json_object(text: str) -> dict:
+    """--hicache-storage-backend-extra-config: a JSON object (sglang json.loads it)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
 
 
 def _positive(kind: type) -> Any:
@@ -126,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--hicache-write-policy", choices=WRITE_POLICIES, default="write_through")
     a("--hicache-io-backend", choices=IO_BACKENDS, default="kernel")
     a("--hicache-storage-backend", default=None)
-    a("--hicache-storage-prefetch-policy", default="best_effort")
-    a("--hicache-storage-backend-extra-config", default=None)
+    a("--hicache-storage-prefetch-policy", choices=PREFETCH_POLICIES, default="best_effort")
+    a("--hicache-storage-backend-extra-config", type=_json_object, default=None)
     # --- simulator-only knobs (documented in docs/simulator.md)
     a(
         "--sim-time-scale",
@@ -155,6 +174,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MS",
         help="each running request adds MS to a decode step (batch-size-dependent step time)",
     )
+    a("--sim-storage-gb", type=_positive(float), default=DEFAULT_STORAGE_GB, help="storage tier capacity (GB of KV)")
+    a(
+        "--sim-storage-read-gbs",
+        type=_positive(float),
+        default=DEFAULT_STORAGE_READ_GBS,
+        help="storage -> host prefetch bandwidth, GB/s",
+    )
+    a(
+        "--sim-storage-write-gbs",
+        type=_positive(float),
+        default=DEFAULT_STORAGE_WRITE_GBS,
+        help="host -> storage backup bandwidth, GB/s",
+    )
     a(
         "--sim-fault",
         action="append",
@@ -173,6 +205,9 @@ SIM_DESTS = (
     "sim_startup_s",
     "sim_fault",
     "sim_step_ms_per_request",
+    "sim_storage_gb",
+    "sim_storage_read_gbs",
+    "sim_storage_write_gbs",
 )
 
 
@@ -191,6 +226,9 @@ def parse_args(argv: Sequence[str] | None) -> SimArgs:
         startup_s=max(0.0, sim["sim_startup_s"]),
         faults=faults,
         step_ms_per_request=max(0.0, sim["sim_step_ms_per_request"]),
+        storage_gb=sim["sim_storage_gb"],
+        storage_read_gbs=sim["sim_storage_read_gbs"],
+        storage_write_gbs=sim["sim_storage_write_gbs"],
     )
 
 

@@ -27,7 +27,11 @@ Cost model (seconds, all multiplied by ``--sim-time-scale``):
 - prefill batch  = 4 ms + new_tokens / prefill_tok_s, prefill_tok_s = min(80K, 4e14 / (2 P))
   (P = approx. parameters; llama-tiny ~75K tok/s as on the H200, a 27B ~7.4K tok/s);
 - + load-back bytes / H2D GB/s (55 GB/s ``kernel``, 40 GB/s ``direct``; layer_first 0.8x)
-  + 0.25 x backup bytes / D2H GB/s (write-through copies mostly overlap compute);
+  + 0.25 x backup bytes / D2H GB/s (write-through copies mostly overlap compute)
+  + storage prefetch bytes / ``--sim-storage-read-gbs`` (default 2 GB/s, an NVMe drive; the
+  prefetch finishes before the request runs, as with ``wait_complete``). Storage writes
+  (``--sim-storage-write-gbs``, default 1 GB/s) run in the background, as sglang's storage
+  thread does: they set the backup bandwidth sglang reports, not the batch time;
 - decode step    = max(4 ms, 2 P bytes / 4 TB/s) + k x batch size + KV bytes read / 4 TB/s, with
   k = ``--sim-step-ms-per-request`` (default 0.1 ms): how much each running request slows the
   step, so TPOT (and the TTFT of requests queued behind the steps) grows with concurrency.
@@ -128,6 +132,8 @@ class CostModel:
     hbm_bytes_s: float
     backup_visible: float
     time_scale: float
+    storage_read_bytes_s: float = 2e9
+    storage_write_bytes_s: float = 1e9
 
     @classmethod
     def for_model(
@@ -138,6 +144,8 @@ class CostModel:
         mem_layout: str,
         time_scale: float,
         step_ms_per_request: float = DEFAULT_STEP_MS_PER_REQUEST,
+        storage_read_gbs: float = 2.0,
+        storage_write_gbs: float = 1.0,
     ) -> "CostModel":
         params = shape.approx_params() / max(1, tp_size)
         h2d = (40e9 if io_backend == "direct" else 55e9) * (0.8 if mem_layout == "layer_first" else 1.0)
@@ -151,14 +159,23 @@ class CostModel:
             hbm_bytes_s=4e12,
             backup_visible=0.25,
             time_scale=time_scale,
+            storage_read_bytes_s=storage_read_gbs * 1e9,
+            storage_write_bytes_s=storage_write_gbs * 1e9,
         )
 
-    def prefill_s(self, new_tokens: int, load_bytes: int, backup_bytes: int) -> float:
+    def storage_read_s(self, nbytes: int) -> float:
+        return nbytes / self.storage_read_bytes_s
+
+    def storage_write_s(self, nbytes: int) -> float:
+        return nbytes / self.storage_write_bytes_s
+
+    def prefill_s(self, new_tokens: int, load_bytes: int, backup_bytes: int, storage_read_bytes: int = 0) -> float:
         return (
             self.prefill_overhead_s
             + new_tokens / self.prefill_tok_s
             + load_bytes / self.h2d_bytes_s
             + self.backup_visible * backup_bytes / self.d2h_bytes_s
+            + self.storage_read_s(storage_read_bytes)
         )
 
     def decode_s(self, batch: int, kv_bytes_read: int, backup_bytes: int) -> float:
@@ -204,6 +221,8 @@ class SimRequest:
     prefilled: int = 0
     cached_device: int = 0
     cached_host: int = 0
+    cached_storage: int = 0
+    storage_bytes: int = 0  # prefetched from storage at admission (costed in its first batch)
     reserved: int = 0
     load_bytes: int = 0
     admitted: bool = False
@@ -220,7 +239,7 @@ class SimRequest:
 
     @property
     def cached_tokens(self) -> int:
-        return self.cached_device + self.cached_host
+        return self.cached_device + self.cached_host + self.cached_storage
 
     @property
     def done(self) -> bool:
@@ -239,6 +258,8 @@ class EngineConfig:
     deterministic: bool
     faults: Mapping[Fault, FaultArg | None]  # the requested faults and their arguments
     random_seed: int
+    storage_backend: str | None = None  # --hicache-storage-backend (None: no L3 tier)
+    prefetch_threshold: int = 256  # tokens: fewer storage hits are not prefetched (sglang's default)
 
 
 class Engine:
@@ -253,6 +274,9 @@ class Engine:
         self.cost = cost if not slow else replace(cost, h2d_bytes_s=cost.h2d_bytes_s / slow)
         self.model = model
         self.metrics = metrics
+        if Fault.missing_storage_pages in cfg.faults:
+            cache.storage_keeps_writes = False  # writes acknowledged, files never land
+        self._storage_written_exported = 0
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.chunked: SimRequest | None = None
@@ -360,6 +384,9 @@ class Engine:
             return False
         m: Match = self.cache.match(req.input_ids)
         self.cache.lock(m.pages)
+        storage_tokens = 0
+        if m.storage_tokens >= max(1, self.cfg.prefetch_threshold):
+            storage_tokens = len(self.cache.prefetch(m)) * self.cache.page_size  # now host pages of m
         private = len(req.input_ids) - m.tokens + req.sampling.max_new_tokens
         ok, written = self.cache.make_room(private + m.host_tokens)
         self._pending_backup_bytes += written * self.cache.page_size * self.cfg.kv_bytes_per_token
@@ -371,13 +398,17 @@ class Engine:
         req.reserved = private
         req.locked = m.pages
         req.prefilled = m.tokens
-        req.cached_device, req.cached_host = m.device_tokens, m.host_tokens
+        req.cached_device, req.cached_host = m.device_tokens, m.host_tokens - storage_tokens
+        req.cached_storage = storage_tokens
+        req.storage_bytes = storage_tokens * self.cfg.kv_bytes_per_token
         req.load_bytes = m.host_tokens * self.cfg.kv_bytes_per_token
         if self.cfg.hybrid and m.host_tokens:
             req.load_bytes += self.cfg.mamba_bytes_per_slot
         req.admitted = True
         req.state = prompt_state(req.input_ids)
         if Fault.corrupt_host_load in self.cfg.faults and m.host_tokens > 0:
+            req.ref_state, req.state = req.state, req.state ^ CORRUPT_SALT
+        if Fault.corrupt_storage in self.cfg.faults and storage_tokens > 0 and req.ref_state is None:
             req.ref_state, req.state = req.state, req.state ^ CORRUPT_SALT
         if Fault.near_tie_flips in self.cfg.faults and not self.cfg.deterministic and m.tokens > 0 and not req.internal:
             req.noise = random.Random(self._seed_rng.getrandbits(64))  # reproducible per --random-seed
@@ -388,6 +419,13 @@ class Engine:
             self.metrics.inc("load_back_tokens", m.host_tokens)
             self.metrics.inc("load_back_bytes", req.load_bytes)
             self.metrics["load_back_duration"].observe(req.load_bytes / self.cost.h2d_bytes_s * self.cost.time_scale)
+        if storage_tokens and not req.internal:
+            self.metrics.storage_prefetched(
+                storage_tokens,
+                storage_tokens // self.cache.page_size,
+                req.storage_bytes,
+                self.cost.storage_read_s(req.storage_bytes),
+            )
         return True
 
     def _schedule_prefill(self) -> list[tuple[SimRequest, int]]:
@@ -420,8 +458,10 @@ class Engine:
         new_tokens = sum(n for _, n in batch)
         fresh = [r for r, _ in batch if r.prefilled == r.cached_tokens]  # first chunk of each
         load_bytes = sum(r.load_bytes for r in fresh)
+        storage_bytes = sum(r.storage_bytes for r in fresh)
         cached = sum(r.cached_tokens for r in fresh)
         backup, self._pending_backup_bytes = self._pending_backup_bytes, 0
+        self._storage_writes()
         self._hit_tokens += cached
         self._total_tokens += cached + new_tokens
         log.info(
@@ -435,7 +475,8 @@ class Engine:
             len(self.waiting),
         )
         await self._pace(
-            self.cost.prefill_s(new_tokens, load_bytes, backup), max((r.arrived for r in fresh), default=None)
+            self.cost.prefill_s(new_tokens, load_bytes, backup, storage_bytes),
+            max((r.arrived for r in fresh), default=None),
         )
         now = time.perf_counter()
         for req, n in batch:
@@ -449,6 +490,7 @@ class Engine:
                 self.metrics.inc("prompt_tokens", len(req.input_ids))
                 self.metrics.cached("device", req.cached_device)
                 self.metrics.cached("host", req.cached_host)
+                self.metrics.cached("storage", req.cached_storage)
             self._emit(req, now)
             if len(req.output_ids) >= req.sampling.max_new_tokens:
                 self._finish(req)
@@ -462,6 +504,7 @@ class Engine:
         ctx = sum(len(r.input_ids) + len(r.output_ids) for r in self.running)
         backup, self._pending_backup_bytes = self._pending_backup_bytes, 0
         step = self.cost.decode_s(bs, ctx * self.cfg.kv_bytes_per_token, backup)
+        self._storage_writes()
         self._decode_steps += 1
         self.last_gen_throughput = bs / max(step, 1e-9)
         if self._decode_steps % 40 == 0:
@@ -553,6 +596,18 @@ class Engine:
     def _fail(self, req: SimRequest, message: str) -> None:
         req.error = message
         req.updates.put_nowait(None)
+
+    def _storage_writes(self) -> None:
+        """Export the storage writes since the last batch as sglang's backup series (background
+        I/O: no batch waits for it)."""
+        written = self.cache.stats.storage_written_tokens - self._storage_written_exported
+        if written <= 0:
+            return
+        self._storage_written_exported = self.cache.stats.storage_written_tokens
+        nbytes = written * self.cfg.kv_bytes_per_token
+        self.metrics.storage_backed_up(
+            written, written // self.cache.page_size, nbytes, self.cost.storage_write_s(nbytes)
+        )
 
     # ------------------------------------------------------------------ gauges
     def update_gauges(self) -> None:

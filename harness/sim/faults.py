@@ -63,6 +63,20 @@ class Fault(Enum):
             "so their outputs diverge from token 0"
         ),
     )
+    corrupt_storage = (
+        ArgType.NONE,
+        (
+            "requests with storage-tier hits (pages prefetched from `--hicache-storage-backend`) get a "
+            "first token outside the true top-k, so their outputs diverge from token 0"
+        ),
+    )
+    missing_storage_pages = (
+        ArgType.NONE,
+        (
+            "writes to the storage tier are acknowledged (and counted in `sglang:backuped_tokens_total`) "
+            "but never land: every storage lookup misses, the prefix is recomputed, answers stay right"
+        ),
+    )
     reject_requests = (
         ArgType.INT_FROM_1,
         (

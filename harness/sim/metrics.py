@@ -6,6 +6,11 @@ samples.  Names and labels follow sglang's ``metrics_collector.py``: every serie
 ``cache_source`` (device|host|storage).  Labelled counters only appear after their first
 increment, as on a real server (a missing counter reads as 0).  No ``_created`` series:
 sglang runs prometheus_client in multiprocess mode, which has none.
+
+With a storage backend, sglang's ``StorageMetricsCollector`` series too, under its own labels
+(``storage_backend``, ``tp_rank``, ``dp_rank``): ``sglang:prefetched_tokens_total``,
+``sglang:backuped_tokens_total``, the histograms ``sglang:prefetch_pgs`` / ``sglang:backup_pgs``
+(pages per operation) and ``sglang:prefetch_bandwidth`` / ``sglang:backup_bandwidth`` (GB/s).
 """
 
 from __future__ import annotations
@@ -41,13 +46,15 @@ _TTFT_BUCKETS = (
     120.0,
     300.0,
 )
+_IO_PAGE_BUCKETS = (1, 5, 10, 50, 100)  # sglang's StorageMetricsCollector bucket_io
+_BANDWIDTH_BUCKETS = (0.1, 0.5, 1, 5, 10, 50, 100)  # GB/s, its bucket_bandwidth
 _LAT_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 class SimMetrics:
     """The collector; ``labels`` are fixed for the life of the server."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, storage_backend: str | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.base = {"model_name": model_name, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"}
         names = list(self.base)
@@ -101,6 +108,52 @@ class SimMetrics:
             buckets=_LAT_BUCKETS,
             registry=r,
         )
+
+        self.storage_labels = {"storage_backend": storage_backend or "", "tp_rank": "0", "dp_rank": "0"}
+        self.storage = storage_backend is not None
+        if self.storage:
+            snames = list(self.storage_labels)
+            self.prefetched_tokens = Counter(
+                "sglang:prefetched_tokens_total", "Number of prefetched prompt tokens.", snames, registry=r
+            )
+            self.backuped_tokens = Counter(
+                "sglang:backuped_tokens_total", "Number of backuped tokens.", snames, registry=r
+            )
+            self.prefetch_pgs = Histogram(
+                "sglang:prefetch_pgs", "Number of prefetch pages.", snames, buckets=_IO_PAGE_BUCKETS, registry=r
+            )
+            self.backup_pgs = Histogram(
+                "sglang:backup_pgs", "Number of backup pages.", snames, buckets=_IO_PAGE_BUCKETS, registry=r
+            )
+            self.prefetch_bandwidth = Histogram(
+                "sglang:prefetch_bandwidth",
+                "Prefetch bandwidth (GB/s).",
+                snames,
+                buckets=_BANDWIDTH_BUCKETS,
+                registry=r,
+            )
+            self.backup_bandwidth = Histogram(
+                "sglang:backup_bandwidth", "Backup bandwidth (GB/s).", snames, buckets=_BANDWIDTH_BUCKETS, registry=r
+            )
+
+    def storage_prefetched(self, tokens: int, pages: int, nbytes: int, seconds: float) -> None:
+        """One prefetch from storage: tokens, pages and its bandwidth, as sglang records them."""
+        self._storage_io(
+            self.prefetched_tokens, self.prefetch_pgs, self.prefetch_bandwidth, tokens, pages, nbytes, seconds
+        )
+
+    def storage_backed_up(self, tokens: int, pages: int, nbytes: int, seconds: float) -> None:
+        """One backup to storage (see ``storage_prefetched``)."""
+        self._storage_io(self.backuped_tokens, self.backup_pgs, self.backup_bandwidth, tokens, pages, nbytes, seconds)
+
+    def _storage_io(self, tokens_c, pages_h, bw_h, tokens: int, pages: int, nbytes: int, seconds: float) -> None:
+        if not self.storage or tokens <= 0:
+            return
+        lab = self.storage_labels
+        tokens_c.labels(**lab).inc(tokens)
+        pages_h.labels(**lab).observe(pages)
+        if seconds > 0:
+            bw_h.labels(**lab).observe(nbytes / seconds / 1e9)
 
     def __getitem__(self, name: str):  # small helper: m["prompt_tokens"] -> labelled child
         return getattr(self, name).labels(**self.base)

@@ -113,6 +113,11 @@ def _sleep_forever() -> None:
         time.sleep(3600)
 
 
+FILE_BACKEND_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"  # sglang's HiCacheFile reads it
+DEFAULT_FILE_BACKEND_DIR = "/tmp/hicache"  # HiCacheFile's default file_path
+DEFAULT_PREFETCH_THRESHOLD = 256  # tokens; sglang's default for extra-config prefetch_threshold
+
+
 class Plan:
     """Everything resolved from the flags and the model before anything is allocated."""
 
@@ -139,6 +144,17 @@ class Plan:
         self.host_tokens = 0
         self.mamba_host_slots = 0
         self.served_model_name = a["served_model_name"] or a["model_path"]
+        # L3: sglang enables storage when a backend is named (HiCache on); the file backend's
+        # directory comes from its environment variable, as in sglang's HiCacheFile
+        self.storage_backend = a["hicache_storage_backend"] if self.hicache else None
+        extra = a["hicache_storage_backend_extra_config"] or {}
+        self.prefetch_threshold = int(extra.get("prefetch_threshold", DEFAULT_PREFETCH_THRESHOLD))
+        self.storage_dir = (
+            os.environ.get(FILE_BACKEND_DIR_ENV, DEFAULT_FILE_BACKEND_DIR) if self.storage_backend == "file" else None
+        )
+        self.storage_tokens = (
+            int(args.storage_gb * 1e9 / max(1, self.kv_bytes_per_token)) if self.storage_backend else 0
+        )
 
 
 def _log_startup(plan: Plan) -> None:
@@ -213,12 +229,17 @@ def _server_info(plan: Plan) -> dict[str, Any]:
             "kv_bytes_per_token": plan.kv_bytes_per_token,
             "mamba_host_pool_slots": plan.mamba_host_slots,
             "mamba_bytes_per_slot": plan.mamba_bytes_per_slot,
+            "hicache_storage_dir": plan.storage_dir,
+            "storage_pool_tokens": plan.storage_tokens,
             "sim": {
                 "time_scale": plan.args.time_scale,
                 "host_mem_scale": plan.args.host_mem_scale,
                 "mem_available_gib": plan.args.mem_available_gib,
                 "startup_s": plan.args.startup_s,
                 "step_ms_per_request": plan.args.step_ms_per_request,
+                "storage_gb": plan.args.storage_gb,
+                "storage_read_gbs": plan.args.storage_read_gbs,
+                "storage_write_gbs": plan.args.storage_write_gbs,
                 "faults": [{"name": f.name, "arg": arg} for f, arg in plan.args.faults.items()],
             },
         }
@@ -336,6 +357,7 @@ async def _serve(plan: Plan) -> int:
         a["hicache_write_policy"],
         hybrid=shape.is_hybrid,
         enabled=not a["disable_radix_cache"],
+        storage_tokens=plan.storage_tokens,
     )
     cfg = EngineConfig(
         max_total_tokens=plan.max_total_tokens,
@@ -348,13 +370,22 @@ async def _serve(plan: Plan) -> int:
         deterministic=bool(a["enable_deterministic_inference"]),
         faults=args.faults,
         random_seed=a["random_seed"] if a["random_seed"] is not None else 0,
+        storage_backend=plan.storage_backend,
+        prefetch_threshold=plan.prefetch_threshold,
     )
-    metrics = SimMetrics(plan.served_model_name)
+    metrics = SimMetrics(plan.served_model_name, plan.storage_backend if a["enable_metrics"] else None)
     engine = Engine(
         cfg,
         cache,
         CostModel.for_model(
-            shape, plan.tp, a["hicache_io_backend"], plan.layout, args.time_scale, args.step_ms_per_request
+            shape,
+            plan.tp,
+            a["hicache_io_backend"],
+            plan.layout,
+            args.time_scale,
+            args.step_ms_per_request,
+            args.storage_read_gbs,
+            args.storage_write_gbs,
         ),
         TokenModel(shape.vocab_size, shape.eos_token_ids),
         metrics,

@@ -8,6 +8,11 @@ Phases, each one request at a time:
                         at most half the pool): pushes the N out of the GPU pool. Filler — the
                         summary lists it but derives no figure from it.
   "repeat_after_evict"  the same N once more: host-tier hits with HiCache, recompute without
+With ``storage_eviction_tokens`` (a storage tier, L3, under test), two more:
+  "evict_host"          distinct filler of that many tokens: pushes the N past the GPU *and* the
+                        host pool (size it over host + GPU pool). Filler.
+  "repeat_from_storage" the same N once more: storage-tier hits with a storage backend (prefetched
+                        into the host pool, then loaded back), recompute without
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ class RepeatPrefill(PrefillConfig):
     # Over the GPU pool (pushes the prompts out of it), within a ratio-2 host pool minus the
     # prompts (more would push them out of the host tier too, and the phase would test recompute).
     eviction_tokens: TokenSizeT = TokenSize(pool_fraction=1.2)
+    # Past the host pool too (over host + GPU pool, e.g. "3x pool" at hicache ratio 1.5): the
+    # prompts come back from the storage tier. None: no storage phases.
+    storage_eviction_tokens: TokenSizeT | None = None
 
     def longest_request_tokens(self, pool_tokens: int) -> int:
         return self.prompt_tokens.resolve(pool_tokens) + self.new_tokens()
@@ -63,9 +71,19 @@ async def run(ctx: WorkloadContext, cfg: RepeatPrefill) -> None:
     w.phase("repeat_after_evict")
     for i, ids in enumerate(prompts):
         await w.send("repeat_after_evict", i, ids)
+    if cfg.storage_eviction_tokens is None:
+        return
+    w.phase("evict_host")
+    for i, size in enumerate(eviction_sizes(ctx.tokens(cfg.storage_eviction_tokens), n_tokens, ctx.pool_tokens)):
+        (ids,) = w.prompts(1, size, f"evict_host{i}")
+        await w.send("evict_host", i, ids)
+    w.phase("repeat_from_storage")
+    for i, ids in enumerate(prompts):
+        await w.send("repeat_from_storage", i, ids)
 
 
 _COLD_TTFT = PhaseStat("cold", "ttft_ms")
+_STORAGE_TTFT = PhaseStat("repeat_from_storage", "ttft_ms")
 
 
 def estimate(w: RepeatPrefill, c: EstimateContext) -> WorkEstimate:
@@ -103,7 +121,7 @@ KIND = WorkloadKind(
     config=RepeatPrefill,
     estimate=estimate,
     run=run,
-    filler_phases=frozenset({"evict"}),
+    filler_phases=frozenset({"evict", "evict_host"}),
     derived=COLD_PREFILL_FIGURES
     + (
         Derived(
@@ -124,10 +142,41 @@ KIND = WorkloadKind(
             needs=("cold", "repeat_after_evict"),
             compared=True,
         ),
+        Derived(
+            "storage_speedup",
+            "ratio",
+            True,
+            "cold TTFT / TTFT after eviction past the host pool (storage-tier hit)",
+            lambda p: ratio(_COLD_TTFT.of(p), _STORAGE_TTFT.of(p)),
+            needs=("cold", "repeat_from_storage"),
+            compared=True,
+        ),
+        Derived(
+            "storage_hit_ttft_ms",
+            "ms",
+            False,
+            "median TTFT of the repeats served from the storage tier (L3)",
+            _STORAGE_TTFT.of,
+            needs=("repeat_from_storage",),
+            compared=True,
+        ),
+        Derived(
+            "storage_hit_fraction",
+            "fraction",
+            True,
+            "mean share of the storage repeats' prompt tokens served from the storage tier",
+            PhaseStat("repeat_from_storage", "storage_hit_fraction", "mean").of,
+            needs=("repeat_from_storage",),
+        ),
     ),
     report_rows=(
         ReportRow("repeat speedup, device hit", "×", "device_speedup", True, note="cold TTFT / repeat TTFT"),
         ReportRow("repeat speedup, host hit", "×", "host_speedup", True, note="cold TTFT / TTFT after eviction"),
+        ReportRow(
+            "repeat speedup, storage hit", "×", "storage_speedup", True, note="cold TTFT / TTFT past the host pool"
+        ),
+        ReportRow("TTFT, storage hit", "ms", "storage_hit_ttft_ms", False, note="repeats served from L3"),
+        ReportRow("storage-hit fraction", "", "storage_hit_fraction", True, note="L3 share of the storage repeats"),
     ),
     tier_hit_phases=True,
 )
