@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.bandwidth import load_back_fraction
+from harness.bandwidth import load_back_fraction, storage_fraction
 from harness.frames import groups_frame
 from harness.metrics import METRICS
 from harness.report.formatting import KIB_PER_GIB, VERDICT_CSS, failure_text, fmt_num
@@ -401,6 +401,28 @@ def load_back(view: RunView, name: str) -> dict[str, Any]:
     }
 
 
+def storage_bandwidth(view: RunView, name: str) -> dict[str, Any]:
+    """The storage tier's (L3) I/O over a variant's phases (sampling's ``storage``): prefetch and
+    backup GB/s (sglang's per-operation bandwidth histograms, mean over operations) and each as a
+    fraction of the probed disk's read / write bandwidth (``probe.disk``)."""
+    acc = {"prefetch": [0.0, 0.0], "backup": [0.0, 0.0]}  # [sum of GB/s over ops, ops]
+    for d in _phases(view, name).values():
+        st = d.get("storage") or {}
+        for op, tot in acc.items():
+            ops, gbs = st.get(f"{op}_ops") or 0.0, st.get(f"{op}_gbs")
+            if ops > 0 and gbs is not None:
+                tot[0] += gbs * ops
+                tot[1] += ops
+    disk = (view.probe or {}).get("disk") or {}
+    out: dict[str, Any] = {"disk_read_gbs": disk.get("read_gbs"), "disk_write_gbs": disk.get("write_gbs")}
+    for op, disk_key in (("prefetch", "disk_read_gbs"), ("backup", "disk_write_gbs")):
+        total, ops = acc[op]
+        gbs = total / ops if ops > 0 else None
+        out[f"{op}_gbs"] = gbs
+        out[f"{op}_fraction"] = storage_fraction(gbs, out[disk_key])
+    return out
+
+
 def hicache_table(view: RunView) -> tuple[list[Row], str | None]:
     """Seed 000's HiCache table: the rows each workload's kind declares (workloads in scenario
     order), then quality parity and load-back; ON-vs-OFF deltas against the baseline."""
@@ -437,6 +459,21 @@ def hicache_table(view: RunView) -> tuple[list[Row], str | None]:
             note="needs probe results and load-back counters",
         )
     )
+    for op, label, disk in (("prefetch", "storage prefetch", "read"), ("backup", "storage backup", "write")):
+        rows.append(
+            _row(view, f"{label} GB/s", "GB/s", lambda n, op=op: storage_bandwidth(view, n)[f"{op}_gbs"], True, None)
+        )
+        rows.append(
+            _row(
+                view,
+                f"{label}, fraction of disk {disk}",
+                "",
+                lambda n, op=op: storage_bandwidth(view, n)[f"{op}_fraction"],
+                True,
+                None,
+                note=f"sglang's {op} bandwidth / the probed disk's sequential {disk} (harness probe)",
+            )
+        )
     # drop rows where no variant has a number (e.g. a phase the workload's config left out)
     rows = [r for r in rows if any(c.value is not None for c in r.cells) or r.label == "quality parity"]
     return rows, base

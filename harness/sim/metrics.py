@@ -138,16 +138,20 @@ class SimMetrics:
 
     def storage_prefetched(self, tokens: int, pages: int, nbytes: int, seconds: float) -> None:
         """One prefetch from storage: tokens, pages and its bandwidth, as sglang records them."""
-        self._storage_io(
-            self.prefetched_tokens, self.prefetch_pgs, self.prefetch_bandwidth, tokens, pages, nbytes, seconds
-        )
+        if self.storage:
+            self._storage_io(
+                self.prefetched_tokens, self.prefetch_pgs, self.prefetch_bandwidth, tokens, pages, nbytes, seconds
+            )
 
     def storage_backed_up(self, tokens: int, pages: int, nbytes: int, seconds: float) -> None:
         """One backup to storage (see ``storage_prefetched``)."""
-        self._storage_io(self.backuped_tokens, self.backup_pgs, self.backup_bandwidth, tokens, pages, nbytes, seconds)
+        if self.storage:
+            self._storage_io(
+                self.backuped_tokens, self.backup_pgs, self.backup_bandwidth, tokens, pages, nbytes, seconds
+            )
 
     def _storage_io(self, tokens_c, pages_h, bw_h, tokens: int, pages: int, nbytes: int, seconds: float) -> None:
-        if not self.storage or tokens <= 0:
+        if tokens <= 0:
             return
         lab = self.storage_labels
         tokens_c.labels(**lab).inc(tokens)
