@@ -293,3 +293,28 @@ def test_missing_storage_pages_recompute_and_parity_is_not_exercised(parity_serv
     assert not any(r.cached_storage or r.cached_host for r in on if r.ask > 0)
     assert all(c.token_equal for c in rep.comparisons)
     assert rep.verdict == "NOT_EXERCISED", rep.reason
+
+
+# ------------------------------------------------------------------ the whole run (slow)
+@pytest.mark.slow
+def test_sim_storage_scenario_end_to_end_with_the_disk_fraction(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from harness.report.tables import hicache_table
+    from harness.report.view import load_view
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "scenarios/sim_storage.yaml", "--probe", "--no-report", "--results-dir", str(tmp_path)],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (run,) = (tmp_path / "sim_storage").iterdir()
+    view = load_view(run)
+    assert view.probe["disk"]["ok"]
+    rows = {row.label: [c.value for c in row.cells] for row in hicache_table(view)[0]}
+    off, host, file_ = rows["storage prefetch, fraction of disk read"]
+    assert off is None and host is None and file_ > 0
+    assert rows["storage-hit fraction"][2] > 0.9
