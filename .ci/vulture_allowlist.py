@@ -93,3 +93,5 @@ _.process_calls  # unused attribute (tests/test_sampling.py:363)
 pytestmark  # unused variable (tests/test_sampling_sim.py:40)
 planted_env  # unused variable (tests/test_secrets_run.py:93)
 planted_env  # unused variable (tests/test_secrets_run.py:141)
+prefetch_timeout_base  # HiCacheStorage field, read by name into the extra-config JSON (harness/scenario/models.py)
+prefetch_timeout_per_ki_token  # likewise
