@@ -174,3 +174,11 @@ def test_missing_storage_pages_means_recompute_and_right_answers():
     assert again["output_ids"] == cold["output_ids"]
     # the server believes it wrote: backups counted, nothing ever prefetched
     assert series["backuped_tokens"] > 0 and series["prefetched_tokens"] == 0 and series["cached_storage_tokens"] == 0
+
+
+def test_corrupt_host_load_leaves_storage_hits_alone():
+    with SimProcess(ARGS + STORAGE + ["--sim-fault", "corrupt_host_load"]) as sim:
+        cold, again = cold_then_past_host(sim)
+    assert again["meta_info"]["cached_tokens_details"]["storage"] > 0
+    assert again["meta_info"]["cached_tokens_details"]["host"] == 0
+    assert again["output_ids"] == cold["output_ids"]

@@ -406,7 +406,7 @@ class Engine:
             req.load_bytes += self.cfg.mamba_bytes_per_slot
         req.admitted = True
         req.state = prompt_state(req.input_ids)
-        if Fault.corrupt_host_load in self.cfg.faults and m.host_tokens > 0:
+        if Fault.corrupt_host_load in self.cfg.faults and m.host_tokens > storage_tokens:  # host pages proper
             req.ref_state, req.state = req.state, req.state ^ CORRUPT_SALT
         if Fault.corrupt_storage in self.cfg.faults and storage_tokens > 0 and req.ref_state is None:
             req.ref_state, req.state = req.state, req.state ^ CORRUPT_SALT
