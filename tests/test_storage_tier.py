@@ -226,7 +226,7 @@ class Ctx:
     def record(self, r):
         self.rows.append(r)
 
-    def set_phase(self, p):
+    def set_phase(self, p, detail=None):
         pass
 
 
