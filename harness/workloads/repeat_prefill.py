@@ -88,7 +88,9 @@ _STORAGE_TTFT = PhaseStat("repeat_from_storage", "ttft_ms")
 
 def estimate(w: RepeatPrefill, c: EstimateContext) -> WorkEstimate:
     """Cold n x L, repeated at once n x L (GPU-tier hits), the eviction filler in prompts of
-    min(L, P/2) (`eviction_sizes`), then n x L again (host-tier hits where the pools allow)."""
+    min(L, P/2) (`eviction_sizes`), then n x L again (host-tier hits where the pools allow); with
+    ``storage_eviction_tokens`` the storage filler and n x L once more (counted as computed: a
+    storage hit is not known before launch)."""
     r, P, new = c.repeats, c.P, w.new_tokens()
     L, E = c.size(w.prompt_tokens), c.size(w.eviction_tokens)
     n = w.n
@@ -103,6 +105,13 @@ def estimate(w: RepeatPrefill, c: EstimateContext) -> WorkEstimate:
     after = 0 if (host_ok or not c.evicted(traffic)) else prompts
     computed = mul(add(prompts, again, filler, prompts if c.evicted(traffic) else 0), r)
     expected = mul(add(prompts, again, filler, after), r)
+    if w.storage_eviction_tokens is not None:  # the storage phases: more filler, the prompts again
+        S = c.size(w.storage_eviction_tokens)
+        s_sizes = eviction_sizes(S, L, P) if S is not None and L is not None and P is not None else None
+        s_filler = sum(s_sizes) if s_sizes is not None else S
+        reqs += n + (len(s_sizes) if s_sizes is not None else 0)
+        more = mul(add(s_filler, prompts), r)
+        sent, computed, expected = add(sent, more), add(computed, more), add(expected, more)
     return est(
         w.name,
         w.kind,
