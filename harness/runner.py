@@ -34,6 +34,7 @@ from pathlib import Path
 
 from harness import (
     __version__,
+    builds,
     cooldown,
     external,
     fingerprint,
@@ -232,11 +233,14 @@ def build_manifest(
     simulated: bool,
     redactor: Redactor | None = None,
     attached: external.AttachedRun | None = None,
+    checks: dict[str, builds.BuildCheck] | None = None,
 ) -> dict:
     """The run's manifest, every secret the run knows redacted (``redactor``: the run's).
     ``attached``: an external run's probed servers (each variant's ``server``: URL, version,
-    the server's own arguments, HiCache as it reports it, /metrics, whose host is sampled)."""
+    the server's own arguments, HiCache as it reports it, /metrics, whose host is sampled).
+    ``checks``: each variant's verified build (``builds.verify_builds``), kept per variant."""
     redactor = redactor or fingerprint.run_redactor(scenario, argv)
+    checks = checks or {}
     entries = []
     for v in variants:
         d = describe_launch(scenario, v, redactor=redactor)
@@ -244,6 +248,9 @@ def build_manifest(
         if attached is not None and v.name in attached.endpoints:
             scrub = functools.partial(fingerprint.scrub_json, redactor)  # numbers stay figures
             extra = {"url": v.url, "server": attached.endpoints[v.name].manifest_entry(scrub)}
+        check = checks.get(v.name)
+        if check is not None or attached is None:
+            extra["build"] = fingerprint.scrub_json(redactor, check.to_json()) if check else {"build": v.build}
         entries.append(
             {
                 "name": v.name,
@@ -287,13 +294,20 @@ def build_manifest(
         if scenario.quality.enabled:
             manifest["quality_baseline"] = scenario.quality.baseline_variant  # read from the servers
     elif not simulated and variants:
-        v0 = variants[0]
-        spec = build_launch_spec(scenario, v0, 0)
+        v0 = variants[0]  # the run's headline sglang; every variant's own is under variants[].build
         if v0.sglang_source:
             manifest["sglang_source"] = fingerprint.git_state(Path(v0.sglang_source))
-        manifest["sglang"] = fingerprint.scrub_json(
-            redactor, fingerprint.sglang_version(v0.python, env=spec.full_env())
-        )
+        check = checks.get(v0.name)
+        if check is not None:
+            sglang = {"version": check.version, "location": check.location}
+            if check.error:
+                sglang["error"] = check.error
+            elif check.location:
+                sglang["git"] = fingerprint.git_state(Path(check.location))
+        else:
+            spec = build_launch_spec(scenario, v0, 0)
+            sglang = fingerprint.sglang_version(v0.python, env=spec.full_env())
+        manifest["sglang"] = fingerprint.scrub_json(redactor, sglang)
     else:
         manifest["sglang"] = {"version": "simulated", "location": "harness.sim"}
     return manifest
@@ -313,13 +327,14 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
         _learn_server_secrets(redactor, attached)
         # a simulated server says so (harness/sim): its figures are labelled simulated like sim's
         simulated = any(e.info is not None and e.info.simulated for e in attached.endpoints.values())
+    checks = builds.verify_builds(scenario, variants)  # BuildError (exit 2): nothing written, nothing started
     with Signals() as signals:
         # GpuBusy (exit 2) before anything is written; an external run starts no server: none to clear
         orphans = clear_orphans(options.results_dir) if attached is None else []
         run = results.create_run_dir(options.results_dir, scenario.name)
         with results.hold_run_lock(run.root):  # from the first file on: a live run is never an orphan
             try:
-                manifest = build_manifest(scenario, variants, harness_argv, simulated, redactor, attached)
+                manifest = build_manifest(scenario, variants, harness_argv, simulated, redactor, attached, checks)
                 if shard_plan is not None:
                     manifest["shard"] = shard_plan.to_json()
                 if orphans:
@@ -333,7 +348,7 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
                 signals.hold()
                 results.write_json_atomic(run.interrupted, {"at": results.utc_now_iso(), "signal": signals.name})
                 return RunOutcome(run.root, interrupted=True, verdict=RunVerdict(Outcome.INTERRUPTED))
-            return execute_run(scenario, options, run, variants, redactor=redactor, attached=attached)
+            return execute_run(scenario, options, run, variants, redactor=redactor, attached=attached, checks=checks)
 
 
 def _learn_server_secrets(redactor: Redactor, attached: external.AttachedRun) -> None:
@@ -352,11 +367,14 @@ def execute_run(
     prior: list[VariantOutcome] | None = None,
     redactor: Redactor | None = None,
     attached: external.AttachedRun | None = None,
+    checks: dict[str, builds.BuildCheck] | None = None,
 ) -> RunOutcome:
     """Run ``variants`` into an existing run folder (fresh or resumed), then finish it.
 
     ``prior``: outcomes of variants already complete in the folder (resume), counted in the exit code.
     ``redactor``: the run's secrets (default: learnt from the scenario and this process's argv/env).
+    ``checks``: the variants' verified builds (default: verified here; ``builds.BuildError``, exit 2,
+    before any server starts). Each server's reported version is confirmed against its build's.
     While it runs it holds ``<run>/.lock`` (docs/sharding.md): a second harness on the run is refused.
     """
     if options.preflight_mode is not None:
@@ -366,12 +384,21 @@ def execute_run(
         attached = external.attach(scenario, variants)
         variants = attached.variants
         _learn_server_secrets(redactor, attached)
+    if checks is None:
+        checks = builds.verify_builds(scenario, variants)
     with results.hold_run_lock(run.root):
-        return _execute_locked(scenario, options, run, variants, prior, redactor, attached)
+        return _execute_locked(scenario, options, run, variants, prior, redactor, attached, checks)
 
 
 def _execute_locked(
-    scenario, options, run, variants, prior, redactor: Redactor, attached: external.AttachedRun | None = None
+    scenario,
+    options,
+    run,
+    variants,
+    prior,
+    redactor: Redactor,
+    attached: external.AttachedRun | None = None,
+    checks: dict | None = None,
 ) -> RunOutcome:
     outcome = RunOutcome(run.root, list(prior or []))
     simulated = scenario.server.backend == "sim"
@@ -385,7 +412,7 @@ def _execute_locked(
         info = attached.endpoints[v.name].info
         if info is not None and info.max_total_num_tokens:
             counts.update(request_counts(scenario, [v], gpu_pool_tokens=info.max_total_num_tokens))
-    state = _RunState(redactor)
+    state = _RunState(redactor, checks)
     state.attached = attached
     with Signals() as signals:
         try:
@@ -430,8 +457,9 @@ def _execute_locked(
 class _RunState:
     """What must be cleaned up if the run is interrupted."""
 
-    def __init__(self, redactor: Redactor):
+    def __init__(self, redactor: Redactor, checks: dict | None = None):
         self.redactor = redactor
+        self.checks: dict[str, builds.BuildCheck] = checks or {}  # each variant's verified build
         self.server: ServerProcess | None = None
         self.sampler = None
         self.vpaths: results.VariantPaths | None = None
@@ -538,25 +566,29 @@ def run_variant(
 
     status.ready_s = round(ready.seconds, 3)
     status.write(vpaths.status)
-    try:
-        info = fetch_server_info(spec.base_url)
-    except ServerAnswerError as exc:  # a server whose answers cannot be trusted measures nothing
+
+    def fail_ready_server(cause: str, detail: dict) -> tuple[VariantOutcome, bool]:
         progress.phase("stopping")
         status.stop = dataclasses.asdict(server.stop())
         state.server = None
         unclean = _cooldown(scenario, baseline, progress, status, sampler)
         _stop_sampler(sampler)
         state.sampler = None
-        return _finish(
-            vpaths,
-            status,
-            FAILED,
-            BAD_SERVER_ANSWER,
-            state.redactor,
-            detail={"endpoint": "/get_server_info", "reason": exc.reason},
-        ), unclean
+        return _finish(vpaths, status, FAILED, cause, state.redactor, detail=detail), unclean
+
+    try:
+        info = fetch_server_info(spec.base_url)
+    except ServerAnswerError as exc:  # a server whose answers cannot be trusted measures nothing
+        return fail_ready_server(BAD_SERVER_ANSWER, {"endpoint": "/get_server_info", "reason": exc.reason})
     if info is not None:
         results.write_json_atomic(vpaths.server_info, fingerprint.scrub_json(state.redactor, info.raw))
+    check = state.checks.get(variant.name)
+    mismatch = builds.confirm_server(check, info.version if info is not None else None)
+    if mismatch:  # another sglang than the build's answered: nothing it measures is the build's
+        progress.note(f"variant {variant.name}: {mismatch}")
+        return fail_ready_server(
+            builds.BUILD_MISMATCH, {"expected": check.version, "reported": info.version, "reason": mismatch}
+        )
     pools = logscan.parse_pools(server.read_log()).to_json()
     if pools["max_total_num_tokens"] is None and info is not None:
         pools["max_total_num_tokens"] = info.max_total_num_tokens

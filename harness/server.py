@@ -134,12 +134,17 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
         env["PYTHONPATH"] = _prepend_path(str(repo_root()), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
     else:
         python, module = variant.python, SGLANG_MODULE
-        if variant.sglang_source:
-            src = Path(variant.sglang_source)
-            pkg = src / "python" if (src / "python" / "sglang").is_dir() else src
-            env["PYTHONPATH"] = _prepend_path(str(pkg), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
+    if variant.sglang_source:  # the simulator imports no sglang, but its build is checked alike
+        pkg = source_package_dir(Path(variant.sglang_source))
+        env["PYTHONPATH"] = _prepend_path(str(pkg), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
     argv = [*variant.command_prefix, python, "-m", module, *core, *flags, *sim_flags]
     return LaunchSpec(tuple(argv), env, variant.host, port, simulated)
+
+
+def source_package_dir(source: Path) -> Path:
+    """The folder holding the ``sglang`` package in a checkout: ``python/`` of a git checkout of
+    sglang (``python/sglang``), else the folder itself (``sglang/`` directly in it)."""
+    return source / "python" if (source / "python" / "sglang").is_dir() else source
 
 
 def _prepend_path(first: str, rest: str | None) -> str:

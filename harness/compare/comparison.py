@@ -24,6 +24,7 @@ from harness import results
 from harness.compare.curves import CurvePointRow, curve_points
 from harness.compare.runs import (
     BaselineChoice,
+    build_change,
     check_same_scenario,
     config_hashes,
     run_expectations,
@@ -31,6 +32,7 @@ from harness.compare.runs import (
     run_policy,
     run_workload_kinds,
     run_workload_specs,
+    variant_builds,
     variant_records,
     variant_requests,
 )
@@ -588,6 +590,7 @@ def compare_runs(
     base_v = {v.name: v for v in base.variants}
     cand_v = {v.name: v for v in cand.variants}
     hashes_b, hashes_c = config_hashes(base), config_hashes(cand)
+    builds_b, builds_c = variant_builds(base), variant_builds(cand)
     complete = base.complete and cand.complete
     for name in list(dict.fromkeys([*cand_v, *base_v])):
         bv, cv = base_v.get(name), cand_v.get(name)
@@ -595,6 +598,10 @@ def compare_runs(
         changed = None if (bv is None or cv is None) else hashes_b.get(name) != hashes_c.get(name)
         if changed and state not in FAILING_VARIANT_STATES and state != "skipped":
             state, note = "not_comparable", "config changed (variant config hash differs)"
+        build_note = build_change(builds_b.get(name), builds_c.get(name))
+        if build_note:  # compared all the same: the build is what a nightly comparison judges
+            note = f"{note}; {build_note}" if note else build_note
+            comp.notes.append(f"{name}: {build_note}")
         comp.variants.append(
             VariantRow(
                 name,

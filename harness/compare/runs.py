@@ -68,6 +68,33 @@ def run_info(run: results.LoadedRun) -> dict:
     }
 
 
+def variant_builds(run: results.LoadedRun) -> dict[str, dict]:
+    """{variant: its build as the manifest records it (harness/builds.py)}; runs recorded before
+    builds were have none."""
+    return {e["name"]: e["build"] for e in run.manifest.get("variants", []) if isinstance(e.get("build"), dict)}
+
+
+def build_change(base: Mapping | None, cand: Mapping | None) -> str | None:
+    """How a variant's sglang build differs between two runs (version, checkout commit or dirty
+    state, imported path), or None (the same, or not recorded in both)."""
+    if not base or not cand:
+        return None
+
+    def ident(b: Mapping) -> tuple:
+        git = b.get("git") or {}
+        return (b.get("version"), git.get("commit"), git.get("dirty"), b.get("imported_file"))
+
+    if ident(base) == ident(cand):
+        return None
+
+    def show(b: Mapping) -> str:
+        git = b.get("git") or {}
+        commit = f"@{str(git['commit'])[:10]}{'+dirty' if git.get('dirty') else ''}" if git.get("commit") else ""
+        return f"{b.get('build')} {b.get('version')}{commit}"
+
+    return f"build changed: {show(base)} -> {show(cand)}"
+
+
 def config_hashes(run: results.LoadedRun) -> dict[str, str | None]:
     """{variant: config hash} as the run's manifest records them."""
     return {e["name"]: e.get("config_hash") for e in run.manifest.get("variants", [])}

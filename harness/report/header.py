@@ -145,9 +145,20 @@ def variant_rows(view: RunView) -> list[dict]:
                 "config_hash": (e.get("config_hash") or "")[:12],
                 "ready_s": st.get("ready_s"),
                 "env_not_clean": st.get("env_not_clean"),
+                "build": build_label(e.get("build")),
             }
         )
     return out
+
+
+def build_label(build: dict | None) -> str | None:
+    """A variant's build as one cell: name, version, the checkout's short commit (+dirty), or
+    None for a run recorded before builds were."""
+    if not isinstance(build, dict):
+        return None
+    git = build.get("git") or {}
+    commit = f" @{str(git.get('commit'))[:10]}{'+dirty' if git.get('dirty') else ''}" if git.get("commit") else ""
+    return f"{build.get('build')} {build.get('version') or '(version unknown)'}{commit}"
 
 
 def judged_expectations(view: RunView, evaluate) -> list[dict]:

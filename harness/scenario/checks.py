@@ -12,7 +12,7 @@ from typing import Any
 
 from harness.metrics import METRICS
 from harness.scenario.errors import ErrorItem
-from harness.scenario.models import HiCache, Scenario, Variant, VariantFields
+from harness.scenario.models import DEFAULT_BUILD, HiCache, Scenario, Variant, VariantFields
 from harness.scenario.values import Check, env_problem, flag_problem
 from harness.workloads import kinds
 from harness.yaml_lines import format_path, line_for
@@ -21,7 +21,7 @@ _AXIS_ROOTS = ("hicache.", "env.", "args.")
 
 
 def axis_problem(axis: str) -> str | None:
-    if axis == "model_path":
+    if axis in ("model_path", "build"):
         return None
     root, _, rest = axis.partition(".")
     if root == "hicache":
@@ -34,7 +34,7 @@ def axis_problem(axis: str) -> str | None:
         return env_problem(rest)
     if root == "args":
         return flag_problem(rest)
-    return f"unknown axis {axis!r}: axes are hicache.<field>, env.<NAME>, args.--<flag> or model_path"
+    return f"unknown axis {axis!r}: axes are hicache.<field>, env.<NAME>, args.--<flag>, model_path or build"
 
 
 def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
@@ -61,6 +61,7 @@ def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
         p = env_problem(name)
         if p:
             add(("server", "env", name), p)
+    _build_problems(scn, blocks, add)
     for base, v in blocks:
         for flag in v.args:
             p = flag_problem(flag)
@@ -160,6 +161,40 @@ def external_problems(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
         if key in scn.sampling.model_fields_set:
             add(("sampling", key), f"{_EXTERNAL_WHY}: no cooldown after a stop")
     return errs
+
+
+def _build_problems(scn: Scenario, blocks: list[tuple[tuple, VariantFields]], add) -> None:
+    """``builds`` entries (names, flags, env names, backend) and every ``build:`` / axis value
+    naming one of them, each reported through ``add(path, message)``."""
+    names = list(scn.builds)
+    if names and scn.server.backend == "external":
+        add(("builds",), f"{_EXTERNAL_WHY}: a running server is the build it is (its version is recorded)")
+    for name, b in scn.builds.items():
+        if name == DEFAULT_BUILD:
+            add(("builds", name), f"{DEFAULT_BUILD!r} is the server block's own build; give this one another name")
+        if b.python is not None and scn.server.backend == "sim":
+            add(("builds", name, "python"), "only with backend: sglang (the simulator runs on the harness's python)")
+        for flag in b.args:
+            p = flag_problem(flag)
+            if p:
+                add(("builds", name, "args", flag), p)
+        for env_name in b.env:
+            p = env_problem(env_name)
+            if p:
+                add(("builds", name, "env", env_name), p)
+
+    def unknown(build: str) -> str:
+        return f"unknown build {build!r}" + (
+            _did_you_mean(build, names) if names else " (no builds: declare it under builds)"
+        )
+
+    for base, v in blocks:
+        if v.build is not None and v.build not in scn.builds:
+            add(base + ("build",), unknown(v.build))
+    for i, m in enumerate(scn.matrix):
+        for j, val in enumerate(m.axes.get("build", [])):
+            if not isinstance(val, str) or val not in scn.builds:
+                add(("matrix", i, "axes", "build", j), unknown(str(val)))
 
 
 def late_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) -> list[ErrorItem]:

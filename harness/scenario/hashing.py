@@ -14,9 +14,10 @@ def _canonical(obj: Any) -> str:
 
 
 def variant_config_hash(scenario: Scenario, variant: Variant) -> str:
-    """sha256 over what shapes the server: backend, python, command prefix, sglang_source,
-    model path (as written, after ${VAR} expansion, so checkouts in other folders hash alike),
-    TP size, merged args (in order) and env, HiCache block and simulator options (with faults).
+    """sha256 over what shapes the server: backend, python, command prefix, sglang_source (the
+    variant's build's, as written; a build's env and args are in the merged ones), model path
+    (as written, after ${VAR} expansion, so checkouts in other folders hash alike), TP size,
+    merged args (in order) and env, HiCache block and simulator options (with faults).
     Names, descriptions, expectations, timeouts and workloads are not part of it. An external
     server (``backend: external``) is its URL: its own arguments are recorded per run in the
     manifest (``variants[].server``), since they are only known once it is asked."""
@@ -24,11 +25,15 @@ def variant_config_hash(scenario: Scenario, variant: Variant) -> str:
         return hashlib.sha256(_canonical({"backend": "external", "url": variant.url}).encode("utf-8")).hexdigest()
     s = scenario.server
     sim = variant.backend == "sim"
+    build = scenario.builds.get(variant.build)  # None: the server block's own build
+    python = build.python if build is not None and build.python is not None else s.python
+    source = build.sglang_source if build is not None else s.sglang_source
     payload = {
         "backend": variant.backend,
-        "python": None if sim else s.python,
+        "python": None if sim else python,
         "command_prefix": list(s.command_prefix),
-        "sglang_source": None if sim else s.sglang_source,
+        # the simulator's own build ignored its server.sglang_source; a named build's counts
+        "sglang_source": source if not sim or build is not None else None,
         "model_path": variant.model_path_spec,
         "tp_size": variant.tp_size,
         "args": [[k, v] for k, v in variant.args.items()],

@@ -68,6 +68,9 @@ CAUSES = (
 )
 QUALITY_TASKS = ("needle", "multi_needle", "variable_tracking", "aggregation", "ordered_codes")
 SGLANG_DEFAULT_HICACHE_RATIO = 2.0
+# The build a variant runs when it names none: the ``server`` block's own python, sglang_source,
+# env and args (harness/builds.py).
+DEFAULT_BUILD = "default"
 
 # The tagged union of every workload kind's config model (harness/workloads/<kind>.py).
 Workload = Annotated[
@@ -103,6 +106,14 @@ class Watchdog(ScenarioModel):
     variant_budget_s: PosFloat | None = None  # wall clock from ready to the end of the quality arm
 
 
+def _extra_args_ok(v: str) -> str:
+    for flag in parse_extra_args(v):
+        problem = flag_problem(flag)
+        if problem:
+            raise field_error(problem)
+    return v
+
+
 class Server(ScenarioModel):
     """``server``: how to start the server every variant shares (``backend: external``: none is
     started; each variant names a running server's ``url``, harness/external.py)."""
@@ -134,11 +145,7 @@ class Server(ScenarioModel):
     @field_validator("extra_args")
     @classmethod
     def _check_extra_args(cls, v: str) -> str:
-        for flag in parse_extra_args(v):
-            problem = flag_problem(flag)
-            if problem:
-                raise field_error(problem)
-        return v
+        return _extra_args_ok(v)
 
     @field_validator("sglang_source", mode="before")
     @classmethod
@@ -189,6 +196,37 @@ class HiCacheStorage(ScenarioModel):
             if getattr(self, key) is not None:
                 cfg[key] = getattr(self, key)
         return json.dumps(cfg, sort_keys=True, separators=(",", ":")) if cfg else None
+
+
+class Build(ScenarioModel):
+    """One entry of ``builds``: a named sglang install a variant can pick (``build: NAME``).
+    Its env and args go between the server's and the variant's; python defaults to
+    ``server.python``. Verified before any server starts (harness/builds.py)."""
+
+    description: str = ""
+    python: str | None = None
+    sglang_source: str | None = None
+    env: EnvDict = {}
+    args: ArgsDict = {}
+    extra_args: str = ""
+
+    @field_validator("extra_args")
+    @classmethod
+    def _check_extra_args(cls, v: str) -> str:
+        return _extra_args_ok(v)
+
+    @field_validator("sglang_source", mode="before")
+    @classmethod
+    def _empty_source(cls, v: Any) -> Any:
+        """``sglang_source: ${PATCHED_SGLANG:-}`` (empty) means none."""
+        return None if v == "" else v
+
+    @field_validator("python")
+    @classmethod
+    def _python_not_empty(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise field_error("must not be empty (omit it to use server.python)")
+        return v
 
 
 class HiCache(ScenarioModel):
@@ -265,6 +303,7 @@ class VariantFields(ScenarioModel):
     expect_cause: Literal[CAUSES] | None = None  # type: ignore[valid-type]
     sim_faults: list[Fault] = []
     url: str | None = None  # backend: external: the running server this variant measures
+    build: Name | None = None  # an entry of ``builds`` (None: the server block's own build)
 
     @field_validator("url")
     @classmethod
@@ -413,6 +452,7 @@ class Variant(BaseModel):
     request_timeout_s: float
     matrix_values: dict[str, Any] = {}
     url: str | None = None  # backend external: the server's base URL (no lifecycle)
+    build: str = DEFAULT_BUILD  # the ``builds`` entry it runs (python, sglang_source, env, args)
 
     @property
     def hicache_enabled(self) -> bool:
@@ -453,6 +493,9 @@ class Scenario(ScenarioModel):
     seed: NonNegInt = 0
     repeats: Annotated[int, BeforeValidator(no_bool), Field(ge=1, le=MAX_REPEATS)] = 1
     server: Server
+    # Named sglang installs; a variant (or a matrix axis ``build``) picks one. None: every variant
+    # runs the server block's python/sglang_source (the build named ``default``).
+    builds: dict[Name, Build] = {}
     variants: list[VariantSpec] = []
     matrix: list[MatrixEntry] = []
     workloads: list[Workload] = []  # type: ignore[valid-type]

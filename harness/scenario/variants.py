@@ -19,6 +19,7 @@ from harness.scenario.checks import axis_problem
 from harness.scenario.error_mapping import message_for
 from harness.scenario.errors import ErrorItem
 from harness.scenario.models import (
+    DEFAULT_BUILD,
     MatrixEntry,
     Scenario,
     SimOptions,
@@ -67,9 +68,17 @@ def _make_variant(
     sim = s.backend == "sim"
     # backend external: no model_path is needed (the running server has its own); "" = none given
     mp_spec = (spec.model_path if spec.model_path is not None else s.model_path) or ""
-    python = s.python
+    build_name = spec.build or DEFAULT_BUILD
+    build = scn.builds.get(build_name) if spec.build else None  # a missing name: reported by checks
+    python = build.python if build is not None and build.python is not None else s.python
     if "/" in python:
         python = _resolve_path(python, base_dir, always=True)
+    source = build.sglang_source if build is not None else s.sglang_source
+    server_args = _merge_args(s.args, parse_extra_args(s.extra_args))
+    server_env: Mapping[str, Any] = s.env
+    if build is not None:  # the build's env and args sit between the server's and the variant's
+        server_args = _merge_args(_merge_args(server_args, build.args), parse_extra_args(build.extra_args))
+        server_env = _merge_env(server_env, build.env)
     return Variant(
         name=name,
         origin=origin,
@@ -77,14 +86,14 @@ def _make_variant(
         backend=s.backend,
         python=python,
         command_prefix=list(s.command_prefix),
-        sglang_source=(_resolve_path(s.sglang_source, base_dir, always=True) if s.sglang_source else None),
+        sglang_source=(_resolve_path(source, base_dir, always=True) if source else None),
         model_path=_resolve_path(mp_spec, base_dir, always=sim) if mp_spec else "",
         model_path_spec=mp_spec,
         tp_size=s.tp_size,
         host=s.host,
         hicache=spec.hicache.model_copy() if spec.hicache is not None else None,
-        args=_merge_args(_merge_args(s.args, parse_extra_args(s.extra_args)), spec.args),
-        env=_merge_env(s.env, spec.env),
+        args=_merge_args(server_args, spec.args),
+        env=_merge_env(server_env, spec.env),
         expect=spec.expect,
         expect_cause=spec.expect_cause,
         sim_faults=list(spec.sim_faults),
@@ -94,6 +103,7 @@ def _make_variant(
         request_timeout_s=s.request_timeout_s,
         matrix_values=dict(matrix_values or {}),
         url=spec.url,
+        build=build_name,
     )
 
 
@@ -102,6 +112,8 @@ def _axis_part(axis: str, value: Any, labels: Mapping[str, str], position: int) 
     become folders, report headings and JUnit test names): its position stands in for it."""
     if is_secret_name(axis.partition(".")[2]):
         shown = f"secret{position + 1}"
+    elif axis == "build":
+        shown = str(value)
     elif axis == "model_path" and isinstance(value, str):
         shown = os.path.basename(value.rstrip("/")) or value
     elif isinstance(value, bool):
@@ -188,8 +200,8 @@ def _matrix_variants(
 
 def _apply_axis(d: dict, axis: str, val: Any) -> dict:
     d = dict(d)
-    if axis == "model_path":
-        d["model_path"] = val
+    if axis in ("model_path", "build"):
+        d[axis] = val
         return d
     root, _, rest = axis.partition(".")
     sub = dict(d.get(root) or {})

@@ -6,6 +6,7 @@ A module of its own so that data flows one way: ``cli`` (argv -> SimArgs, then h
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,17 @@ DEFAULT_STEP_MS_PER_REQUEST = 0.1
 DEFAULT_STORAGE_GB = 1000.0
 DEFAULT_STORAGE_READ_GBS = 2.0
 DEFAULT_STORAGE_WRITE_GBS = 1.0
+
+SIM_VERSION = "0.5.17-sim"
+# The version the simulator reports (/get_server_info, its log banner): part of the simulated
+# *build*, like $HARNESS_SIM_BUILD, so two sim builds of one run can report two versions
+# (harness/builds.py checks the reported one against what the build declares).
+VERSION_ENV = "HARNESS_SIM_VERSION"
+
+
+def sim_version(environ: Mapping[str, str]) -> str:
+    """The version a simulator started with ``environ`` reports."""
+    return environ.get(VERSION_ENV) or SIM_VERSION
 
 
 @dataclass

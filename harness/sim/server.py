@@ -33,7 +33,7 @@ import uvicorn
 
 from harness.model_config import KV_CACHE_DTYPE_BYTES, ModelConfigError, ModelShape, load_model_shape
 from harness.sim.app import AppState, build_app, wait_done
-from harness.sim.args import SimArgs
+from harness.sim.args import SimArgs, sim_version
 from harness.sim.cache import TwoTierCache
 from harness.sim.engine import CostModel, Engine, EngineConfig, SamplingParams, SimRequest, crash_with_illegal_access
 from harness.sim.faults import Fault
@@ -41,7 +41,6 @@ from harness.sim.hostmem import HostBudget, HostMemoryError, TouchedBuffer, host
 from harness.sim.metrics import SimMetrics
 from harness.sim.tokens import TokenModel
 
-SIM_VERSION = "0.5.17-sim"
 SITE = "/usr/local/lib/python3.12/dist-packages/sglang/srt"
 DEFAULT_MAX_TOTAL_TOKENS = 20480  # the H200 runs used --max-total-tokens 20480
 DEFAULT_MAMBA_SLOTS = 32
@@ -164,7 +163,7 @@ def _log_startup(plan: Plan) -> None:
     log.info(
         "SIMULATED sglang server (harness.sim, version %s): no GPU, no weights; timings from a cost model "
         "x %s, host pools touched x %s. faults=%s",
-        SIM_VERSION,
+        sim_version(os.environ),
         plan.args.time_scale,
         plan.args.host_mem_scale,
         [f.name if arg is None else f"{f.name}={arg:g}" for f, arg in plan.args.faults.items()],
@@ -214,7 +213,7 @@ def _server_info(plan: Plan) -> dict[str, Any]:
     info: dict[str, Any] = dict(plan.args.sglang)
     info.update(
         {
-            "version": SIM_VERSION,
+            "version": sim_version(os.environ),
             "simulated": True,
             "backend": "harness.sim",
             "max_total_num_tokens": plan.max_total_tokens,
