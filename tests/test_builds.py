@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from harness import builds, cli
+from harness.compare.runs import build_change
 from harness.exit_codes import ExitCode
-from harness.runner import RunOptions, run_scenario
+from harness.report.header import build_label
+from harness.runner import RunOptions, dry_run_text, run_scenario
 from harness.scenario import ScenarioError, load_scenario, load_scenario_text, variant_config_hash
 from harness.server import ServerProcess
 from tests.conftest import REPO, sim_scenario, write_scenario
@@ -285,3 +287,57 @@ def test_a_scenario_without_builds_keeps_its_config_hashes(tmp_path):
     assert [variant_config_hash(s1, v) for v in s1.expand_variants()] == [
         variant_config_hash(s2, v) for v in s2.expand_variants()
     ]
+
+
+def test_the_h200_builds_scenario_checks_both_builds_and_tells_them_apart(tmp_path):
+    """scenarios/gpu/h200_builds.yaml against stand-ins for the site (sglang/ directly in it) and
+    make_broken_hicache.sh's copy (python/sglang): both verified, the same version, two imported
+    files; the patched copy goes first on the patched variants' PYTHONPATH only."""
+    site = fake_sglang(tmp_path / "site", "0.5.17", layout="flat")
+    patched = fake_sglang(tmp_path / "patched", "0.5.17")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((REPO / "scenarios/models/llama-tiny/config.json").read_text())
+    env = {
+        "SGLANG_SITE": str(site),
+        "PATCHED_SGLANG": str(patched),
+        "MODEL_PATH": str(model),
+        "SGLANG_PYTHON": sys.executable,
+    }
+    scn = load_scenario(REPO / "scenarios/gpu/h200_builds.yaml", env=env)
+    variants = scn.expand_variants()
+    assert [(v.name, v.build) for v in variants] == [
+        ("off-stock", "stock"),
+        ("off-patched", "patched"),
+        ("on-stock", "stock"),
+        ("on-patched", "patched"),
+    ]
+    checks = builds.verify_builds(scn, variants)
+    assert {n: c.imported_file for n, c in checks.items()} == {
+        "off-stock": str(site / "sglang" / "__init__.py"),
+        "on-stock": str(site / "sglang" / "__init__.py"),
+        "off-patched": str(patched / "python" / "sglang" / "__init__.py"),
+        "on-patched": str(patched / "python" / "sglang" / "__init__.py"),
+    }
+    assert {c.version for c in checks.values()} == {"0.5.17"}
+    text = dry_run_text(scn, variants)
+    blocks = {b.split("\n", 1)[0].strip(): b for b in text.split("# variant ")[1:]}
+    assert (
+        f"PYTHONPATH={patched / 'python'}" in blocks["on-patched"] and "HICACHE_CORRUPT_LOAD=1" in blocks["on-patched"]
+    )
+    assert str(patched) not in blocks["on-stock"] and "HICACHE_CORRUPT_LOAD" not in blocks["on-stock"]
+
+
+def test_compare_and_report_name_a_changed_build():
+    stock = {"build": "stock", "version": "0.5.17", "git": None, "imported_file": "/site/sglang/__init__.py"}
+    patched = {
+        "build": "patched",
+        "version": "0.5.17",
+        "git": {"commit": "a" * 40, "branch": "fix", "dirty": True},
+        "imported_file": "/p/python/sglang/__init__.py",
+    }
+    assert build_change(stock, dict(stock)) is None
+    assert build_change(None, stock) is None  # a run recorded before builds: nothing to say
+    assert build_change(stock, patched) == "build changed: stock 0.5.17 → patched 0.5.17@aaaaaaaaaa+dirty"
+    assert build_label(patched) == "patched 0.5.17 @aaaaaaaaaa+dirty"
+    assert build_label(None) is None

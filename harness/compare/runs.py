@@ -92,7 +92,7 @@ def build_change(base: Mapping | None, cand: Mapping | None) -> str | None:
         commit = f"@{str(git['commit'])[:10]}{'+dirty' if git.get('dirty') else ''}" if git.get("commit") else ""
         return f"{b.get('build')} {b.get('version')}{commit}"
 
-    return f"build changed: {show(base)} -> {show(cand)}"
+    return f"build changed: {show(base)} → {show(cand)}"
 
 
 def config_hashes(run: results.LoadedRun) -> dict[str, str | None]:
