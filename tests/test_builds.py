@@ -341,3 +341,19 @@ def test_compare_and_report_name_a_changed_build():
     assert build_change(stock, patched) == "build changed: stock 0.5.17 → patched 0.5.17@aaaaaaaaaa+dirty"
     assert build_label(patched) == "patched 0.5.17 @aaaaaaaaaa+dirty"
     assert build_label(None) is None
+
+
+def test_an_external_run_takes_no_builds():
+    """backend: external starts nothing: a builds block is refused (its servers' versions are
+    recorded from what they report)."""
+    text = textwrap.dedent("""\
+        name: ext
+        server: {backend: external}
+        builds:
+          patched: {sglang_source: /x}
+        variants:
+          - name: a
+            url: http://127.0.0.1:30000
+        """)
+    with pytest.raises(ScenarioError, match="builds: does not apply to backend: external"):
+        load_scenario_text(text)
