@@ -50,6 +50,7 @@ from harness.hostpool import (
     check_budget,
     kv_dtype_bytes_for,
     pool_args_from_server_args,
+    predict_gpu_pool_tokens,
     predict_host_pool,
 )
 from harness.model_config import ModelConfigError, ModelShape, load_model_shape
@@ -321,52 +322,6 @@ def _shape_of(variant: Any) -> tuple[ModelShape | None, str]:
         return load_model_shape(variant.model_path), ""
     except (ModelConfigError, OSError, TypeError, ValueError) as e:
         return None, f"model config unreadable ({e})"
-
-
-def _weight_bytes_per_rank(shape: ModelShape, tp: int) -> float:
-    """Parameters (rough, from config.json) x bytes per weight (``quantization_config.bits`` when
-    the config has one, else the model dtype), split over the TP ranks."""
-    quant = shape.raw.get("quantization_config") if isinstance(shape.raw, dict) else None
-    bits = None
-    if isinstance(quant, Mapping):
-        for key in ("bits", "weight_bits", "w_bit"):
-            if isinstance(quant.get(key), (int, float)):
-                bits = float(quant[key])
-                break
-    per_weight = bits / 8 if bits else shape.dtype_bytes
-    return shape.approx_params() * per_weight / max(1, tp)
-
-
-def predict_gpu_pool_tokens(
-    shape: ModelShape,
-    tp_size: int,
-    gpu_mem_gib: float,
-    mem_fraction_static: float,
-    kv_dtype_bytes: float | None = None,
-    mamba_slots: int | None = None,
-) -> tuple[int | None, str]:
-    """sglang's ``max_total_num_tokens`` from the model's config.json and a stated GPU memory:
-    (GPU memory x ``--mem-fraction-static`` - weights per rank - the mamba pool) / KV bytes per
-    token. An upper bound (activations, CUDA graphs and the CUDA context are not counted), and
-    the weights are a parameter count from the config. Returns (tokens or None, why)."""
-    weights = _weight_bytes_per_rank(shape, tp_size)
-    mamba = 0.0
-    if shape.is_hybrid:
-        if mamba_slots is None:
-            return None, "hybrid model: the mamba pool needs --max-mamba-cache-size to predict the KV pool"
-        mamba = (mamba_slots + 1) * shape.mamba_bytes_per_slot(tp_size)
-    budget = gpu_mem_gib * GIB * mem_fraction_static - weights - mamba
-    kv = shape.kv_bytes_per_token(tp_size, kv_dtype_bytes)
-    if budget <= 0 or kv <= 0:
-        return None, (
-            f"weights (~{weights / GIB:.1f} GiB/rank from config.json) and the mamba pool exceed "
-            f"{gpu_mem_gib:g} GiB x {mem_fraction_static:g}: a quantized checkpoint the config does "
-            f"not describe, or a prediction that cannot be made"
-        )
-    return int(budget // kv), (
-        f"predicted from config.json and {gpu_mem_gib:g} GiB x {mem_fraction_static:g} "
-        f"(weights ~{weights / GIB:.1f} GiB/rank; activations and CUDA graphs not counted)"
-    )
 
 
 def variant_pool(

@@ -14,6 +14,11 @@ Checked against the real numbers we have:
   state per rank -> 37,748,736 B temporal stride per slot; plus the conv state
   (5120 x 3 per layer per rank) 39,223,296 B per slot, which is exactly the
   ``Requesting 2.55 GB`` of its 65-slot mamba host pool.
+- MLA models (DeepSeek-V2/V3: ``kv_lora_rank`` in the config) keep one compressed latent per
+  token and layer, ``kv_lora_rank + qk_rope_head_dim`` elements, the same on every TP rank
+  (sglang's ``MLATokenToKVPool``: ``kv_cache_dim = kv_lora_rank + qk_rope_head_dim``), not
+  K and V per KV head: DeepSeek-V2-Lite is (512 + 64) x 27 x 2 B = 31,104 B/token, where the
+  MHA formula said 221,184 (7.1x too big).
 """
 
 from __future__ import annotations
@@ -90,12 +95,20 @@ class ModelShape:
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 0
     ssm_dtype_bytes: float = 2
+    # MLA (multi-head latent attention) geometry; zeros for MHA/GQA models
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_hybrid(self) -> bool:
         """True when some layers keep a recurrent (mamba) state instead of a KV cache."""
         return len(self.mamba_layers) > 0
+
+    @property
+    def is_mla(self) -> bool:
+        """True when the KV cache holds one MLA latent per token and layer (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank > 0
 
     @property
     def num_full_attention_layers(self) -> int:
@@ -110,8 +123,11 @@ class ModelShape:
         return max(1, self.num_kv_heads // max(1, tp_size))
 
     def kv_bytes_per_token(self, tp_size: int = 1, kv_dtype_bytes: float | None = None) -> int:
-        """K+V bytes of one token over all full-attention layers on one TP rank."""
+        """K+V bytes of one token over all full-attention layers on one TP rank (MLA: the latent,
+        ``kv_lora_rank + qk_rope_head_dim`` elements per layer, replicated on every rank)."""
         elem = self.dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        if self.is_mla:
+            return int(round((self.kv_lora_rank + self.qk_rope_head_dim) * elem * self.num_full_attention_layers))
         per_layer = 2 * self.kv_heads_per_rank(tp_size) * self.head_dim * elem
         return int(round(per_layer * self.num_full_attention_layers))
 
@@ -147,6 +163,16 @@ class ModelShape:
             + self.num_attention_heads * self.head_dim * h
         )
         mlp = 3 * h * self.intermediate_size
+        experts = int(self.raw.get("n_routed_experts") or 0) + int(self.raw.get("n_shared_experts") or 0)
+        moe_size = int(self.raw.get("moe_intermediate_size") or 0)
+        if experts and moe_size:  # DeepSeek-style MoE: the first k layers dense, the rest experts
+            dense = min(self.num_layers, int(self.raw.get("first_k_dense_replace") or 0))
+            return int(
+                2 * self.vocab_size * h
+                + self.num_layers * attn
+                + dense * mlp
+                + (self.num_layers - dense) * 3 * h * moe_size * experts
+            )
         return int(2 * self.vocab_size * h + self.num_layers * (attn + mlp))
 
 
@@ -217,6 +243,8 @@ def shape_from_dict(cfg: dict[str, Any]) -> ModelShape:
         linear_value_head_dim=int(cfg.get("linear_value_head_dim") or 0),
         linear_conv_kernel_dim=int(cfg.get("linear_conv_kernel_dim") or 0),
         ssm_dtype_bytes=_dtype_bytes(cfg.get("mamba_ssm_dtype"), default=dtype_b),
+        kv_lora_rank=int(cfg.get("kv_lora_rank") or 0),
+        qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if cfg.get("kv_lora_rank") else 0,
         raw=dict(cfg),
     )
 

@@ -56,6 +56,7 @@ from harness.secrets import Redactor
 from harness.server import ExternalServer, ServerProcess, build_launch_spec, clear_orphans, free_port
 from harness.server_info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_server_info
 from harness.shard import select_run_variants
+from harness.sim.cli import unmodelled_flags
 from harness.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
 from harness.verdict import Outcome, RunVerdict, VerdictPolicy
 
@@ -310,6 +311,10 @@ def build_manifest(
         manifest["sglang"] = fingerprint.scrub_json(redactor, sglang)
     else:
         manifest["sglang"] = {"version": "simulated", "location": "harness.sim"}
+        # flags the simulator accepted without modelling them (harness.sim.cli.UNMODELLED_FLAGS)
+        manifest["sim_unmodelled_flags"] = {
+            e["name"]: found for e in entries if (found := unmodelled_flags(e["argv"]))
+        }
     return manifest
 
 
@@ -523,8 +528,14 @@ def run_variant(
     progress.phase("preflight")
     prediction = hostpool.preflight_variant(scenario, variant)
     status.preflight = prediction
-    if prediction and prediction.get("fits") is False:  # said before launch, in warn mode too
-        progress.note(f"preflight: {variant.name}: {prediction.get('reason')}")
+    line = hostpool.preflight_line(variant.name, prediction)
+    if line:  # said before launch, in warn mode too: a pool that will not fit, a predicted GPU pool
+        progress.note(line)
+    unmodelled = unmodelled_flags(build_launch_spec(scenario, variant, 0).argv) if status.simulated else {}
+    if unmodelled:
+        progress.note(
+            f"simulator: {variant.name}: accepted, not modelled: " + ", ".join(f"{k} {v}" for k, v in unmodelled.items())
+        )
     if prediction and prediction.get("fits") is False and scenario.preflight.mode == "strict":
         return _finish(vpaths, status, REFUSED, "preflight", state.redactor, detail=prediction), env_not_clean
     baseline = cooldown.take_baseline()
@@ -556,7 +567,7 @@ def run_variant(
         status.exit_code, status.cause, status.cause_detail = ready.exit_code, ready.cause, ready.detail
         status.log_excerpt = {**logscan.excerpt(log_text, ready.line_number), "file": server.log_path.name}
         status.survivors = stop.survivors
-        status.pools = logscan.parse_pools(log_text).to_json()
+        status.pools = hostpool.pools_from_log(log_text, scenario, variant)
         if ready.cause not in logscan.TRANSIENT_CAUSES or attempt == max_attempts:
             break
         status.set_aside_failed_attempt(attempt)  # a retry follows
@@ -589,7 +600,7 @@ def run_variant(
         return fail_ready_server(
             builds.BUILD_MISMATCH, {"expected": check.version, "reported": info.version, "reason": mismatch}
         )
-    pools = logscan.parse_pools(server.read_log()).to_json()
+    pools = hostpool.pools_from_log(server.read_log(), scenario, variant)
     if pools["max_total_num_tokens"] is None and info is not None:
         pools["max_total_num_tokens"] = info.max_total_num_tokens
     status.pools = pools

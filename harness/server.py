@@ -129,6 +129,8 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
         for knob in ("storage_gb", "storage_read_gbs", "storage_write_gbs"):
             if getattr(sim, knob) is not None:
                 sim_flags += ["--sim-" + knob.replace("_", "-"), _fmt(getattr(sim, knob))]
+        if sim.host_split != "each":
+            sim_flags += ["--sim-host-split", sim.host_split]
         for fault in variant.all_sim_faults():
             sim_flags += ["--sim-fault", fault]
         env["PYTHONPATH"] = _prepend_path(str(repo_root()), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))

@@ -57,6 +57,7 @@ WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 IO_BACKENDS = ("kernel", "direct")
 CAUSES = (
     "host_memory",
+    "host_register",
     "cuda_fault",
     "assertion",
     "out_of_memory",
@@ -91,6 +92,9 @@ class SimOptions(ScenarioModel):
     storage_gb: PosFloat | None = None
     storage_read_gbs: PosFloat | None = None
     storage_write_gbs: PosFloat | None = None
+    # hybrid models with hicache size_gb: each host pool gets the whole size, or the size is split by
+    # device pool bytes as sglang 0.5.17 does (--sim-host-split)
+    host_split: Literal["each", "proportional"] = "each"
 
 
 class Watchdog(ScenarioModel):
@@ -366,6 +370,13 @@ class Preflight(ScenarioModel):
     mode: Literal["warn", "strict", "off"] = "warn"
     reserve_gib: NonNegFloat = 10.0
     ranks_on_host: PosInt | None = None
+    # how --hicache-size is shared by a hybrid model's KV and mamba host pools: "auto" = as the
+    # server does it (sglang >= 0.5.17: proportional to the device pools' bytes; the simulator: its
+    # server.sim.host_split); "each" = every pool the whole size (older builds)
+    host_size_split: Literal["auto", "each", "proportional"] = "auto"
+    # one GPU's memory for the before-launch GPU pool prediction when the args do not fix the pool
+    # (no --max-total-tokens): None = read it with NVML (the GPUs the variant's server will use)
+    gpu_mem_gib: PosFloat | None = None
 
 
 class Quality(ScenarioModel):

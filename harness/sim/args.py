@@ -47,6 +47,8 @@ class SimArgs:
     storage_gb: float = DEFAULT_STORAGE_GB  # L3 capacity (GB of KV) when a storage backend is named
     storage_read_gbs: float = DEFAULT_STORAGE_READ_GBS  # storage -> host prefetch bandwidth
     storage_write_gbs: float = DEFAULT_STORAGE_WRITE_GBS  # host -> storage backup bandwidth
+    host_split: str = "each"  # hybrid --hicache-size: "each" pool gets it all, or "proportional" (sglang 0.5.17)
+    unmodelled: dict[str, str] = field(default_factory=dict)  # declared flags accepted, not modelled
 
     def __getattr__(self, name: str) -> Any:
         # convenience: args.max_total_tokens etc. read straight from the sglang namespace

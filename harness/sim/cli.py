@@ -47,6 +47,29 @@ KV_CACHE_DTYPES = [
 ]
 
 
+# Flags of real sglang builds that the simulator accepts without modelling them, each with why it is
+# here: a scenario written for such a build runs on the simulator unchanged instead of failing with
+# argparse's exit 2, and the run says which of its flags changed nothing (the startup log,
+# /get_server_info "unmodelled_flags", the run manifest and the console). Each takes one value.
+UNMODELLED_FLAGS: dict[str, str] = {
+    "--ple-offload-backend": (
+        "sglang PR #50318 (seed 003): where Qwen's per-layer-embedding table lives (file: an mmap the "
+        "GPU reads through HMM page faults); the simulator has no PLE table and takes no page faults"
+    ),
+}
+HOST_SPLITS = ["each", "proportional"]
+
+
+def unmodelled_flags(argv: Sequence[str]) -> dict[str, str]:
+    """The declared unmodelled flags an argv gives, with their values (``--flag v`` or ``--flag=v``)."""
+    found: dict[str, str] = {}
+    for i, item in enumerate(argv):
+        flag, eq, value = str(item).partition("=")
+        if flag in UNMODELLED_FLAGS:
+            found[flag] = value if eq else (str(argv[i + 1]) if i + 1 < len(argv) else "")
+    return found
+
+
 def _fault(text: str) -> tuple[Fault, FaultArg | None]:
     try:
         return parse_fault(text)
@@ -147,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--hicache-storage-backend", default=None)
     a("--hicache-storage-prefetch-policy", choices=PREFETCH_POLICIES, default="best_effort")
     a("--hicache-storage-backend-extra-config", type=_json_object, default=None)
+    for flag in UNMODELLED_FLAGS:
+        a(flag, dest="unmodelled" + flag.replace("-", "_"), default=None, metavar="VALUE", help=argparse.SUPPRESS)
     # --- simulator-only knobs (documented in docs/simulator.md)
     a(
         "--sim-time-scale",
@@ -165,6 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="pretend MemAvailable is this many GiB for sglang's host-memory rule",
+    )
+    a(
+        "--sim-host-split",
+        choices=HOST_SPLITS,
+        default="each",
+        help="hybrid models with --hicache-size: give the KV and the mamba host pool each the whole size "
+        "(each) or split it in proportion to their device pools' bytes, as sglang 0.5.17 does (proportional)",
     )
     a("--sim-startup-s", type=float, default=0.2, help="simulated weight-loading time (seconds)")
     a(
@@ -208,6 +240,7 @@ SIM_DESTS = (
     "sim_storage_gb",
     "sim_storage_read_gbs",
     "sim_storage_write_gbs",
+    "sim_host_split",
 )
 
 
@@ -215,6 +248,7 @@ def parse_args(argv: Sequence[str] | None) -> SimArgs:
     """Parse argv (argparse exits 2 on unknown or malformed flags, as sglang does)."""
     ns = vars(build_parser().parse_args(argv))
     sim = {k: ns.pop(k) for k in SIM_DESTS}
+    unmodelled = {flag: ns.pop("unmodelled" + flag.replace("-", "_")) for flag in UNMODELLED_FLAGS}
     faults: dict[Fault, FaultArg | None] = {}
     for fault, arg in sim["sim_fault"]:
         faults.setdefault(fault, arg)  # a fault given twice: the first one counts
@@ -229,6 +263,8 @@ def parse_args(argv: Sequence[str] | None) -> SimArgs:
         storage_gb=sim["sim_storage_gb"],
         storage_read_gbs=sim["sim_storage_read_gbs"],
         storage_write_gbs=sim["sim_storage_write_gbs"],
+        host_split=sim["sim_host_split"],
+        unmodelled={flag: value for flag, value in unmodelled.items() if value is not None},
     )
 
 

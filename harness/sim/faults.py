@@ -88,6 +88,14 @@ class Fault(Enum):
         ArgType.INT_FROM_1,
         "host-tier load-back takes N times as long: the cost model's host-to-device bandwidth divided by N",
     )
+    elastic_kv_pool = (
+        ArgType.INT_FROM_1,
+        (
+            "with `--sim-host-split proportional`, the KV device pool reports N times its bytes to the "
+            "split of `--hicache-size`, as kvcached's elastic pool reports its whole virtual reservation "
+            "(seed 004): the mamba host pool gets far fewer slots"
+        ),
+    )
     near_tie_flips = (
         ArgType.NONE,
         (

@@ -168,9 +168,23 @@ def _log_startup(plan: Plan) -> None:
         plan.args.host_mem_scale,
         [f.name if arg is None else f"{f.name}={arg:g}" for f, arg in plan.args.faults.items()],
     )
+    for flag, value in plan.args.unmodelled.items():
+        log.warning("SIMULATED: %s %s accepted but not modelled (harness.sim.cli.UNMODELLED_FLAGS)", flag, value)
     tplog.info("Init torch distributed begin.")
     tplog.info("Init torch distributed ends. mem usage=0.00 GB")
     tplog.info("Load weight begin. avail mem=139.37 GB")
+
+
+def _host_sizes_gb(plan: Plan) -> tuple[float, float]:
+    """``--hicache-size`` for the KV and the mamba host pool: each the whole size, or (hybrid,
+    ``--sim-host-split proportional``) split by device pool bytes as sglang 0.5.17's
+    ``_split_hicache_size`` does -- the KV pool's counted ``elastic_kv_pool`` times over."""
+    size = float(plan.args.sglang["hicache_size"] or 0)
+    if size <= 0 or not plan.shape.is_hybrid or plan.args.host_split != "proportional":
+        return size, size
+    kv_dev = plan.max_total_tokens * plan.kv_bytes_per_token * (plan.args.faults.get(Fault.elastic_kv_pool) or 1)
+    mamba_dev = plan.mamba_slots * plan.mamba_bytes_per_slot
+    return size * kv_dev / (kv_dev + mamba_dev), size * mamba_dev / (kv_dev + mamba_dev)
 
 
 def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
@@ -178,8 +192,9 @@ def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
     a, args = plan.args.sglang, plan.args
     avail = int(args.mem_available_gib * 1024**3) if args.mem_available_gib is not None else read_mem_available_bytes()
     budget = HostBudget(mem_available_bytes=avail, ranks=plan.tp)
+    kv_size_gb, mamba_size_gb = _host_sizes_gb(plan)
     plan.host_tokens = host_pool_tokens(
-        plan.max_total_tokens, a["hicache_ratio"], a["hicache_size"], plan.kv_bytes_per_token, plan.page_size
+        plan.max_total_tokens, a["hicache_ratio"], kv_size_gb, plan.kv_bytes_per_token, plan.page_size
     )
     if plan.host_tokens <= plan.max_total_tokens:
         tplog.warning(
@@ -201,7 +216,7 @@ def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
     if plan.layout not in ("page_first", "page_first_direct"):
         raise AssertionError(f"Unsupported layout: {plan.layout}")
     plan.mamba_host_slots = host_pool_tokens(
-        plan.mamba_slots, a["hicache_ratio"], a["hicache_size"], plan.mamba_bytes_per_slot, 1
+        plan.mamba_slots, a["hicache_ratio"], mamba_size_gb, plan.mamba_bytes_per_slot, 1
     )
     m_bytes = plan.mamba_host_slots * plan.mamba_bytes_per_slot
     budget.claim(m_bytes)
@@ -239,6 +254,8 @@ def _server_info(plan: Plan) -> dict[str, Any]:
                 "storage_gb": plan.args.storage_gb,
                 "storage_read_gbs": plan.args.storage_read_gbs,
                 "storage_write_gbs": plan.args.storage_write_gbs,
+                "host_split": plan.args.host_split,
+                "unmodelled_flags": dict(plan.args.unmodelled),
                 "faults": [{"name": f.name, "arg": arg} for f, arg in plan.args.faults.items()],
             },
         }
