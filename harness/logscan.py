@@ -140,7 +140,7 @@ def _register_detail(m: re.Match, log_text: str) -> dict:
 class HostPool:
     kind: str  # "kv", "mamba", ... ("kv" for the older single-line form)
     tokens: int | None  # KV: tokens; mamba: request slots (sglang's "tokens" of that pool)
-    gb: float
+    gb: float | None  # None when only the slots were logged (seed 000's fork)
     source: str = "log"  # where `tokens` came from: "log" or "derived" (GB / bytes per slot)
     setup_s: float | None = None  # from this line to its rank's next line (allocate, touch, register)
 
@@ -167,7 +167,8 @@ class PoolSizes:
 
     @property
     def host_pool_gb(self) -> float | None:
-        return round(sum(p.gb for p in self.host_pools), 4) if self.host_pools else None
+        gbs = [p.gb for p in self.host_pools if p.gb is not None]
+        return round(sum(gbs), 4) if gbs else None
 
     def to_json(self) -> dict:
         return {
@@ -256,9 +257,9 @@ def parse_pools(
     said = {k: int(v) for k, v in reversed(_FORK_SLOTS.findall(log_text))}  # first occurrence wins
     boot = _MAMBA_HOST_BOOT.search(log_text)
     host_said = said.get("host") if "host" in said else (int(boot.group(1)) if boot else None)
-    if host_said is not None and "mamba" in pools:
-        p = pools["mamba"]
-        pools["mamba"] = HostPool("mamba", host_said, p.gb, "log", p.setup_s)
+    if host_said is not None:
+        p = pools.get("mamba")
+        pools["mamba"] = HostPool("mamba", host_said, p.gb if p else None, "log", p.setup_s if p else None)
     dev = _MAMBA_DEVICE.search(log_text)
     mamba_device = said.get("device") if "device" in said else (int(dev.group(1)) if dev else None)
     refused = None

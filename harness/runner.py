@@ -312,9 +312,7 @@ def build_manifest(
     else:
         manifest["sglang"] = {"version": "simulated", "location": "harness.sim"}
         # flags the simulator accepted without modelling them (harness.sim.cli.UNMODELLED_FLAGS)
-        manifest["sim_unmodelled_flags"] = {
-            e["name"]: found for e in entries if (found := unmodelled_flags(e["argv"]))
-        }
+        manifest["sim_unmodelled_flags"] = {e["name"]: found for e in entries if (found := unmodelled_flags(e["argv"]))}
     return manifest
 
 
@@ -534,7 +532,8 @@ def run_variant(
     unmodelled = unmodelled_flags(build_launch_spec(scenario, variant, 0).argv) if status.simulated else {}
     if unmodelled:
         progress.note(
-            f"simulator: {variant.name}: accepted, not modelled: " + ", ".join(f"{k} {v}" for k, v in unmodelled.items())
+            f"simulator: {variant.name}: accepted, not modelled: "
+            + ", ".join(f"{k} {v}" for k, v in unmodelled.items())
         )
     if prediction and prediction.get("fits") is False and scenario.preflight.mode == "strict":
         return _finish(vpaths, status, REFUSED, "preflight", state.redactor, detail=prediction), env_not_clean
