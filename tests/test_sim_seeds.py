@@ -65,3 +65,18 @@ def test_unmodelled_flag_is_accepted_and_said():
 def test_an_undeclared_flag_is_still_refused():
     proc = run_sim(["--ple-offload-backnd", "file"])
     assert proc.returncode == 2 and "unrecognized arguments" in proc.stdout
+
+
+def test_host_register_fails_at_chunk_rolls_back_and_is_classified():
+    """seed 002: a 5.24 GB pool (40,001 tokens x 131,072 B) in 1 GiB chunks; the third fails."""
+    flags = ["--enable-hierarchical-cache", "--max-total-tokens", "20000", "--sim-mem-available-gib", "64"]
+    flags += ["--sim-fault", "host_register_fails_at_chunk=3"]
+    env = {"SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB": "1"}
+    proc = run_sim(flags, model="llama3-8b", env=env)
+    assert proc.returncode != 0
+    found = logscan.classify_failure(proc.stdout)
+    assert found.cause == logscan.HOST_REGISTER and found.detail["error"] == "invalid argument"
+    assert (found.detail["chunk_limit"], found.detail["chunks_rolled_back"]) == (1024**3, 2)
+    # a pool of fewer chunks than N registers fine (256 GiB default: one chunk)
+    with SimProcess(flags[:-2] + ["--sim-fault", "host_register_fails_at_chunk=2"], model="llama3-8b"):
+        pass

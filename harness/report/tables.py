@@ -547,6 +547,26 @@ def memory_table(view: RunView) -> list[Row]:
         lambda n: pools(n, "host_pool_gb") if view.hicache(n) else "off",
         note="per rank, from the server log",
     )
+
+    def mamba(n):
+        p = view.status(n).get("pools") or {}
+        dev, host = p.get("mamba_device_slots"), p.get("mamba_host_slots")
+        if dev is None and host is None:
+            return None
+        host = host if host is not None else (p.get("refused_pool") or {}).get("tokens")
+        refused = host is not None and p.get("mamba_host_slots") is None
+        text = f"{'?' if dev is None else dev} / {'?' if host is None else host}" + (" refused" if refused else "")
+        pred = (((view.status(n).get("preflight") or {}).get("prediction")) or {}).get("mamba_host_slots")
+        off = pred is not None and host is not None and pred != host
+        text += f" (preflight: {pred})" if off else ""
+        return Cell(text, host, css="bad" if off or refused else "")
+
+    plain(
+        "mamba slots (device / host)",
+        "slots",
+        mamba,
+        note="hybrid models, from the server log; host slots from its GB and the model's bytes per slot",
+    )
     sampling = {n: view.summary(n).get("sampling") or {} for n in view.names}
     if any(s.get("host") for s in sampling.values()):  # external servers: whose host the rows below show
         plain(

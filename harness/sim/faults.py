@@ -88,6 +88,15 @@ class Fault(Enum):
         ArgType.INT_FROM_1,
         "host-tier load-back takes N times as long: the cost model's host-to-device bandwidth divided by N",
     )
+    host_register_fails_at_chunk = (
+        ArgType.INT_FROM_1,
+        (
+            "the KV host pool's N-th `cudaHostRegister` chunk (`SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB`, "
+            "default 256, aligned down to whole pages; sglang PR #36798) fails with `rc=1, invalid argument`: "
+            "the chunks before it are rolled back, sglang's `RuntimeError` is printed and the server exits "
+            "(seed 002); a pool of fewer chunks registers fine"
+        ),
+    )
     elastic_kv_pool = (
         ArgType.INT_FROM_1,
         (

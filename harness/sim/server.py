@@ -187,6 +187,37 @@ def _host_sizes_gb(plan: Plan) -> tuple[float, float]:
     return size * kv_dev / (kv_dev + mamba_dev), size * mamba_dev / (kv_dev + mamba_dev)
 
 
+class HostRegisterError(RuntimeError):
+    """sglang's failed ``cudaHostRegister`` (PR #36798's chunked form), after the rollback."""
+
+
+def _register(plan: Plan, total: int) -> None:
+    """PR #36798's chunked registration of a KV host pool of ``total`` bytes: chunks of
+    ``SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB`` GiB aligned down to whole pages (page-first layouts;
+    layer_first registers the buffer at once). Nothing is registered for real; with
+    ``host_register_fails_at_chunk=N`` the N-th chunk fails as a real one does."""
+    fail_at = plan.args.faults.get(Fault.host_register_fails_at_chunk)
+    if fail_at is None:
+        return
+    try:
+        limit = max(float(os.environ.get("SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB", "256")), 1) * 1024**3
+    except ValueError:
+        limit = 256 * 1024**3
+    granularity = plan.page_size * plan.kv_bytes_per_token if plan.layout.startswith("page_first") else None
+    chunk = total if granularity is None else int(limit // granularity * granularity)
+    offset, n = 0, 0
+    while offset < total:
+        size = min(chunk, total - offset)
+        n += 1
+        if n == fail_at:
+            raise HostRegisterError(
+                f"cudaHostRegister failed (rc=1, invalid argument) at offset={offset} size={size} "
+                f"(total={total}, chunk_limit={chunk}); host buffer is not pinned and device transfers may "
+                "silently return stale data."
+            )
+        offset += size
+
+
 def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
     """sglang's KV host pool, then (hybrid) its mamba host pool; raises on refusal."""
     a, args = plan.args.sglang, plan.args
@@ -211,6 +242,7 @@ def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
     )
     # every TP rank on this host allocates its own pool: touch tp x (scaled) bytes
     buffers.append(TouchedBuffer(int(kv_bytes * plan.tp * args.host_mem_scale)))
+    _register(plan, kv_bytes)
     if not plan.shape.is_hybrid:
         return
     if plan.layout not in ("page_first", "page_first_direct"):
@@ -336,6 +368,16 @@ def run(args: SimArgs) -> int:
                         (f"mem_cache/pool_host/{pool}", 131, "__init__", "raise ValueError("),
                     ],
                     f"ValueError: {exc}",
+                )
+                return _scheduler_failed()
+            except HostRegisterError as exc:
+                _traceback(
+                    _INIT_FRAMES
+                    + [
+                        ("mem_cache/pool_host/mha.py", 212, "init_kv_buffer", "return alloc_func("),
+                        ("mem_cache/pool_host/common.py", 171, "_cuda_host_register", "raise RuntimeError("),
+                    ],
+                    f"RuntimeError: {exc}",
                 )
                 return _scheduler_failed()
             except AssertionError as exc:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import httpx
 
@@ -129,9 +129,12 @@ class SimProcess:
             Path(self.log.name).unlink(missing_ok=True)
 
 
-def run_sim(extra: Sequence[str], model: str = "llama-tiny", timeout: float = 20.0) -> subprocess.CompletedProcess:
-    """Run the sim to completion (for start-up failures); stdout+stderr merged in ``.stdout``."""
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def run_sim(
+    extra: Sequence[str], model: str = "llama-tiny", timeout: float = 20.0, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run the sim to completion (for start-up failures); stdout+stderr merged in ``.stdout``;
+    ``env``: more environment variables for it."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
     argv = [
         sys.executable,
         "-m",
