@@ -14,6 +14,10 @@ Checked against the real numbers we have:
   state per rank -> 37,748,736 B temporal stride per slot; plus the conv state
   (5120 x 3 per layer per rank) 39,223,296 B per slot, which is exactly the
   ``Requesting 2.55 GB`` of its 65-slot mamba host pool.
+- The recurrent (SSM) state is float32 unless the config's ``mamba_ssm_dtype`` says otherwise, as
+  sglang decides it: the real 0.5.17 log of qwen3next-tiny at TP2 allocates 32.02 GB for 19,891
+  host slots = 1,609,728 B each (fp32 state 1,572,864 + bf16 conv 36,864); seed 000's model state
+  is bf16 (its logged stride), which its config (hybrid-gdn-27b) states.
 - MLA models (DeepSeek-V2/V3: ``kv_lora_rank`` in the config) keep one compressed latent per
   token and layer, ``kv_lora_rank + qk_rope_head_dim`` elements, the same on every TP rank
   (sglang's ``MLATokenToKVPool``: ``kv_cache_dim = kv_lora_rank + qk_rope_head_dim``), not
@@ -242,7 +246,8 @@ def shape_from_dict(cfg: dict[str, Any]) -> ModelShape:
         linear_key_head_dim=int(cfg.get("linear_key_head_dim") or 0),
         linear_value_head_dim=int(cfg.get("linear_value_head_dim") or 0),
         linear_conv_kernel_dim=int(cfg.get("linear_conv_kernel_dim") or 0),
-        ssm_dtype_bytes=_dtype_bytes(cfg.get("mamba_ssm_dtype"), default=dtype_b),
+        # sglang (configs/mamba_utils.py mamba2_state_dtype): float32 unless the config says otherwise
+        ssm_dtype_bytes=_dtype_bytes(cfg.get("mamba_ssm_dtype"), default=4),
         kv_lora_rank=int(cfg.get("kv_lora_rank") or 0),
         qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if cfg.get("kv_lora_rank") else 0,
         raw=dict(cfg),

@@ -68,3 +68,13 @@ def test_errors_are_model_config_errors(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelConfigError):
         load_model_shape(tmp_path)
+
+
+def test_ssm_state_is_float32_unless_the_config_says_so():
+    """sglang 0.5.17 (mamba2_state_dtype): its real log of qwen3next-tiny at TP2, ratio 2 of 9,945
+    slots, is "Allocating 32.02 GB host memory for hierarchical Mamba cache" = 19,891 x 1,609,728 B."""
+    s = load_model_shape(MODELS / "qwen3next-tiny")
+    assert s.mamba_bytes_per_slot(2) == 1_609_728
+    assert f"{19_891 * s.mamba_bytes_per_slot(2) / 1e9:.2f}" == "32.02"
+    bf16 = shape_from_dict({**s.raw, "mamba_ssm_dtype": "bfloat16"})
+    assert bf16.mamba_temporal_bytes_per_slot(2) * 2 == s.mamba_temporal_bytes_per_slot(2)
