@@ -262,6 +262,13 @@ def fake_runner(fail_flags=(), env=H200_ENV, calls=None):
             return {"ok": True, "value": {"h2d_gbs": h, "d2h_gbs": d}, "error": None}
         if name == "register_time":
             return {"ok": True, "value": {"seconds": 0.4}, "error": None}
+        if name == "register_chunks":
+            plans = [
+                {"chunk_gib": g / 2**30, "chunks": 1, "register_seconds": 0.1, "unregister_seconds": 0.05}
+                for g in params["chunk_bytes"]
+            ]
+            rollback = {"failed": {"chunk": 3}, "rolled_back_chunks": 2, "seconds": 0.01}
+            return {"ok": True, "value": {"plans": plans, "rollback": rollback}, "error": None}
         raise AssertionError(name)
 
     return run
@@ -440,3 +447,51 @@ def test_gpu_cli(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["gpu_present"] is True
+
+
+def test_chunk_plan_is_sglang_36798s_loop():
+    """Chunks of at most the limit, rounded down to whole copy pages; the last one the rest."""
+    plan = probe_worker.chunk_plan(total=10 * 1000, chunk_limit=3 * 1000 + 7, granularity=1000)
+    assert plan == [(0, 3000), (3000, 3000), (6000, 3000), (9000, 1000)]
+    assert probe_worker.chunk_plan(5 * 2**30, 256 * 2**30, 2**21) == [(0, 5 * 2**30)]  # the default: one call
+    assert probe_worker.chunk_plan(100, 10, 64) == [(0, 64), (64, 36)]  # never below one page
+
+
+def test_register_chunks_and_page_faults_in_the_result():
+    """Seed 002: registration time per chunk size and the rollback; seed 003: page faults are never
+    counted by the probe, and it says why for this GPU class."""
+    calls = []
+    res = probe_run.run_probes(
+        {"quick": True, "register_gib": 0.01, "register_chunks_gib": (1, 16)}, runner=fake_runner(calls=calls)
+    )
+    (params,) = [p for n, p in calls if n == "register_chunks"]
+    assert params["chunk_bytes"] == [2**30, 16 * 2**30]
+    plans = res["register_chunks"]["value"]["plans"]
+    assert [p["chunk_gib"] for p in plans] == [1, 16]
+    assert res["gpu_page_faults"]["exposed"] is False and "attribute 88 = 0" in res["gpu_page_faults"]["reason"]
+    text = probe_cli.summary(res)
+    assert "cudaHostRegister by chunk size: 1 GiB x1" in text and "rollback of 2 chunks" in text
+    hmm = dict(H200_ENV, devices=[dict(H200_ENV["devices"][0], pageable_memory_access=1)])
+    res = probe_run.run_probes({"quick": True, "register_gib": 0.01}, runner=fake_runner(env=hmm))
+    assert res["devices"][0]["hmm_or_ats"] == "HMM" and "CUPTI" in res["gpu_page_faults"]["reason"]
+
+
+def test_no_gpu_says_page_faults_not_exposed(monkeypatch):
+    monkeypatch.setattr(probe_run, "torch_installed", lambda: False)
+    res = probe_run.run_probes({"quick": True})
+    assert res["register_chunks"] is None
+    assert res["gpu_page_faults"] == {
+        "exposed": False,
+        "count": None,
+        "reason": "not exposed: no GPU: torch not installed",
+    }
+
+
+def test_register_chunks_option_parses():
+    assert probe_cli.build_parser().parse_args(["--register-chunks-gib", "1,16,256"]).register_chunks_gib == (
+        1,
+        16,
+        256,
+    )
+    with pytest.raises(SystemExit):
+        probe_cli.build_parser().parse_args(["--register-chunks-gib", "0,1"])

@@ -82,6 +82,24 @@ def summary(res: Mapping[str, Any]) -> str:
             )
         else:
             lines.append(f"cudaHostRegister time: FAILED ({reg.get('error')})")
+    chunks = res.get("register_chunks")
+    if chunks:
+        v = chunks.get("value") or {}
+        if chunks.get("ok"):
+            lines.append(
+                "cudaHostRegister by chunk size: "
+                + " | ".join(
+                    f"{p['chunk_gib']:g} GiB x{p['chunks']}: {_fmt(p['register_seconds'], '.3f')} s"
+                    for p in v.get("plans") or []
+                )
+                + f"; rollback of {(v.get('rollback') or {}).get('rolled_back_chunks')} chunks "
+                f"{_fmt((v.get('rollback') or {}).get('seconds'), '.3f')} s"
+            )
+        else:
+            lines.append(f"cudaHostRegister by chunk size: FAILED ({chunks.get('error')})")
+    faults = res.get("gpu_page_faults") or {}
+    if faults:
+        lines.append(f"GPU page faults: {faults.get('count') if faults.get('exposed') else faults.get('reason')}")
     lines.append("all probes ok" if res.get("ok") else f"{len(res.get('errors') or [])} probe(s) failed")
     return "\n".join(lines)
 
@@ -121,6 +139,17 @@ def _size(text: str) -> int:
     return value
 
 
+def _gib_list(text: str) -> tuple[float, ...]:
+    """'1,16,256' -> (1.0, 16.0, 256.0); each > 0."""
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of GiB: {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"chunk sizes must be positive: {text!r}")
+    return values
+
+
 def build_parser(prog: str = "harness probe") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description="Probe what this host's GPU can do with host memory.")
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON here")
@@ -135,6 +164,13 @@ def build_parser(prog: str = "harness probe") -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="buffer registered for the timing (default 8; --quick 1); capped at half of MemAvailable",
+    )
+    ap.add_argument(
+        "--register-chunks-gib",
+        type=_gib_list,
+        default=None,
+        metavar="G,G,..",
+        help="chunk sizes for the chunked cudaHostRegister timing (seed 002; default 1,16,256)",
     )
     ap.add_argument("--repeats", type=int, default=None, help="timed copies per direction (default 5; --quick 3)")
     ap.add_argument("--quick", action="store_true", help="smaller buffers and fewer repeats")
@@ -167,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         verbose=not args.quiet,
         storage_dir=args.storage_dir,
         disk_bytes=args.disk_bytes,
+        **({"register_chunks_gib": args.register_chunks_gib} if args.register_chunks_gib else {}),
     )
     res = run_probes(opts)
     print(summary(res))

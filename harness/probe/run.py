@@ -52,6 +52,7 @@ class ProbeOptions:
     device: int = 0
     kwrite_bytes: int = 1 * MIB
     register_mem_fraction: float = 0.5  # cap: this fraction of MemAvailable
+    register_chunks_gib: tuple[float, ...] = (1.0, 16.0, 256.0)  # seed 002: chunk sizes timed
     verbose: bool = False  # progress lines on stderr
     storage_dir: str | None = None  # the disk probe's directory (default: the temp directory)
     disk_bytes: int | None = None  # the disk probe's file (default 256 MiB; quick 64 MiB; 0: no disk probe)
@@ -85,6 +86,25 @@ def classify_pageable_access(pageable: int | None, uses_host_page_tables: int | 
     if uses_host_page_tables is None:
         return None
     return "ATS" if uses_host_page_tables else "HMM"
+
+
+def gpu_page_faults(devices: list[dict], reason: str | None = None) -> dict:
+    """Seed 003: GPU page faults on pageable host memory, where this platform exposes a count.
+    It never does to this probe: counting them needs CUPTI's unified-memory counters (what
+    ``nsys --cuda-um-gpu-page-faults`` reads), so the answer is why not, per device class."""
+    if reason is not None:
+        return {"exposed": False, "count": None, "reason": f"not exposed: {reason}"}
+    kinds = {d.get("hmm_or_ats") for d in devices}
+    if kinds == {"none"}:
+        why = "not applicable: the GPU cannot read pageable host memory (attribute 88 = 0), so it takes no such faults"
+    elif kinds == {"ATS"}:
+        why = "not applicable: ATS walks the host page tables; pages are not faulted in one at a time"
+    else:
+        why = (
+            "not exposed: the GPU faults pageable pages in one at a time (HMM) but counting them needs CUPTI "
+            "unified-memory counters (nsys --cuda-um-gpu-page-faults), which the probe does not read"
+        )
+    return {"exposed": False, "count": None, "reason": why}
 
 
 def register_size(requested_gib: float, mem_available_bytes: int | None, fraction: float = 0.5):
@@ -220,6 +240,8 @@ def _empty_result() -> dict:
         "bandwidth": None,
         "register_seconds": None,
         "disk": None,
+        "register_chunks": None,
+        "gpu_page_faults": gpu_page_faults([], "no GPU probed"),
         "errors": [],
         "options": None,
         "created_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -265,6 +287,7 @@ def run_probes(options: ProbeOptions | Mapping[str, Any] | None = None, *, runne
 
     if runner is None and not torch_installed():
         res["reason"] = REASON_NO_TORCH
+        res["gpu_page_faults"] = gpu_page_faults([], REASON_NO_TORCH)
         return done()
 
     log("environment (torch, CUDA, device attributes)")
@@ -287,6 +310,7 @@ def run_probes(options: ProbeOptions | Mapping[str, Any] | None = None, *, runne
         )
         devices.append(d)
     res["devices"] = devices
+    res["gpu_page_faults"] = gpu_page_faults(devices)
     if not devices:
         res["reason"] = "CUDA is available but no device was listed"
         return done()
@@ -350,6 +374,12 @@ def run_probes(options: ProbeOptions | Mapping[str, Any] | None = None, *, runne
         reg.update(r)
         reg["seconds"] = (r.get("value") or {}).get("seconds")
     res["register_seconds"] = reg
+    if nbytes > 0 and opts.register_chunks_gib:
+        res["register_chunks"] = probe(
+            "register_chunks",
+            {"nbytes": nbytes, "chunk_bytes": [int(g * GIB) for g in opts.register_chunks_gib]},
+            f"cudaHostRegister in chunks of {', '.join(f'{g:g}' for g in opts.register_chunks_gib)} GiB",
+        )
 
     res["ok"] = all(o.get("ok") for o in outcomes) and not res["errors"]
     return done()

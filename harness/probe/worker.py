@@ -472,6 +472,62 @@ def probe_register_time(params: dict) -> dict:
     }
 
 
+def chunk_plan(total: int, chunk_limit: int, granularity: int) -> list[tuple[int, int]]:
+    """sglang PR #36798's chunks: (offset, size) of at most ``chunk_limit`` bytes rounded down to a
+    multiple of ``granularity`` (a copy page never spans two registrations). Pure."""
+    chunk = max(granularity, chunk_limit // granularity * granularity)
+    return [(off, min(chunk, total - off)) for off in range(0, total, chunk)]
+
+
+def probe_register_chunks(params: dict) -> dict:
+    """Seed 002: register one faulted-in buffer in chunks of each size (PR #36798's loop), timing
+    the registration and the unregistration of each plan; then the rollback: a chunk registered
+    twice fails (cudaErrorHostMemoryAlreadyRegistered) and the chunks before it are unregistered
+    in reverse order, timed."""
+    nbytes = int(params["nbytes"])
+    device = int(params.get("device", 0))
+    granularity = int(params.get("granularity", 2 * 1024**2))
+    _require_cuda(device)
+    mm, buf = _anon_buffer(nbytes)
+    buf[::PAGE] = 1
+    base = int(buf.ctypes.data)
+    plans = []
+    for chunk_bytes in params["chunk_bytes"]:
+        chunks = chunk_plan(nbytes, int(chunk_bytes), granularity)
+        t0 = time.perf_counter()
+        api = ""
+        for off, size in chunks:
+            api = host_register(base + off, size, 0)
+        reg_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for off, _ in reversed(chunks):
+            host_unregister(base + off, api)
+        plans.append(
+            {
+                "chunk_gib": round(int(chunk_bytes) / 2**30, 3),
+                "chunks": len(chunks),
+                "register_seconds": reg_s,
+                "unregister_seconds": time.perf_counter() - t0,
+            }
+        )
+    # the rollback: chunk 3 (or the last) is the first one registered again, so it fails
+    chunks = chunk_plan(nbytes, max(granularity, nbytes // 4), granularity)
+    fail_at = min(2, len(chunks) - 1)
+    registered, failure, api = [], None, ""
+    for i, (off, size) in enumerate(chunks):
+        try:
+            api = host_register(base + (chunks[0][0] if i == fail_at and i > 0 else off), size, 0)
+        except ProbeFailure as e:
+            failure = {"chunk": i + 1, "error": str(e)}
+            break
+        registered.append(off)
+    t0 = time.perf_counter()
+    for off in reversed(registered):
+        host_unregister(base + off, api)
+    rollback = {"failed": failure, "rolled_back_chunks": len(registered), "seconds": time.perf_counter() - t0}
+    return {"bytes": nbytes, "granularity": granularity, "plans": plans, "rollback": rollback}
+
+
 def probe_selftest(params: dict) -> dict:
     """No GPU: lets the tests exercise the subprocess isolation (ok, raise, abort, sleep)."""
     mode = params.get("mode", "ok")
@@ -490,6 +546,7 @@ PROBES: dict[str, Callable[[dict], dict]] = {
     "kwrite_hostalloc": probe_kwrite_hostalloc,
     "bandwidth": probe_bandwidth,
     "register_time": probe_register_time,
+    "register_chunks": probe_register_chunks,
     "selftest": probe_selftest,
 }
 
