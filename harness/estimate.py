@@ -48,6 +48,7 @@ from harness import logscan
 from harness.hostpool import (
     DEFAULT_RESERVE_GIB,
     check_budget,
+    host_size_split,
     kv_dtype_bytes_for,
     pool_args_from_server_args,
     predict_gpu_pool_tokens,
@@ -398,6 +399,8 @@ def variant_pool(
                 page_size=pool_args.page_size,
                 mamba_device_slots=mamba_slots,
                 kv_dtype_bytes=kv_dtype_bytes_for(pool_args.kv_cache_dtype),
+                size_split=host_size_split(scenario),
+                mamba_size_gb=pool_args.mamba_size_gb,
             )
             host_tokens = pred.kv_host_tokens
             if pred.known and pred.total_bytes_per_rank is not None:
@@ -655,6 +658,8 @@ def estimate_run(
                 page_size=pa.page_size,
                 mamba_device_slots=pa.max_mamba_cache_size,
                 kv_dtype_bytes=kv_dtype_bytes_for(pa.kv_cache_dtype),
+                size_split=host_size_split(scenario),
+                mamba_size_gb=pa.mamba_size_gb,
             )
             res = check_budget(pred, int(mem_available_gib * 1024 * 1024), reserve, ranks)
             if res.fits is False and v.expect == "ok":
