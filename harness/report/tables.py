@@ -553,7 +553,9 @@ def memory_table(view: RunView) -> list[Row]:
         dev, host = p.get("mamba_device_slots"), p.get("mamba_host_slots")
         if dev is None and host is None:
             return None
-        host = host if host is not None else (p.get("refused_pool") or {}).get("tokens")
+        refused_pool = p.get("refused_pool") or {}
+        if host is None and refused_pool.get("kind") == "mamba":
+            host = refused_pool.get("tokens")
         refused = host is not None and p.get("mamba_host_slots") is None
         text = f"{'?' if dev is None else dev} / {'?' if host is None else host}" + (" refused" if refused else "")
         pred = (((view.status(n).get("preflight") or {}).get("prediction")) or {}).get("mamba_host_slots")
