@@ -13,8 +13,11 @@ Outcomes of a variant:
   INCONCLUSIVE       nothing failed, but the harness cannot tell: parity NOT_EXERCISED (unless
                      the scenario allows it for this variant), an expectation whose metric was
                      not measured, no measured request at all
-  EXPECTED_FAILURE   declared ``expect: startup_failed`` and it failed to start as declared
-                     (shown neutral, never red)
+  EXPECTED_FAILURE   declared ``expect: startup_failed`` and it failed to start as declared, or
+                     a negative control: parity FAIL that the variant's own check
+                     ``"<variant>: quality.parity == FAIL"`` declares, nothing else failing
+                     (shown neutral, never red; a control whose parity does not FAIL fails its
+                     check, so the run is FAIL)
   INTERRUPTED        stopped by a signal before it finished
 A run is FAIL if any variant or run-level check fails, else INTERRUPTED if it was stopped, else
 INCONCLUSIVE if any variant is, else PASS (expected failures count as passing).
@@ -194,6 +197,7 @@ def variant_verdict(
 ) -> VariantVerdict:
     """The verdict of one variant from its stored status, summary and expectation rows."""
     status = status or {}
+    expectation_rows = list(expectation_rows)
     decided = _startup(name, status)
     if decided is not None:
         fails = [
@@ -221,7 +225,16 @@ def variant_verdict(
         )
     parity = ((summary.get("quality") or {}).get("parity")) or {}
     pv = parity.get("verdict")
-    if pv == "FAIL":
+    expected: list[Reason] = []
+    if pv == "FAIL" and declares_parity_fail(expectation_rows):
+        expected.append(
+            Reason(
+                "parity_fail_declared",
+                f"quality parity FAIL, as its check declares (a negative control): {parity.get('reason') or ''}",
+                name,
+            )
+        )
+    elif pv == "FAIL":
         failures.append(Reason("parity_fail", f"quality parity FAIL: {parity.get('reason') or 'answers differ'}", name))
     elif pv == "INCONCLUSIVE":
         unknowns.append(
@@ -248,7 +261,21 @@ def variant_verdict(
         return VariantVerdict(name, Outcome.FAIL, tuple(failures + unknowns))
     if unknowns:
         return VariantVerdict(name, Outcome.INCONCLUSIVE, tuple(unknowns))
+    if expected:
+        return VariantVerdict(name, Outcome.EXPECTED_FAILURE, tuple(expected))
     return VariantVerdict(name, Outcome.PASS)
+
+
+def declares_parity_fail(expectation_rows: Iterable[Mapping[str, Any]]) -> bool:
+    """The variant's own checks include ``quality.parity == FAIL`` and it held: a negative control
+    (e.g. a build that corrupts host-tier loads) whose parity FAIL is the point."""
+    return any(
+        r.get("metric") == "quality.parity"
+        and r.get("op") == "=="
+        and str(r.get("expected")).upper() == "FAIL"
+        and r.get("outcome") == "pass"
+        for r in expectation_rows
+    )
 
 
 def run_verdict(variants: Sequence[VariantVerdict], *, interrupted: bool = False) -> RunVerdict:

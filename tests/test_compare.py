@@ -223,6 +223,11 @@ def test_parity_rows():
     allowed = VerdictPolicy(allow_not_exercised=frozenset({"on"}))
     assert C.parity_row("on", None, s("NOT_EXERCISED"), allowed).state == "unchanged"
     assert C.parity_row("on", s("PASS"), {}) is None
+    # a negative control (its check declares the FAIL, and held) is no regression night after night
+    declared = [{"metric": "quality.parity", "op": "==", "expected": "FAIL", "outcome": "pass"}]
+    assert C.parity_row("on", s("FAIL"), s("FAIL"), cand_checks=declared).state == "unchanged"
+    undeclared = [{"metric": "quality.parity", "op": "!=", "expected": "FAIL", "outcome": "fail"}]
+    assert C.parity_row("on", s("PASS"), s("FAIL"), cand_checks=undeclared).state == "regression"
 
 
 def test_markdown_escapes_names():

@@ -11,6 +11,17 @@ from harness.verdict import Outcome, VerdictPolicy, run_verdict, variant_verdict
 from tests.conftest import GOLDEN_RUNS
 
 OK = {"state": "ok", "expect": "ok"}
+DECLARED_FAIL = {
+    "check": "v: quality.parity == FAIL",
+    "variant": "v",
+    "metric": "quality.parity",
+    "op": "==",
+    "expected": "FAIL",
+    "actual": "FAIL",
+    "outcome": "pass",
+    "failed": False,
+    "reason": "",
+}
 
 
 def summary(n=10, errors=None, parity=None):
@@ -34,6 +45,42 @@ def summary(n=10, errors=None, parity=None):
         (OK, summary(0), [], VerdictPolicy(), Outcome.INCONCLUSIVE, "no_requests"),
         (OK, summary(parity="FAIL"), [], VerdictPolicy(), Outcome.FAIL, "parity_fail"),
         (OK, summary(parity="NOT_EXERCISED"), [], VerdictPolicy(), Outcome.INCONCLUSIVE, "parity_not_exercised"),
+        # a negative control: its own check declares the parity FAIL, which is then not a failure
+        (
+            OK,
+            summary(parity="FAIL"),
+            [DECLARED_FAIL],
+            VerdictPolicy(),
+            Outcome.EXPECTED_FAILURE,
+            "parity_fail_declared",
+        ),
+        # ... but only the check held: a control whose parity passed fails its check
+        (
+            OK,
+            summary(parity="PASS"),
+            [{**DECLARED_FAIL, "outcome": "fail", "actual": "PASS", "reason": "'PASS' == 'FAIL' is false"}],
+            VerdictPolicy(),
+            Outcome.FAIL,
+            "expectation_failed",
+        ),
+        # ... and anything else failing still fails it
+        (
+            OK,
+            summary(100, {"timeout": 5}, parity="FAIL"),
+            [DECLARED_FAIL],
+            VerdictPolicy(),
+            Outcome.FAIL,
+            "error_rate",
+        ),
+        # a check that parity is NOT FAIL declares nothing
+        (
+            OK,
+            summary(parity="FAIL"),
+            [{**DECLARED_FAIL, "op": "!=", "outcome": "fail"}],
+            VerdictPolicy(),
+            Outcome.FAIL,
+            "parity_fail",
+        ),
         (
             OK,
             summary(parity="NOT_EXERCISED"),

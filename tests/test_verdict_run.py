@@ -56,3 +56,56 @@ def test_every_request_rejected_fails_the_run_naming_the_error(tmp_path, capsys)
 def test_a_healthy_run_passes(tmp_path, capsys):
     rc, out, verdict = _run(tmp_path, "", capsys)
     assert rc == 0 and verdict["outcome"] == "PASS" and "verdict: PASS (exit 0)" in out
+
+
+NEGATIVE_CONTROL = """\
+name: verdicts
+server:
+  backend: sim
+  model_path: models/llama-tiny
+  args: {--max-total-tokens: 4096, --enable-deterministic-inference: true}
+  startup_timeout_s: 30
+  request_timeout_s: 10
+  liveness_idle_s: 0.1
+  sim: {time_scale: 0.02, startup_s: 0}
+variants:
+  - name: off
+  - name: on-broken
+    hicache: {ratio: 2}
+    sim_faults: [{fault}]
+workloads: []
+sampling: {enabled: false}
+quality:
+  enabled: true
+  baseline_variant: off
+  tasks: [needle, multi_needle, variable_tracking, aggregation, ordered_codes]
+  lengths: ["0.25x pool"]
+  samples_per_task: 2
+  reasks: 2
+  max_new_tokens: 4
+  churn_tokens: "1.5x pool"
+expectations:
+  checks: ["on-broken: quality.parity == FAIL"]
+"""
+
+
+def test_a_negative_control_that_fails_parity_as_declared_passes_the_run(tmp_path, capsys):
+    """A variant whose host tier is broken on purpose, with its own check declaring parity FAIL:
+    EXPECTED_FAILURE, the run PASS (exit 0) — and the same control with a healthy host tier
+    (its check fails) is a FAIL, so a control that stops catching anything is noticed."""
+    scenario = write_scenario(tmp_path, NEGATIVE_CONTROL.replace("{fault}", "corrupt_host_load"))
+    rc = main(["run", str(scenario), "--results-dir", str(tmp_path / "r"), "--no-report"])
+    out = capsys.readouterr().out
+    (run,) = (tmp_path / "r" / "verdicts").iterdir()
+    verdict = json.loads((run / "verdict.json").read_text())
+    by_name = {v["variant"]: v for v in verdict["variants"]}
+    assert by_name["on-broken"]["outcome"] == "EXPECTED_FAILURE", by_name
+    assert by_name["on-broken"]["reasons"][0]["code"] == "parity_fail_declared"
+    assert rc == 0 and verdict["outcome"] == "PASS" and "verdict: PASS (exit 0)" in out
+
+    healthy = write_scenario(tmp_path / "h", NEGATIVE_CONTROL.replace("{fault}", "near_tie_flips"))
+    rc = main(["run", str(healthy), "--results-dir", str(tmp_path / "h" / "r"), "--no-report"])
+    (run,) = (tmp_path / "h" / "r" / "verdicts").iterdir()
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert rc == 1 and verdict["outcome"] == "FAIL"
+    assert {r["code"] for v in verdict["variants"] for r in v["reasons"]} == {"expectation_failed"}

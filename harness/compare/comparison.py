@@ -42,7 +42,7 @@ from harness.frames import groups_frame
 from harness.metrics import METRICS
 from harness.scenario.values import Gate
 from harness.summary import by_repeat
-from harness.verdict import Outcome, VerdictPolicy
+from harness.verdict import Outcome, VerdictPolicy, declares_parity_fail
 from harness.workloads import derived_figures, kind_of
 
 COMPARISON_VERSION = 2
@@ -417,12 +417,18 @@ def compare_variant(
 
 
 def parity_row(
-    name: str, base_summary: Mapping | None, cand_summary: Mapping | None, policy: VerdictPolicy = DEFAULT_POLICY
+    name: str,
+    base_summary: Mapping | None,
+    cand_summary: Mapping | None,
+    policy: VerdictPolicy = DEFAULT_POLICY,
+    cand_checks: Sequence[Mapping] = (),
 ) -> MetricRow | None:
     """The quality-parity row of a variant whose candidate summary has a parity verdict (None
-    otherwise): FAIL → regression (whatever the baseline had), PASS/WARN → unchanged,
-    NOT_EXERCISED/NOT_COMPARABLE → inconclusive unless the scenario's ``verdict:`` allows it
-    for this variant, INCONCLUSIVE → inconclusive. Pure."""
+    otherwise): FAIL → regression (whatever the baseline had) unless the variant's own checks
+    declare it (``quality.parity == FAIL``: a negative control, `harness.verdict.declares_parity_fail`)
+    → unchanged, PASS/WARN → unchanged, NOT_EXERCISED/NOT_COMPARABLE → inconclusive unless the
+    scenario's ``verdict:`` allows it for this variant, INCONCLUSIVE → inconclusive.
+    ``cand_checks``: the candidate's expectation rows of this variant. Pure."""
 
     def verdict_of(s: Mapping | None) -> str | None:
         p = (s or {}).get("quality") or {}
@@ -433,7 +439,9 @@ def parity_row(
     if cv is None:
         return None
     was = f"baseline {bv or 'none'}, candidate {cv}"
-    if cv == "FAIL":
+    if cv == "FAIL" and declares_parity_fail(cand_checks):
+        state, note = "unchanged", was + " (declared by its check: a negative control)"
+    elif cv == "FAIL":
         state, note = "regression", was + ("" if bv != "FAIL" else " (a persisting failure)")
     elif cv in ("PASS", "WARN"):
         state, note = "unchanged", was
@@ -630,7 +638,8 @@ def compare_runs(
             comp.curves.extend(curve_points(name, bv.summary, cv.summary, cand_kinds, rows))
             comp.metrics.extend(rows)
         if cv is not None and cv.status.get("state") == "ok":  # parity is the candidate's own: judged
-            row = parity_row(name, bv.summary if bv else None, cv.summary, policy)  # even when not comparable
+            checks = [e for e in comp.expectations if e.get("variant") == name]
+            row = parity_row(name, bv.summary if bv else None, cv.summary, policy, checks)  # even when not comparable
             if row is not None:
                 row.threshold_source = "parity verdict"
                 comp.metrics.append(row)
