@@ -72,7 +72,7 @@ variants:
   - name: off
   - name: on-broken
     hicache: {ratio: 2}
-    sim_faults: [{fault}]
+    sim_faults: [corrupt_host_load]
 workloads: []
 sampling: {enabled: false}
 quality:
@@ -80,7 +80,7 @@ quality:
   baseline_variant: off
   tasks: [needle, multi_needle, variable_tracking, aggregation, ordered_codes]
   lengths: ["0.25x pool"]
-  samples_per_task: 2
+  samples_per_task: 1
   reasks: 2
   max_new_tokens: 4
   churn_tokens: "1.5x pool"
@@ -91,9 +91,9 @@ expectations:
 
 def test_a_negative_control_that_fails_parity_as_declared_passes_the_run(tmp_path, capsys):
     """A variant whose host tier is broken on purpose, with its own check declaring parity FAIL:
-    EXPECTED_FAILURE, the run PASS (exit 0) — and the same control with a healthy host tier
-    (its check fails) is a FAIL, so a control that stops catching anything is noticed."""
-    scenario = write_scenario(tmp_path, NEGATIVE_CONTROL.replace("{fault}", "corrupt_host_load"))
+    EXPECTED_FAILURE, the run PASS (exit 0). (The same control with a healthy host tier fails its
+    check, so the run FAILs: tests/test_verdict.py, from the same rows.)"""
+    scenario = write_scenario(tmp_path, NEGATIVE_CONTROL)
     rc = main(["run", str(scenario), "--results-dir", str(tmp_path / "r"), "--no-report"])
     out = capsys.readouterr().out
     (run,) = (tmp_path / "r" / "verdicts").iterdir()
@@ -102,10 +102,3 @@ def test_a_negative_control_that_fails_parity_as_declared_passes_the_run(tmp_pat
     assert by_name["on-broken"]["outcome"] == "EXPECTED_FAILURE", by_name
     assert by_name["on-broken"]["reasons"][0]["code"] == "parity_fail_declared"
     assert rc == 0 and verdict["outcome"] == "PASS" and "verdict: PASS (exit 0)" in out
-
-    healthy = write_scenario(tmp_path / "h", NEGATIVE_CONTROL.replace("{fault}", "near_tie_flips"))
-    rc = main(["run", str(healthy), "--results-dir", str(tmp_path / "h" / "r"), "--no-report"])
-    (run,) = (tmp_path / "h" / "r" / "verdicts").iterdir()
-    verdict = json.loads((run / "verdict.json").read_text())
-    assert rc == 1 and verdict["outcome"] == "FAIL"
-    assert {r["code"] for v in verdict["variants"] for r in v["reasons"]} == {"expectation_failed"}
