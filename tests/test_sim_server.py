@@ -137,19 +137,34 @@ def test_flush_refused_while_busy(off):
     assert httpx.post(off.url + "/flush_cache", timeout=10).status_code == 200
 
 
-def test_short_prompt_waits_behind_long_prefill(off):
-    httpx.post(off.url + "/flush_cache", timeout=10)
-    t0 = time.perf_counter()
-    generate(off.url, prompt(16, 50), 1)
-    alone = time.perf_counter() - t0
-    th = threading.Thread(target=lambda: generate(off.url, prompt(2000, 51), 1))
-    th.start()
-    time.sleep(0.01)
-    t0 = time.perf_counter()
-    generate(off.url, prompt(16, 52), 1)
-    during = time.perf_counter() - t0
-    th.join(30)
-    assert during > alone + 0.004
+def _scheduled(url: str) -> float:
+    """Requests the simulated scheduler holds (running, in a chunked prefill, or waiting)."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(("sglang:num_running_reqs", "sglang:num_queue_reqs"))
+    )
+
+
+def test_short_prompt_waits_behind_long_prefill():
+    """A short prompt that arrives during a long prompt's chunked prefill waits for the running
+    chunks (the chunked request goes first). Load-proof: time scale 10 makes the long prefill's
+    four 512-token chunks ~0.43 s of server time, far above a loaded machine's scheduling noise;
+    the short one is sent only once the server holds the long one (its /metrics), so a late
+    thread start cannot reorder them; latencies are the server's own (meta_info.e2e_latency)."""
+    args = ["--max-total-tokens", str(POOL), "--chunked-prefill-size", "512", "--enable-metrics"]
+    with SimProcess(args, time_scale=10.0) as sim:
+        alone = generate(sim.url, prompt(16, 50), 1)["meta_info"]["e2e_latency"]
+        th = threading.Thread(target=lambda: generate(sim.url, prompt(2000, 51), 1))
+        th.start()
+        deadline = time.monotonic() + 30
+        while _scheduled(sim.url) < 1:
+            assert time.monotonic() < deadline, "the long prompt never showed up in the scheduler's gauges"
+            time.sleep(0.002)
+        during = generate(sim.url, prompt(16, 52), 1)["meta_info"]["e2e_latency"]
+        th.join(30)
+    assert during > alone + 0.1, (alone, during)  # at least one of the long prompt's ~0.11 s chunks
 
 
 def test_outputs_deterministic_and_text_mode(off, on):
