@@ -623,16 +623,7 @@ def run_variant(
     sampling = None
     if sampler is not None:
         sampling = run_products.sampling_summary(vpaths.samples, sampler.cpu_fraction, sampler.samples_written)
-    summary = run_products.measured_summary(
-        variant.name,
-        window.state,
-        window.cause,
-        window.requests,
-        len(window.quality_rows),
-        sampling,
-        {w.name: w.kind for w in scenario.workloads},
-        {w.name: w for w in scenario.workloads},
-    )
+    summary = _window_summary(scenario, variant.name, window, sampling)
     if window.state != OK:
         status.cause_detail = window.detail
         status.log_excerpt = _log_excerpt_for_death(server)
@@ -690,16 +681,7 @@ def run_external_variant(
         sampling["server_metrics"] = (
             "sampled" if sampler.server_metrics else f"not sampled: {endpoint.metrics_problem or 'sampling off'}"
         )
-    summary = run_products.measured_summary(
-        variant.name,
-        window.state,
-        window.cause,
-        window.requests,
-        len(window.quality_rows),
-        sampling,
-        {w.name: w.kind for w in scenario.workloads},
-        {w.name: w for w in scenario.workloads},
-    )
+    summary = _window_summary(scenario, variant.name, window, sampling)
     if window.state != OK:
         status.cause_detail = window.detail
     return _finish(vpaths, status, window.state, window.cause, state.redactor, summary=summary)
@@ -709,6 +691,20 @@ def _log_excerpt_for_death(server: ServerProcess) -> dict:
     text = server.read_log()
     found = logscan.classify_failure(text)
     return {**logscan.excerpt(text, found.line_number if found else None), "file": server.log_path.name}
+
+
+def _window_summary(scenario, variant_name: str, window, sampling: dict | None) -> dict:
+    """summary.json of a variant whose serving window ran (launched or external)."""
+    return run_products.measured_summary(
+        variant_name,
+        window.state,
+        window.cause,
+        window.requests,
+        len(window.quality_rows),
+        sampling,
+        {w.name: w.kind for w in scenario.workloads},
+        {w.name: w for w in scenario.workloads},
+    )
 
 
 def _finish(
