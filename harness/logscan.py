@@ -25,6 +25,20 @@ TIMEOUT = "timeout"
 SERVER_DIED = "server_died"
 SERVER_HUNG = "server_hung"  # alive but no longer serving (harness/serving_window.py)
 UNKNOWN = "unknown"
+PREFLIGHT = "preflight"  # refused by the harness's preflight before launch (no log to scan)
+# The causes a variant may declare with ``expect_cause`` (scenario models read this one list).
+STARTUP_CAUSES = (
+    HOST_MEMORY,
+    HOST_REGISTER,
+    CUDA_FAULT,
+    ASSERTION,
+    OUT_OF_MEMORY,
+    EXITED_BEFORE_READY,
+    TIMEOUT,
+    SERVER_DIED,
+    PREFLIGHT,
+    UNKNOWN,
+)
 
 # Only these are worth another attempt: memory pressure can pass; a CUDA fault or an assertion
 # is the same on every try.

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness import logscan
 from harness.scenario.values import (
     MAX_REPEATS,
     ArgsDict,
@@ -55,18 +56,7 @@ from harness.workloads import kinds
 MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head")
 WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 IO_BACKENDS = ("kernel", "direct")
-CAUSES = (
-    "host_memory",
-    "host_register",
-    "cuda_fault",
-    "assertion",
-    "out_of_memory",
-    "exited_before_ready",
-    "timeout",
-    "server_died",
-    "preflight",
-    "unknown",
-)
+CAUSES = logscan.STARTUP_CAUSES  # what expect_cause may name: harness/logscan.py declares them
 QUALITY_TASKS = ("needle", "multi_needle", "variable_tracking", "aggregation", "ordered_codes")
 SGLANG_DEFAULT_HICACHE_RATIO = 2.0
 # The build a variant runs when it names none: the ``server`` block's own python, sglang_source,
