@@ -248,6 +248,13 @@ def test_compare_pairs_curve_points_and_shows_the_knee(tmp_path):
     cases = {c.get("classname") + ":" + c.get("name"): c for c in suites["curves"].findall("testcase")}
     assert len(cases) == 6 and cases["curves.on:ol/rate_4"].find("skipped") is not None  # a regression, not gated
     assert "ttft" not in "".join(comp.gate)  # the gate names the knee and goodput
+    # the report of the candidate lists the points next to the baseline's
+    results.write_json_atomic(cand / "comparison.json", comp.to_dict())
+    html = write_report(cand, tmp_path / "reports").read_text()
+    table = html[html.index('id="comparison-curves"') :].split("</table>", 1)[0]
+    row = next(r for r in table.split("<tr>") if "ol/rate_4" in r and ">on<" in r)
+    assert 'class="fail"' in row and ">regression<" in row
+    assert table.count("<tr>") == 1 + 6  # the header and one row per variant and rate
 
 
 def test_curve_points_are_not_compared_when_the_grids_differ(tmp_path):
