@@ -115,3 +115,18 @@ def test_short_ttft_labels_during_long_from_timestamps():
         inside = long.sent_ns <= r.sent_ns < long.first_token_ns
         assert (r.phase == "during_long") == inside
         assert (r.concurrency_group == long.concurrency_group) == inside
+
+
+def test_a_kind_config_without_its_longest_request_cannot_be_built():
+    """``longest_request_tokens`` is abstract: the context check before a run needs every kind's."""
+    from typing import Literal
+
+    import pytest
+
+    from harness.workloads.config import WorkloadConfig
+
+    class NoLength(WorkloadConfig):
+        kind: Literal["no_length"]
+
+    with pytest.raises(TypeError, match="longest_request_tokens"):
+        NoLength(kind="no_length")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Literal
 
 from pydantic import model_validator
@@ -12,7 +13,9 @@ DEFAULT_NEW_TOKENS = 16
 
 
 class WorkloadConfig(ScenarioModel):
-    """One entry of the scenario's ``workloads`` list (subclassed per kind, with ``kind: Literal``)."""
+    """One entry of the scenario's ``workloads`` list (subclassed per kind, with ``kind: Literal``).
+    Abstract: a kind's config that does not define ``longest_request_tokens`` cannot be built
+    (pydantic models are ABCs)."""
 
     name: Name | None = None  # default: the kind
     flush_before: bool = False  # POST /flush_cache before the workload starts
@@ -29,10 +32,10 @@ class WorkloadConfig(ScenarioModel):
         """Output tokens per request unless the workload passes its own."""
         return DEFAULT_NEW_TOKENS
 
+    @abstractmethod
     def longest_request_tokens(self, pool_tokens: int) -> int:
         """Prompt + output tokens of the longest single request this workload sends on a server
         whose GPU pool holds ``pool_tokens`` (checked against the context before anything runs)."""
-        raise NotImplementedError(f"{type(self).__name__} must say how long its longest request is")
 
 
 class PrefillConfig(WorkloadConfig):
