@@ -57,24 +57,19 @@ RUN_TABLES = ("requests", "samples", "quality", "parity", "summaries", "derived"
 _STR = "string"
 _INT = "Int64"
 
-REQUEST_INTS = (
-    "repeat",
-    "index",
-    "prompt_len",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "cached_device",
-    "cached_host",
-    "cached_storage",
-    "sent_ns",
-    "first_token_ns",
-    "done_ns",
-    "output_len",
-    "n_chunks",
-)
+REQUEST_INTS = ("repeat", "index", *frames.REQUEST_COUNTS, *frames.REQUEST_TIMES, "output_len", "n_chunks")
 REQUEST_STRS = ("variant", "workload", "phase", "phase_key", "rid", "finish_reason", "error")
 SAMPLE_INTS = ("t_ns",)
+# What names a metric row, in the run's summaries and in a comparison alike.
+METRIC_KEYS = {
+    "variant": _STR,
+    "workload": _STR,
+    "phase": _STR,
+    "phase_key": _STR,
+    "metric": _STR,
+    "unit": _STR,
+    "higher_is_better": "boolean",
+}
 QUALITY_COLUMNS = {  # column → dtype; the list columns (output ids, logprobs) stay objects
     "variant": _STR,
     "arm_role": _STR,
@@ -125,13 +120,7 @@ PARITY_COLUMNS = {
     "noise": "boolean",
 }
 SUMMARY_COLUMNS = {
-    "variant": _STR,
-    "workload": _STR,
-    "phase": _STR,
-    "phase_key": _STR,
-    "metric": _STR,
-    "unit": _STR,
-    "higher_is_better": "boolean",
+    **METRIC_KEYS,
     "n": _INT,
     "mean": float,
     "p50": float,
@@ -485,13 +474,7 @@ class Comparison:
 
 
 METRIC_COLUMNS = {
-    "variant": _STR,
-    "workload": _STR,
-    "phase": _STR,
-    "phase_key": _STR,
-    "metric": _STR,
-    "unit": _STR,
-    "higher_is_better": "boolean",
+    **METRIC_KEYS,
     "baseline_p50": float,
     "candidate_p50": float,
     "n_baseline": _INT,
