@@ -194,46 +194,23 @@ class CheckResult:
 
 def evaluate_check(check: Check, variant: str, summary: dict | None, status: dict | None) -> CheckResult:
     """One check on one variant. Pure."""
+
+    def result(actual: Any, outcome: str, failed: bool, reason: str) -> CheckResult:
+        return CheckResult(check.text, variant, check.metric, check.op, check.value, actual, outcome, failed, reason)
+
     status = status or {}
     state = status.get("state")
     expected_failure = status.get("expect") == "startup_failed"
     if state != "ok":
         declared = expected_failure and state == "startup_failed" and status.get("expect_met", True)
-        return CheckResult(
-            check.text,
-            variant,
-            check.metric,
-            check.op,
-            check.value,
-            None,
-            "not_evaluable",
-            not declared,
-            f"variant state {state or 'missing'}" + (" (declared expect: startup_failed)" if declared else ""),
-        )
+        why = f"variant state {state or 'missing'}" + (" (declared expect: startup_failed)" if declared else "")
+        return result(None, "not_evaluable", not declared, why)
     actual = lookup_metric(check.metric, summary, status)
     if actual is None:
-        return CheckResult(
-            check.text,
-            variant,
-            check.metric,
-            check.op,
-            check.value,
-            None,
-            "not_evaluable",
-            True,
-            f"metric {check.metric} is missing",
-        )
+        return result(None, "not_evaluable", True, f"metric {check.metric} is missing")
     ok = check.evaluate(actual)
-    return CheckResult(
-        check.text,
-        variant,
-        check.metric,
-        check.op,
-        check.value,
-        actual,
-        "pass" if ok else "fail",
-        not ok,
-        "" if ok else f"{actual!r} {check.op} {check.value!r} is false",
+    return result(
+        actual, "pass" if ok else "fail", not ok, "" if ok else f"{actual!r} {check.op} {check.value!r} is false"
     )
 
 

@@ -7,9 +7,10 @@ candidate's folder."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -142,20 +143,18 @@ def run_policy(manifest: dict) -> VerdictPolicy:
 
 def variant_requests(variant: results.LoadedVariant) -> pd.DataFrame:
     """The requests frame (`harness.frames`) of one variant of a run."""
-    try:
-        return requests_frame(variant.paths.requests, variant.name)
-    except results.ResultsError:
-        raise
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        raise results.ResultsError(
-            f"{variant.paths.requests}: rows that are not request records ({type(exc).__name__}: {exc})"
-        ) from None
+    return _request_rows(variant, lambda path: requests_frame(path, variant.name))
 
 
 def variant_records(variant: results.LoadedVariant) -> list[RequestRecord]:
     """The request records of one variant (for figures an old summary.json lacks)."""
+    return _request_rows(variant, lambda path: [RequestRecord.from_dict(d) for d in results.read_jsonl(path)])
+
+
+def _request_rows(variant: results.LoadedVariant, read: Callable[[Path], Any]) -> Any:
+    """``read(requests.jsonl)``, rows that are not request records as a `results.ResultsError`."""
     try:
-        return [RequestRecord.from_dict(d) for d in results.read_jsonl(variant.paths.requests)]
+        return read(variant.paths.requests)
     except results.ResultsError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
