@@ -256,6 +256,22 @@ def build_app(st: AppState) -> Starlette:
         def finish() -> str | None:
             return None if req.finish_reason is None else req.finish_reason["type"]
 
+        def completion(text: str | None, usage_: dict | None) -> dict[str, Any]:
+            """An OpenAI completion object (a stream chunk: ``text`` None = the usage-only chunk)."""
+            choices = (
+                []
+                if text is None
+                else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish(), "matched_stop": None}]
+            )
+            return {
+                "id": req.rid,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "choices": choices,
+                "usage": usage_,
+            }
+
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
 
@@ -267,32 +283,10 @@ def build_app(st: AppState) -> Starlette:
                         break
                     delta = decode_ids(req.output_ids[sent:])
                     sent = len(req.output_ids)
-                    chunk = {
-                        "id": req.rid,
-                        "object": "text_completion",
-                        "created": created,
-                        "model": model,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "text": delta,
-                                "logprobs": None,
-                                "finish_reason": finish(),
-                                "matched_stop": None,
-                            }
-                        ],
-                        "usage": None,
-                    }
+                    chunk = completion(delta, None)
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
                 if include_usage and req.error is None:
-                    chunk = {
-                        "id": req.rid,
-                        "object": "text_completion",
-                        "created": created,
-                        "model": model,
-                        "choices": [],
-                        "usage": usage(),
-                    }
+                    chunk = completion(None, usage())
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
                 yield b"data: [DONE]\n\n"
 
@@ -301,24 +295,7 @@ def build_app(st: AppState) -> Starlette:
             pass
         if req.error is not None:
             return _error(req.error, 500)
-        return JSONResponse(
-            {
-                "id": req.rid,
-                "object": "text_completion",
-                "created": created,
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "text": decode_ids(req.output_ids),
-                        "logprobs": None,
-                        "finish_reason": finish(),
-                        "matched_stop": None,
-                    }
-                ],
-                "usage": usage(),
-            }
-        )
+        return JSONResponse(completion(decode_ids(req.output_ids), usage()))
 
     async def server_info(request: Request) -> Response:
         info = dict(st.server_info)
