@@ -11,7 +11,7 @@ from harness.scenario.values import Count, NonNegInt, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
-from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind
+from harness.workloads.kind import Derived, ReportRow, WorkloadKind
 
 
 class ColdPrefill(PrefillConfig):
@@ -37,22 +37,8 @@ async def run(ctx: WorkloadContext, cfg: ColdPrefill) -> None:
 
 # Shared with repeat_prefill, whose first phase is "cold" too.
 COLD_PREFILL_FIGURES = (
-    Derived(
-        "prefill_tok_s",
-        "tok/s",
-        True,
-        "uncached prompt tokens / TTFT of the cold phase, median",
-        PhaseStat("cold", "prefill_tok_s").of,
-        needs=("cold",),
-    ),
-    Derived(
-        "prefill_total_tok_s",
-        "tok/s",
-        True,
-        "all prompt tokens / TTFT of the cold phase, median",
-        PhaseStat("cold", "prefill_total_tok_s").of,
-        needs=("cold",),
-    ),
+    Derived.phase_median("cold", "prefill_tok_s", "uncached prompt tokens / TTFT of the cold phase, median"),
+    Derived.phase_median("cold", "prefill_total_tok_s", "all prompt tokens / TTFT of the cold phase, median"),
 )
 
 

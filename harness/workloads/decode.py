@@ -11,7 +11,7 @@ from harness.scenario.values import Count, PosInt, TokenSize, TokenSizeT
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
-from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind
+from harness.workloads.kind import Derived, ReportRow, WorkloadKind
 
 
 class Decode(WorkloadConfig):
@@ -64,22 +64,8 @@ KIND = WorkloadKind(
     estimate=estimate,
     run=run,
     derived=(
-        Derived(
-            "decode_tok_s",
-            "tok/s",
-            True,
-            "output tokens after the first / decode time, median",
-            PhaseStat("decode", "decode_tok_s").of,
-            needs=("decode",),
-        ),
-        Derived(
-            "tpot_ms",
-            "ms",
-            False,
-            "time per output token after the first, median",
-            PhaseStat("decode", "tpot_ms").of,
-            needs=("decode",),
-        ),
+        Derived.phase_median("decode", "decode_tok_s", "output tokens after the first / decode time, median"),
+        Derived.phase_median("decode", "tpot_ms", "time per output token after the first, median"),
     ),
     report_rows=(ReportRow("decode ({workload})", "tok/s", "decode_tok_s", True),),
 )

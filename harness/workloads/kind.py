@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.metrics import METRICS
+
 PhaseSummaries = Mapping[str, Mapping[str, Any]]  # phase → its summary (harness.summary)
 
 
@@ -66,6 +68,13 @@ class Derived:
 
     def applies(self, phases: PhaseSummaries) -> bool:
         return all(p in phases for p in self.needs)
+
+    @classmethod
+    def phase_median(cls, phase: str, metric: str, description: str) -> Derived:
+        """The median of a declared metric in one phase, named after it, with its unit and
+        direction from its declaration (`harness.metrics.METRICS`)."""
+        m = METRICS[metric]
+        return cls(metric, m.unit, m.higher_is_better, description, PhaseStat(phase, metric).of, needs=(phase,))
 
 
 @dataclass(frozen=True)
