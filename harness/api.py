@@ -485,6 +485,8 @@ METRIC_COLUMNS = {
     "p_value": float,
     "state": _STR,
     "note": _STR,
+    "baseline_below": float,
+    "candidate_below": float,
 }
 COMPARED_VARIANT_COLUMNS = {
     "variant": _STR,

@@ -270,6 +270,64 @@ def test_curve_points_are_not_compared_when_the_grids_differ(tmp_path):
     assert rows and all(m.state == "not_comparable" for m in rows)  # rate_1 against rate_1 included
 
 
+def _knee_row(comp, variant="on", figure="ol.knee_rate"):
+    return next(m for m in comp.metrics if m.variant == variant and m.name == figure)
+
+
+def test_a_vanished_knee_is_the_worst_regression_and_fails_the_gate(tmp_path):
+    """ON's candidate misses the 200 ms SLO even at 1 req/s (TTFT 300 ms): its knee is below the
+    lowest rate tried, against the baseline's 4 — a regression, said alike in JSON, Markdown,
+    JUnit and the report."""
+    base = _run(tmp_path, "20261201T000000Z-aaaaaa")
+    cand = _run(tmp_path, "20261201T010000Z-bbbbbb", on={"scale": 3.0})
+    comp = compare_runs(results.load_run(base), results.load_run(cand))
+    knee = _knee_row(comp)
+    assert (knee.state, knee.candidate_below, knee.candidate_p50, knee.baseline_p50) == ("regression", 1.0, None, 4.0)
+    assert knee.gating and knee.n_candidate == 1 and "lowest rate tried (1) missed the SLO at p90" in knee.note
+    assert _knee_row(comp, "off").state != "regression"  # OFF unchanged: knee 2 in both
+    assert comp.outcome == "FAIL" and any(r.startswith("on ol.knee_rate: regression") for r in comp.reasons)
+    assert comp.to_dict()["metrics"][comp.metrics.index(knee)]["candidate_below"] == 1.0
+    md = to_markdown(comp)
+    line = next(x for x in md.splitlines() if x.startswith("| on | ol.knee_rate | yes | 4 req/s | &lt; 1 req/s |"))
+    assert "knee vanished" in line and "**regression**" in line
+    suites = {s.get("name"): s for s in ET.fromstring(to_junit(comp).split("\n", 1)[1])}
+    case = next(
+        c
+        for c in suites["metrics"].findall("testcase")
+        if c.get("name") == "ol/*/knee_rate" and "on" in c.get("classname")
+    )
+    failure = case.find("failure")
+    assert (
+        failure is not None and "-> < 1 req/s" in failure.get("message") and "knee vanished" in failure.get("message")
+    )
+    results.write_json_atomic(cand / "comparison.json", comp.to_dict())
+    html = write_report(cand, tmp_path / "reports").read_text()
+    row = next(r for r in html.split("<tr>") if '<td class="label">knee_rate</td>' in r and ">on<" in r)
+    assert "<td>4</td><td>&lt; 1</td>" in row and 'class="fail"' in row and ">regression<" in row
+
+
+def test_a_knee_that_appears_is_an_improvement_and_none_in_either_run_is_inconclusive(tmp_path):
+    slow = _run(tmp_path, "20261201T000000Z-aaaaaa", on={"scale": 3.0})
+    fast = _run(tmp_path, "20261201T010000Z-bbbbbb")
+    comp = compare_runs(results.load_run(slow), results.load_run(fast))
+    knee = _knee_row(comp)
+    assert (knee.state, knee.baseline_below, knee.baseline_p50, knee.candidate_p50) == ("improved", 1.0, None, 4.0)
+    assert "| on | ol.knee_rate | yes | &lt; 1 req/s | 4 req/s |" in to_markdown(comp)
+    both = compare_runs(
+        results.load_run(slow), results.load_run(_run(tmp_path, "20261201T020000Z-cccccc", on={"scale": 3.0}))
+    )
+    knee = _knee_row(both)
+    assert knee.state == "inconclusive" and knee.baseline_below == knee.candidate_below == 1.0
+    assert "no knee in either run" in knee.note and both.outcome == "INCONCLUSIVE"
+
+
+def test_a_vanished_knee_on_another_grid_stays_not_comparable(tmp_path):
+    base = _run(tmp_path, "20261201T000000Z-aaaaaa")
+    cand = _run(tmp_path, "20261201T010000Z-bbbbbb", rates=(1, 2, 8), on={"scale": 3.0})
+    knee = _knee_row(compare_runs(results.load_run(base), results.load_run(cand)))
+    assert knee.state == "not_comparable" and knee.candidate_below is None
+
+
 def test_the_knee_and_goodput_pass_validates_gate_check():
     s = load_scenario_text(_sglang(_text()), "g.yaml", env={})
     assert [g.metric for g in s.gate] == ["ol.knee_rate", "ol.goodput_rps"]

@@ -21,7 +21,15 @@ import numpy as np
 import pandas as pd
 
 from harness import results
-from harness.compare.curves import CurvePointRow, curve_points
+from harness.compare.curves import (
+    KNEE_AXES,
+    KNEE_BELOW_TEST,
+    CurvePointRow,
+    curve_points,
+    grid,
+    knee_below,
+    load_points,
+)
 from harness.compare.runs import (
     BaselineChoice,
     build_change,
@@ -87,6 +95,8 @@ class MetricRow:
     mde: float | None = None  # minimum detectable effect (relative change)
     sample: str = "request"  # what one value is: request | group | repeat | verdict
     gating: bool = True
+    baseline_below: float | None = None  # a knee below the lowest point tried: that point (`vanished_knees`)
+    candidate_below: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The row as comparison.json stores it (keys in field order)."""
@@ -113,6 +123,8 @@ class MetricRow:
             "mde": _json_number(self.mde),
             "sample": self.sample,
             "gating": self.gating,
+            "baseline_below": self.baseline_below,
+            "candidate_below": self.candidate_below,
         }
 
     @property
@@ -416,6 +428,84 @@ def compare_variant(
     return rows
 
 
+def vanished_knees(
+    name: str,
+    base_summary: Mapping | None,
+    cand_summary: Mapping | None,
+    cand_kinds: Mapping[str, str],
+    rows: list[MetricRow],
+    thresholds: Mapping[str, float],
+) -> None:
+    """Judge the knee rows of one variant where a run has no knee because even its lowest point
+    missed the SLO (`harness.compare.curves.knee_below`), on the same grid in both runs: the
+    candidate's knee vanished while the baseline had one → the worst regression there is (by
+    the figure's declared direction), the reverse → improved, neither run has one → inconclusive
+    (both below the lowest point tried: which is lower cannot be told). Rows are changed in
+    place (one is added when neither run has a knee). A different grid, or a run whose lowest
+    point was not judged, stays as `compare_variant` left it (not comparable). No I/O."""
+    figures = derived_figures()
+    for wl in (cand_summary or {}).get("workloads") or {}:
+        kind = kind_of(wl, cand_kinds)
+        if kind is None or not kind.load_points:
+            continue
+        if grid(load_points(base_summary, wl)) != grid(load_points(cand_summary, wl)):
+            continue
+        for figure in (d.name for d in kind.derived if d.compared and d.name in KNEE_AXES):
+            b, c = knee_below(base_summary, wl, figure), knee_below(cand_summary, wl, figure)
+            if b is None and c is None:
+                continue
+            row = next((r for r in rows if (r.variant, r.workload, r.phase, r.metric) == (name, wl, "*", figure)), None)
+            if row is None:
+                info = figures[figure]
+                thr, src = threshold_for(dict(thresholds), wl, "*", figure)
+                row = MetricRow(
+                    name,
+                    wl,
+                    "*",
+                    figure,
+                    info.unit,
+                    info.higher_is_better,
+                    None,
+                    None,
+                    0,
+                    0,
+                    None,
+                    thr,
+                    src,
+                    "none",
+                    None,
+                    "not_comparable",
+                    sample="repeat",
+                )
+                rows.append(row)
+            below = b or c
+            axis = "rate" if KNEE_AXES[figure] == "rate" else "concurrency"
+            missed = f"missed the SLO at p{below.percentile:g}" if below.percentile is not None else "missed the SLO"
+            if b is not None and c is not None:
+                state = "inconclusive"
+                note = f"no knee in either run: even the lowest {axis} tried ({below.lowest:g}) {missed} in both"
+            elif c is not None and row.n_baseline:
+                state = "improved" if not row.higher_is_better else "regression"
+                note = (
+                    f"the candidate's knee vanished: even the lowest {axis} tried ({c.lowest:g}) {missed}; "
+                    f"the baseline's knee was {row.baseline_p50:g}"
+                )
+            elif b is not None and row.n_candidate:
+                state = "regression" if not row.higher_is_better else "improved"
+                note = (
+                    f"the baseline had no knee (even the lowest {axis} tried, {b.lowest:g}, {missed}); "
+                    f"the candidate's knee is {row.candidate_p50:g}"
+                )
+            else:  # the other side's knee is unknown (not judged): nothing to set it against
+                continue
+            row.state, row.note, row.test, row.p_value = state, note, KNEE_BELOW_TEST, None
+            row.change = row.ci_low = row.ci_high = row.mde = None
+            if b is not None:
+                row.baseline_below, row.n_baseline = b.lowest, b.repeats
+            if c is not None:
+                row.candidate_below, row.n_candidate = c.lowest, c.repeats
+
+
 def parity_row(
     name: str,
     base_summary: Mapping | None,
@@ -632,6 +722,7 @@ def compare_runs(
                 base_kinds,
                 cand_kinds,
             )
+            vanished_knees(name, bv.summary, cv.summary, cand_kinds, rows, thresholds)
             for r in rows:
                 if r.workload in changed_workloads:
                     r.state, r.note = "not_comparable", "workload definition changed"

@@ -10,6 +10,9 @@ compared: each is ``not_comparable`` ("rate grids differ"), and so are the metri
 phases (a point at 8 req/s against one at 10 is no comparison, and must not pass a gate).
 The knee and the best goodput are derived figures (`harness.workloads.slo`), compared per
 repeat like every derived figure and gateable as ``<workload>.knee_rate`` / ``.goodput_rps``.
+A knee that vanished — no repeat has one because even the sweep's lowest point missed the SLO at
+the percentile — is no missing value but a knee below the lowest point tried (`knee_below`):
+`harness.compare.comparison` judges it against the other run's knee on the same grid.
 """
 
 from __future__ import annotations
@@ -82,6 +85,44 @@ def grid(points: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, float | Non
         axis = f.get("sweep_axis")
         out.append((axis, _num(f.get("sweep_value"))) if axis else (ph, None))
     return sorted(out, key=lambda a: (a[0], a[1] if a[1] is not None else 0.0))
+
+
+KNEE_AXES = {"knee_rate": "rate", "knee_concurrency": "conc"}  # a knee figure -> its sweep axis
+KNEE_BELOW_TEST = "knee_below_lowest"  # the `test` of a knee row judged by `knee_below`, not by statistics
+
+
+@dataclass(frozen=True)
+class KneeBelow:
+    """A sweep whose knee is below its lowest point: that point was judged against the SLO at
+    ``percentile`` and missed it, and none of the ``repeats`` has a knee."""
+
+    lowest: float  # the lowest rate (or concurrency) tried
+    repeats: int
+    percentile: float | None
+
+
+def knee_below(summary: Mapping | None, workload: str, figure: str) -> KneeBelow | None:
+    """Whether a workload's knee figure (``knee_rate`` / ``knee_concurrency``) is below the lowest
+    point of its sweep (see `KneeBelow`); None when it has a knee in some repeat, or its lowest
+    point was not judged (no SLO, no requests): then nothing is known about it."""
+    w = (((summary or {}).get("workloads") or {}).get(workload)) or {}
+    per_repeat = w.get("derived_by_repeat")
+    values = (
+        (per_repeat or {}).get(figure) if isinstance(per_repeat, Mapping) else [(w.get("derived") or {}).get(figure)]
+    )
+    if not values or any(v is not None for v in values):
+        return None
+    axis = KNEE_AXES[figure]
+    points = [
+        f for f in (p.get("figures") for p in load_points(summary, workload).values()) if f.get("sweep_axis") == axis
+    ]
+    points = [f for f in points if _num(f.get("sweep_value")) is not None]
+    if not points:
+        return None
+    lowest = min(points, key=lambda f: float(f["sweep_value"]))
+    if not lowest.get("slo_n") or lowest.get("slo_percentile_met") is not False:
+        return None
+    return KneeBelow(float(lowest["sweep_value"]), len(values), _num(lowest.get("slo_percentile")))
 
 
 def _latency(p: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:

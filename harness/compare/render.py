@@ -18,7 +18,7 @@ from harness.compare.comparison import (
     Comparison,
     MetricRow,
 )
-from harness.compare.curves import PERCENTILES, CurvePointRow
+from harness.compare.curves import KNEE_BELOW_TEST, PERCENTILES, CurvePointRow
 from harness.workloads.slo import SLO_DERIVED
 
 HEADLINE_FIGURES = tuple(d.name for d in SLO_DERIVED if d.compared)  # the knee and the best goodput
@@ -74,10 +74,15 @@ def _md(text: Any) -> str:
     return s
 
 
+def _value(v: float | None, below: float | None, unit: str) -> str:
+    """A side's value, or ``< lowest`` for a knee below the lowest point tried."""
+    return f"< {_fmt(below, unit)}" if below is not None else _fmt(v, unit)
+
+
 def _values(m: MetricRow) -> tuple[str, str]:
     if m.sample == "verdict":
         return "", ""
-    return _fmt(m.baseline_p50, m.unit), _fmt(m.candidate_p50, m.unit)
+    return _value(m.baseline_p50, m.baseline_below, m.unit), _value(m.candidate_p50, m.candidate_below, m.unit)
 
 
 def metric_message(m: MetricRow) -> str:
@@ -147,9 +152,9 @@ def to_markdown(comp: Comparison) -> str:
         for m in shown:
             b, cv = _values(m)
             state = f"**{m.state}**" if m.gating else m.state
-            change = _md(m.note) if m.sample == "verdict" else f"{_pct(m.change)}{_ci(m)}"
+            change = _md(m.note) if m.sample == "verdict" or m.test == KNEE_BELOW_TEST else f"{_pct(m.change)}{_ci(m)}"
             lines.append(
-                f"| {_md(m.variant)} | {_md(m.name)} | {'yes' if m.gating else 'no'} | {b} | {cv} | "
+                f"| {_md(m.variant)} | {_md(m.name)} | {'yes' if m.gating else 'no'} | {_md(b)} | {_md(cv)} | "
                 f"{change} | {_mde(m)} | {m.threshold * 100:.0f}% | {_md(_test(m))} | {state} |"
             )
         lines.append("")
@@ -197,8 +202,9 @@ def _headline_lines(comp: Comparison) -> list[str]:
     ]
     for m in rows:
         b, c = _values(m)
+        change = _md(m.note) if m.test == KNEE_BELOW_TEST else f"{_pct(m.change)}{_ci(m)}"
         out.append(
-            f"| {_md(m.variant)} | {_md(m.name)} | {'yes' if m.gating else 'no'} | {b} | {c} | {_pct(m.change)}{_ci(m)} | "
+            f"| {_md(m.variant)} | {_md(m.name)} | {'yes' if m.gating else 'no'} | {_md(b)} | {_md(c)} | {change} | "
             f"{_md(_test(m))} | {'**' + m.state + '**' if m.gating else m.state} |"
         )
     return out + [""]

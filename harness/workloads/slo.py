@@ -15,7 +15,8 @@ Per load point (phase), from its measured requests (`slo_figures`, pure):
 Over the workload (`SLO_DERIVED`, the kinds' derived figures): ``knee_rate`` / ``knee_concurrency``,
 the highest load point of the sweep at which that point and every lower one meet the SLO at the
 percentile (None when the lowest already misses: "no rate met it", never 0), compared by
-``harness compare``; ``goodput_rps``, the best point's goodput, compared; and the fractions pooled
+``harness compare`` (which judges a None after a missed lowest point as a knee below it,
+`harness.compare.curves.knee_below`); ``goodput_rps``, the best point's goodput, compared; and the fractions pooled
 over all points.
 """
 
