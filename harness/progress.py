@@ -80,9 +80,11 @@ class Progress:
 
     # ------------------------------------------------------------------ what the runner calls
 
-    def variant(self, index: int, name: str, requests: int | None = None) -> None:
+    def variant(self, index: int, name: str, requests: int | None = None, start_phase: str = "launching") -> None:
         """Variant ``index`` of the run starts; ``requests``: how many it will record (None:
-        unknown, then no total and no ETA are shown)."""
+        unknown, then no total and no ETA are shown); ``start_phase``: what the harness does first
+        (`harness.variant_status.ServerOrigin.start_phase`: launching, or attaching to a running
+        server)."""
         with self._lock:
             self._close_group_locked()
             self._index, self._variant = index, name
@@ -92,7 +94,7 @@ class Progress:
             if self.groups:
                 self._write(f"::group::variant {index}/{self.total} {name}")
                 self._group_open = True
-            self._set_phase_locked("launching")
+            self._set_phase_locked(start_phase)
 
     def phase(self, name: str) -> None:
         with self._lock:

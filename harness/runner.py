@@ -57,7 +57,17 @@ from harness.server import ExternalServer, ServerProcess, build_launch_spec, cle
 from harness.server_info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_server_info
 from harness.shard import select_run_variants
 from harness.sim.cli import unmodelled_flags
-from harness.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
+from harness.variant_status import (
+    ATTACHED,
+    FAILED,
+    LAUNCHED,
+    OK,
+    REFUSED,
+    STARTUP_FAILED,
+    VariantOutcome,
+    VariantStatus,
+    server_origin,
+)
 from harness.verdict import Outcome, RunVerdict, VerdictPolicy
 
 log = logging.getLogger(__name__)
@@ -421,7 +431,12 @@ def _execute_locked(
         try:
             env_not_clean = False
             for i, variant in enumerate(variants, 1):
-                progress.variant(i, variant.name, requests=counts.get(variant.name))
+                progress.variant(
+                    i,
+                    variant.name,
+                    requests=counts.get(variant.name),
+                    start_phase=server_origin(variant.backend).start_phase,
+                )
                 vo, env_not_clean = run_variant(scenario, variant, run, progress, state, env_not_clean)
                 state.vpaths = state.status = None  # finished: an interrupt now must not relabel it
                 outcome.variants.append(vo)
@@ -744,6 +759,7 @@ def _start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, end
             interval_s=cfg.interval_s,
             gpu=cfg.gpu if endpoint.local else False,
             server_metrics=cfg.server_metrics and endpoint.metrics_problem is None,
+            phase=ATTACHED.first_sample_phase,
         )
     else:
         sampler = Sampler(
@@ -753,6 +769,7 @@ def _start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, end
             interval_s=cfg.interval_s,
             gpu=cfg.gpu,
             server_metrics=cfg.server_metrics,
+            phase=LAUNCHED.first_sample_phase,
             launch_env=server.spec.full_env(),
             launch_argv=server.spec.argv,
         )  # its GPUs only

@@ -35,6 +35,36 @@ _ONLY_WHEN_SET = ("server", "failed_attempts", "survivors", "stop", "cooldown")
 _ATTEMPT_KEYS = ("exit_code", "cause", "cause_detail", "log_excerpt", "survivors")
 
 
+@dataclass(frozen=True)
+class ServerOrigin:
+    """How a variant's server comes to be, in the words every sink uses (console progress,
+    samples, report): the harness launches it, or attaches to one somebody else runs
+    (``backend: external``)."""
+
+    start_phase: str  # the progress phase until the server answers
+    first_sample_phase: str  # the samples' label before the first workload
+    t0: str  # what the samples' t = 0 is
+
+    @property
+    def external(self) -> bool:
+        return self is ATTACHED
+
+
+LAUNCHED = ServerOrigin("launching", "startup", "the server was launched")
+ATTACHED = ServerOrigin("attaching", "attached", "the harness attached to the server")
+
+
+def server_origin(backend: str) -> ServerOrigin:
+    """The origin of a variant's server by its backend (``external``: attached)."""
+    return ATTACHED if backend == "external" else LAUNCHED
+
+
+def origin_of_status(status: dict | None) -> ServerOrigin:
+    """The origin of a variant's server as its status.json records it (``server.external``)."""
+    server = (status or {}).get("server")
+    return ATTACHED if isinstance(server, dict) and server.get("external") is True else LAUNCHED
+
+
 @dataclass
 class VariantOutcome:
     """What the run's exit code needs of a finished variant."""

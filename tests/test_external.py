@@ -179,9 +179,12 @@ def test_off_and_on_servers_measured_with_parity_and_left_running(servers, tmp_p
     r = run_harness("run", path, "--results-dir", tmp_path / "results", "--reports-dir", tmp_path / "reports")
     assert r.returncode == ExitCode.OK, r.stdout + r.stderr
     assert "HiCache off" in r.stderr and "HiCache on (ratio 2" in r.stderr
+    # attached, not launched: the progress lines, the samples and the report say so
+    assert "variant 1/2 off | attaching" in r.stderr and "launching" not in r.stderr, r.stderr
     assert "report:" in r.stdout and "could not write the report" not in r.stderr  # the report draws it
     page = next((tmp_path / "reports").rglob("index.html")).read_text()
     assert f"running server {on.url} (sglang " in page
+    assert page.count("<td>attached</td>") == 2 and "t = 0 when the harness attached to the server" in page
     run = only_run(tmp_path / "results")
     manifest = results.read_json(run / "manifest.json")
     assert manifest["backend"] == "external" and manifest["quality_baseline"] == "off"
@@ -210,8 +213,9 @@ def test_off_and_on_servers_measured_with_parity_and_left_running(servers, tmp_p
         assert status.get("stop") is None and status.get("cooldown") is None and status["preflight"] is None
         summary = results.read_json(run / name / "summary.json")
         assert summary["sampling"]["host"] == "the server's host" and summary["sampling"]["server_metrics"] == "sampled"
-        counters = [s["counters"] for s in results.read_jsonl(run / name / "samples.jsonl")]
-        assert any(c for c in counters), "the server's /metrics were sampled"
+        samples = list(results.read_jsonl(run / name / "samples.jsonl"))
+        assert any(s["counters"] for s in samples), "the server's /metrics were sampled"
+        assert "startup" not in {s["phase"] for s in samples}  # "attached" until the first workload
     assert results.read_json(run / "on" / "summary.json")["quality"]["parity"]["verdict"] == "PASS"
     for sim in servers:
         assert sim.proc.poll() is None

@@ -17,6 +17,7 @@ from typing import Any
 from harness.report.formatting import KIB_PER_GIB
 from harness.report.view import RunView
 from harness.run_products import judge_run
+from harness.variant_status import origin_of_status
 from harness.verdict import RunVerdict
 
 # the css class of each outcome: green, red, grey, "cannot tell", neutral
@@ -144,6 +145,7 @@ def variant_rows(view: RunView) -> list[dict]:
                 "env": e.get("env") or {},
                 "config_hash": (e.get("config_hash") or "")[:12],
                 "ready_s": st.get("ready_s"),
+                "attached": origin_of_status(st).external,  # attached to a running server: no start-up
                 "env_not_clean": st.get("env_not_clean"),
                 "build": build_label(e.get("build")),
             }

@@ -41,6 +41,7 @@ from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
 from harness.report.tables import hicache_table, load_back, memory_table
 from harness.report.view import load_view
 from harness.schedule import LAG_LIMIT_MS
+from harness.variant_status import origin_of_status
 
 TEMPLATES = Path(__file__).parent / "templates"
 SECTIONS = ("header", "hicache", "load", "memory", "timeseries", "latency", "quality", "failures", "comparison")
@@ -87,13 +88,14 @@ def figure_png(
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _timeseries_fig(ts: dict, small: bool = False) -> str:
+def _timeseries_fig(ts: dict, t0: str, small: bool = False) -> str:
+    """The variant's memory, swap and GPU panels; ``t0``: what t = 0 is (`ServerOrigin.t0`)."""
     panels = [("memory", "GiB"), ("swap", "KB/s")] + ([("gpu", "GiB")] if ts["has_gpu"] else [])
 
     def draw(axes):
         for i, (key, unit) in enumerate(panels):
             P.plot_timeseries(axes[i], ts["t"], ts[key], ts["phases"], unit, label_phases=i == 0)
-        axes[-1].set_xlabel("seconds since the server was launched", fontsize=8)
+        axes[-1].set_xlabel(f"seconds since {t0}", fontsize=8)
 
     height = (1.6 if small else 2.4) * len(panels) + 0.6
     return figure_png(draw, size=(12, height), nrows=len(panels), sharex=True)
@@ -279,11 +281,13 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     figures_ts = []
     for n in view.names:
         ts = timeseries(view, n)
+        origin = origin_of_status(view.status(n))
         figures_ts.append(
             {
                 "variant": n,
                 "state": failure_text(view.status(n)),
-                "png": _timeseries_fig(ts, small=not view.ok(n)) if ts else None,
+                "png": _timeseries_fig(ts, origin.t0, small=not view.ok(n)) if ts else None,
+                "t0": origin.t0,
                 "ok": view.ok(n),
                 "gpu": (ts["gpu_label"], ts["gpu_how"]) if ts and ts["has_gpu"] else None,
                 "n_samples": ts["n_samples"] if ts else 0,

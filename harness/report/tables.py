@@ -32,11 +32,14 @@ from harness.frames import groups_frame
 from harness.metrics import METRICS
 from harness.report.formatting import KIB_PER_GIB, VERDICT_CSS, failure_text, fmt_num
 from harness.report.view import RunView, baseline_variant
+from harness.variant_status import ATTACHED, LAUNCHED
 from harness.workloads.kind import PhaseStat, ReportRow
 
 # Sampler phases the runner sets around the workloads (not load); the quality arm's phases
 # start with "quality".
-NON_LOAD_PHASES = frozenset({"startup", "idle", "cooldown", "final_check"})
+NON_LOAD_PHASES = frozenset(
+    {LAUNCHED.first_sample_phase, ATTACHED.first_sample_phase, "idle", "cooldown", "final_check"}
+)
 
 ALPHA = 0.05
 MIN_DELTA = 0.01  # a significant change smaller than this is not coloured
