@@ -65,7 +65,15 @@ import httpx
 from harness import http1
 from harness.records import RequestRecord
 from harness.schedule import sleep_until_ns
-from harness.server_info import IDENTITY, MAX_PROBE_BYTES, ServerAnswerError, aread_limited, loads_strict, show
+from harness.server_info import (
+    MAX_PROBE_BYTES,
+    ServerAnswerError,
+    aread_limited,
+    auth_headers,
+    loads_strict,
+    request_headers,
+    show,
+)
 
 try:  # optional (the `fast` extra): several times faster per chunk; the same strictness
     import orjson as _orjson
@@ -737,12 +745,21 @@ class StreamingClient:
         self._burst_start: int | None = None  # when the sends of this turn of the event loop began
         self._burst_sends = 0
         self._parked: collections.deque[asyncio.Future] = collections.deque()
-        self._pool = http1.Pool(self.base_url, max_connections=max_connections, connect_timeout_s=min(30.0, timeout_s))
+        self._pool = http1.Pool(
+            self.base_url,
+            max_connections=max_connections,
+            connect_timeout_s=min(30.0, timeout_s),
+            headers=auth_headers(self.base_url),  # a server given an API key (server.api_key_env)
+        )
         # Control requests only (flush_cache): fidelity does not matter there.
         timeout = httpx.Timeout(timeout_s, connect=min(30.0, timeout_s), pool=None)
         # identity: a compressed answer could expand past a byte bound in a single read
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, timeout=timeout, transport=transport, trust_env=False, headers=IDENTITY
+            base_url=self.base_url,
+            timeout=timeout,
+            transport=transport,
+            trust_env=False,
+            headers=request_headers(self.base_url),
         )
 
     async def aclose(self) -> None:

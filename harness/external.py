@@ -12,8 +12,9 @@ start or stop, no preflight, no cooldown, no orphan handling (harness/runner.py)
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,7 +25,6 @@ import psutil
 from harness.sampling import checked_metric_values, parse_metrics_text
 from harness.scenario.models import HiCache, Variant
 from harness.server_info import (
-    IDENTITY,
     MAX_INFO_BYTES,
     HiCacheSettings,
     NotSglangError,
@@ -32,6 +32,8 @@ from harness.server_info import (
     ServerInfo,
     identify_sglang,
     read_limited,
+    request_headers,
+    use_api_key,
 )
 
 THIS_MACHINE = "this machine"
@@ -55,6 +57,7 @@ class Endpoint:
     info: ServerInfo | None  # None: only /v1/models answered (arguments unknown)
     metrics_problem: str | None  # None: /metrics answers with sglang: series
     local: bool  # the URL's host is this machine
+    api_key_env: str | None = None  # the variable whose API key every request carries (never the key)
 
     @property
     def hicache(self) -> HiCache | None:
@@ -95,6 +98,7 @@ class Endpoint:
             "metrics": "available" if self.metrics_problem is None else f"unavailable: {self.metrics_problem}",
             "local": self.local,
             "host_sampling": self.host_sampling,
+            "api_key_from_env": self.api_key_env,  # that a key was sent, and from where; never the key
         }
 
 
@@ -143,7 +147,7 @@ def metrics_problem(url: str, timeout_s: float = 5.0) -> str | None:
     """None when ``url/metrics`` answers with sglang's Prometheus series, else why not (sglang
     serves them only with ``--enable-metrics``)."""
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False, headers=IDENTITY) as client:
+        with httpx.Client(timeout=timeout_s, trust_env=False, headers=request_headers(url)) as client:
             with client.stream("GET", url.rstrip("/") + "/metrics") as r:
                 if r.status_code != 200:
                     return f"/metrics answered {r.status_code} (the server needs --enable-metrics)"
@@ -154,14 +158,28 @@ def metrics_problem(url: str, timeout_s: float = 5.0) -> str | None:
     return None
 
 
-def probe_endpoint(variant: str, url: str, timeout_s: float = 10.0) -> Endpoint:
+def api_key(scenario, environ: Mapping[str, str] | None = None) -> str | None:
+    """The servers' API key from the variable ``server.api_key_env`` names (None: no key asked);
+    EndpointRefused, one line, when that variable is unset or empty."""
+    name = scenario.server.api_key_env
+    if name is None:
+        return None
+    key = (os.environ if environ is None else environ).get(name, "")
+    if not key:
+        raise EndpointRefused(
+            f"server.api_key_env: environment variable {name} is not set (it must hold the servers' --api-key)"
+        )
+    return key
+
+
+def probe_endpoint(variant: str, url: str, timeout_s: float = 10.0, api_key_env: str | None = None) -> Endpoint:
     """One variant's server, asked before any request; EndpointRefused (one line: the variant,
     the URL and what was seen) when it is not sglang."""
     try:
         found = identify_sglang(url, timeout_s=timeout_s)
     except NotSglangError as exc:
         raise EndpointRefused(f"variant {variant}: {url} is not an sglang server: {exc.reason}") from None
-    return Endpoint(variant, url, found.path, found.info, metrics_problem(url), url_is_local(url))
+    return Endpoint(variant, url, found.path, found.info, metrics_problem(url), url_is_local(url), api_key_env)
 
 
 @dataclass
@@ -192,7 +210,12 @@ def attach(scenario, variants: list[Variant], timeout_s: float = 10.0) -> Attach
     variant's ``hicache`` from the server's own arguments and, when the scenario asks for parity,
     its OFF baseline: ``quality.baseline_variant`` if given (its server must have HiCache off),
     else the first server with HiCache off; parity needs one OFF and at least one ON server."""
-    endpoints = {v.name: probe_endpoint(v.name, str(v.url), timeout_s) for v in variants}
+    key = api_key(scenario)
+    if key is not None:  # before the first request: the probes carry it too
+        for v in variants:
+            use_api_key(str(v.url), key)
+    name = scenario.server.api_key_env
+    endpoints = {v.name: probe_endpoint(v.name, str(v.url), timeout_s, name) for v in variants}
     attached = []
     for v in variants:
         e = endpoints[v.name]

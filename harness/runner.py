@@ -337,7 +337,7 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
     if scenario.server.backend == "external":  # before any request and any file: EndpointRefused (exit 2)
         attached = external.attach(scenario, variants)
         variants = attached.variants
-        _learn_server_secrets(redactor, attached)
+        _learn_server_secrets(redactor, attached, scenario)
         # a simulated server says so (harness/sim): its figures are labelled simulated like sim's
         simulated = any(e.info is not None and e.info.simulated for e in attached.endpoints.values())
     checks = builds.verify_builds(scenario, variants)  # BuildError (exit 2): nothing written, nothing started
@@ -364,9 +364,13 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
             return execute_run(scenario, options, run, variants, redactor=redactor, attached=attached, checks=checks)
 
 
-def _learn_server_secrets(redactor: Redactor, attached: external.AttachedRun) -> None:
-    """The string values under secret names in the servers' own arguments (``api_key``),
-    scrubbed from every file of the run like the scenario's (numbers are figures, never secrets)."""
+def _learn_server_secrets(redactor: Redactor, attached: external.AttachedRun, scenario) -> None:
+    """The string values under secret names in the servers' own arguments (``api_key``), and the
+    key ``server.api_key_env`` names, scrubbed from every file of the run like the scenario's
+    (numbers are figures, never secrets)."""
+    key = external.api_key(scenario)
+    if key is not None:
+        redactor.learn({"api_key": key})
     for e in attached.endpoints.values():
         if e.info is not None:
             redactor.learn({k: v for k, v in e.info.raw.items() if isinstance(v, str)})
@@ -396,7 +400,7 @@ def execute_run(
     if scenario.server.backend == "external" and attached is None:  # a resumed run: ask the servers again
         attached = external.attach(scenario, variants)
         variants = attached.variants
-        _learn_server_secrets(redactor, attached)
+        _learn_server_secrets(redactor, attached, scenario)
     if checks is None:
         checks = builds.verify_builds(scenario, variants)
     with results.hold_run_lock(run.root):

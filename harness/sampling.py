@@ -29,7 +29,7 @@ import psutil
 
 from harness import procfs
 from harness.nvml import GpuReader, GpuSelection
-from harness.server_info import IDENTITY, ServerAnswerError, read_limited
+from harness.server_info import ServerAnswerError, read_limited, request_headers
 
 log = logging.getLogger(__name__)
 
@@ -467,7 +467,7 @@ class Sampler:
         if client is None:
             return None
         try:
-            with client.stream("GET", f"{self.base_url}/metrics", headers=IDENTITY) as r:
+            with client.stream("GET", f"{self.base_url}/metrics", headers=request_headers(self.base_url)) as r:
                 r.raise_for_status()
                 body = read_limited(r, MAX_METRICS_BYTES, deadline_s=2 * self.metrics_timeout_s)
             return checked_metric_values(parse_metrics_text(body.decode("utf-8")))

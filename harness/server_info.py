@@ -39,6 +39,30 @@ MAX_STRING = 256
 # Ask for an uncompressed body: a compressed one could expand far past any byte bound in one read.
 IDENTITY = {"accept-encoding": "identity"}
 
+# The API key of each running server given one (``server.api_key_env``, harness/external.py), by
+# base URL: every request to that server — probes, /get_server_info, /generate, /metrics,
+# /flush_cache, health — carries ``Authorization: Bearer <key>`` (`request_headers`). Held in this
+# process only: no record, status, manifest or log holds it (the run's redactor scrubs it too).
+_API_KEYS: dict[str, str] = {}
+
+
+def use_api_key(base_url: str, key: str) -> None:
+    """Send ``key`` with every request to the server at ``base_url`` (and paths below it)."""
+    _API_KEYS[base_url.rstrip("/")] = key
+
+
+def auth_headers(url: str) -> dict[str, str]:
+    """``{"authorization": "Bearer <key>"}`` when ``url`` is on a server given an API key, else {}."""
+    for base, key in _API_KEYS.items():
+        if url == base or url.startswith(base + "/"):
+            return {"authorization": f"Bearer {key}"}
+    return {}
+
+
+def request_headers(url: str) -> dict[str, str]:
+    """The headers of every control request to ``url``: `IDENTITY` and `auth_headers`."""
+    return {**IDENTITY, **auth_headers(url)}
+
 
 class ServerAnswerError(Exception):
     """A server answered, but not with something the harness can use. `reason` says what was
@@ -135,7 +159,7 @@ def get_status(client: httpx.Client, url: str, *, timeout_s: float | None = None
     :data:`MAX_PROBE_BYTES` (to keep the connection) and never kept; a longer body just drops the
     connection. httpx errors propagate as from ``client.get``."""
     kw = {} if timeout_s is None else {"timeout": timeout_s}
-    with client.stream("GET", url, headers=IDENTITY, **kw) as r:
+    with client.stream("GET", url, headers=request_headers(url), **kw) as r:
         try:
             read_limited(r, MAX_PROBE_BYTES, deadline_s=timeout_s)
         except ServerAnswerError:
@@ -262,7 +286,7 @@ def fetch_server_info(base_url: str, timeout_s: float = 10.0) -> ServerInfo | No
     callers fall back to the server log); the first 200 decides, and a bad one raises
     ServerAnswerError (bodies bounded to :data:`MAX_INFO_BYTES` and ``timeout_s`` in all)."""
     base = base_url.rstrip("/")
-    with httpx.Client(timeout=timeout_s, trust_env=False, headers=IDENTITY) as client:
+    with httpx.Client(timeout=timeout_s, trust_env=False, headers=request_headers(base)) as client:
         for path in INFO_PATHS:
             try:
                 with client.stream("GET", base + path) as r:
@@ -278,7 +302,7 @@ def fetch_server_info(base_url: str, timeout_s: float = 10.0) -> ServerInfo | No
 async def afetch_server_info(base_url: str, timeout_s: float = 10.0) -> ServerInfo | None:
     """:func:`fetch_server_info` for asyncio code."""
     base = base_url.rstrip("/")
-    async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=IDENTITY) as client:
+    async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=request_headers(base)) as client:
         for path in INFO_PATHS:
             try:
                 async with client.stream("GET", base + path) as r:
@@ -332,7 +356,8 @@ def identify_sglang(base_url: str, timeout_s: float = 10.0) -> Identified:
     it too, with ServerInfo.parse's reason."""
     base = base_url.rstrip("/")
     seen: list[str] = []
-    with httpx.Client(timeout=timeout_s, trust_env=False, headers=IDENTITY) as client:
+    headers = request_headers(base)
+    with httpx.Client(timeout=timeout_s, trust_env=False, headers=headers) as client:
         for path in (*INFO_PATHS, MODELS_PATH):
             try:
                 status, ctype, body = _get(client, base + path, timeout_s)
@@ -345,7 +370,13 @@ def identify_sglang(base_url: str, timeout_s: float = 10.0) -> Identified:
                 seen.append(f"{path}: {exc.reason}")
                 continue
             if status != 200:
-                auth = " (it wants credentials: the harness sends none)" if status in (401, 403) else ""
+                auth = ""
+                if status in (401, 403):
+                    auth = (
+                        " (it refused the API key sent: is it the server's --api-key?)"
+                        if "authorization" in headers
+                        else " (it wants credentials: server.api_key_env names the variable holding its --api-key)"
+                    )
                 seen.append(f"{path} answered {status}{auth}")
                 continue
             try:

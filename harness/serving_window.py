@@ -38,7 +38,7 @@ from harness.client import GenerateRequest, Labels, StreamingClient
 from harness.model_config import model_vocab_size
 from harness.quality import run as quality_run
 from harness.records import RequestRecord
-from harness.server_info import ServerInfo, get_status
+from harness.server_info import ServerInfo, get_status, request_headers
 from harness.variant_status import FAILED, OK, PARTIAL
 from harness.workloads.context import WorkloadContext
 from harness.workloads.sequence import run_workloads
@@ -173,7 +173,7 @@ async def probe_health(base_url: str, timeout_s: float) -> str | None:
     else what went wrong. The body is never read."""
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
-            async with client.stream("GET", base_url + "/health_generate") as resp:
+            async with client.stream("GET", base_url + "/health_generate", headers=request_headers(base_url)) as resp:
                 return None if resp.status_code == 200 else f"/health_generate answered {resp.status_code}"
     except httpx.TimeoutException:
         return f"/health_generate: no answer in {timeout_s:g}s"

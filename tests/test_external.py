@@ -5,8 +5,10 @@ the module's tests; a server that is not sglang is a tiny stdlib HTTP server."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
+import os
 import re
 import signal
 import textwrap
@@ -102,6 +104,56 @@ def other_server():
     srv.server_close()
 
 
+class ApiKeyProxy(http.server.BaseHTTPRequestHandler):
+    """sglang's ``--api-key`` in front of a simulated server: 401 without ``Authorization: Bearer
+    <key>``, else the server's answer (its body whole). Every request is kept in ``seen`` as
+    (method, path, authorized)."""
+
+    protocol_version = "HTTP/1.1"  # kept-alive, as the harness's client expects
+    upstream = ""
+    key = ""
+    seen: list[tuple[str, str, bool]] = []
+
+    def _forward(self, method: str) -> None:
+        n = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(n) if n else None
+        ok = self.headers.get("authorization") == f"Bearer {self.key}"
+        self.seen.append((method, self.path.split("?")[0], ok))
+        status, ctype, payload = 401, "application/json", b'{"error": "Unauthorized"}'
+        if ok:
+            headers = {"content-type": self.headers.get("content-type") or "application/json"}
+            r = httpx.request(method, self.upstream + self.path, content=body, headers=headers, timeout=60)
+            status, ctype, payload = r.status_code, r.headers.get("content-type", ""), r.content
+        self.send_response(status)
+        self.send_header("content-type", ctype)
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self._forward("GET")
+
+    def do_POST(self):  # noqa: N802
+        self._forward("POST")
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def api_key_proxy(upstream: str, key: str):
+    """(its URL, the requests it saw) of an `ApiKeyProxy` in front of ``upstream``."""
+    seen: list[tuple[str, str, bool]] = []
+    handler = type("H", (ApiKeyProxy,), {"upstream": upstream, "key": key, "seen": seen})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", seen
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 # ------------------------------------------------------------------------------- the scenario
 
 
@@ -146,6 +198,24 @@ def test_launch_knobs_are_refused_naming_the_key(edit, path, message):
     with pytest.raises(ScenarioError) as exc:
         load(text)
     assert any(f" {path}: " in line and message in line for line in exc.value.lines), exc.value.lines
+
+
+def test_api_key_env_is_a_variable_name_and_only_for_running_servers():
+    text = external_text("http://a:1", "http://b:2", quality=False)
+    with_env = lambda name: text.replace("backend: external\n", f"backend: external\n  api_key_env: {name}\n")
+    assert load(with_env("MY_SGLANG_KEY")).server.api_key_env == "MY_SGLANG_KEY"
+    with pytest.raises(ScenarioError) as exc:
+        load(with_env("sk-live-123"))  # a key pasted where its variable's name goes
+    assert any(" server.api_key_env: " in x and "never the key itself" in x for x in exc.value.lines)
+    assert "sk-live-123" not in "\n".join(exc.value.lines)
+    with pytest.raises(ScenarioError) as exc:
+        load_scenario_text(
+            "name: s\nserver: {backend: sglang, model_path: /m, api_key_env: K}\nvariants: [{name: a}]\n"
+            "workloads: [{kind: cold_prefill, n: 1, prompt_tokens: 256}]\n",
+            "s.yaml",
+            env={},
+        )
+    assert any(" server.api_key_env: only allowed with backend: external" in x for x in exc.value.lines)
 
 
 @pytest.mark.parametrize(
@@ -272,7 +342,9 @@ def test_identify_sglang_says_what_it_saw(servers, other_server):
     assert found.path == "/v1/models" and found.info is None
     handler.answers["/get_server_info"] = (401, "application/json", b'{"error": "unauthorized"}')
     handler.answers["/v1/models"] = (401, "application/json", b'{"error": "unauthorized"}')
-    with pytest.raises(NotSglangError, match="answered 401 \\(it wants credentials: the harness sends none\\)"):
+    with pytest.raises(
+        NotSglangError, match="answered 401 \\(it wants credentials: server.api_key_env names the variable"
+    ):
         identify_sglang(url)
     with pytest.raises(NotSglangError, match="nothing answers"):
         identify_sglang(f"http://127.0.0.1:{free_port()}")
@@ -386,3 +458,50 @@ def test_interrupt_leaves_the_servers_running_and_resume_asks_them_again(tmp_pat
         assert r.returncode == ExitCode.OK, r.stdout + r.stderr
         assert "on: " + on.url + " is sglang" in r.stderr  # asked again before the rerun
         assert results.read_json(run / "on" / "status.json")["state"] == "ok"
+
+
+KEY_ENV = "HARNESS_TEST_EXTERNAL_API_KEY"  # never set outside these tests
+KEY = "proxy-key-0x5eed-4711"
+
+
+def test_a_server_with_an_api_key_gets_it_on_every_request_from_the_named_variable(servers, tmp_path):
+    """server.api_key_env names the variable holding the key: every request — probes,
+    /get_server_info, /generate, /metrics, /flush_cache, health — carries it; the manifest says
+    which variable, and no file of the run or its report holds the key. Unset: one line, exit 2;
+    no api_key_env: the refusal says how to give one."""
+    off, on = servers
+    assert KEY_ENV not in os.environ
+    with api_key_proxy(off.url, KEY) as (url, seen):
+        text = external_text(url, on.url, quality=False).replace(
+            "backend: external\n", f"backend: external\n  api_key_env: {KEY_ENV}\n"
+        )
+        text = text.replace("prompt_tokens: 256\n", "prompt_tokens: 256\n    flush_before: true\n")
+        path = write_scenario(tmp_path, text)
+        args = ("run", path, "--results-dir", tmp_path / "results", "--reports-dir", tmp_path / "reports")
+        unset = run_harness(*args)
+        assert unset.returncode == ExitCode.BAD_INPUT, unset.stdout + unset.stderr
+        assert [x for x in unset.stderr.splitlines() if x.strip()] == [
+            f"harness: server.api_key_env: environment variable {KEY_ENV} is not set "
+            "(it must hold the servers' --api-key)"
+        ]
+        assert not seen and not (tmp_path / "results").exists()  # refused before any request
+        wrong = run_harness(*args, env={KEY_ENV: "not-the-key"})
+        assert wrong.returncode == ExitCode.BAD_INPUT and "answered 401 (it refused the API key sent" in wrong.stderr
+        seen.clear()
+        r = run_harness(*args, env={KEY_ENV: KEY})
+        assert r.returncode == ExitCode.OK, r.stdout + r.stderr
+        assert seen and all(ok for _, _, ok in seen), [s for s in seen if not s[2]]
+        paths = {p for _, p, _ in seen}
+        assert {"/get_server_info", "/generate", "/metrics", "/flush_cache", "/health_generate"} <= paths, paths
+        bare = write_scenario(tmp_path / "bare", external_text(url, on.url, quality=False))
+        refused = run_harness("run", bare, "--results-dir", tmp_path / "bare-results")
+        assert refused.returncode == ExitCode.BAD_INPUT
+        assert "answered 401 (it wants credentials: server.api_key_env names the variable" in refused.stderr
+    run = only_run(tmp_path / "results")
+    entries = {v["name"]: v for v in results.read_json(run / "manifest.json")["variants"]}
+    assert entries["off"]["server"]["api_key_from_env"] == KEY_ENV
+    assert results.read_json(run / "off" / "status.json")["state"] == "ok"
+    files = [f for root in (run, tmp_path / "reports") for f in root.rglob("*") if f.is_file()]
+    assert len(files) > 5
+    for f in files:
+        assert KEY not in f.read_text(errors="replace"), f

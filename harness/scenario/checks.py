@@ -51,6 +51,19 @@ def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
         add(("server", "model_path"), f"required key is missing (backend: {scn.server.backend} launches the server)")
     if external:
         errs += external_problems(scn, lines, file)
+    if scn.server.api_key_env is not None:
+        if not external:
+            add(
+                ("server", "api_key_env"),
+                f"only allowed with backend: external (this scenario uses backend: {scn.server.backend}; "
+                "a launched server's --api-key goes in its args)",
+            )
+        if env_problem(scn.server.api_key_env):  # not echoed: it may be a key pasted in by mistake
+            add(
+                ("server", "api_key_env"),
+                "not an environment variable name ([A-Za-z_][A-Za-z0-9_]*): it names the environment "
+                "variable holding the key, never the key itself",
+            )
     blocks: list[tuple[tuple, VariantFields]] = [(("variants", i), v) for i, v in enumerate(scn.variants)]
     blocks += [(("matrix", i), m) for i, m in enumerate(scn.matrix)]
     for flag in scn.server.args:

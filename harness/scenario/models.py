@@ -135,6 +135,9 @@ class Server(ScenarioModel):
     liveness_idle_s: NonNegFloat = 3.0
     watchdog: Watchdog = Watchdog()
     sim: SimOptions | None = None
+    # backend: external: the NAME of an environment variable holding the servers' API key (their
+    # --api-key), sent as ``Authorization: Bearer``; never the key itself (harness/external.py).
+    api_key_env: str | None = None
 
     @field_validator("extra_args")
     @classmethod

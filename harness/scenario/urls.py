@@ -24,7 +24,7 @@ from harness.scenario.values import Check, Gate, url_problem
 from harness.yaml_lines import YamlLoadError, load_yaml
 
 DEFAULT_SCENARIO = "external.yaml"  # the workloads of `harness run --url URL` without a scenario
-SERVER_KEYS_KEPT = ("request_timeout_s", "liveness_idle_s", "watchdog")
+SERVER_KEYS_KEPT = ("request_timeout_s", "liveness_idle_s", "watchdog", "api_key_env")
 DROPPED_BLOCKS = ("matrix", "preflight", "estimate")
 DROPPED_SAMPLING = ("cooldown_timeout_s", "cooldown_mem_tolerance_gib")
 NAME_SUFFIX = "-url"  # its runs go to their own results folder, apart from the scenario's own runs
