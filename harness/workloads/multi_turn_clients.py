@@ -33,7 +33,7 @@ from harness.prompts import derive_seed
 from harness.records import RequestRecord
 from harness.scenario.errors import field_error
 from harness.scenario.values import Count, NonNegFloat, PosFloat, PosInt, TokenSize, TokenSizeT
-from harness.schedule import LAG_LIMIT_MS, sleep_until_ns
+from harness.schedule import LAG_LIMIT_MS, sleep_until_ns, young_collections_only
 from harness.workloads.arrivals import (
     LAG_DERIVED,
     LAG_ROWS,
@@ -133,7 +133,8 @@ async def run(ctx: WorkloadContext, cfg: MultiTurnClients) -> None:
             due = max(due + gap, answered) if cfg.client_rate is not None else answered + gap
 
     try:
-        await w.gather(client(c, h) for c, h in enumerate(histories))
+        with young_collections_only():  # no millisecond collections while rounds are due
+            await w.gather(client(c, h) for c, h in enumerate(histories))
     finally:
         record_all(w, sent)  # after the last round: an fsync per row would delay the sends due meanwhile
     for r in range(1, cfg.rounds + 1):
