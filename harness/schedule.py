@@ -11,7 +11,7 @@ and the run measures how well the client kept to them.
   6,000 tasks, in one turn of the loop, just when the last 20 ms of sends were due).
 - `young_collections_only()`: `send_schedule` runs inside it. Python's cyclic garbage collector
   stops the process for a time that grows with everything the process holds: 1-5 ms for its
-  middle generation and 18-36 ms for a full collection of the harness (measured at 2,000
+  middle generation and 18-32 ms for a full collection of the harness (measured at 2,000
   requests/s on the 2-core box, docs/client-fidelity.md section 2), each time sends due then
   going out late by as much. Inside, only the youngest generation is collected (~0.3 ms, bounded
   by its threshold: young garbage is still freed); the older ones wait for the end of the window.
