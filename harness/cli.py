@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from harness import __version__
-from harness.estimate import estimate_run
+from harness.estimate import design_warning_lines, design_warnings, estimate_run
 from harness.exit_codes import ExitCode
 from harness.optional import MissingExtra, require_extra
 from harness.progress import plural
@@ -134,7 +134,9 @@ def cmd_run(args) -> int:
                 pass  # no estimate: its pools and speeds are the running servers'
             elif scenario.estimate is None:
                 print("# no cost estimate: add `estimate: {prefill_tok_s: <measured tok/s>}` to the scenario")
-            else:
+                for line in design_warning_lines(design_warnings(scenario, variants)):
+                    print(line)
+            else:  # the estimate's table lists each variant's design warnings
                 print("\n".join(estimate_run(scenario, variants).to_lines()))
             return ExitCode.OK
         else:

@@ -116,7 +116,7 @@ class VariantEstimate:
     startup_attempts: int
     pool: PoolEstimate
     work: tuple[WorkEstimate, ...]
-    prefill_tok_s: float
+    prefill_tok_s: float | None  # None: no speed given, no durations
     decode_s: float | None  # None: no decode speed given
     overhead_s: float  # server starts, idle window, final liveness wait
     warnings: tuple[str, ...] = ()
@@ -150,17 +150,24 @@ class VariantEstimate:
         return self._seconds("expected_tokens")
 
     @property
+    def design_warnings(self) -> tuple[str, ...]:
+        """What its workloads will not exercise as designed (no cache hit at all, no host-tier
+        hit, refused prompts), each prefixed with its workload: the kinds' estimate hooks'
+        warnings, which need no speed (`design_warnings`)."""
+        return tuple(f"{w.name}: {m}" for w in self.work for m in w.warnings)
+
+    @property
     def all_warnings(self) -> tuple[str, ...]:
-        out = list(self.warnings)
-        for w in self.work:
-            out += [f"{w.name}: {m}" for m in w.warnings]
-        return tuple(out)
+        """The variant's own warnings (pools, host memory), the design warnings, then what the
+        estimate could not count."""
+        notes = tuple(f"{w.name}: {m}" for w in self.work for m in w.notes)
+        return tuple(self.warnings) + self.design_warnings + notes
 
 
 @dataclass(frozen=True)
 class RunEstimate:
     scenario: str
-    prefill_tok_s: float
+    prefill_tok_s: float | None
     decode_tok_s: float | None
     startup_s: float
     repeats: int
@@ -230,7 +237,7 @@ class RunEstimate:
         """A text table (one row per variant, then the total) and each variant's warnings.
         "est. min" assumes a healthy stack (host-tier hits where the pools allow them), "max min"
         counts everything that needs the host tier as recomputed."""
-        speed = f"prefill {_num(self.prefill_tok_s)} tok/s"
+        speed = f"prefill {_num(self.prefill_tok_s)} tok/s" if self.prefill_tok_s else "no prefill speed (no minutes)"
         speed += f", decode {_num(self.decode_tok_s)} tok/s" if self.decode_tok_s else ", decode not counted"
         speed += f", {_num(self.startup_s)} s per server start" if self.startup_s else ", starts not counted"
         lines = [f"estimate for {self.scenario}: {speed}, {self.repeats} repeat{'s' if self.repeats != 1 else ''}"]
@@ -464,7 +471,7 @@ def _workload(w: Any, c: EstimateContext) -> WorkEstimate:
             None,
             0,
             None,
-            [f"workload kind {w.kind} has no estimate: its tokens are not counted"],
+            notes=[f"workload kind {w.kind} has no estimate: its tokens are not counted"],
         )
     return kind.estimate(w, c)
 
@@ -532,7 +539,7 @@ def _quality(q: Any, c: EstimateContext, baseline: bool, write_policy: str | Non
             None,
             n_asks * q.max_new_tokens,
             dec,
-            ['"x pool" sizes need the GPU pool: tokens not counted'],
+            notes=['"x pool" sizes need the GPU pool: tokens not counted'],
         )
     longest = max(x for x in lengths if x is not None) + q.max_new_tokens
     churn = _plan_churn(requested, c, longest, write_policy, needs_host=c.hicache and not baseline)
@@ -601,8 +608,8 @@ def estimate_run(
 ) -> RunEstimate:
     """Estimate a run of ``variants`` (default: all of the scenario's) of a loaded `Scenario`.
 
-    ``prefill_tok_s`` (required, here or in the scenario's ``estimate`` block): uncached prompt
-    tokens per second; ``decode_tok_s``: one request's output tokens per second (None: decode
+    ``prefill_tok_s`` (here or in the scenario's ``estimate`` block): uncached prompt tokens per
+    second; without it the tokens, pools and warnings are estimated and every duration is None; ``decode_tok_s``: one request's output tokens per second (None: decode
     time not counted); ``startup_s``: one server start attempt (None: starts not counted);
     ``gpu_pool_tokens``: the GPU pool when the args do not pin it; ``gpu_mem_gib``: one GPU's
     memory, to predict the pool (with ``--mem-fraction-static``); ``mem_available_gib``:
@@ -621,8 +628,9 @@ def estimate_run(
     gpu_mem_gib = pick(gpu_mem_gib, "gpu_mem_gib")
     mem_available_gib = pick(mem_available_gib, "mem_available_gib")
     limit_minutes = pick(limit_minutes, "limit_minutes")
-    if not prefill_tok_s or prefill_tok_s <= 0:
-        raise ValueError("estimate_run needs prefill_tok_s > 0 (argument or the scenario's estimate block)")
+    if prefill_tok_s is not None and prefill_tok_s <= 0:
+        raise ValueError("prefill_tok_s must be > 0 (argument or the scenario's estimate block)")
+    prefill = None if prefill_tok_s is None else float(prefill_tok_s)
     if decode_tok_s is not None and decode_tok_s <= 0:
         raise ValueError("decode_tok_s must be > 0")
     startup = float(startup_s or 0.0)
@@ -683,7 +691,7 @@ def estimate_run(
                     startup_attempts=attempts,
                     pool=pool,
                     work=(),
-                    prefill_tok_s=float(prefill_tok_s),
+                    prefill_tok_s=prefill,
                     decode_s=0.0,
                     overhead_s=attempts * startup,
                     warnings=tuple(warn),
@@ -697,7 +705,7 @@ def estimate_run(
             repeats,
             decode_tok_s,
             scenario,
-            float(prefill_tok_s),
+            prefill,
         )
         work = [_workload(w, c) for w in scenario.workloads]
         if q.enabled:
@@ -719,7 +727,7 @@ def estimate_run(
                 startup_attempts=1,
                 pool=pool,
                 work=tuple(work),
-                prefill_tok_s=float(prefill_tok_s),
+                prefill_tok_s=prefill,
                 decode_s=decode_s,
                 overhead_s=startup + idle + liveness,
                 warnings=tuple(dict.fromkeys(warn)),
@@ -731,9 +739,11 @@ def estimate_run(
         notes.append("no decode speed given: output tokens are not counted in the duration")
     if not startup:
         notes.append("no server start time given: starts are not counted")
+    if prefill is None:
+        notes.append("no prefill speed given (`estimate: {prefill_tok_s: <measured tok/s>}`): no durations")
     return RunEstimate(
         scenario=scenario.name,
-        prefill_tok_s=float(prefill_tok_s),
+        prefill_tok_s=prefill,
         decode_tok_s=None if decode_tok_s is None else float(decode_tok_s),
         startup_s=startup,
         repeats=repeats,
@@ -741,6 +751,22 @@ def estimate_run(
         limit_minutes=None if limit_minutes is None else float(limit_minutes),
         notes=tuple(notes),
     )
+
+
+def design_warnings(scenario: Any, variants: Sequence[Any] | None = None) -> dict[str, tuple[str, ...]]:
+    """{variant: its design warnings} of a loaded `Scenario` before anything starts: what its
+    workloads will not exercise as designed (a prompt length a hybrid model can reuse nothing of,
+    a working set that stays on the GPU or overflows the host pool, a prompt the server refuses),
+    from the kinds' estimate hooks (`VariantEstimate.design_warnings`); needs no speed. Variants
+    expected to fail at startup and variants without a warning are left out. ``harness run``
+    prints them before the first variant and keeps them in the manifest; ``--dry-run`` prints them."""
+    estimate = estimate_run(scenario, variants)
+    return {v.name: v.design_warnings for v in estimate.variants if v.design_warnings}
+
+
+def design_warning_lines(warnings: Mapping[str, Sequence[str]]) -> list[str]:
+    """`design_warnings` as console lines: one per variant and warning."""
+    return [f"design warning: {name}: {w}" for name, ws in warnings.items() for w in ws]
 
 
 def request_counts(
@@ -786,6 +812,8 @@ __all__ = [
     "VariantEstimate",
     "WorkEstimate",
     "churn_chunks",
+    "design_warning_lines",
+    "design_warnings",
     "estimate_run",
     "predict_gpu_pool_tokens",
     "request_counts",

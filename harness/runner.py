@@ -45,7 +45,7 @@ from harness import (
     serving_window,
 )
 from harness.client import client_stack
-from harness.estimate import request_counts
+from harness.estimate import design_warning_lines, design_warnings, request_counts
 from harness.exit_codes import ExitCode
 from harness.expectations import evaluate_run_expectations
 from harness.probe.run import run_probes
@@ -352,6 +352,8 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
                     manifest["shard"] = shard_plan.to_json()
                 if orphans:
                     manifest["orphans_stopped"] = orphans
+                # what the workloads will not exercise as designed (harness.estimate.design_warnings)
+                manifest["design_warnings"] = {k: list(v) for k, v in design_warnings(scenario, variants).items()}
                 if options.probe:
                     # the disk probe measures the storage tier's disk where a variant has one
                     storage_dir = next((d for v in variants if (d := v.storage_dir())), None)
@@ -424,6 +426,8 @@ def _execute_locked(
     progress.note(f"run {run.root} ({plural(len(variants), 'variant')}{where})")
     for line in attached.notes() if attached is not None else ():
         progress.note(line)
+    for line in design_warning_lines(results.read_json(run.manifest).get("design_warnings") or {}):
+        progress.note(line)  # before the first variant: a design that cannot hit is news now, not after
     counts = request_counts(scenario, variants)
     for v in variants if attached is not None else ():  # a running server's pool is known: exact counts
         info = attached.endpoints[v.name].info

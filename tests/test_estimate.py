@@ -332,8 +332,10 @@ def test_speeds_from_the_scenario_block_and_required(small):
     run = estimate_run(WithBlock(small))
     assert run.seconds == pytest.approx(estimate_run(small, prefill_tok_s=1000, decode_tok_s=100, startup_s=10).seconds)
     assert run.limit_minutes == 90
+    bare = estimate_run(small)  # no speed: tokens and warnings, no minutes
+    assert bare.minutes is None and bare.sent_tokens == run.sent_tokens
     with pytest.raises(ValueError, match="prefill_tok_s"):
-        estimate_run(small)
+        estimate_run(small, prefill_tok_s=0)
 
 
 # Seed 000 (docs: /work/shared/seeds/000_*.txt): cold prefill 1010 tok/s OFF and 964 ON at 75K,

@@ -177,7 +177,7 @@ def test_dataset_replay_reads_the_trace_and_runs_on_its_clock(tmp_path):
     )
     s = _work(swept)
     assert s.requests == 20 and s.clock_s == pytest.approx(10 / 5 + 10 / 10)
-    assert any("word counts" in m for m in s.warnings)
+    assert any("word counts" in m for m in s.notes)
     missing = _estimate(
         tmp_path / "c", "  - {kind: dataset_replay, format: mooncake, path: nowhere.jsonl, arrivals: trace}\n"
     )

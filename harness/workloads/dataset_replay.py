@@ -226,7 +226,7 @@ def phase_figures(cfg: DatasetReplay | None, phase: str, records: Sequence[Reque
 
 def _file_requests(cfg: DatasetReplay, c: EstimateContext) -> tuple[list[tuple[int, int, int]], list[str]]:
     """(prompt tokens, output tokens, tokens an earlier request shares with it) of the requests
-    the replay would send (max_requests, max_prompt_tokens applied), and warnings. Shared: a
+    the replay would send (max_requests, max_prompt_tokens applied), and the estimate's notes. Shared: a
     trace's leading hash ids seen before (block_tokens each), a document asked about before. Text
     lengths are word counts (`datasets.WordIds`): approximate, no tokenizer is loaded here."""
     requests = D.load_dataset(cfg.format, resolve_path(cfg.path, c.scenario_dir))
@@ -262,15 +262,16 @@ def estimate(cfg: DatasetReplay, c: EstimateContext) -> WorkEstimate:
     with it (a document's questions, a trace's leading hash ids) is not computed again while the
     file's distinct tokens fit the GPU pool (or, with HiCache, the host pool)."""
     try:
-        reqs, warn = _file_requests(cfg, c)
+        reqs, notes = _file_requests(cfg, c)
     except (D.DatasetError, OSError) as exc:
         return est(cfg.name, cfg.kind, 0, None, None, None, 0, None, [f"cannot read the dataset: {exc}"])
     r = c.repeats
     if not reqs:
-        return est(cfg.name, cfg.kind, 0, 0, 0, 0, 0, 0.0, warn + ["no usable request in the file"])
+        return est(cfg.name, cfg.kind, 0, 0, 0, 0, 0, 0.0, ["no usable request in the file"], notes=notes)
     tokens = sum(n for n, _, _ in reqs)
     distinct = tokens - sum(x for _, _, x in reqs)
     host_ok, w = c.host_window("the file's distinct tokens", distinct)
+    warn: list[str] = []
     once = distinct if (host_ok or not c.evicted(distinct)) else tokens
     avg_in, avg_out = tokens / len(reqs), sum(o for _, o, _ in reqs) / len(reqs)
     n_total, clock = 0, 0.0
@@ -307,6 +308,7 @@ def estimate(cfg: DatasetReplay, c: EstimateContext) -> WorkEstimate:
         warn + w + c.too_long(max(n for n, _, _ in reqs)),
         distinct,
         clock_s=clock * r,
+        notes=notes,
     )
 
 

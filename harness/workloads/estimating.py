@@ -36,15 +36,19 @@ class WorkEstimate:
     output_tokens: int
     decode_s: float | None  # None: no decode speed given
     working_set_tokens: int | None = None
+    # what the run will and will not exercise (no cache hit at all, no host-tier hit, refused
+    # prompts): the design warnings, which need no speed (`harness.estimate.design_warnings`)
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what this estimate could not count (a size needs the pool, no speed)
     churn_requests: int = 0  # of ``requests``: the quality arm's churn, sent but never recorded
     clock_s: float = 0.0  # seconds its own clock runs (load points x duration, a trace's span), all repeats
     idle_s: float = 0.0  # seconds it waits on top of the serving (think times), all repeats
 
-    def wall_s(self, tokens: int | None, prefill_tok_s: float) -> float | None:
+    def wall_s(self, tokens: int | None, prefill_tok_s: float | None) -> float | None:
         """Its duration when ``tokens`` of it are computed at ``prefill_tok_s``: the serving
-        (prefill + decode) or its own clock, whichever is longer, plus its waits."""
-        if tokens is None:
+        (prefill + decode) or its own clock, whichever is longer, plus its waits (None: no
+        speed or no token count)."""
+        if tokens is None or not prefill_tok_s:
             return None
         return max(self.clock_s, tokens / prefill_tok_s + (self.decode_s or 0.0)) + self.idle_s
 
@@ -144,7 +148,8 @@ def point_requests(
     """(requests, warnings) of one load point of ``duration_s``: ``rate`` x duration offered; a
     closed loop (no rate) of ``cap`` senders, or a capped rate, reaches at most what the stated
     speeds serve: prefill one request after another (``computed_per_request`` tokens each), decode
-    together. None when that needs a prefill speed the caller did not give."""
+    together. None when that needs a prefill speed the caller did not give (the caller notes it:
+    an estimate's gap, not a design warning)."""
     warn: list[str] = []
     serve_rps = None
     if c.prefill_tok_s:
@@ -154,7 +159,7 @@ def point_requests(
         serve_rps = min(cap / per_request_s if cap else math.inf, 1.0 / max(prefill_s, 1e-9))
     if rate is None:
         if serve_rps is None:
-            return None, ["a closed loop's request count needs a prefill speed: not counted"]
+            return None, []  # a closed loop's count needs a prefill speed: the caller notes it
         return max(1, round(serve_rps * duration_s)), warn
     offered = rate * duration_s
     if serve_rps is not None and rate > serve_rps:
@@ -165,6 +170,10 @@ def point_requests(
         if cap is not None:  # the cap holds back what the server cannot take
             offered = min(offered, serve_rps * duration_s)
     return max(1, round(offered)), warn
+
+
+NEEDS_POOL = '"x pool" sizes need the GPU pool: not counted'
+NEEDS_SPEED = "a closed loop's request count needs a prefill speed: not counted"
 
 
 def size(value: Any, pool: int | None) -> int | None:
@@ -203,6 +212,7 @@ def est(
     working_set: int | None = None,
     clock_s: float = 0.0,
     idle_s: float = 0.0,
+    notes: Iterable[str] = (),
 ) -> WorkEstimate:
     return WorkEstimate(
         name=name,
@@ -215,6 +225,7 @@ def est(
         decode_s=decode_s,
         working_set_tokens=working_set,
         warnings=tuple(dict.fromkeys(warnings)),
+        notes=tuple(dict.fromkeys(notes)),
         clock_s=clock_s,
         idle_s=idle_s,
     )

@@ -46,7 +46,7 @@ from harness.workloads.arrivals import (
 )
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
-from harness.workloads.estimating import EstimateContext, WorkEstimate, est
+from harness.workloads.estimating import NEEDS_POOL, EstimateContext, WorkEstimate, est
 from harness.workloads.kind import Derived, PhaseStat, PhaseSummaries, ReportRow, WorkloadKind, ratio
 
 ROUND_ROWS = 10  # rounds with a row of their own in the report's HiCache table
@@ -194,7 +194,7 @@ def estimate(cfg: MultiTurnClients, c: EstimateContext) -> WorkEstimate:
     F, M = c.size(cfg.first_turn_tokens), c.size(cfg.turn_tokens)
     limit = c.size(cfg.max_context_tokens) if cfg.max_context_tokens is not None else None
     if F is None or M is None or (cfg.max_context_tokens is not None and limit is None):
-        return est(cfg.name, cfg.kind, 0, None, None, None, 0, None, ['"x pool" sizes need the GPU pool: not counted'])
+        return est(cfg.name, cfg.kind, 0, None, None, None, 0, None, notes=[NEEDS_POOL])
     prompts = [F + (k - 1) * (M + Out) for k in range(1, cfg.rounds + 1)]
     if limit is not None:
         prompts = [x for x in prompts if x + Out <= limit]

@@ -34,7 +34,7 @@ from harness.scenario.values import Count, PosFloat, PosInt, TokenSize, TokenSiz
 from harness.workloads.arrivals import CLOCK_DERIVED, CLOCK_ROWS, Load, Outgoing, point_figures, run_point
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
-from harness.workloads.estimating import EstimateContext, WorkEstimate, est, point_requests
+from harness.workloads.estimating import NEEDS_POOL, NEEDS_SPEED, EstimateContext, WorkEstimate, est, point_requests
 from harness.workloads.kind import WorkloadKind
 from harness.workloads.slo import SLOFields
 
@@ -98,7 +98,7 @@ def estimate(cfg: OpenLoop, c: EstimateContext) -> WorkEstimate:
     L = c.size(cfg.prompt_tokens)
     shared = c.size(cfg.prefix_tokens) if cfg.prefix_tokens is not None else 0
     if L is None or shared is None:
-        return est(cfg.name, cfg.kind, 0, None, None, None, 0, None, ['"x pool" sizes need the GPU pool: not counted'])
+        return est(cfg.name, cfg.kind, 0, None, None, None, 0, None, notes=[NEEDS_POOL])
     prefixes_fit = not shared or not c.evicted(cfg.prefixes * shared + L)
     own = L - shared if prefixes_fit else L
     n, warn = 0, []
@@ -106,9 +106,8 @@ def estimate(cfg: OpenLoop, c: EstimateContext) -> WorkEstimate:
         k, w = point_requests(point.rate, point.cap, cfg.duration_s, own, cfg.output_tokens, c)
         warn += [f"{point.phase}: {m}" for m in w]
         if k is None:
-            return est(
-                cfg.name, cfg.kind, 0, None, None, None, 0, None, warn, clock_s=len(cfg.points()) * cfg.duration_s * r
-            )
+            clock = len(cfg.points()) * cfg.duration_s * r
+            return est(cfg.name, cfg.kind, 0, None, None, None, 0, None, warn, clock_s=clock, notes=[NEEDS_SPEED])
         n += k
     sent = n * L * r
     computed = (n * own + (cfg.prefixes * shared if prefixes_fit else 0)) * r
