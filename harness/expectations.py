@@ -21,7 +21,9 @@ Metric names (what a check may name; docs/reports.md has the table):
 
 A check without ``variant:`` applies to every variant expected to start (for ``quality.*``: every
 variant except the quality baseline). Outcomes: ``pass``; ``fail``; ``not_evaluable`` (the variant
-did not run ok or the metric is missing) — which fails the expectation (``failed: true``) unless
+did not run ok, the metric is missing, or it is a figure derived from a cache phase that got no
+hit of the tier it exists to measure: it measured recompute, `harness.summary.unexercised_phases`)
+— which fails the expectation (``failed: true``, the verdict INCONCLUSIVE) unless
 the variant was declared ``expect: startup_failed`` and did fail to start, as declared (P10: a
 missing number is never a pass); ``skipped`` (the check names a variant this run left out with
 ``--only``/``--shard``; not a failure).
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import results
+from harness.summary import unexercised_figures
 from harness.scenario.values import Check, Gate, Threshold
 
 STATS = ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")
@@ -206,6 +209,10 @@ def evaluate_check(check: Check, variant: str, summary: dict | None, status: dic
         why = f"variant state {state or 'missing'}" + (" (declared expect: startup_failed)" if declared else "")
         return result(None, "not_evaluable", not declared, why)
     actual = lookup_metric(check.metric, summary, status)
+    workload, _, figure = check.metric.partition(".")
+    recompute = unexercised_figures(summary).get((workload, figure))
+    if recompute is not None:  # a speedup of recompute over recompute passes or fails by chance
+        return result(actual, "not_evaluable", True, f"cannot tell: {recompute}")
     if actual is None:
         return result(None, "not_evaluable", True, f"metric {check.metric} is missing")
     ok = check.evaluate(actual)

@@ -66,11 +66,13 @@ def measured_summary(
     sampling: dict | None,
     workload_kinds: Mapping[str, str] | None = None,
     workload_configs: Mapping[str, Any] | None = None,
+    tiers: frozenset[str] | None = None,
 ) -> dict:
     """The summary of a variant whose server served: per workload/phase statistics, its state and
-    cause, the quality-row count and the sampling summary. A failed variant that measured nothing
-    has ``workloads: null``, never zeros (P10)."""
-    summary = summarize(requests, workload_kinds, workload_configs)
+    cause, the quality-row count and the sampling summary; with ``tiers`` (its cache tiers) the
+    phases that missed the tier they exist to hit (``unexercised``). A failed variant that
+    measured nothing has ``workloads: null``, never zeros (P10)."""
+    summary = summarize(requests, workload_kinds, workload_configs, tiers)
     summary.update(schema_version=results.SCHEMA_VERSION, variant=name, state=state, cause=cause)
     if state != "ok" and not any(not r.warmup and r.error is None for r in requests):
         summary["workloads"] = None

@@ -646,7 +646,7 @@ def run_variant(
     sampling = None
     if sampler is not None:
         sampling = run_products.sampling_summary(vpaths.samples, sampler.cpu_fraction, sampler.samples_written)
-    summary = _window_summary(scenario, variant.name, window, sampling)
+    summary = _window_summary(scenario, variant, window, sampling)
     if window.state != OK:
         status.cause_detail = window.detail
         status.log_excerpt = _log_excerpt_for_death(server)
@@ -704,7 +704,7 @@ def run_external_variant(
         sampling["server_metrics"] = (
             "sampled" if sampler.server_metrics else f"not sampled: {endpoint.metrics_problem or 'sampling off'}"
         )
-    summary = _window_summary(scenario, variant.name, window, sampling)
+    summary = _window_summary(scenario, variant, window, sampling)
     if window.state != OK:
         status.cause_detail = window.detail
     return _finish(vpaths, status, window.state, window.cause, state.redactor, summary=summary)
@@ -716,10 +716,10 @@ def _log_excerpt_for_death(server: ServerProcess) -> dict:
     return {**logscan.excerpt(text, found.line_number if found else None), "file": server.log_path.name}
 
 
-def _window_summary(scenario, variant_name: str, window, sampling: dict | None) -> dict:
+def _window_summary(scenario, variant, window, sampling: dict | None) -> dict:
     """summary.json of a variant whose serving window ran (launched or external)."""
     return run_products.measured_summary(
-        variant_name,
+        variant.name,
         window.state,
         window.cause,
         window.requests,
@@ -727,6 +727,7 @@ def _window_summary(scenario, variant_name: str, window, sampling: dict | None) 
         sampling,
         {w.name: w.kind for w in scenario.workloads},
         {w.name: w for w in scenario.workloads},
+        variant.cache_tiers,
     )
 
 

@@ -14,7 +14,9 @@ never 0):
              "figures": {...}}},   # only where the kind declares phase_figures
          "derived": {<name>: float | null},
          "derived_by_repeat": {<name>: [float | null, ...]},
-         "history_stats_by_repeat": {"<phase>.<metric>_<stat>": [float | null, ...]}}}}
+         "history_stats_by_repeat": {"<phase>.<metric>_<stat>": [float | null, ...]}}},
+     "unexercised": [{"workload", "phase", "tier", "prompt_tokens", "cached_tokens",
+                      "tier_tokens", "figures": [..], "text"}]}   # only when the tiers are given
 
 Warm-up requests are left out (counted in `n_warmup`); errored requests are left out of the
 metrics and counted in `n_errors`/`errors`. `itl_ms` pools every chunk gap of the phase (like
@@ -32,6 +34,15 @@ figure. ``history_stats_by_repeat`` does the same for the phase statistics the k
 phase's records and the workload's config: schedule lag, SLO attainment) gets their value in each
 phase's ``"figures"``; ``workload_configs`` passes the configs (without one the kind gets None).
 
+Unexercised cache phases (`unexercised_phases`): a phase that its kind declares exists to hit
+one cache tier (`WorkloadKind.hit_tier`: repeat_prefill's repeat_device → device,
+repeat_after_evict → host, parallel_prefixes' later passes → host), on a variant that has that
+tier, whose measured requests got none of it (or, where the server reports no tiers, nothing
+cached at all), measured recompute: the figures derived from it (device_speedup, host_speedup,
+second_pass_speedup, ...; not those that count the hits themselves) are listed with it, and
+checks and gates on them are inconclusive (`harness.expectations`, `harness.compare`). A host or
+storage phase on a variant without that tier (HiCache off) is expected to miss: not listed.
+
 Server-counter deltas per phase come from `harness.sampling.summarize_samples` (the sampler's
 samples carry the same phase labels, `workloads.context.phase_label`), not from here.
 """
@@ -41,6 +52,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -181,15 +193,88 @@ def by_repeat(
     return figures, stats_
 
 
+_TIER_TOKENS = {"device": "device_tokens", "host": "host_tokens", "storage": "storage_tokens"}
+
+
+@dataclass(frozen=True)
+class UnexercisedPhase:
+    """A phase that exists to hit ``tier`` and got none of it: what it and its figures measured."""
+
+    workload: str
+    phase: str
+    tier: str
+    prompt_tokens: int
+    cached_tokens: int  # every tier together
+    tier_tokens: int | None  # None: the server reported no tiers (judged on cached_tokens)
+    figures: tuple[str, ...]  # the derived figures that read this phase (not hit counts)
+
+    @property
+    def text(self) -> str:
+        """One line for people: what the phase got, and what its figures therefore measure."""
+        exists = f"it exists to measure {self.tier}-tier hits"
+        if not self.cached_tokens:
+            head = f"got no cache hit at all (0 of {self.prompt_tokens:,} prompt tokens cached; {exists})"
+            what = "measure recompute"
+        else:
+            head = (
+                f"got no {self.tier}-tier hit ({self.cached_tokens:,} of {self.prompt_tokens:,} prompt "
+                f"tokens cached, from other tiers; {exists})"
+            )
+            what = f"do not measure the {self.tier} tier"
+        tail = f": {', '.join(self.figures)} {what}" if self.figures else ""
+        return f"{self.workload}/{self.phase} {head}{tail}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "figures": list(self.figures), "text": self.text}
+
+
+def unexercised_phases(
+    workloads: Mapping[str, Any], workload_kinds: Mapping[str, str] | None, tiers: Iterable[str]
+) -> list[UnexercisedPhase]:
+    """The phases of a variant's summarised ``workloads`` that exist to hit a cache tier the
+    variant has (``tiers``: `Variant.cache_tiers`) and whose measured requests got 0 tokens of
+    that tier (0 cached at all where the server reported no tiers). Pure."""
+    have = set(tiers)
+    out: list[UnexercisedPhase] = []
+    for wl, w in workloads.items():
+        kind = kinds().get((workload_kinds or {}).get(wl, wl))
+        if kind is None or kind.hit_tier is None:
+            continue
+        for phase, p in (w.get("phases") or {}).items():
+            tier = kind.hit_tier(phase)
+            h = p.get("hits") or {}
+            if tier is None or tier not in have or not p.get("n") or not h.get("prompt_tokens"):
+                continue
+            reported = bool(h.get("tiers_reported"))
+            got = h.get(_TIER_TOKENS[tier]) if reported else h.get("cached_tokens")
+            if got:
+                continue
+            figures = tuple(d.name for d in kind.derived if phase in d.needs and not d.counts_hits)
+            out.append(
+                UnexercisedPhase(
+                    wl,
+                    phase,
+                    tier,
+                    int(h.get("prompt_tokens") or 0),
+                    int(h.get("cached_tokens") or 0),
+                    int(h.get(_TIER_TOKENS[tier]) or 0) if reported else None,
+                    figures,
+                )
+            )
+    return out
+
+
 def summarize(
     records: Iterable[RequestRecord],
     workload_kinds: Mapping[str, str] | None = None,
     workload_configs: Mapping[str, Any] | None = None,
+    tiers: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """Per workload and phase statistics of one variant's records (all repeats pooled), and the
     derived figures pooled and per repeat. ``workload_kinds``: {workload name: kind} (default:
     each workload is named after its kind); ``workload_configs``: {workload name: its config},
-    for the kinds that declare ``phase_figures``."""
+    for the kinds that declare ``phase_figures``; ``tiers``: the variant's cache tiers
+    (`Variant.cache_tiers`), to list its unexercised cache phases (None: not judged)."""
     records = list(records)
     repeats = sorted({r.repeat for r in records})
     by_wl: dict[str, list[RequestRecord]] = {}
@@ -211,7 +296,7 @@ def summarize(
         }
     measured = [r for r in records if not r.warmup]
     errors = Counter(r.error for r in measured if r.error is not None)
-    return {
+    out = {
         "summary_version": SUMMARY_VERSION,
         "n_requests": len(measured),
         "n_errors": sum(errors.values()),
@@ -219,6 +304,19 @@ def summarize(
         "repeats": repeats,
         "workloads": workloads,
     }
+    if tiers is not None:
+        out["unexercised"] = [u.to_json() for u in unexercised_phases(workloads, workload_kinds, tiers)]
+    return out
+
+
+def unexercised_figures(summary: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:
+    """{(workload, derived figure): why it measured recompute} of a stored summary's unexercised
+    phases (what checks, gates and the report mark)."""
+    out: dict[tuple[str, str], str] = {}
+    for u in (summary or {}).get("unexercised") or []:
+        for f in u.get("figures") or []:
+            out.setdefault((str(u.get("workload")), str(f)), str(u.get("text") or ""))
+    return out
 
 
 def failed(cause: str | None, detail: Any = None) -> dict[str, Any]:

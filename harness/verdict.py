@@ -21,12 +21,17 @@ Outcomes of a variant:
   INTERRUPTED        stopped by a signal before it finished
 A run is FAIL if any variant or run-level check fails, else INTERRUPTED if it was stopped, else
 INCONCLUSIVE if any variant is, else PASS (expected failures count as passing).
+
+Warnings change no outcome but are stated with it: a cache phase that got no hit of the tier it
+exists to measure (summary ``unexercised``, `harness.summary.unexercised_phases`), whose figures
+measured recompute. A check on such a figure is what makes the variant INCONCLUSIVE
+(`harness.expectations`: not evaluable).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -88,9 +93,15 @@ class VariantVerdict:
     variant: str
     outcome: Outcome
     reasons: tuple[Reason, ...] = ()
+    warnings: tuple[Reason, ...] = ()  # stated with the outcome, change nothing (unexercised phases)
 
     def to_json(self) -> dict[str, Any]:
-        return {"variant": self.variant, "outcome": self.outcome.value, "reasons": [asdict(r) for r in self.reasons]}
+        return {
+            "variant": self.variant,
+            "outcome": self.outcome.value,
+            "reasons": [asdict(r) for r in self.reasons],
+            "warnings": [asdict(r) for r in self.warnings],
+        }
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,11 @@ class RunVerdict:
     outcome: Outcome
     variants: tuple[VariantVerdict, ...] = ()
     reasons: tuple[Reason, ...] = field(default=())  # every variant's reasons, then run-level ones
+
+    @property
+    def warnings(self) -> tuple[Reason, ...]:
+        """Every variant's warnings, in variant order."""
+        return tuple(w for v in self.variants for w in v.warnings)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -123,6 +139,7 @@ class RunVerdict:
         ]
         out.append(f"verdict: {self.outcome.value} (exit {int(self.exit_code)})")
         out.extend(f"  - {r.line()}" for r in self.reasons)
+        out.extend(f"  warning: {w.line()}" for w in self.warnings)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -130,6 +147,7 @@ class RunVerdict:
             "outcome": self.outcome.value,
             "exit_code": int(self.exit_code),
             "reasons": [asdict(r) for r in self.reasons],
+            "warnings": [asdict(r) for r in self.warnings],
             "variants": [v.to_json() for v in self.variants],
         }
 
@@ -195,7 +213,27 @@ def variant_verdict(
     expectation_rows: Iterable[Mapping[str, Any]] = (),
     policy: VerdictPolicy = VerdictPolicy(),
 ) -> VariantVerdict:
-    """The verdict of one variant from its stored status, summary and expectation rows."""
+    """The verdict of one variant from its stored status, summary and expectation rows, with its
+    warnings (`unexercised_warnings`)."""
+    judged = _variant_outcome(name, status, summary, list(expectation_rows), policy)
+    return replace(judged, warnings=unexercised_warnings(name, summary))
+
+
+def unexercised_warnings(name: str, summary: Mapping[str, Any] | None) -> tuple[Reason, ...]:
+    """A variant's cache phases that got no hit of the tier they exist to measure (its summary's
+    ``unexercised``), as warnings."""
+    return tuple(
+        Reason("unexercised_phase", str(u.get("text") or ""), name) for u in (summary or {}).get("unexercised") or []
+    )
+
+
+def _variant_outcome(
+    name: str,
+    status: Mapping[str, Any] | None,
+    summary: Mapping[str, Any] | None,
+    expectation_rows: list[Mapping[str, Any]],
+    policy: VerdictPolicy,
+) -> VariantVerdict:
     status = status or {}
     expectation_rows = list(expectation_rows)
     decided = _startup(name, status)

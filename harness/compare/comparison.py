@@ -49,7 +49,7 @@ from harness.expectations import evaluate_run_expectations
 from harness.frames import groups_frame
 from harness.metrics import METRICS
 from harness.scenario.values import Gate
-from harness.summary import by_repeat
+from harness.summary import by_repeat, unexercised_figures
 from harness.verdict import Outcome, VerdictPolicy, declares_parity_fail
 from harness.workloads import derived_figures, kind_of
 
@@ -506,6 +506,19 @@ def vanished_knees(
                 row.candidate_below, row.n_candidate = c.lowest, c.repeats
 
 
+def unexercised_rows(base_summary: Mapping | None, cand_summary: Mapping | None, rows: list[MetricRow]) -> None:
+    """A derived figure that either run measured on a cache phase without a hit of the tier it
+    exists to measure (summary ``unexercised``) compares recompute: inconclusive, never a silent
+    pass or fail of a gate on it. Rows are changed in place. No I/O."""
+    cand, base = unexercised_figures(cand_summary), unexercised_figures(base_summary)
+    for r in rows:
+        key = (r.workload, r.metric)
+        if r.phase != "*" or (key not in cand and key not in base):
+            continue
+        side = "candidate" if key in cand else "baseline"
+        r.state, r.note = "inconclusive", f"{side} measured recompute: {cand.get(key) or base.get(key)}"
+
+
 def parity_row(
     name: str,
     base_summary: Mapping | None,
@@ -723,6 +736,7 @@ def compare_runs(
                 cand_kinds,
             )
             vanished_knees(name, bv.summary, cv.summary, cand_kinds, rows, thresholds)
+            unexercised_rows(bv.summary, cv.summary, rows)
             for r in rows:
                 if r.workload in changed_workloads:
                     r.state, r.note = "not_comparable", "workload definition changed"

@@ -42,6 +42,7 @@ from harness.report.tables import hicache_table, load_back, memory_table
 from harness.report.view import load_view
 from harness.schedule import LAG_LIMIT_MS
 from harness.variant_status import origin_of_status
+from harness.verdict import unexercised_warnings
 
 TEMPLATES = Path(__file__).parent / "templates"
 SECTIONS = ("header", "hicache", "load", "memory", "timeseries", "latency", "quality", "failures", "comparison")
@@ -328,9 +329,20 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         if view.hicache(n) and view.ok(n):
             load_backs.append({"variant": n, **load_back(view, n)})
     csv = view.root / "summary.csv"
+    unexercised = [
+        {"variant": n, "text": w.text} for n in view.names for w in unexercised_warnings(n, view.summary(n))
+    ]
+    design = [
+        {"variant": n, "text": w}
+        for n, ws in (view.manifest.get("design_warnings") or {}).items()
+        if n in view.names
+        for w in ws
+    ]
     return {
         "h": header(view),
         "banner": banner(view, expectations),
+        "unexercised": unexercised,
+        "design_warnings": design,
         "complete": view.complete,
         "interrupted": view.interrupted,
         "variants": variant_rows(view),

@@ -32,6 +32,7 @@ from harness.frames import groups_frame
 from harness.metrics import METRICS
 from harness.report.formatting import KIB_PER_GIB, VERDICT_CSS, failure_text, fmt_num
 from harness.report.view import RunView, baseline_variant
+from harness.summary import unexercised_figures
 from harness.variant_status import ATTACHED, LAUNCHED
 from harness.workloads.kind import PhaseStat, ReportRow
 
@@ -363,7 +364,18 @@ def workload_rows(view: RunView, workload: str, declared: tuple[ReportRow, ...],
                 baseline_note=baseline_note,
             )
         )
+        if not isinstance(r.value, PhaseStat):
+            mark_unexercised(view, workload, r.value, rows[-1])
     return rows
+
+
+def mark_unexercised(view: RunView, workload: str, figure: str, row: Row) -> None:
+    """Mark the cells of a derived figure that a variant measured on a cache phase without a hit
+    of the tier it exists to measure (summary ``unexercised``): the number is recompute's."""
+    for n, cell in zip(view.names, row.cells):
+        why = unexercised_figures(view.summary(n)).get((workload, figure))
+        if why is not None:
+            cell.css, cell.sub, cell.title = "warn", "⚠ no tier hit: measured recompute", why
 
 
 def load_back(view: RunView, name: str) -> dict[str, Any]:

@@ -462,6 +462,17 @@ class Variant(BaseModel):
     def hicache_enabled(self) -> bool:
         return self.hicache is not None
 
+    @property
+    def cache_tiers(self) -> frozenset[str]:
+        """The cache tiers its server has: the device always, the host with HiCache, the storage
+        tier with a storage backend (which phases expect hits: `harness.summary.unexercised_phases`)."""
+        tiers = {"device"}
+        if self.hicache is not None:
+            tiers.add("host")
+            if self.hicache.storage_backend:
+                tiers.add("storage")
+        return frozenset(tiers)
+
     def storage_dir(self) -> str | None:
         """The directory of the ``file`` storage backend this variant's server writes (its env,
         else the hicache block's ``storage.dir``, else sglang's default); None without one."""

@@ -15,6 +15,12 @@ The shapes the report and compare draw from a kind's phases are declared here to
 latency-vs-load and goodput curves, the knee, curve points compared pairwise), ``round_of``
 (its phases are rounds of conversations: per-round TTFT and tier hits) and ``estimate`` (what
 ``harness estimate`` / ``--dry-run`` count for it, `harness.workloads.estimating`).
+
+``hit_tier`` says which of its phases exist to measure hits of one cache tier, and which tier
+(repeat_prefill's ``repeat_device`` the device, ``repeat_after_evict`` the host): a variant that
+has that tier and whose phase got none of it measured recompute there, and the figures derived
+from that phase say so (`harness.summary.unexercised_phases`). Phases where a miss is the point
+(cold phases, eviction filler) have no tier.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from typing import Any
 from harness.metrics import METRICS
 
 PhaseSummaries = Mapping[str, Mapping[str, Any]]  # phase → its summary (harness.summary)
+Tier = typing.Literal["device", "host", "storage"]  # a cache tier a phase exists to hit
+TIERS: tuple[Tier, ...] = typing.get_args(Tier)
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,9 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 class Derived:
     """A figure a kind derives from its phase summaries (e.g. host_speedup = cold / after-evict
     TTFT). ``needs``: the phases it needs (not listed for a workload that lacks one);
-    ``compared``: judged by ``harness compare``; ``compute`` is pure."""
+    ``compared``: judged by ``harness compare``; ``counts_hits``: it counts the hits itself (a
+    hit fraction), so a phase without hits makes it a true 0, not a figure of recompute;
+    ``compute`` is pure."""
 
     name: str
     unit: str
@@ -65,6 +75,7 @@ class Derived:
     compute: Callable[[PhaseSummaries], float | None]
     needs: tuple[str, ...] = ()
     compared: bool = False
+    counts_hits: bool = False
 
     def applies(self, phases: PhaseSummaries) -> bool:
         return all(p in phases for p in self.needs)
@@ -108,6 +119,8 @@ class WorkloadKind:
     round_of: Callable[[str], int | None] | None = None  # a phase -> its round (None: not a round)
     # (the workload's config, `estimating.EstimateContext`) -> `estimating.WorkEstimate`; None: not estimated
     estimate: Callable[[Any, Any], Any] | None = None
+    # a phase -> the cache tier it exists to hit (None: a miss is no news there); None: no such phase
+    hit_tier: Callable[[str], Tier | None] | None = None
 
     @property
     def name(self) -> str:

@@ -14,7 +14,7 @@ from harness.scenario.values import Count, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
-from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind, ratio
+from harness.workloads.kind import Derived, PhaseStat, ReportRow, Tier, WorkloadKind, ratio
 
 
 class ParallelPrefixes(PrefillConfig):
@@ -68,8 +68,16 @@ def estimate(w: ParallelPrefixes, c: EstimateContext) -> WorkEstimate:
     )
 
 
+def hit_tier(phase: str) -> Tier | None:
+    """Every pass after the first exists to find its prefixes on the host tier (K x L over the GPU
+    pool); pass 1 is cold."""
+    n = phase.removeprefix("pass")
+    return "host" if phase.startswith("pass") and n.isdigit() and int(n) > 1 else None
+
+
 KIND = WorkloadKind(
     config=ParallelPrefixes,
+    hit_tier=hit_tier,
     estimate=estimate,
     run=run,
     derived=(

@@ -91,6 +91,7 @@ KIND = WorkloadKind(
             fanout_cached_fraction,
             needs=("fanout",),
             compared=True,
+            counts_hits=True,
         ),
         Derived(
             "fanout_ttft_ratio",
@@ -112,4 +113,5 @@ KIND = WorkloadKind(
         ReportRow("fan-out TTFT ({workload})", "ms", _FANOUT_TTFT, False, note="p50"),
     ),
     tier_hit_phases=True,
+    hit_tier=lambda phase: "device" if phase == "fanout" else None,  # the prefix, cached by the seed
 )

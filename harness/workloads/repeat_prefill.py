@@ -24,7 +24,7 @@ from harness.workloads.cold_prefill import COLD_PREFILL_FIGURES
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, add, est, mul
-from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind, ratio
+from harness.workloads.kind import Derived, PhaseStat, ReportRow, Tier, WorkloadKind, ratio
 
 
 class RepeatPrefill(PrefillConfig):
@@ -126,8 +126,12 @@ def estimate(w: RepeatPrefill, c: EstimateContext) -> WorkEstimate:
     )
 
 
+# the tier each repeat exists to hit (cold and the filler miss on purpose)
+HIT_TIERS: dict[str, Tier] = {"repeat_device": "device", "repeat_after_evict": "host", "repeat_from_storage": "storage"}
+
 KIND = WorkloadKind(
     config=RepeatPrefill,
+    hit_tier=HIT_TIERS.get,
     estimate=estimate,
     run=run,
     filler_phases=frozenset({"evict", "evict_host"}),
@@ -176,6 +180,7 @@ KIND = WorkloadKind(
             "mean share of the storage repeats' prompt tokens served from the storage tier",
             PhaseStat("repeat_from_storage", "storage_hit_fraction", "mean").of,
             needs=("repeat_from_storage",),
+            counts_hits=True,
         ),
     ),
     report_rows=(
