@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import results
-from harness.summary import unexercised_figures
 from harness.scenario.values import Check, Gate, Threshold
+from harness.summary import unexercised_figures
 
 STATS = ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")
 

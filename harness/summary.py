@@ -212,6 +212,8 @@ class UnexercisedPhase:
     def text(self) -> str:
         """One line for people: what the phase got, and what its figures therefore measure."""
         exists = f"it exists to measure {self.tier}-tier hits"
+        if self.tier_tokens is None:
+            exists += "; the server reported no tiers"
         if not self.cached_tokens:
             head = f"got no cache hit at all (0 of {self.prompt_tokens:,} prompt tokens cached; {exists})"
             what = "measure recompute"

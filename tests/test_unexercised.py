@@ -195,7 +195,9 @@ def test_compare_makes_a_gated_figure_of_recompute_inconclusive():
     from harness.compare.comparison import MetricRow, unexercised_rows
 
     def row(metric: str, phase: str = "*") -> MetricRow:
-        return MetricRow("on", "rp", phase, metric, "ratio", True, 2.0, 2.1, 3, 3, None, 0.05, "", "", None, "unchanged")
+        return MetricRow(
+            "on", "rp", phase, metric, "ratio", True, 2.0, 2.1, 3, 3, None, 0.05, "", "", None, "unchanged"
+        )
 
     rows = [row("host_speedup"), row("device_speedup"), row("ttft_ms", "cold")]
     cand = {"unexercised": [{"workload": "rp", "figures": ["host_speedup"], "text": "rp/repeat_after_evict ..."}]}

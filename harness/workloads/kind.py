@@ -34,7 +34,6 @@ from harness.metrics import METRICS
 
 PhaseSummaries = Mapping[str, Mapping[str, Any]]  # phase → its summary (harness.summary)
 Tier = typing.Literal["device", "host", "storage"]  # a cache tier a phase exists to hit
-TIERS: tuple[Tier, ...] = typing.get_args(Tier)
 
 
 @dataclass(frozen=True)
