@@ -7,12 +7,14 @@ runs `harness.sampling.Sampler` for `--seconds` and prints the sampling thread's
 to a server that is already running instead (e.g. a real sglang).
 
     python benchmarks/sampler_overhead.py --seconds 60
+    python benchmarks/sampler_overhead.py --seconds 60 --sglang-like   # a page shaped like sglang's
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -39,6 +41,60 @@ def warm_up(url: str, n: int = 8) -> None:
         ).raise_for_status()
 
 
+def sglang_like_metrics() -> str:
+    """A /metrics page shaped like sglang 0.5.17's (observability/metrics_collector.py declares 37
+    histograms, 39 counters and 60 gauges): the same counts, sglang's label set on each series and
+    25 buckets per histogram, ~1,600 lines / ~190 KB. The simulator's page has ~100 lines, so it
+    under-states what a real server's /metrics costs to read."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    reg = CollectorRegistry()
+    labels = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"]
+    values = {"model_name": "/models/llama3-8b", "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"}
+    values["moe_ep_rank"] = "0"
+    for i in range(37):
+        h = Histogram(
+            f"sglang:hist_{i}_seconds", "h", labels, buckets=[0.001 * 1.62**k for k in range(25)], registry=reg
+        )
+        for v in (0.01, 0.3, 2.0):
+            h.labels(**values).observe(v)
+    for i in range(39):
+        Counter(f"sglang:counter_{i}", "c", labels, registry=reg).labels(**values).inc(5)
+    for i in range(60):
+        Gauge(f"sglang:gauge_{i}", "g", labels, registry=reg).labels(**values).set(3)
+    return generate_latest(reg).decode()
+
+
+class _StaticMetrics:
+    """A stdlib HTTP server in a thread answering GET /metrics with a fixed page."""
+
+    def __init__(self, text: str) -> None:
+        import http.server
+        import threading
+
+        body = text.encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as sglang's uvicorn answers
+
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -46,10 +102,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", help="attach to this server instead of starting the simulator")
     ap.add_argument("--pid", type=int, help="the attached server's pid (RSS of its tree)")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
+    ap.add_argument(
+        "--sglang-like",
+        action="store_true",
+        help="scrape a static /metrics page shaped like sglang 0.5.17's (~1,600 lines) instead of the simulator's",
+    )
     args = ap.parse_args(argv)
 
-    sim = None
-    if args.url:
+    sim = static = None
+    if args.sglang_like:
+        static = _StaticMetrics(sglang_like_metrics())
+        url, pid = static.url, os.getpid()
+    elif args.url:
         url, pid = args.url.rstrip("/"), args.pid
     else:
         sim = SimProcess(
@@ -67,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         sim.__enter__()
         url, pid = sim.url, sim.proc.pid
     try:
-        warm_up(url)
+        if static is None:
+            warm_up(url)
         samples: list[dict] = []
         metrics_lines = len(httpx.get(url + "/metrics", timeout=5, trust_env=False).text.splitlines())
         sampler = Sampler(pid, url, samples.append, interval_s=args.interval_s)
@@ -77,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if sim is not None:
             sim.kill()
+        if static is not None:
+            static.close()
     n = len(samples)
     result = {
         "interval_s": args.interval_s,
@@ -88,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "metrics_lines": metrics_lines,
         "metrics_errors": sampler.metrics_errors,
         "gpu_fields": any("gpus" in s for s in samples),
-        "server": "sim" if sim is not None else url,
+        "server": "sim" if sim is not None else "sglang-like static page" if static is not None else url,
         "machine": f"{platform.node()} {platform.machine()} {psutil.cpu_count()} CPUs, "
         f"{platform.system()} {platform.release()}, Python {platform.python_version()}",
         "processes_on_host": len(psutil.pids()),

@@ -591,3 +591,43 @@ def test_cooldown_sees_only_this_shards_gpus(fake_nvml, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert nvml.read_gpu_mem_used_mib() == {0: 1024.0, 1: 72_048.0, 2: 3072.0, 3: 4096.0}
     assert nvml.read_gpu_mem_used_mib({"CUDA_VISIBLE_DEVICES": ""}) is None
+
+
+def test_the_metrics_reader_on_a_histogram_heavy_page_read_twice():
+    """sglang's /metrics is mostly histogram buckets and the same series every reading: buckets
+    are dropped by their name, and a series seen before takes its key from the reader's cache.
+    Both readings of such a page, and a third with changed values, equal prometheus_client's."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    reg = CollectorRegistry()
+    labels = {"model_name": 'm "q" {x}', "tp_rank": "0"}
+    hists = [
+        Histogram(f"sglang:h{i}_seconds", "h", list(labels), buckets=[0.01 * 2**k for k in range(20)], registry=reg)
+        for i in range(4)
+    ]
+    counter = Counter("sglang:reqs", "c", list(labels), registry=reg)
+    gauge = Gauge("sglang:usage", "g", list(labels), registry=reg)
+    for h in hists:
+        h.labels(**labels).observe(0.3)
+    counter.labels(**labels).inc(3)
+    gauge.labels(**labels).set(0.25)
+    page = generate_latest(reg).decode()
+    assert page.count("_bucket{") > 80
+    want = _prometheus_client_parse(page)
+    assert parse_metrics_text(page) == want == parse_metrics_text(page)
+    assert not any("_bucket" in k or "_created" in k for k in want)
+    counter.labels(**labels).inc(4)
+    gauge.labels(**labels).set(0.5)
+    later = generate_latest(reg).decode()
+    got = parse_metrics_text(later)
+    assert got == _prometheus_client_parse(later)
+    assert got[metric_key("sglang:reqs_total", labels)] == 7.0 and got[metric_key("sglang:usage", labels)] == 0.5
+
+
+def test_a_known_series_with_a_bad_value_is_still_refused():
+    """The cached path reads only the value; what the full line regex refuses, it refuses too."""
+    parse_metrics_text('sglang:known_total{a="1"} 2\n')
+    for bad in ('sglang:known_total{a="1"} two', 'sglang:known_total{a="1"}2', 'sglang:known_total{a="1"} 2 x'):
+        with pytest.raises(ValueError):
+            parse_metrics_text(bad + "\n")
+    assert parse_metrics_text('sglang:known_total{a="1"} 5 1700000000000\n') == {'sglang:known_total{a="1"}': 5.0}
