@@ -65,34 +65,45 @@ def sglang_like_metrics() -> str:
     return generate_latest(reg).decode()
 
 
+_STATIC_SERVER = """
+import http.server, sys
+body = open(sys.argv[1], "rb").read()
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as sglang's uvicorn answers
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(srv.server_address[1], flush=True)
+srv.serve_forever()
+"""
+
+
 class _StaticMetrics:
-    """A stdlib HTTP server in a thread answering GET /metrics with a fixed page."""
+    """A stdlib HTTP/1.1 server in its own process (as a real server is: no GIL shared with the
+    sampler) answering GET /metrics with a fixed page."""
 
     def __init__(self, text: str) -> None:
-        import http.server
-        import threading
+        import subprocess
+        import tempfile
 
-        body = text.encode()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as sglang's uvicorn answers
-
-            def do_GET(self) -> None:  # noqa: N802
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self._file = tempfile.NamedTemporaryFile(suffix=".txt", delete=False)
+        self._file.write(text.encode())
+        self._file.close()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _STATIC_SERVER, self._file.name], stdout=subprocess.PIPE, text=True
+        )
+        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
 
     def close(self) -> None:
-        self.server.shutdown()
+        self.proc.kill()
+        self.proc.wait()
+        os.unlink(self._file.name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     sim = static = None
     if args.sglang_like:
         static = _StaticMetrics(sglang_like_metrics())
-        url, pid = static.url, os.getpid()
+        url, pid = static.url, static.proc.pid
     elif args.url:
         url, pid = args.url.rstrip("/"), args.pid
     else:

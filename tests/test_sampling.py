@@ -631,3 +631,105 @@ def test_a_known_series_with_a_bad_value_is_still_refused():
         with pytest.raises(ValueError):
             parse_metrics_text(bad + "\n")
     assert parse_metrics_text('sglang:known_total{a="1"} 5 1700000000000\n') == {'sglang:known_total{a="1"}': 5.0}
+
+
+class _CountingMetricsServer:
+    """A stdlib HTTP/1.1 server in a thread: /metrics answers `page` (chunked when asked), other
+    paths 404; counts the connections it accepted; `close_idle()` drops every kept connection."""
+
+    def __init__(self, page: bytes, chunked: bool = False) -> None:
+        import http.server
+        import socketserver
+        import threading
+
+        owner = self
+        self.connections = 0
+        self.open_sockets: list = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                owner.connections += 1
+                owner.open_sockets.append(self.connection)
+
+            def do_GET(self) -> None:  # noqa: N802
+                if self.path != "/metrics":
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for i in range(0, len(page), 1000):
+                        part = page[i : i + 1000]
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.write(b"0\r\n\r\n")
+                else:
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close_idle(self) -> None:
+        import socket
+
+        for s in self.open_sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_metrics_page_keeps_one_connection_and_reopens_one_the_server_closed(chunked):
+    """The sampler reads /metrics every 0.5 s: over one kept-alive connection (a new TCP
+    connection per sample would cost more than the page), also for a chunked answer; when the
+    server has closed the idle connection, the next reading reopens it without an error."""
+    from harness.sampling import MetricsPage
+
+    page = ("\n".join(f'sglang:c{i}_total{{a="1"}} {i}' for i in range(300)) + "\n").encode()
+    srv = _CountingMetricsServer(page, chunked=chunked)
+    try:
+        reader = MetricsPage(srv.url, 2.0, 1 << 20, 4.0)
+        for _ in range(5):
+            assert reader.fetch() == page
+        assert srv.connections == 1
+        srv.close_idle()
+        time.sleep(0.05)
+        assert reader.fetch() == page  # no MetricsUnavailable: reopened at once
+        assert srv.connections == 2
+        reader.close()
+    finally:
+        srv.stop()
+
+
+def test_metrics_page_not_there_is_unavailable_not_a_bad_answer():
+    """A status other than 200 (metrics off: 404) or no server is `MetricsUnavailable` (expected
+    while a server starts; counted, not logged), not a bad answer."""
+    from harness.sampling import MetricsPage, MetricsUnavailable
+
+    srv = _CountingMetricsServer(b"sglang:x_total 1\n")
+    try:
+        with pytest.raises(MetricsUnavailable, match="404"):
+            MetricsPage(srv.url + "/nothing", 2.0, 1 << 20, 4.0).fetch()
+    finally:
+        srv.stop()
+    with pytest.raises(MetricsUnavailable):
+        MetricsPage(srv.url, 0.5, 1 << 20, 1.0).fetch()  # the server is gone: connection refused
