@@ -184,6 +184,10 @@ class _Conn(asyncio.Protocol):
             if not self.alive:
                 return
             self._feed(t, data)
+        if self.draining and self.drain_timer is None and self.ex is not None and self.alive:
+            # the body did not end with the reads at hand: bound the wait for its end (armed only
+            # now: a short answer's end comes in the same read as its [DONE], and needs no timer)
+            self.drain_timer = asyncio.get_running_loop().call_later(DRAIN_S, self.close)
 
     def _feed(self, t: int, data: bytes) -> None:
         ex = self.ex
@@ -331,10 +335,10 @@ class _Conn(asyncio.Protocol):
     def _start_drain(self) -> None:
         """The consumer has its answer; the rest of the body is read (bounded in bytes and time)
         so that the connection can serve the next request. The exchange finishes at the body's
-        end, or when a bound drops the connection (without an error: the answer was complete)."""
+        end, or when a bound drops the connection (without an error: the answer was complete).
+        The time bound (`DRAIN_S`) is armed by `process` if the reads at hand did not end it."""
         self.draining = True
         self.drain_left = DRAIN_BYTES
-        self.drain_timer = asyncio.get_running_loop().call_later(DRAIN_S, self.close)
 
     def _end(self, t: int) -> None:
         ex = self.ex
@@ -422,6 +426,7 @@ class Pool:
         self._fixed = (
             f"host: {host_header}\r\nuser-agent: hicache-harness\r\naccept-encoding: identity\r\n{extra}"
         ).encode("latin-1")
+        self._heads: dict[tuple[str, str, str | None], bytes] = {}  # a request head up to its length
         self._idle: dict[_Conn, None] = {}  # insertion-ordered: popitem() takes the newest
         self._open = 0
         self._conns: set[_Conn] = set()
@@ -513,12 +518,14 @@ class Pool:
                 raise
 
     def head_bytes(self, method: str, path: str, body_len: int, content_type: str | None) -> bytes:
-        ct = f"content-type: {content_type}\r\n" if content_type else ""
-        return (
-            f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1")
-            + self._fixed
-            + f"{ct}content-length: {body_len}\r\n\r\n".encode("latin-1")
-        )
+        key = (method, path, content_type)
+        start = self._heads.get(key)
+        if start is None:  # built once per method, path and content type (a handful per run)
+            ct = f"content-type: {content_type}\r\n" if content_type else ""
+            start = f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode("latin-1") + self._fixed + ct.encode("latin-1")
+            if len(self._heads) < 64:
+                self._heads[key] = start
+        return b"%scontent-length: %d\r\n\r\n" % (start, body_len)
 
     def start(
         self, method: str, path: str, body: bytes, consumer: Consumer, *, content_type: str | None = "application/json"

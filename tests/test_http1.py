@@ -218,6 +218,39 @@ def test_done_consumer_reads_the_rest_so_the_connection_is_reused(raw_server):
     assert len(server.ports) == 1
 
 
+def test_a_body_that_never_ends_after_done_is_dropped_after_the_drain_bound(raw_server, monkeypatch):
+    """[DONE], then no terminator: the request returns (no error: the answer was complete) once
+    `DRAIN_S` has passed, its connection dropped; an answer whose end came with its [DONE] arms
+    no drain timer at all (its connection goes straight back to the pool)."""
+    monkeypatch.setattr(http1, "DRAIN_S", 0.05)
+
+    def script(conn, head, n):
+        if n == 0:
+            conn.sendall(HEAD + b"%x\r\n%b\r\n" % (14, b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        else:
+            conn.sendall(HEAD + b"%x\r\n%b\r\n" % (14, b"data: [DONE]\n\n"))  # and nothing more
+            time.sleep(2)
+
+    server = raw_server(script)
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        timers: list[float] = []
+        call_later = loop.call_later
+        loop.call_later = lambda delay, *a: timers.append(delay) or call_later(delay, *a)  # asyncio's loop
+        pool = http1.Pool(server.url)
+        whole = await pool.request("POST", "/g", b"", Collect(verdict_at=b"[DONE]"))
+        armed_for_whole = list(timers)
+        # a hang guard only (the bound is 0.05 s): without a drain timer this request never returns
+        endless = await asyncio.wait_for(pool.request("POST", "/g", b"", Collect(verdict_at=b"[DONE]")), 30)
+        await pool.aclose()
+        return whole, armed_for_whole, endless, timers
+
+    whole, armed_for_whole, endless, timers = run(go())
+    assert whole.error is None and 0.05 not in armed_for_whole and len(server.ports) == 1
+    assert endless.error is None and endless.finished and not endless.conn.alive and 0.05 in timers
+
+
 def test_a_connection_the_server_closed_while_idle_is_not_used(raw_server):
     def script(conn, head, n):
         conn.sendall(HEAD + chunked(b"data: a\n\n"))
