@@ -194,10 +194,24 @@ class Abort:
 def input_hash(input_ids: list[int] | None, text: str | None) -> str:
     """sha256 of what was sent: `ids:` + comma-joined ids, or `text:` + UTF-8 text."""
     if input_ids is not None:
-        payload = b"ids:" + ",".join(map(str, input_ids)).encode()
+        payload = b"ids:" + _joined_ids(input_ids)
     else:
         payload = b"text:" + (text or "").encode("utf-8")
     return hashlib.sha256(payload).hexdigest()
+
+
+def _joined_ids(input_ids: list[int]) -> bytes:
+    """`",".join(map(str, input_ids)).encode()`: written by orjson when every id is a plain int
+    (the same bytes, ~15x faster: 0.75 ms of the event loop for 8,000 ids otherwise); anything
+    else (bools, floats, int subclasses, ints past 64 bits, numpy) takes the join."""
+    if _orjson is not None:
+        try:
+            out = _orjson.dumps(input_ids, option=_orjson.OPT_PASSTHROUGH_SUBCLASS)
+        except TypeError:
+            out = None
+        if out is not None and out[:1] == b"[" and not out[1:-1].translate(None, b"0123456789,-"):
+            return out[1:-1]
+    return ",".join(map(str, input_ids)).encode()
 
 
 def _clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:

@@ -5,6 +5,8 @@ bodies written part by part), so the client's own HTTP framing, SSE line handlin
 reuse and timing run as they do against sglang."""
 
 import asyncio
+import enum
+import hashlib
 import json
 import threading
 import time
@@ -148,6 +150,28 @@ def test_cumulative_and_incremental_give_the_same_ids(chunks):
     assert rec.finish_reason == "length"
     assert (rec.prompt_tokens, rec.completion_tokens, rec.prompt_len) == (10, 3, 10)
     assert rec.input_hash == input_hash(list(range(3, 13)), None)
+
+
+class _Tok(enum.IntEnum):
+    A = 7
+
+
+class _Odd(int):
+    def __str__(self) -> str:
+        return "odd"
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [[], [3], list(range(3, 13)), [-1, 0, 2**63 - 1], [2**70, 1], (4, 5), [True, 2], [1.0, 2], [1e16], [_Tok.A], [_Odd(3)]],
+    ids=["empty", "one", "ten", "int64", "bigint", "tuple", "bool", "float", "exponent", "intenum", "int-subclass"],
+)
+def test_input_hash_is_sha256_of_the_comma_joined_ids_whatever_they_are(ids):
+    """The record's input_hash keeps its definition (`ids:` + `",".join(map(str, ids))`) on
+    orjson's fast path and off it: ids orjson would write differently take the join."""
+    want = hashlib.sha256(b"ids:" + ",".join(map(str, ids)).encode()).hexdigest()
+    assert input_hash(ids, None) == want
+    assert input_hash(None, "héllo") == hashlib.sha256("text:héllo".encode()).hexdigest()
 
 
 def test_accumulator_without_running_total_uses_prefix_rule():
