@@ -10,7 +10,7 @@ that moment): one process, 64 blocking-free raw sockets, prebuilt request bytes,
 1 ms before each instant, then a spin, then one `send`. Reported: the schedule lag (sent_ns −
 scheduled_ns) p50/p99/max, and whether the run would flag itself client-bound (p99 > 1 ms).
 
-    python benchmarks/schedule_keeping.py [--rate 2000] [--seconds 5] [--json OUT]
+    python benchmarks/schedule_keeping.py [--rate 2000] [--seconds 5] [--spin-ms MS] [--json OUT]
 Target (issue #15): p99 within 1 ms at 2,000 requests/s on this machine.
 """
 
@@ -95,15 +95,22 @@ def drive_reference(port: int, rate: float, seconds: float, poisson: bool) -> di
         "achieved_rate_per_s": round(len(recs) / wall),
         "connections_open": len(socks),
         "client_cpu_fraction": round(cpu / wall, 3),
+        "client_cpu_us_per_request": round(cpu / len(recs) * 1e6, 1),
         **lag.to_dict(),
         "line": lag.line(),
     }
 
 
-def drive(port: int, rate: float, seconds: float, poisson: bool, loop: str) -> dict:
+def drive(port: int, rate: float, seconds: float, poisson: bool, loop: str, spin_ns: int | None = None) -> dict:
+    import functools
+
+    import harness.client
     from harness.client import GenerateRequest, Labels, StreamingClient
     from harness.http1 import run
-    from harness.schedule import offsets_ns, schedule_lag, send_schedule
+    from harness.schedule import offsets_ns, schedule_lag, send_schedule, sleep_until_ns
+
+    if spin_ns is not None:  # the harness's own spin otherwise (harness.schedule.SPIN_NS)
+        harness.client.sleep_until_ns = functools.partial(sleep_until_ns, spin_ns=spin_ns)
 
     async def go():
         async with StreamingClient(f"http://127.0.0.1:{port}", timeout_s=30.0) as client:
@@ -128,6 +135,7 @@ def drive(port: int, rate: float, seconds: float, poisson: bool, loop: str) -> d
         "achieved_rate_per_s": round(len(recs) / wall),
         "connections_open": conns,
         "client_cpu_fraction": round(cpu / wall, 3),
+        "client_cpu_us_per_request": round(cpu / len(recs) * 1e6, 1),
         **lag.to_dict(),
         "line": lag.line(),
     }
@@ -142,13 +150,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poisson", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--loop", default="asyncio", help=argparse.SUPPRESS)
     ap.add_argument("--loops", default="reference,asyncio,uvloop", help="senders, interleaved per arrival kind")
+    ap.add_argument(
+        "--spin-ms",
+        type=float,
+        help="the harness senders' spin before each instant (default: harness.schedule.SPIN_NS); "
+        "0: timer waits only, what is left is the client's CPU per request and its wake-ups",
+    )
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     if a.as_client:
         if a.loop == "reference":
             print(json.dumps(drive_reference(a.port, a.rate, a.seconds, a.poisson)))
         else:
-            print(json.dumps(drive(a.port, a.rate, a.seconds, a.poisson, a.loop)))
+            spin_ns = None if a.spin_ms is None else round(a.spin_ms * 1e6)
+            print(json.dumps(drive(a.port, a.rate, a.seconds, a.poisson, a.loop, spin_ns)))
         return 0
     server_cores, client_cores = cf._cores()
     print(json.dumps({**cf.machine(), "pinning": {"server": server_cores, "clients": client_cores}}), flush=True)
@@ -173,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                     "--loop",
                     loop,
                 ]
-                + (["--poisson"] if poisson else []),
+                + (["--poisson"] if poisson else [])
+                + ([] if a.spin_ms is None else ["--spin-ms", str(a.spin_ms)]),
             )
             p = subprocess.run(argv_c, capture_output=True, text=True, timeout=600)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
@@ -188,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         if "line" in r:
             print(
                 f"{r['loop']:9} {'poisson' if r['poisson'] else 'even   '} {r['rate_per_s']:.0f}/s: {r['line']}; "
-                f"{r['errors']} errors, client CPU {100 * r['client_cpu_fraction']:.0f} % of a core "
+                f"{r['errors']} errors, client CPU {100 * r['client_cpu_fraction']:.0f} % of a core, "
+                f"{r['client_cpu_us_per_request']:.0f} µs a request "
                 f"(load average {r['loadavg_1m']})"
             )
     if a.json:

@@ -163,7 +163,19 @@ class _Odd(int):
 
 @pytest.mark.parametrize(
     "ids",
-    [[], [3], list(range(3, 13)), [-1, 0, 2**63 - 1], [2**70, 1], (4, 5), [True, 2], [1.0, 2], [1e16], [_Tok.A], [_Odd(3)]],
+    [
+        [],
+        [3],
+        list(range(3, 13)),
+        [-1, 0, 2**63 - 1],
+        [2**70, 1],
+        (4, 5),
+        [True, 2],
+        [1.0, 2],
+        [1e16],
+        [_Tok.A],
+        [_Odd(3)],
+    ],
     ids=["empty", "one", "ten", "int64", "bigint", "tuple", "bool", "float", "exponent", "intenum", "int-subclass"],
 )
 def test_input_hash_is_sha256_of_the_comma_joined_ids_whatever_they_are(ids):
