@@ -10,7 +10,7 @@ that moment): one process, 64 blocking-free raw sockets, prebuilt request bytes,
 1 ms before each instant, then a spin, then one `send`. Reported: the schedule lag (sent_ns −
 scheduled_ns) p50/p99/max, and whether the run would flag itself client-bound (p99 > 1 ms).
 
-    python benchmarks/schedule_keeping.py [--rate 2000] [--seconds 5] [--spin-ms MS] [--json OUT]
+    python benchmarks/schedule_keeping.py [--rate 2000] [--seconds 5] [--spin-ms MS] [--prompt-tokens N] [--json OUT]
 Target (issue #15): p99 within 1 ms at 2,000 requests/s on this machine.
 """
 
@@ -101,7 +101,9 @@ def drive_reference(port: int, rate: float, seconds: float, poisson: bool) -> di
     }
 
 
-def drive(port: int, rate: float, seconds: float, poisson: bool, loop: str, spin_ns: int | None = None) -> dict:
+def drive(
+    port: int, rate: float, seconds: float, poisson: bool, loop: str, spin_ns: int | None = None, prompt_tokens: int = 8
+) -> dict:
     import functools
 
     import harness.client
@@ -114,7 +116,7 @@ def drive(port: int, rate: float, seconds: float, poisson: bool, loop: str, spin
 
     async def go():
         async with StreamingClient(f"http://127.0.0.1:{port}", timeout_s=30.0) as client:
-            req = GenerateRequest(input_ids=[3] * 8, max_new_tokens=1)
+            req = GenerateRequest(input_ids=[(7 * i) % 30000 + 3 for i in range(prompt_tokens)], max_new_tokens=1)
             await asyncio.gather(*(client.generate(req) for _ in range(64)))  # warm connections
             n = int(rate * seconds)
             items = [
@@ -136,6 +138,7 @@ def drive(port: int, rate: float, seconds: float, poisson: bool, loop: str, spin
         "connections_open": conns,
         "client_cpu_fraction": round(cpu / wall, 3),
         "client_cpu_us_per_request": round(cpu / len(recs) * 1e6, 1),
+        "prompt_tokens": prompt_tokens,
         **lag.to_dict(),
         "line": lag.line(),
     }
@@ -156,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the harness senders' spin before each instant (default: harness.schedule.SPIN_NS); "
         "0: timer waits only, what is left is the client's CPU per request and its wake-ups",
     )
+    ap.add_argument("--prompt-tokens", type=int, default=8, help="the harness senders' prompt length (ids)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args(argv)
     if a.as_client:
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(drive_reference(a.port, a.rate, a.seconds, a.poisson)))
         else:
             spin_ns = None if a.spin_ms is None else round(a.spin_ms * 1e6)
-            print(json.dumps(drive(a.port, a.rate, a.seconds, a.poisson, a.loop, spin_ns)))
+            print(json.dumps(drive(a.port, a.rate, a.seconds, a.poisson, a.loop, spin_ns, a.prompt_tokens)))
         return 0
     server_cores, client_cores = cf._cores()
     print(json.dumps({**cf.machine(), "pinning": {"server": server_cores, "clients": client_cores}}), flush=True)
@@ -189,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
                     loop,
                 ]
                 + (["--poisson"] if poisson else [])
-                + ([] if a.spin_ms is None else ["--spin-ms", str(a.spin_ms)]),
+                + ([] if a.spin_ms is None else ["--spin-ms", str(a.spin_ms)])
+                + ["--prompt-tokens", str(a.prompt_tokens)],
             )
             p = subprocess.run(argv_c, capture_output=True, text=True, timeout=600)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
