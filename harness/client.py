@@ -202,7 +202,7 @@ def input_hash(input_ids: list[int] | None, text: str | None) -> str:
 
 def _joined_ids(input_ids: list[int]) -> bytes:
     """`",".join(map(str, input_ids)).encode()`: written by orjson when every id is a plain int
-    (the same bytes, ~15x faster: 0.75 ms of the event loop for 8,000 ids otherwise); anything
+    (the same bytes; input_hash of 8,000 ids 0.1 ms instead of 0.75-1.2 ms of the event loop); anything
     else (bools, floats, int subclasses, ints past 64 bits, numpy) takes the join."""
     if _orjson is not None:
         try:
