@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import http.client
 import logging
 import math
@@ -81,9 +82,17 @@ def parse_metrics_text(text: str, prefix: str = "sglang:") -> dict[str, float]:
     core at 0.5 s on the H200.) A kept line that is not a sample raises ValueError."""
     out: dict[str, float] = {}
     known = _SERIES_KEYS
-    for line in text.splitlines():
-        if not line.startswith(prefix):
+    pos, n = 0, len(text)
+    while pos < n:
+        end = text.find("\n", pos)
+        if end < 0:
+            end = n
+        start, pos = pos, end + 1
+        if not text.startswith(prefix, start):
             continue  # comments, other prefixes, blank lines
+        line = text[start:end]
+        if line.endswith("\r"):
+            line = line[:-1]
         brace = line.find("{")
         if brace > 0:
             series_end = line.rfind("}") + 1
@@ -92,6 +101,8 @@ def parse_metrics_text(text: str, prefix: str = "sglang:") -> dict[str, float]:
             series_end = brace = len(line.split(None, 1)[0])
             name = line[:brace]
         if name.endswith(_SKIPPED_SUFFIXES):
+            if name.endswith("_bucket"):  # skip the rest of this series' buckets in one match
+                pos = _bucket_run(name).match(text, pos).end()
             continue
         if series_end > 0:
             key = known.get(line[:series_end])
@@ -108,6 +119,15 @@ def parse_metrics_text(text: str, prefix: str = "sglang:") -> dict[str, float]:
         if series_end > 0 and len(known) < _SERIES_KEYS_MAX:
             known[line[:series_end]] = key
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _bucket_run(name: str) -> re.Pattern[str]:
+    """The lines that follow one of ``name``'s bucket lines and are buckets of the same name (the
+    same name rule as `parse_metrics_text`: the name ends where a non-name character starts):
+    matched by the regex engine, not line by line in Python (zero lines when the next line is
+    something else)."""
+    return re.compile(rf"(?:{re.escape(name)}(?![a-zA-Z0-9_:])[^\n]*(?:\n|$))*")
 
 
 _SERIES_KEYS: dict[str, str] = {}  # a kept line up to its value, as written → its key (`metric_key`)
@@ -238,6 +258,12 @@ class MetricsPage:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+# The /proc fields a sample records (`Sampler._take`) and the counters its rates need
+# (`procfs.vmstat_rates`); read by name, not by parsing every line (`procfs.pick_fields`).
+MEMINFO_FIELDS = ("MemAvailable", "MemFree", "Cached", "Mlocked", "Shmem", "SwapTotal", "SwapFree")
+VMSTAT_FIELDS = ("pswpin", "pswpout", "pgmajfault", "pgfault")
 
 
 # ----------------------------------------------------------------------------- process tree
@@ -559,7 +585,7 @@ class Sampler:
 
     def _remember_vmstat(self) -> dict[str, int] | None:
         try:
-            vm = procfs.read_vmstat(self._vmstat_path)
+            vm = procfs.read_vmstat(self._vmstat_path, VMSTAT_FIELDS)
         except OSError:
             return None
         self._vm_hist.append((time.monotonic(), vm))
@@ -602,7 +628,7 @@ class Sampler:
         t_ns = time.perf_counter_ns()
         wall = time.time()
         try:
-            mi = procfs.read_meminfo(self._meminfo_path)
+            mi = procfs.read_meminfo(self._meminfo_path, MEMINFO_FIELDS)
         except OSError:
             mi = {}
         rates = self._rates()

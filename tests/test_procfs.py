@@ -95,3 +95,21 @@ def test_cpu_model(tmp_path):
     assert procfs.parse_cpu_model(text) == "AMD EPYC 9654 96-Core Processor"
     assert procfs.parse_cpu_model("processor\t: 0\nBogoMIPS\t: 50.00\n") is None  # arm64 has none
     assert procfs.read_cpu_model(str(tmp_path / "missing")) is None
+
+
+def test_picking_fields_by_name_gives_what_the_full_parsers_give():
+    """The sampler reads its meminfo fields and vmstat counters by name (`pick_fields`); on every
+    captured /proc text and on odd ones, those equal the full parsers' values."""
+    from harness.sampling import MEMINFO_FIELDS, VMSTAT_FIELDS
+
+    odd_meminfo = "MemAvailable: 5 kB\nSwapCached: 7 kB\nCached: x kB\nMemFree:\nShmem: 3 kB"
+    for text in [*(p.read_text() for p in FIX.glob("meminfo_*.txt")), odd_meminfo]:
+        full = procfs.parse_meminfo(text)
+        names = (*MEMINFO_FIELDS, "MemTotal", "Nonexistent")
+        assert procfs.pick_fields(text, names, ":") == {k: full[k] for k in names if k in full}
+    assert procfs.pick_fields(odd_meminfo, MEMINFO_FIELDS, ":") == {"MemAvailable": 5, "Shmem": 3}
+    odd_vmstat = "pswpin 4\npgfault 1 2\npgmajfault x\npswpout 9"
+    for text in [*(p.read_text() for p in FIX.glob("vmstat_*.txt")), odd_vmstat]:
+        full = procfs.parse_vmstat(text)
+        assert procfs.pick_fields(text, VMSTAT_FIELDS, " ") == {k: full[k] for k in VMSTAT_FIELDS if k in full}
+    assert procfs.pick_fields(odd_vmstat, VMSTAT_FIELDS, " ") == {"pswpin": 4, "pswpout": 9}
