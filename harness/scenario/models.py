@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -108,6 +109,15 @@ def _extra_args_ok(v: str) -> str:
     return v
 
 
+def _none_if_empty(v: Any) -> Any:
+    return None if v == "" else v
+
+
+ExtraArgs = Annotated[str, AfterValidator(_extra_args_ok)]  # each flag checked (`flag_problem`)
+# a checkout of sglang; ``${SOME_SOURCE:-}`` (empty) means none
+SglangSource = Annotated[str | None, BeforeValidator(_none_if_empty)]
+
+
 class Server(ScenarioModel):
     """``server``: how to start the server every variant shares (``backend: external``: none is
     started; each variant names a running server's ``url``, harness/external.py)."""
@@ -115,7 +125,7 @@ class Server(ScenarioModel):
     backend: Literal["sglang", "sim", "external"] = "sglang"
     python: str = "python3"
     command_prefix: list[str] = []
-    sglang_source: str | None = None
+    sglang_source: SglangSource = None
     # Required to launch a server; with backend: external optional, a local copy of the served
     # model's folder (its config.json sizes token-id prompts).
     model_path: str | None = None
@@ -125,7 +135,7 @@ class Server(ScenarioModel):
     # One string of extra sglang flags, split like a shell would (e.g. ``${SGLANG_EXTRA_ARGS:-}``),
     # so one scenario file serves GPU boxes whose sglang build needs different backend flags.
     # Merged after ``args``; a variant's args still win.
-    extra_args: str = ""
+    extra_args: ExtraArgs = ""
     env: EnvDict = {}
     startup_timeout_s: PosFloat = 600.0
     startup_retries: NonNegInt = 1
@@ -138,17 +148,6 @@ class Server(ScenarioModel):
     # backend: external: the NAME of an environment variable holding the servers' API key (their
     # --api-key), sent as ``Authorization: Bearer``; never the key itself (harness/external.py).
     api_key_env: str | None = None
-
-    @field_validator("extra_args")
-    @classmethod
-    def _check_extra_args(cls, v: str) -> str:
-        return _extra_args_ok(v)
-
-    @field_validator("sglang_source", mode="before")
-    @classmethod
-    def _empty_source(cls, v: Any) -> Any:
-        """``sglang_source: ${SGLANG_SOURCE:-}`` (empty) means none."""
-        return None if v == "" else v
 
     @field_validator("host")
     @classmethod
@@ -202,21 +201,10 @@ class Build(ScenarioModel):
 
     description: str = ""
     python: str | None = None
-    sglang_source: str | None = None
+    sglang_source: SglangSource = None
     env: EnvDict = {}
     args: ArgsDict = {}
-    extra_args: str = ""
-
-    @field_validator("extra_args")
-    @classmethod
-    def _check_extra_args(cls, v: str) -> str:
-        return _extra_args_ok(v)
-
-    @field_validator("sglang_source", mode="before")
-    @classmethod
-    def _empty_source(cls, v: Any) -> Any:
-        """``sglang_source: ${PATCHED_SGLANG:-}`` (empty) means none."""
-        return None if v == "" else v
+    extra_args: ExtraArgs = ""
 
     @field_validator("python")
     @classmethod
