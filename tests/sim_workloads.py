@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from pydantic import TypeAdapter
 from harness.client import StreamingClient
 from harness.records import RequestRecord
 from harness.scenario import Workload
-from harness.sim.testing import SimProcess
+from harness.sim.testing import MODELS, SimProcess
 from harness.summary import summarize
 from harness.workloads import WorkloadContext, WorkloadsOutcome, run_workloads
 
@@ -98,3 +99,23 @@ def max_in_flight(records: Sequence[RequestRecord]) -> int:
         now += step
         most = max(most, now)
     return most
+
+
+@dataclass
+class QualityCtx:
+    """What `harness.quality.run_quality` needs of a variant's context, against a simulator:
+    the records it writes are kept in ``rows``, phases are ignored."""
+
+    base_url: str
+    client: object
+    pool_tokens: int
+    seed: int = 0
+    variant: str = ""
+    model_path: str = str(MODELS / "llama-tiny")
+    rows: list = field(default_factory=list)
+
+    def record(self, r):
+        self.rows.append(r)
+
+    def set_phase(self, p, detail=None):
+        pass

@@ -8,12 +8,12 @@ length, write policy) to size its churn.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 import pytest
 
 from harness.quality.parity import evaluate_parity
 from harness.sim.testing import MODELS, SimProcess
+from tests.sim_workloads import QualityCtx
 
 pytestmark = pytest.mark.skipif(not (MODELS / "llama-tiny" / "config.json").exists(), reason="needs llama-tiny")
 
@@ -69,23 +69,6 @@ SPECS = {
 }
 
 
-@dataclass
-class Ctx:
-    base_url: str
-    client: object
-    pool_tokens: int = POOL
-    seed: int = 0
-    variant: str = ""
-    model_path: str = str(MODELS / "llama-tiny")
-    rows: list = field(default_factory=list)
-
-    def record(self, r):
-        self.rows.append(r)
-
-    def set_phase(self, p, detail=None):
-        pass
-
-
 @pytest.fixture(scope="module")
 def servers():
     started: dict[str, SimProcess] = {}
@@ -106,7 +89,7 @@ def quality(server: SimProcess, cfg: dict, role: str, *, pool: int = POOL, seed:
 
     async def go():
         async with StreamingClient(server.url, timeout_s=60) as client:
-            return await run_quality(Ctx(server.url, client, pool_tokens=pool, seed=seed, variant=role), cfg, role)
+            return await run_quality(QualityCtx(server.url, client, pool, seed=seed, variant=role), cfg, role)
 
     recs = asyncio.run(go())
     assert all(r.error is None for r in recs), [r.error for r in recs if r.error]

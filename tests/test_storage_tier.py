@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -23,7 +22,7 @@ from harness.scenario import ScenarioError, load_scenario_text
 from harness.server import build_launch_spec
 from harness.sim.testing import MODELS, SimProcess
 from tests.conftest import write_scenario
-from tests.sim_workloads import run_on, sim, summary_of, workload
+from tests.sim_workloads import QualityCtx, run_on, sim, summary_of, workload
 
 pytestmark = pytest.mark.skipif(not (MODELS / "llama-tiny" / "config.json").exists(), reason="needs llama-tiny")
 
@@ -213,23 +212,6 @@ QCFG = dict(
 )
 
 
-@dataclass
-class Ctx:
-    base_url: str
-    client: object
-    pool_tokens: int = POOL
-    seed: int = 0
-    variant: str = ""
-    model_path: str = str(MODELS / "llama-tiny")
-    rows: list = field(default_factory=list)
-
-    def record(self, r):
-        self.rows.append(r)
-
-    def set_phase(self, p, detail=None):
-        pass
-
-
 def _server(*extra: str) -> SimProcess:
     argv = ["--max-total-tokens", str(POOL), "--skip-tokenizer-init", "--enable-deterministic-inference", *extra]
     return SimProcess(argv, wait_ready=False)
@@ -238,7 +220,7 @@ def _server(*extra: str) -> SimProcess:
 def _quality(server: SimProcess, role: str):
     async def go():
         async with StreamingClient(server.url, timeout_s=60) as client:
-            return await run_quality(Ctx(server.url, client, variant=role), QCFG, role)
+            return await run_quality(QualityCtx(server.url, client, POOL, variant=role), QCFG, role)
 
     recs = asyncio.run(go())
     assert all(r.error is None for r in recs), [r.error for r in recs if r.error]
