@@ -31,7 +31,7 @@ import psutil
 
 from harness import procfs
 from harness.nvml import GpuReader, GpuSelection
-from harness.server_info import ServerAnswerError, request_headers
+from harness.server_info import BodyBounds, ServerAnswerError, check_identity, request_headers
 
 log = logging.getLogger(__name__)
 
@@ -233,27 +233,20 @@ class MetricsPage:
     def _get(self) -> bytearray:
         if self._conn is None:
             self._conn = self._open()
-        end = time.monotonic() + self.deadline_s
+        body = BodyBounds(self.limit, self.deadline_s)
         self._conn.request("GET", self._path, headers=request_headers(self.base_url))
         resp = self._conn.getresponse()
         if resp.status != 200:
             resp.read(64 << 10)
             self.close()
             raise MetricsUnavailable(f"/metrics answered {resp.status}")
-        enc = (resp.getheader("content-encoding") or "identity").strip().lower()
-        if enc not in ("", "identity"):
-            raise ServerAnswerError(f"compressed answer (content-encoding: {enc[:30]}) though identity was asked")
-        buf = bytearray()
+        check_identity(resp.getheader("content-encoding"))
         while chunk := resp.read1(1 << 16):
-            buf += chunk
-            if len(buf) > self.limit:
-                raise ServerAnswerError(f"answer longer than {self.limit} bytes")
-            if time.monotonic() > end:
-                raise ServerAnswerError(f"answer took longer than {self.deadline_s:g} s")
+            body.add(chunk)
         resp.read()  # b"" by now; it marks the answer finished, so the connection can be reused
         if resp.will_close:
             self.close()
-        return buf  # not copied: ~190 KB a reading
+        return body.buf  # not copied: ~190 KB a reading
 
     def close(self) -> None:
         if self._conn is not None:

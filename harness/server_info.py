@@ -118,40 +118,48 @@ def json_type(value: Any) -> str:
 # --------------------------------------------------------------------------- bounded reads
 
 
-def _check_encoding(resp: httpx.Response) -> None:
-    enc = resp.headers.get("content-encoding", "identity").strip().lower()
+def check_identity(content_encoding: str | None) -> None:
+    """ServerAnswerError unless an answer's ``content-encoding`` is identity (what was asked)."""
+    enc = (content_encoding or "identity").strip().lower()
     if enc not in ("", "identity"):
         raise ServerAnswerError(f"compressed answer (content-encoding: {show(enc, 30)}) though identity was asked")
 
 
+class BodyBounds:
+    """One answer's body as it is read: at most ``limit`` bytes, within ``deadline_s`` seconds in
+    all from when it is made (a per-read timeout lets a trickling server pass). `add` each chunk;
+    over either bound it raises ServerAnswerError. The body so far is ``buf``."""
+
+    def __init__(self, limit: int, deadline_s: float | None = None) -> None:
+        self.limit, self.deadline_s = limit, deadline_s
+        self._end = None if deadline_s is None else time.monotonic() + deadline_s
+        self.buf = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self.buf += chunk
+        if len(self.buf) > self.limit:
+            raise ServerAnswerError(f"answer longer than {self.limit} bytes")
+        if self._end is not None and time.monotonic() > self._end:
+            raise ServerAnswerError(f"answer took longer than {self.deadline_s:g} s")
+
+
 def read_limited(resp: httpx.Response, limit: int, deadline_s: float | None = None) -> bytes:
-    """The body of a streamed (``client.stream(...)``) response: at most ``limit`` bytes, within
-    ``deadline_s`` seconds in all (httpx's timeout is per read: a trickling server would pass
-    it). Over either bound: ServerAnswerError; the caller's ``with`` then drops the connection."""
-    _check_encoding(resp)
-    end = None if deadline_s is None else time.monotonic() + deadline_s
-    buf = bytearray()
+    """The body of a streamed (``client.stream(...)``) response, within `BodyBounds`; the caller's
+    ``with`` then drops the connection when a bound is passed."""
+    check_identity(resp.headers.get("content-encoding"))
+    body = BodyBounds(limit, deadline_s)
     for chunk in resp.iter_bytes():  # identity only (checked above)
-        buf += chunk
-        if len(buf) > limit:
-            raise ServerAnswerError(f"answer longer than {limit} bytes")
-        if end is not None and time.monotonic() > end:
-            raise ServerAnswerError(f"answer took longer than {deadline_s:g} s")
-    return bytes(buf)
+        body.add(chunk)
+    return bytes(body.buf)
 
 
 async def aread_limited(resp: httpx.Response, limit: int, deadline_s: float | None = None) -> bytes:
     """:func:`read_limited` for an async streamed response."""
-    _check_encoding(resp)
-    end = None if deadline_s is None else time.monotonic() + deadline_s
-    buf = bytearray()
+    check_identity(resp.headers.get("content-encoding"))
+    body = BodyBounds(limit, deadline_s)
     async for chunk in resp.aiter_bytes():  # identity only (checked above)
-        buf += chunk
-        if len(buf) > limit:
-            raise ServerAnswerError(f"answer longer than {limit} bytes")
-        if end is not None and time.monotonic() > end:
-            raise ServerAnswerError(f"answer took longer than {deadline_s:g} s")
-    return bytes(buf)
+        body.add(chunk)
+    return bytes(body.buf)
 
 
 def get_status(client: httpx.Client, url: str, *, timeout_s: float | None = None) -> int:
