@@ -96,13 +96,80 @@ def test_logprob_drift_and_length_mismatch():
 
 
 def test_a_single_difference_decides_nothing():
-    """One divergent pair cannot be told from noise: without a control, or with too few keys
-    for the sign test, it is INCONCLUSIVE, never FAIL (the false FAIL of the H200 run)."""
+    """One divergent pair cannot be told from noise: without a control, or next to a control
+    that is itself noisy and too few keys for either test, it is INCONCLUSIVE, never FAIL (the
+    false FAIL of the H200 run)."""
     r = evaluate_parity(*arms(BAD))
     assert r.verdict == "INCONCLUSIVE" and "no OFF-vs-OFF control" in r.reason
-    r2 = evaluate_parity([rec("on", BAD)], [rec("off", TOK)], [rec("control", TOK)])
-    assert r2.verdict == "INCONCLUSIVE" and "needs >= 7" in r2.reason
+    late = TOK[:5] + [TOK[5] + 100] + TOK[6:]  # the control strays too: not exact
+    r2 = evaluate_parity([rec("on", BAD)], [rec("off", TOK)], [rec("control", late)])
+    assert r2.verdict == "INCONCLUSIVE" and "needs >= 17" in r2.reason and "cannot reach it" in r2.reason
     assert r2.floor.on_worse == 1 and r2.floor.p_value == 0.5
+    assert not r2.control_exact and r2.rate.best_p == 0.5 and not r2.rate.can_decide
+
+
+# --- an exact control (deterministic inference) ----------------------------------------------
+
+
+def h200_case(on_ids, *, host=500, top=None):
+    """The H200 deterministic run: 18 control pairs bit-identical to OFF; only 6 ON re-asks had
+    host hits and a control partner (below the paired test's 7)."""
+    off = keyed("off", TOK, 9, ask=0) + keyed("off", TOK, 9, ask=1)
+    ctrl = keyed("control", TOK, 9, ask=0) + keyed("control", TOK, 9, ask=1)
+    on = keyed("on", TOK, 9, ask=0, host=0) + keyed("on", on_ids, 6, ask=1, host=host, top=top)
+    return on, off, ctrl
+
+
+def test_an_exact_control_makes_any_real_divergence_at_a_host_hit_key_a_fail():
+    """0 of 18 control pairs differ, every host-hit key diverges outside the top-k at token 0:
+    FAIL, though 6 paired keys are below what the sign test needs (was INCONCLUSIVE)."""
+    r = evaluate_parity(*h200_case(BAD))
+    assert r.control_exact and r.host_keys == 6 < r.floor.min_keys
+    assert r.verdict == "FAIL", r.reason
+    assert "control is exact (0 of 18 pairs differ)" in r.reason and "6 of 6 host-hit key(s)" in r.reason
+    assert "token 0" in r.reason and {g.verdict for g in r.groups} == {"FAIL"}
+    one = evaluate_parity(*h200_case(TOK[:1] + [999] + TOK[2:]))  # a single key would do: token 1
+    assert one.verdict == "FAIL" and "token 1" in one.reason
+    assert r.to_dict()["control_exact"] is True
+
+
+def test_an_exact_control_does_not_fail_what_is_not_a_real_divergence_at_a_host_hit():
+    flipped = TOK[:3] + [TOK[3] + 100] + TOK[4:]  # inside OFF's top-5: not outside the top-k
+    assert evaluate_parity(*h200_case(flipped, top=top_for(flipped, second=TOK[3]))).verdict != "FAIL"
+    assert evaluate_parity(*h200_case(BAD, host=0)).verdict != "FAIL"  # no host hit: not this rule
+    assert evaluate_parity(*h200_case(TOK)).verdict == "PASS"
+
+
+# --- the rate test over every key --------------------------------------------------------------
+
+
+def test_fisher_greater_known_values():
+    from harness.quality.floor import fisher_greater_p
+
+    assert fisher_greater_p(5, 5, 0, 5) == pytest.approx(1 / 252)
+    assert fisher_greater_p(0, 5, 0, 5) == 1.0
+    # scipy.stats.fisher_exact([[3, 2], [1, 9]], alternative="greater") = 0.0769...
+    assert fisher_greater_p(3, 5, 1, 10) == pytest.approx(0.076923, abs=1e-5)
+    assert fisher_greater_p(1, 5, 5, 5) == 1.0
+
+
+def test_a_noisy_control_with_few_partners_is_decided_by_the_rate_over_every_key():
+    """The control differs from OFF (inside the top-k: not exact) and has partners for only 2 of
+    ON's 8 host-hit re-asks, so the paired test cannot decide; ON diverges outside the top-k on
+    all 8 against none of the control's 8 re-asks: the rate test FAILs (p = 1/12870)."""
+    late = TOK[:5] + [TOK[5] + 100] + TOK[6:]
+    on = keyed("on", BAD, 8, ask=1)
+    off = [rec("off", TOK, index=i, ask=1) for i in range(16)]
+    near = top_for(late, second=TOK[5])  # OFF's token in the control's top-5: a flip inside the top-k
+    ctrl = [rec("control", late if i % 2 else TOK, index=i, ask=1, top=near) for i in range(6, 14)]
+    r = evaluate_parity(on, off, ctrl)
+    assert not r.control_exact and r.host_keys == 2
+    assert r.rate.on_keys == 8 and r.rate.on_divergent == 8 and r.rate.control_keys == 8
+    assert r.rate.control_divergent == 0 and r.rate.p_value == pytest.approx(1 / 12870)
+    assert r.verdict == "FAIL" and "real-divergence rate exceeds the control's" in r.reason, r.reason
+    # the same counts with the control diverging as often: not a defect
+    ctrl_bad = [rec("control", BAD, index=i, ask=1) for i in range(6, 14)]
+    assert evaluate_parity(on, off, ctrl_bad).verdict != "FAIL"
 
 
 # --- the test against the control -------------------------------------------------------------

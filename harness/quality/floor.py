@@ -15,6 +15,14 @@ paired sign test of "ON strays further than the control does".
   >= on_worse), exact and one-sided. Exact because the counts are small and ties are the norm
   (a deterministic server ties every key); one-sided because only ON being worse is a defect.
   With fewer than ``min_keys(alpha)`` untied keys no outcome can reach ``alpha``.
+- Rate test (`rate_test`): ON's rate of real divergences (outside the other's top-k) over every
+  re-ask that came back from the host tier, against the control's rate over every re-ask it
+  made -- paired or not, so a key whose partner is missing still counts. One-sided Fisher exact
+  test (hypergeometric tail): it needs no partner per key, and a handful of keys decide when
+  ON diverges everywhere and the control nowhere (5 and 5: p = 1/252).
+- Exact control (`exact_control`): an OFF-vs-OFF control with pairs and none differing is what a
+  deterministic server gives; then nothing is noise, and any real divergence at a host-hit key is
+  a defect whatever the count of keys (`exact_divergences`).
 """
 
 from __future__ import annotations
@@ -96,6 +104,75 @@ def min_keys(alpha: float, tolerance: float = 0.5) -> int:
     if not (0 < alpha < 1 and 0 < tolerance < 1):
         return 1
     return max(1, math.floor(math.log(alpha) / math.log(tolerance)) + 1)
+
+
+def real_divergence(c: Any) -> bool:
+    """A divergence that is no near-tie flip and falls outside the other side's top-k."""
+    return c.kind == "divergence" and outside_topk(c)
+
+
+def fisher_greater_p(a: int, n1: int, b: int, n2: int) -> float:
+    """One-sided Fisher exact p that the first rate (a of n1) exceeds the second (b of n2):
+    P(X >= a), X hypergeometric with n1 + n2 items of which a + b marked, n1 drawn."""
+    total, marked = n1 + n2, a + b
+    if n1 == 0 or marked == 0:
+        return 1.0
+    den = math.comb(total, n1)
+    hi = min(n1, marked)
+    return min(1.0, math.fsum(math.comb(marked, i) * math.comb(total - marked, n1 - i) for i in range(a, hi + 1)) / den)
+
+
+@dataclass(frozen=True)
+class RateTest:
+    """ON's real-divergence rate over its host-hit re-asks against the control's over its
+    re-asks (every key of each arm, paired or not): one-sided Fisher exact."""
+
+    test: str
+    alpha: float
+    on_keys: int  # ON re-asks with host-tier hits
+    on_divergent: int  # of those, real divergences (outside top-k)
+    control_keys: int  # control re-asks
+    control_divergent: int
+    p_value: float | None  # None: no key on one side
+    best_p: float | None  # the p of the most extreme outcome at these counts (all ON, no control)
+    significant: bool
+
+    @property
+    def can_decide(self) -> bool:
+        """Whether these counts could reach alpha at all."""
+        return self.best_p is not None and self.best_p < self.alpha
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+RATE_TEST_NAME = "divergence-rate test (Fisher exact, one-sided): ON host-hit re-asks vs control re-asks"
+
+
+def rate_test(on: Iterable[Any], control: Iterable[Any], alpha: float) -> RateTest:
+    """The rate test over ON's re-asks with host hits (``cand_cached_host`` > 0) and every
+    control re-ask (ask >= 1): the control's re-asks run the same cached-prefix kernel path."""
+    on_l = [c for c in on if c.ask >= 1 and (c.cand_cached_host or 0) > 0]
+    ctl = [c for c in control if c.ask >= 1]
+    a, b = sum(map(real_divergence, on_l)), sum(map(real_divergence, ctl))
+    if not on_l or not ctl:
+        p = best = None
+    else:
+        p = fisher_greater_p(a, len(on_l), b, len(ctl))
+        best = 1.0 / math.comb(len(on_l) + len(ctl), len(on_l))
+    return RateTest(RATE_TEST_NAME, alpha, len(on_l), a, len(ctl), b, p, best, p is not None and p < alpha and a > 0)
+
+
+def exact_control(control: Iterable[Any], tol: float = DLOGPROB_TOL) -> bool:
+    """The OFF-vs-OFF control is bit-identical: it has pairs and none of them differs."""
+    cs = list(control)
+    return bool(cs) and not any(differs(c, tol) for c in cs)
+
+
+def exact_divergences(on: Iterable[Any]) -> list[Any]:
+    """The ON pairs that, next to an exact control, are a defect on their own: a real
+    divergence (outside top-k) at a key whose ON ask came back through the host tier."""
+    return [c for c in on if (c.cand_cached_host or 0) > 0 and real_divergence(c)]
 
 
 @dataclass(frozen=True)

@@ -21,14 +21,18 @@ is set against the control pair of the same (sample, ask) -- which of the two st
 from OFF -- and a one-sided exact sign test asks whether ON strays further more often than
 chance. Overall verdict, first rule that applies (alpha = ``ALPHA``, 0.01):
 1. ``FAIL``: the sign test is significant (p < alpha) and at least one key where ON strayed
-   further is a real divergence (not a near-tie flip); or a significant accuracy loss (McNemar
+   further is a real divergence (not a near-tie flip); or the control is exact (bit-identical:
+   a deterministic server) and some host-hit key diverges outside the top-k, whatever the count
+   of keys; or ON's real-divergence rate over its host-hit re-asks exceeds the control's over
+   its re-asks (Fisher exact, every key, paired or not); or a significant accuracy loss (McNemar
    exact p < alpha over all pairs, more losses than gains). Reported even without host hits.
 2. ``NOT_EXERCISED``: no ON request had host-tier hits (the reason names the cause), or no
    comparable pairs, or no group with both.
 3. ``PASS``: every pair token-equal with |Δ logprob| <= 1e-3 (a deterministic server: exact,
    with or without a control).
 4. ``INCONCLUSIVE``: ON differs and there is no control, or fewer than ``min_keys(alpha)`` (7)
-   paired keys had host hits -- too few for any outcome to be significant.
+   paired keys had host hits and the rate test's counts cannot reach alpha either -- too few
+   for any outcome to be significant.
 5. ``WARN``: significant, but every key where ON strayed further is a near-tie flip or
    logprob drift.
 6. ``PASS`` with ``baseline_noise``: ON differs, not significantly more than the control.
@@ -49,10 +53,15 @@ from typing import Any, Literal
 from harness.quality.floor import (
     DLOGPROB_TOL,
     FloorTest,
+    RateTest,
     differs,
+    exact_control,
+    exact_divergences,
     floor_test,
     outside_topk,
     pair_key,
+    rate_test,
+    real_divergence,
 )
 from harness.quality.record import QualityRecord
 
@@ -149,6 +158,8 @@ class ParityReport:
     on_gained: int = 0
     mcnemar_p: float | None = None
     floor: FloorTest | None = None  # the test's numbers: name, p, n per arm, both spreads
+    rate: RateTest | None = None  # ON's real-divergence rate vs the control's, every key
+    control_exact: bool = False  # the OFF-vs-OFF control has pairs and is bit-identical
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -361,6 +372,15 @@ def floor_line(t: FloorTest) -> str:
     )
 
 
+def rate_line(t: RateTest) -> str:
+    """The rate test's numbers in one sentence."""
+    p = "n/a" if t.p_value is None else f"{t.p_value:.3g}"
+    return (
+        f"real divergences (outside top-k) ON {t.on_divergent}/{t.on_keys} host-hit re-asks vs control "
+        f"{t.control_divergent}/{t.control_keys} re-asks, Fisher exact p={p} (alpha {t.alpha:g})"
+    )
+
+
 def _first_real(comps: list[PairComparison]) -> str:
     c = min(comps, key=lambda x: (x.first_divergence or 0, x.ask, x.index))
     where = "outside the other's top-k" if outside_topk(c) else "not a near-tie"
@@ -419,6 +439,11 @@ def evaluate_parity(
     # An exact control (a deterministic server) leaves no room: any excess is a defect. Otherwise
     # ON may stray further than the control in up to `tolerance` of the untied keys.
     control_exact = test.control.differing == 0
+    ctrl_exact = exact_control(ctrl_comps)  # with pairs: a deterministic server's control
+    exact_bad = exact_divergences(comps) if ctrl_exact else []
+    rate = rate_test(comps, ctrl_comps, alpha)
+    rate_bad = [c for c in comps if c.ask >= 1 and (c.cand_cached_host or 0) > 0 and real_divergence(c)]
+    rate_fail = rate.significant and not exact_bad
     beyond = test.significant if control_exact else test.exceeds_tolerance
     keys_needed = test.min_keys if control_exact else test.min_excess_keys
     worse = set(test.worse_keys)
@@ -427,6 +452,7 @@ def evaluate_parity(
     accuracy_loss = mcn_p is not None and mcn_p < alpha and lost > gained
     host_hits = sum(1 for r in on if r.error is None and r.host_hit)
     host_keys = sum(1 for c in comps if c.cand_cached_host and pair_key(c) in ctrl_by)
+    host_keys_all = sum(1 for c in comps if c.cand_cached_host)
     exact = not any(differs(c) for c in comps)
 
     by_group: dict[tuple[str, int], list[PairComparison]] = defaultdict(list)
@@ -452,6 +478,16 @@ def evaluate_parity(
             verdict, reason = "NOT_EXERCISED", "no comparable pairs (missing OFF records or errors)"
         elif beyond and g_real:
             verdict, reason = "FAIL", f"{len(g_real)} real divergence(s) beyond the control; {_first_real(g_real)}"
+        elif g_exact := [c for c in exact_bad if (c.task, c.length_target) == key]:
+            verdict, reason = (
+                "FAIL",
+                f"{len(g_exact)} real divergence(s) at host-hit keys, exact control; {_first_real(g_exact)}",
+            )
+        elif rate_fail and (g_rate := [c for c in rate_bad if (c.task, c.length_target) == key]):
+            verdict, reason = (
+                "FAIL",
+                f"{len(g_rate)} real divergence(s) beyond the control's rate; {_first_real(g_rate)}",
+            )
         elif accuracy_loss and g_lost > g_gained:
             verdict, reason = (
                 "FAIL",
@@ -522,6 +558,15 @@ def evaluate_parity(
                 "; the control is exact: if only the ON server runs without "
                 "--enable-deterministic-inference, the arms are not comparable"
             )
+    elif exact_bad:
+        overall = "FAIL"
+        reason = (
+            f"the OFF-vs-OFF control is exact (0 of {test.control.pairs} pairs differ), yet ON diverges outside "
+            f"the top-k at {len(exact_bad)} of {host_keys_all} host-hit key(s): {_first_real(exact_bad)}; {line}"
+        )
+    elif rate_fail:
+        overall = "FAIL"
+        reason = f"ON's real-divergence rate exceeds the control's: {rate_line(rate)}; {_first_real(rate_bad)}; {line}"
     elif accuracy_loss:
         overall = "FAIL"
         reason = f"accuracy loss: {lost} lost vs {gained} gained over {len(comps)} pairs, McNemar p={mcn_p:.3g} (alpha {alpha:g})"
@@ -542,12 +587,14 @@ def evaluate_parity(
                 "OFF-vs-OFF control to tell nondeterminism from a defect (quality.control)"
             ),
         )
-    elif host_keys < keys_needed:
+    elif host_keys < keys_needed and not rate.can_decide:
         overall, reason = (
             "INCONCLUSIVE",
             (
                 f"only {host_keys} (sample, ask) keys with host hits and a control partner: "
-                f"the test needs >= {keys_needed} to reach alpha {alpha:g}; {line}"
+                f"the paired test needs >= {keys_needed} to reach alpha {alpha:g}, and "
+                f"{rate.on_keys} ON host-hit re-asks against {rate.control_keys} control re-asks cannot "
+                f"reach it either (best p {_fmt(rate.best_p)}); {line}"
             ),
         )
     elif test.significant:
@@ -587,4 +634,6 @@ def evaluate_parity(
         on_gained=gained,
         mcnemar_p=mcn_p,
         floor=test,
+        rate=rate,
+        control_exact=ctrl_exact,
     )
