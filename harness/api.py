@@ -479,6 +479,8 @@ METRIC_COLUMNS = {
     "candidate_p50": float,
     "n_baseline": _INT,
     "n_candidate": _INT,
+    "values_baseline": _INT,
+    "values_candidate": _INT,
     "change": float,
     "threshold": float,
     "test": _STR,

@@ -682,3 +682,73 @@ def test_junit_classnames_keep_a_dotted_variant_in_one_part():
     classes = {c.get("classname") for c in root.iter("testcase")}
     assert classes == {"variants", "expectations.on-r1_5"}
     assert root.get("time") == "12.500" and root.get("tests") == "2"
+
+
+# ------------------------------------------------------------------- the unit of evidence
+
+
+def test_per_unit_takes_one_value_per_group():
+    from harness.compare.statistics import per_unit
+
+    got = per_unit([1.0, 3.0, 2.0, 10.0, 20.0, float("nan"), 7.0], ["a", "a", "a", "b", "b", "b", None])
+    assert list(got) == [2.0, 15.0, 7.0]  # a's median, b's (its NaN dropped), the lone value
+    assert list(per_unit([1.0, float("inf"), 2.0], None)) == [1.0, 2.0]
+    with pytest.raises(ValueError):
+        per_unit([1.0], ["a", "b"])
+
+
+def _pass_records(variant: str, center: float, repeats: int, seed: int, k: int = 8):
+    """``repeats`` concurrent passes of ``k`` requests: a pass's level is its own (one draw per
+    pass, 10 % spread), its requests within 0.5 % of it (one batch)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in range(repeats):
+        level = center * (1 + rng.normal(0, 0.10))
+        for i in range(k):
+            out.append(
+                make_record(
+                    variant=variant,
+                    workload="parallel_prefixes",
+                    phase="pass2",
+                    repeat=r,
+                    index=i,
+                    ttft_ms=level * (1 + rng.normal(0, 0.005)),
+                    concurrency_group=f"parallel_prefixes/pass2/r{r}",
+                )
+            )
+    return out
+
+
+def test_a_concurrent_pass_is_one_observation(tmp_path):
+    """Two healthy nights of one pass of 8 requests whose levels differ by chance: tested as 8
+    independent requests it is a significant regression; by its unit (the concurrency group)
+    it is 1 vs 1 observation: inconclusive, and the row says which unit it counted."""
+    from harness.compare.comparison import compare_variant
+
+    (tmp_path / "b").mkdir()
+    (tmp_path / "c").mkdir()
+    base = frame(tmp_path / "b", _pass_records("v", 100.0, 1, seed=3))
+    cand = frame(tmp_path / "c", _pass_records("v", 100.0, 1, seed=5))
+    pooled = C.decide(base["ttft_ms"], cand["ttft_ms"], False, 0.05)
+    assert pooled.state in ("regression", "improved") and pooled.p_value < 0.001  # pseudo-replication
+    (row,) = [r for r in compare_variant("v", base, cand, {}, {}, {}, {}, {}) if r.metric == "ttft_ms"]
+    assert (row.state, row.sample, row.n_baseline, row.values_baseline) == ("inconclusive", "group", 1, 8)
+    assert "one observation" in row.note
+    assert "n=1/1 concurrent groups of 8/8 requests" in C.render.metric_message(row)
+    assert row.to_dict()["values_candidate"] == 8
+
+
+def test_passes_are_counted_by_repeat(tmp_path):
+    """With 12 passes a side the row is tested on 12 values (the passes), not 96: a 30 %
+    regression is found, a healthy pair is not a false alarm, and n says 12."""
+    from harness.compare.comparison import compare_variant
+
+    for d in ("b", "c", "h"):
+        (tmp_path / d).mkdir()
+    base = frame(tmp_path / "b", _pass_records("v", 100.0, 12, seed=1))
+    slow = frame(tmp_path / "c", _pass_records("v", 130.0, 12, seed=2))
+    healthy = frame(tmp_path / "h", _pass_records("v", 100.0, 12, seed=4))
+    (row,) = [r for r in compare_variant("v", base, slow, {}, {}, {}, {}, {}) if r.metric == "ttft_ms"]
+    assert (row.state, row.n_baseline, row.n_candidate, row.test) == ("regression", 12, 12, "mann_whitney")
+    (ok,) = [r for r in compare_variant("v", base, healthy, {}, {}, {}, {}, {}) if r.metric == "ttft_ms"]
+    assert ok.state != "regression" and ok.n_baseline == 12

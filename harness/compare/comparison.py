@@ -44,7 +44,7 @@ from harness.compare.runs import (
     variant_records,
     variant_requests,
 )
-from harness.compare.statistics import decide, finite, threshold_for
+from harness.compare.statistics import decide, finite, per_unit, threshold_for
 from harness.expectations import evaluate_run_expectations
 from harness.frames import groups_frame
 from harness.metrics import METRICS
@@ -93,10 +93,12 @@ class MetricRow:
     ci_low: float | None = None  # 95 % interval of the relative change
     ci_high: float | None = None
     mde: float | None = None  # minimum detectable effect (relative change)
-    sample: str = "request"  # what one value is: request | group | repeat | verdict
+    sample: str = "request"  # the unit n counts (one value each): request | group | repeat | verdict
     gating: bool = True
     baseline_below: float | None = None  # a knee below the lowest point tried: that point (`vanished_knees`)
     candidate_below: float | None = None
+    values_baseline: int | None = None  # requests pooled into the n groups (None: one value is one unit)
+    values_candidate: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The row as comparison.json stores it (keys in field order)."""
@@ -125,6 +127,8 @@ class MetricRow:
             "gating": self.gating,
             "baseline_below": self.baseline_below,
             "candidate_below": self.candidate_below,
+            "values_baseline": self.values_baseline,
+            "values_candidate": self.values_candidate,
         }
 
     @property
@@ -270,11 +274,33 @@ def _filler_rows(req: pd.DataFrame, names_to_kinds: dict[str, str]) -> pd.Series
     return filler
 
 
-def metric_samples(req: pd.DataFrame, names_to_kinds: dict[str, str]) -> dict[tuple[str, str, str], np.ndarray]:
-    """{(workload, phase, metric): values} of one variant's requests frame (`harness.frames`):
-    the compared metrics of its measured phases (warm-ups and filler phases left out; errored
-    requests too, and concurrency groups with an error). ``names_to_kinds``: {workload: kind}."""
-    out: dict[tuple[str, str, str], np.ndarray] = {}
+@dataclass(frozen=True)
+class RowSample:
+    """A row's values on one side and the independent units they came in: ``units`` one label
+    per value (the requests of one concurrency group, a batch or a concurrent pass, are one
+    observation), None when every value is its own unit."""
+
+    values: np.ndarray
+    units: np.ndarray | None = None
+    own_unit: str = "request"  # what one value is when it is its own unit
+
+    @property
+    def unit(self) -> str:
+        """What the test counts: ``group`` when the values came in concurrency groups."""
+        return self.own_unit if self.units is None else "group"
+
+    def evidence(self) -> np.ndarray:
+        """One value per independent unit (`harness.compare.statistics.per_unit`)."""
+        return per_unit(self.values, None if self.units is None else list(self.units))
+
+
+def metric_samples(req: pd.DataFrame, names_to_kinds: dict[str, str]) -> dict[tuple[str, str, str], RowSample]:
+    """{(workload, phase, metric): its values and units} of one variant's requests frame
+    (`harness.frames`): the compared metrics of its measured phases (warm-ups and filler phases
+    left out; errored requests too, and concurrency groups with an error). A per-request metric
+    of requests sent in concurrency groups counts one observation per group (`RowSample`).
+    ``names_to_kinds``: {workload: kind}."""
+    out: dict[tuple[str, str, str], RowSample] = {}
     if req.empty:
         return out
     measured = req[(req["warmup"] != True) & ~_filler_rows(req, names_to_kinds)]
@@ -282,15 +308,18 @@ def metric_samples(req: pd.DataFrame, names_to_kinds: dict[str, str]) -> dict[tu
     for (wl, ph), g in ok.groupby(["workload", "phase"], sort=False):
         for m in _COMPARED_PER_REQUEST:
             if m.compared_in(g):
-                v = finite(g[m.name].to_numpy())
-                if v.size:
-                    out[(wl, ph, m.name)] = v
+                raw = g[m.name].to_numpy(dtype=float)
+                keep = np.isfinite(raw)
+                if keep.any():
+                    labels = g["concurrency_group"].to_numpy(dtype=object)[keep]
+                    grouped = any(isinstance(u, str) for u in labels)
+                    out[(wl, ph, m.name)] = RowSample(raw[keep], labels if grouped else None)
     groups = groups_frame(measured)
     groups = groups[groups["n_errors"] == 0]
     for m in _COMPARED_PER_GROUP:
         done = groups[groups[m.name].notna()]
         for (wl, ph), g in done.groupby(["workload", "phase"], sort=False):
-            out[(wl, ph, m.name)] = g[m.name].to_numpy(dtype=float)
+            out[(wl, ph, m.name)] = RowSample(g[m.name].to_numpy(dtype=float), None, "group")
     return out
 
 
@@ -343,24 +372,26 @@ def _row(
     metric: str,
     unit: str,
     hib: bool,
-    b: np.ndarray,
-    c: np.ndarray,
+    b: RowSample,
+    c: RowSample,
     thresholds: Mapping[str, float],
-    sample: str,
 ) -> MetricRow:
+    """One metric row: the test on one value per independent unit of each side."""
     thr, src = threshold_for(dict(thresholds), wl, ph, metric)
-    d = decide(b, c, hib, thr)
-    return MetricRow(
+    sample = c.unit if c.values.size else b.unit
+    be, ce = b.evidence(), c.evidence()
+    d = decide(be, ce, hib, thr, unit=sample)
+    row = MetricRow(
         name,
         wl,
         ph,
         metric,
         unit,
         hib,
-        float(np.median(b)) if b.size else None,
-        float(np.median(c)) if c.size else None,
-        int(b.size),
-        int(c.size),
+        float(np.median(be)) if be.size else None,
+        float(np.median(ce)) if ce.size else None,
+        int(be.size),
+        int(ce.size),
         d.change,
         thr,
         src,
@@ -373,6 +404,9 @@ def _row(
         d.mde,
         sample,
     )
+    if b.units is not None or c.units is not None:
+        row.values_baseline, row.values_candidate = int(b.values.size), int(c.values.size)
+    return row
 
 
 def compare_variant(
@@ -401,10 +435,9 @@ def compare_variant(
                 m,
                 info.unit,
                 info.higher_is_better,
-                bs.get(key, np.array([])),
-                cs.get(key, np.array([])),
+                bs.get(key, RowSample(np.array([]), None, info.per)),
+                cs.get(key, RowSample(np.array([]), None, info.per)),
                 thresholds,
-                info.per,
             )
         )
     figures = derived_figures()
@@ -419,10 +452,9 @@ def compare_variant(
                 m,
                 info.unit,
                 info.higher_is_better,
-                finite(base_derived.get(key, [])),
-                finite(cand_derived.get(key, [])),
+                RowSample(finite(base_derived.get(key, [])), None, "repeat"),
+                RowSample(finite(cand_derived.get(key, [])), None, "repeat"),
                 thresholds,
-                "repeat",
             )
         )
     return rows

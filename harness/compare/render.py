@@ -61,9 +61,18 @@ def _ci(m: MetricRow) -> str:
     return f" [{_pct(m.ci_low)}, {_pct(m.ci_high)}]"
 
 
+def unit_text(m: MetricRow) -> str:
+    """What n counted: ``n=3/3 requests``, ``n=1/1 concurrent groups of 8/8 requests``."""
+    if m.sample == "group" and m.values_baseline is not None and m.values_candidate is not None:
+        return (
+            f"n={m.n_baseline}/{m.n_candidate} concurrent groups of {m.values_baseline}/{m.values_candidate} requests"
+        )
+    return f"n={m.n_baseline}/{m.n_candidate} {m.sample}s"
+
+
 def _test(m: MetricRow) -> str:
     p = "" if m.p_value is None else f" p={m.p_value:.3g}"
-    return f"{m.test}{p} (n={m.n_baseline}/{m.n_candidate} {m.sample}s)"
+    return f"{m.test}{p} ({unit_text(m)})"
 
 
 def _md(text: Any) -> str:

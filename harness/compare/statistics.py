@@ -20,6 +20,12 @@ Which test, by the smaller side's sample size n:
 The minimum detectable effect (``mde``, a relative change) is the half-width of that interval
 on the log scale: a change of the median smaller than it could not have been told from the
 observed spread at this n.
+
+The unit of evidence. The values a test counts must be independent: requests of one batch or
+one concurrent pass share that pass's scheduling and are one observation, not k. `per_unit`
+reduces a row's values to one per independent unit (the median of each unit's values), and
+`decide` is given those; its notes name the unit (``request``, ``group``, ``repeat``) and n is
+the number of units.
 """
 
 from __future__ import annotations
@@ -68,6 +74,24 @@ def finite(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """The finite values as a float array (NaN and ±inf dropped)."""
     a = np.asarray(values, dtype=float)
     return a[np.isfinite(a)]
+
+
+def per_unit(values: Sequence[float] | np.ndarray, units: Sequence[object] | None) -> np.ndarray:
+    """One value per independent unit: the median of the finite values sharing a unit label, in
+    order of the units' first appearance. A label of None (or NaN) is a unit of its own value;
+    ``units`` None: every value is its own unit. Pure."""
+    a = np.asarray(values, dtype=float)
+    if units is None:
+        return a[np.isfinite(a)]
+    if len(units) != a.size:
+        raise ValueError(f"{a.size} values but {len(units)} unit labels")
+    groups: dict[object, list[float]] = {}
+    for i, (v, u) in enumerate(zip(a, units)):
+        if not math.isfinite(v):
+            continue
+        alone = u is None or (isinstance(u, float) and math.isnan(u))
+        groups.setdefault(("value", i) if alone else ("unit", u), []).append(float(v))
+    return np.array([float(np.median(g)) for g in groups.values()], dtype=float)
 
 
 def relative_change(base: float, cand: float) -> float:
@@ -176,8 +200,10 @@ def decide(
     higher_is_better: bool,
     threshold: float,
     seed: int = BOOTSTRAP_SEED,
+    unit: str = "value",
 ) -> Decision:
-    """The state of one metric from its two samples. Pure (the bootstrap is seeded).
+    """The state of one metric from its two samples, one value per independent unit (`per_unit`;
+    ``unit`` names it in the notes). Pure (the bootstrap is seeded).
 
     regression / improved  worse / better by at least ``threshold`` and significant (p < ALPHA)
     unchanged              significant but within the threshold, or not significant while the
@@ -204,7 +230,8 @@ def decide(
     if s.p_value is None:
         return Decision(
             "inconclusive",
-            note=f"{base.size} vs {cand.size} values: a side needs {MIN_VALUES}+ to have a spread to judge against",
+            note=f"{base.size} vs {cand.size} {unit}s: a side needs {MIN_VALUES}+ to have a spread to judge against"
+            + (" (the requests of one concurrent group are one observation: add repeats)" if unit == "group" else ""),
             **common,
         )
     clears = abs(change) >= threshold
