@@ -159,6 +159,7 @@ def _report_run(outcome, args) -> int:
     are, and how to resume an interrupted run; the exit code is the verdict's."""
     for line in outcome.verdict.lines():
         print(line)
+    _print_table(outcome.run_dir)
     print(f"results: {outcome.run_dir}")
     if outcome.report_path is not None:
         print(f"report:  {outcome.report_path}")
@@ -169,6 +170,34 @@ def _report_run(outcome, args) -> int:
         again += [f"--url={u}" for u in args.url or ()]
         print(f"resume:  harness run {shlex.join(again)} --resume {shlex.quote(str(outcome.run_dir))}")
     return outcome.exit_code
+
+
+def _print_table(run_dir: Path) -> None:
+    """The run's results table (`harness.results_table`), read from the folder it just wrote; a
+    run that wrote no folder (refused before its first variant) has none."""
+    from harness import results
+    from harness.results_table import results_table, to_text
+
+    try:
+        sys.stdout.write(to_text(results_table(run_dir)))
+    except results.ResultsError as exc:
+        print(f"harness: no results table: {exc}", file=sys.stderr)
+
+
+def cmd_show(args) -> int:
+    """``harness show RUN [--json]``: the results table of a stored run."""
+    from harness import results
+    from harness.results_table import results_table, to_text
+
+    try:
+        table = results_table(Path(args.run))
+    except results.ResultsError as exc:
+        return _bad(f"show: {exc}")
+    if args.json:
+        print(json.dumps(table.to_json(), indent=2))
+    else:
+        sys.stdout.write(to_text(table))
+    return ExitCode.OK
 
 
 def cmd_merge(args) -> int:
@@ -256,6 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume", metavar="RUN_DIR", help="continue an interrupted run: skip complete variants, rerun the rest"
     )
     s.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("show", help="print a run's results table (per variant: TTFT, speedup, tier share, parity)")
+    s.add_argument("run", help="run folder (results/<scenario>/<run_id>)")
+    s.add_argument("--json", action="store_true", help="the table as JSON, for scripts")
+    s.set_defaults(func=cmd_show)
 
     s = sub.add_parser("report", help="write the self-contained HTML report of a run")
     s.add_argument("run", help="run folder (results/<scenario>/<run_id>)")

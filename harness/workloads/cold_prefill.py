@@ -11,7 +11,7 @@ from harness.scenario.values import Count, NonNegInt, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
-from harness.workloads.kind import Derived, ReportRow, WorkloadKind
+from harness.workloads.kind import Derived, PhaseStat, ReportRow, WorkloadKind
 
 
 class ColdPrefill(PrefillConfig):
@@ -63,6 +63,7 @@ def estimate(w: ColdPrefill, c: EstimateContext) -> WorkEstimate:
 
 KIND = WorkloadKind(
     config=ColdPrefill,
+    table_cells={"cold_ttft_ms": PhaseStat("cold", "ttft_ms")},
     estimate=estimate,
     run=run,
     derived=COLD_PREFILL_FIGURES,

@@ -61,6 +61,7 @@ def estimate(w: Decode, c: EstimateContext) -> WorkEstimate:
 
 KIND = WorkloadKind(
     config=Decode,
+    table_cells={"decode_tok_s": "decode_tok_s"},
     estimate=estimate,
     run=run,
     derived=(

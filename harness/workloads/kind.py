@@ -120,6 +120,9 @@ class WorkloadKind:
     estimate: Callable[[Any, Any], Any] | None = None
     # a phase -> the cache tier it exists to hit (None: a miss is no news there); None: no such phase
     hit_tier: Callable[[str], Tier | None] | None = None
+    # the columns of the console's results table it fills (`harness.results_table.COLUMNS`' keys):
+    # column -> a derived figure's name or a phase statistic
+    table_cells: Mapping[str, str | PhaseStat] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

@@ -77,6 +77,7 @@ def hit_tier(phase: str) -> Tier | None:
 
 KIND = WorkloadKind(
     config=ParallelPrefixes,
+    table_cells={"second_pass_speedup": "second_pass_speedup"},
     hit_tier=hit_tier,
     estimate=estimate,
     run=run,

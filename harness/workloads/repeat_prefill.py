@@ -131,6 +131,11 @@ HIT_TIERS: dict[str, Tier] = {"repeat_device": "device", "repeat_after_evict": "
 
 KIND = WorkloadKind(
     config=RepeatPrefill,
+    table_cells={
+        "cold_ttft_ms": PhaseStat("cold", "ttft_ms"),
+        "device_hit_ttft_ms": PhaseStat("repeat_device", "ttft_ms"),
+        "host_hit_ttft_ms": PhaseStat("repeat_after_evict", "ttft_ms"),
+    },
     hit_tier=HIT_TIERS.get,
     estimate=estimate,
     run=run,
