@@ -10,7 +10,14 @@ from harness.sim.faults import ArgType, Fault, fault_problem, parse_fault
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "simulator.md"
-SAMPLE_ARG = {ArgType.NONE: "", ArgType.INT_FROM_1: "=3", ArgType.SECONDS: "=0.5"}
+SAMPLE_ARG = {
+    ArgType.NONE: "",
+    ArgType.INT_FROM_1: "=3",
+    ArgType.SECONDS: "=0.5",
+    ArgType.FACTOR: "=1.1",
+    ArgType.SHARE: "=0.6",
+    ArgType.RATE: "=0.01",
+}
 
 
 def _docs_fault_rows() -> list[tuple[str, str, str]]:
@@ -50,6 +57,8 @@ def test_parsed_arguments_have_their_types():
     assert parse_fault("die_after_idle=1.5") == (Fault.die_after_idle, 1.5)
     assert parse_fault("exit_before_ready=0") == (Fault.exit_before_ready, 0.0)
     assert parse_fault("ignore_sigterm") == (Fault.ignore_sigterm, None)
+    assert parse_fault("slow_prefill=1.1") == (Fault.slow_prefill, 1.1)
+    assert parse_fault("partial_host_hits=1") == (Fault.partial_host_hits, 1.0)
 
 
 @pytest.mark.parametrize(
@@ -65,6 +74,11 @@ def test_parsed_arguments_have_their_types():
         ("die_after_idle=-1", "fault die_after_idle wants seconds >= 0 as its argument, got '-1'"),
         ("die_after_idle=nan", "wants seconds >= 0"),
         ("exit_before_ready=soon", "wants seconds >= 0"),
+        ("slow_prefill=0.9", "fault slow_prefill wants number >= 1 as its argument, got '0.9'"),
+        ("slow_decode=inf", "wants number >= 1"),
+        ("partial_host_hits=0", "fault partial_host_hits wants number in (0, 1] as its argument, got '0'"),
+        ("partial_host_hits=1.5", "wants number in (0, 1]"),
+        ("slowdown_per_request=-0.1", "wants number >= 0"),
         ("ignore_sigterm=1", "fault ignore_sigterm takes no argument, got 'ignore_sigterm=1'"),
         ("ignore_sigterm=", "takes no argument"),
     ],

@@ -67,6 +67,10 @@ NEAR_TIE_NOISE_SD = 0.06
 # How far (real seconds) the virtual timeline may fall behind before it is rebased on "now": a
 # late batch is made up by the next ones, but a long overloaded stretch is not banked as credit.
 MAX_LAG_S = 0.5
+# late_token_flips: the first output position a flip may hit (answers shorter than this never flip)
+LATE_FLIP_FROM = 32
+STALL_FACTOR = 2.0  # stall_every: how much longer a stalled request's first-token batch takes
+_MIX = 0x9E37_79B9_7F4A_7C15  # a 64-bit odd constant: spreads a sequence state over its residues
 
 
 def kernel_noise(cand: Candidates, rng: random.Random, sd: float = NEAR_TIE_NOISE_SD) -> Candidates:
@@ -211,6 +215,7 @@ class SimRequest:
     internal: bool = False  # /health_generate and warm-up: not counted anywhere
     crash: bool = False  # the crash_at_request fault picked this one
     hang: bool = False  # the hang_at_request fault picked this one
+    stall: bool = False  # the stall_every fault picked this one: its first-token batch takes 2x
     # filled by the scheduler
     updates: asyncio.Queue = field(default_factory=asyncio.Queue)
     created: float = field(default_factory=time.perf_counter)
@@ -323,6 +328,9 @@ class Engine:
                 req.crash = True  # dies when the scheduler picks it up: mid-request
             if self.cfg.faults.get(Fault.hang_at_request) == self._request_count:
                 req.hang = True  # deadlocks the scheduler when it picks it up
+            every = self.cfg.faults.get(Fault.stall_every)
+            if every is not None and self._request_count % int(every) == 0:
+                req.stall = True
         req.arrived = asyncio.get_running_loop().time()
         self.waiting.append(req)
         self._wake.set()
@@ -369,6 +377,34 @@ class Engine:
                 req = self.waiting.popleft()
                 self._fail(req, "not enough KV cache for this request")
 
+    def _fault_factor(self, batch_requests: int) -> float:
+        """How much longer any batch takes under the run-wide slowdown faults: slowdown over the
+        server's life (``slowdown_per_request``) and ``slow_when_concurrent`` while more than one
+        request is in the server (or in this batch)."""
+        f = 1.0
+        rate = self.cfg.faults.get(Fault.slowdown_per_request)
+        if rate:
+            f *= 1.0 + float(rate) * self._request_count
+        conc = self.cfg.faults.get(Fault.slow_when_concurrent)
+        if conc is not None:
+            in_server = sum(1 for r in self.waiting if not r.internal) + sum(1 for r in self.running if not r.internal)
+            in_server += 1 if self.chunked is not None and not self.chunked.internal else 0
+            if max(batch_requests, in_server) > 1:
+                f *= float(conc)
+        return f
+
+    def _partial_host(self, m: Match, share: float) -> Match:
+        """partial_host_hits: only the first ``share`` of the host pages of a match are served
+        (hybrid: back to the last mamba checkpoint); no storage pages past a cut host run."""
+        keep = int(len(m.host) * share)
+        device, host = m.device, m.host[:keep]
+        if self.cfg.hybrid:
+            path = device + host
+            last = max((i for i, page in enumerate(path) if page.ckpt), default=-1)
+            path = path[: last + 1]
+            device, host = path[: len(device)], path[len(device) :]
+        return Match(device=device, host=host, page_size=m.page_size, storage=m.storage if keep == len(m.host) else [])
+
     async def _pace(self, seconds: float, arrived: float | None = None) -> None:
         """Sleep until the end of a batch whose cost model says ``seconds`` (see `batch_deadline`)."""
         now = asyncio.get_running_loop().time()
@@ -383,6 +419,9 @@ class Engine:
             self.deadlocked = True
             return False
         m: Match = self.cache.match(req.input_ids)
+        share = self.cfg.faults.get(Fault.partial_host_hits)
+        if share is not None and m.host and not req.internal:
+            m = self._partial_host(m, float(share))
         self.cache.lock(m.pages)
         storage_tokens = 0
         if m.storage_tokens >= max(1, self.cfg.prefetch_threshold):
@@ -474,10 +513,11 @@ class Engine:
             len(self.running),
             len(self.waiting),
         )
-        await self._pace(
-            self.cost.prefill_s(new_tokens, load_bytes, backup, storage_bytes),
-            max((r.arrived for r in fresh), default=None),
-        )
+        seconds = self.cost.prefill_s(new_tokens, load_bytes, backup, storage_bytes)
+        seconds *= float(self.cfg.faults.get(Fault.slow_prefill) or 1.0) * self._fault_factor(len(batch))
+        if any(r.stall and r.prefilled + n >= len(r.input_ids) for r, n in batch):
+            seconds *= STALL_FACTOR  # a stalled request's first token comes out of this batch
+        await self._pace(seconds, max((r.arrived for r in fresh), default=None))
         now = time.perf_counter()
         for req, n in batch:
             req.prefilled += n
@@ -504,6 +544,7 @@ class Engine:
         ctx = sum(len(r.input_ids) + len(r.output_ids) for r in self.running)
         backup, self._pending_backup_bytes = self._pending_backup_bytes, 0
         step = self.cost.decode_s(bs, ctx * self.cfg.kv_bytes_per_token, backup)
+        step *= float(self.cfg.faults.get(Fault.slow_decode) or 1.0) * self._fault_factor(bs)
         self._storage_writes()
         self._decode_steps += 1
         self.last_gen_throughput = bs / max(step, 1e-9)
@@ -542,6 +583,8 @@ class Engine:
         if pos == 0 and req.ref_state is not None:
             # corrupt KV from host: the first token is not even in the true top-k
             tok = self.model.outside(self.model.candidates(req.ref_state), tok)
+        elif pos >= LATE_FLIP_FROM and req.cached_host and self._late_flip(req.state):
+            tok = self.model.outside(cand, tok)  # late_token_flips: one token in N, outside the top-k
         lp = dict(zip(cand.tokens, cand.logprobs)).get(tok, cand.logprobs[-1] - 1.0)
         req.output_ids.append(tok)
         req.state = advance(req.state, tok)
@@ -556,6 +599,11 @@ class Engine:
         if not req.internal:
             self.metrics.inc("generation_tokens", 1)
         req.updates.put_nowait(None)
+
+    def _late_flip(self, state: int) -> bool:
+        """late_token_flips: whether the token after sequence ``state`` flips (about 1 in N)."""
+        every = self.cfg.faults.get(Fault.late_token_flips)
+        return every is not None and ((state * _MIX) & 0xFFFF_FFFF_FFFF_FFFF) >> 20 < (1 << 44) // int(every)
 
     def _finish(self, req: SimRequest) -> None:
         """Answer the request now; its pages go into the cache in `_retire`, before the next batch."""

@@ -15,7 +15,7 @@ import difflib
 import math
 from enum import Enum, unique
 
-# int for a request number, float for seconds
+# int for a request number, float for seconds, factors, shares and rates
 FaultArg = int | float
 
 
@@ -26,6 +26,9 @@ class ArgType(Enum):
     NONE = "none"
     INT_FROM_1 = "int >= 1"
     SECONDS = "seconds >= 0"
+    FACTOR = "number >= 1"  # a cost multiplier
+    SHARE = "number in (0, 1]"  # a fraction of something kept
+    RATE = "number >= 0"  # a growth per request
 
 
 @unique  # members with equal values would silently become aliases of one fault
@@ -105,6 +108,50 @@ class Fault(Enum):
             "(seed 004): the mamba host pool gets far fewer slots"
         ),
     )
+    slow_prefill = (
+        ArgType.FACTOR,
+        "every prefill batch takes F times as long (the cost model's prefill time multiplied by F): a slower build",
+    )
+    slow_decode = (
+        ArgType.FACTOR,
+        "every decode step takes F times as long (the cost model's step time multiplied by F): a slower decode kernel",
+    )
+    slow_when_concurrent = (
+        ArgType.FACTOR,
+        (
+            "a batch of more than one request (a prefill batch with several new sequences, a decode step "
+            "of several running requests) takes F times as long; one request alone runs at full speed"
+        ),
+    )
+    stall_every = (
+        ArgType.INT_FROM_1,
+        (
+            "every N-th request (from 1; health checks and warm-up excluded) stalls: the prefill batch "
+            "that computes its first token takes twice as long (a tail, the median unchanged)"
+        ),
+    )
+    slowdown_per_request = (
+        ArgType.RATE,
+        (
+            "the server slows down over its life: after n requests (health checks and warm-up excluded) "
+            "every batch takes 1 + R x n times as long"
+        ),
+    )
+    partial_host_hits = (
+        ArgType.SHARE,
+        (
+            "the host tier serves only the first S of the pages a prefix match finds there (rounded down "
+            "to whole pages; on a hybrid model back to the last mamba checkpoint); the rest is recomputed, "
+            "answers stay right"
+        ),
+    )
+    late_token_flips = (
+        ArgType.INT_FROM_1,
+        (
+            "requests with host-tier hits get, from output position 32 on, about one token in N replaced by "
+            "one outside the true top-k (seeded by the sequence: the same prompt flips the same positions)"
+        ),
+    )
     near_tie_flips = (
         ArgType.NONE,
         (
@@ -173,11 +220,16 @@ def _parse_arg(fault: Fault, arg_text: str) -> FaultArg:
         if count < 1:  # requests count from 1: 0 would never fire
             raise FaultError(problem)
         return count
-    assert fault.arg is ArgType.SECONDS, fault.arg
     try:
-        seconds = float(arg_text)
+        number = float(arg_text)
     except ValueError:
         raise FaultError(problem) from None
-    if not (math.isfinite(seconds) and seconds >= 0):
+    ok = {
+        ArgType.SECONDS: lambda x: x >= 0,
+        ArgType.RATE: lambda x: x >= 0,
+        ArgType.FACTOR: lambda x: x >= 1,
+        ArgType.SHARE: lambda x: 0 < x <= 1,
+    }[fault.arg]
+    if not (math.isfinite(number) and ok(number)):
         raise FaultError(problem)
-    return seconds
+    return number
