@@ -44,7 +44,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from harness import logscan
+from harness import gpu_time, logscan
 from harness.hostpool import (
     DEFAULT_RESERVE_GIB,
     check_budget,
@@ -120,6 +120,8 @@ class VariantEstimate:
     decode_s: float | None  # None: no decode speed given
     overhead_s: float  # server starts, idle window, final liveness wait
     warnings: tuple[str, ...] = ()
+    gpus: int = 1  # the GPUs it holds (tp_size): its GPU-minutes are its seconds x gpus / 60
+    startup_s: float = 0.0  # of overhead_s: its server starts (every attempt)
 
     @property
     def sent_tokens(self) -> int | None:
@@ -148,6 +150,32 @@ class VariantEstimate:
     def expected_seconds(self) -> float | None:
         """A healthy stack: host-tier hits wherever the pools allow them."""
         return self._seconds("expected_tokens")
+
+    def bucket_seconds(self) -> dict[str, float] | None:
+        """Its expected seconds in `harness.gpu_time`'s buckets (a healthy stack): startup, work
+        (the workloads), quality (the quality arm), idle (the idle window and the final liveness
+        wait); cooldown is not estimated (0). None without a prefill speed."""
+        walls = {}
+        for w in self.work:
+            s = w.wall_s(w.expected_tokens, self.prefill_tok_s)
+            if s is None:
+                return None
+            walls[w.kind == "quality"] = walls.get(w.kind == "quality", 0.0) + s
+        if self.work and self.prefill_tok_s is None:
+            return None
+        return {
+            gpu_time.STARTUP: self.startup_s,
+            gpu_time.WORK: walls.get(False, 0.0),
+            gpu_time.QUALITY: walls.get(True, 0.0),
+            gpu_time.COOLDOWN: 0.0,
+            gpu_time.IDLE: max(0.0, self.overhead_s - self.startup_s),
+        }
+
+    @property
+    def gpu_minutes(self) -> dict[str, float] | None:
+        """`bucket_seconds` as GPU-minutes (x ``gpus`` / 60)."""
+        secs = self.bucket_seconds()
+        return None if secs is None else {b: v * self.gpus / 60.0 for b, v in secs.items()}
 
     @property
     def design_warnings(self) -> tuple[str, ...]:
@@ -197,6 +225,14 @@ class RunEstimate:
         return _sum(v.expected_seconds for v in self.variants)
 
     @property
+    def gpu_minutes(self) -> dict[str, float] | None:
+        """Expected GPU-minutes per `harness.gpu_time` bucket over its variants (None: no speed)."""
+        per = [v.gpu_minutes for v in self.variants]
+        if any(p is None for p in per):
+            return None
+        return {b: sum(p[b] for p in per) for b in gpu_time.BUCKETS}  # type: ignore[index]
+
+    @property
     def minutes(self) -> float | None:
         s = self.seconds
         return None if s is None else s / 60.0
@@ -229,8 +265,10 @@ class RunEstimate:
                 expected_tokens=v.expected_tokens,
                 seconds=v.seconds,
                 expected_seconds=v.expected_seconds,
+                gpu_minutes=v.gpu_minutes,
                 warnings=list(v.all_warnings),
             )
+        d["gpu_minutes"] = self.gpu_minutes
         return d
 
     def to_lines(self) -> list[str]:
@@ -241,7 +279,17 @@ class RunEstimate:
         speed += f", decode {_num(self.decode_tok_s)} tok/s" if self.decode_tok_s else ", decode not counted"
         speed += f", {_num(self.startup_s)} s per server start" if self.startup_s else ", starts not counted"
         lines = [f"estimate for {self.scenario}: {speed}, {self.repeats} repeat{'s' if self.repeats != 1 else ''}"]
-        head = ("variant", "expect", "GPU pool", "host pool", "prefill tokens", "computed max", "est. min", "max min")
+        head = (
+            "variant",
+            "expect",
+            "GPU pool",
+            "host pool",
+            "prefill tokens",
+            "computed max",
+            "est. min",
+            "max min",
+            "GPU-min",
+        )
         rows = []
         for v in self.variants:
             expect = v.expect if v.expect == "ok" else f"{v.expect}:{v.expect_cause or '?'}"
@@ -268,6 +316,7 @@ class RunEstimate:
                     _tok(v.computed_tokens),
                     _min(v.expected_seconds),
                     _min(v.seconds),
+                    _gpu_min(v.gpu_minutes),
                 )
             )
         rows.append(
@@ -280,6 +329,7 @@ class RunEstimate:
                 _tok(self.computed_tokens),
                 _min(self.expected_seconds),
                 _min(self.seconds),
+                _gpu_min(self.gpu_minutes),
             )
         )
         widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
@@ -291,6 +341,13 @@ class RunEstimate:
 
         rule = "  ".join("-" * w for w in widths)
         lines += [fmt(head), rule, *(fmt(r) for r in rows[:-1]), rule, fmt(rows[-1])]
+        gm = self.gpu_minutes
+        if gm is not None:
+            lines.append(
+                "expected GPU-minutes: "
+                + ", ".join(f"{b} {gm[b]:.1f}" for b in gpu_time.BUCKETS if b != gpu_time.COOLDOWN)
+                + " (cooldown not estimated)"
+            )
         if self.limit_minutes is not None and self.minutes is not None:
             verdict = "OVER" if self.over_limit else "within"
             lines.append(f"upper bound {self.minutes:.1f} min: {verdict} the {_num(self.limit_minutes)}-minute limit")
@@ -301,6 +358,10 @@ class RunEstimate:
                 lines += [f"  - {w}" for w in ws]
         lines += [f"note: {n}" for n in self.notes]
         return lines
+
+
+def _gpu_min(minutes: Mapping[str, float] | None) -> str:
+    return "?" if minutes is None else f"{sum(minutes.values()):.1f}"
 
 
 def _min(seconds: float | None) -> str:
@@ -695,6 +756,8 @@ def estimate_run(
                     decode_s=0.0,
                     overhead_s=attempts * startup,
                     warnings=tuple(warn),
+                    gpus=int(v.tp_size or 1),
+                    startup_s=attempts * startup,
                 )
             )
             continue
@@ -731,6 +794,8 @@ def estimate_run(
                 decode_s=decode_s,
                 overhead_s=startup + idle + liveness,
                 warnings=tuple(dict.fromkeys(warn)),
+                gpus=int(v.tp_size or 1),
+                startup_s=startup,
             )
         )
 

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import results
+from harness import gpu_time, results
 from harness.compare.runs import run_workload_kinds
 from harness.compare.statistics import decide, threshold_for
 from harness.expectations import scenario_expectations
@@ -235,6 +235,8 @@ def _parse_name(name: str) -> tuple[str, str, str]:
 def metric_direction(name: str) -> tuple[bool, str]:
     """(higher_is_better, unit) of a headline metric name, from the metric's or the derived
     figure's declaration; (True, "") for a name nothing declares."""
+    if name.startswith(gpu_time.HISTORY_PREFIX):
+        return False, "GPU-min"  # a night's GPU time: less is better
     _, phase, metric = _parse_name(name)
     info = METRICS.get(metric) if phase != "*" else derived_figures().get(metric)
     return (True, "") if info is None else (info.higher_is_better, info.unit)
@@ -333,6 +335,9 @@ def collect(results_dir: Path, scenario: str) -> History:
                 continue
             vals[v.name] = headline_samples(summary, names_to_kinds)
             pooled[v.name] = headline_values(summary, names_to_kinds)
+            for name, value in gpu_time.history_values(status).items():  # one value a night
+                vals[v.name][name] = [value]
+                pooled[v.name][name] = value
         per_run.append(vals)
         pooled_run.append(pooled)
     markers, breaks = config_markers(runs)

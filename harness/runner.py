@@ -38,6 +38,7 @@ from harness import (
     cooldown,
     external,
     fingerprint,
+    gpu_time,
     hostpool,
     logscan,
     results,
@@ -455,6 +456,8 @@ def _execute_locked(
             progress.phase("finishing the run")
             outcome.verdict = finish_run(scenario, run)
             results.write_json_atomic(run.complete, {"at": results.utc_now_iso()})
+            for line in gpu_time.table_lines(gpu_time.run_folder_gpu_time(run)):
+                progress.note(line)
         except KeyboardInterrupt:
             signals.hold()
             outcome.interrupted = True
@@ -542,7 +545,9 @@ def run_variant(
         env_not_clean=env_not_clean,
         simulated=scenario.server.backend == "sim",
         redact=lambda data: fingerprint.scrub_json(state.redactor, data),
+        clock=gpu_time.PhaseClock(gpu_time.variant_gpus(variant)),
     )
+    clock = status.clock
     state.vpaths, state.status = vpaths, status
     status.write(vpaths.status)
 
@@ -564,6 +569,7 @@ def run_variant(
 
     ready = None
     server = None
+    clock.enter(gpu_time.STARTUP)
     max_attempts = 1 + max(0, variant.startup_retries)
     for attempt in range(1, max_attempts + 1):
         status.attempts = attempt
@@ -594,13 +600,16 @@ def run_variant(
             break
         status.set_aside_failed_attempt(attempt)  # a retry follows
     if not ready.ready:
+        clock.enter(gpu_time.COOLDOWN)
         unclean = _cooldown(scenario, baseline, progress, status)
         return _finish(vpaths, status, STARTUP_FAILED, ready.cause, state.redactor), unclean
 
     status.ready_s = round(ready.seconds, 3)
+    clock.enter(gpu_time.IDLE)
     status.write(vpaths.status)
 
     def fail_ready_server(cause: str, detail: dict) -> tuple[VariantOutcome, bool]:
+        clock.enter(gpu_time.COOLDOWN)
         progress.phase("stopping")
         status.stop = dataclasses.asdict(server.stop())
         state.server = None
@@ -635,7 +644,10 @@ def run_variant(
             before=prediction,
         )
 
-    window = serving_window.run_window(scenario, variant, spec, server, sampler, vpaths, progress, pools, info)
+    window = serving_window.run_window(
+        scenario, variant, spec, server, sampler, vpaths, progress, pools, info, clock=clock
+    )
+    clock.enter(gpu_time.COOLDOWN)
     progress.phase("stopping")
     stop = server.stop()
     status.stop = dataclasses.asdict(stop)
@@ -671,6 +683,7 @@ def run_external_variant(
         expect_cause=variant.expect_cause,
         simulated=bool(endpoint.info is not None and endpoint.info.simulated),
         redact=lambda data: fingerprint.scrub_json(state.redactor, data),
+        clock=gpu_time.PhaseClock(gpu_time.variant_gpus(variant)),
     )
     status.server = server.identity()
     state.vpaths, state.status = vpaths, status
@@ -693,7 +706,9 @@ def run_external_variant(
     status.write(vpaths.status)
     sampler = _start_sampler(scenario, server, vpaths, endpoint)
     state.sampler = sampler
-    window = serving_window.run_window(scenario, variant, server, server, sampler, vpaths, progress, pools, info)
+    window = serving_window.run_window(
+        scenario, variant, server, server, sampler, vpaths, progress, pools, info, clock=status.clock
+    )
     _stop_sampler(sampler)
     state.sampler = None
     sampling = None

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from harness import http1, logscan, results
+from harness import gpu_time, http1, logscan, results
 from harness.client import GenerateRequest, Labels, StreamingClient
 from harness.model_config import model_vocab_size
 from harness.quality import run as quality_run
@@ -220,10 +220,21 @@ async def _smoke_request(client: StreamingClient, variant: str, vocab: int, reco
 
 
 def run_window(
-    scenario, variant, spec, server, sampler, vpaths, progress, pools, info: ServerInfo | None = None
+    scenario,
+    variant,
+    spec,
+    server,
+    sampler,
+    vpaths,
+    progress,
+    pools,
+    info: ServerInfo | None = None,
+    clock: gpu_time.PhaseClock | None = None,
 ) -> WindowResult:
     """Idle window, workloads, quality arm, final liveness on a ready server; never stops it.
-    ``info``: the server's validated /get_server_info (the quality arm sizes its churn from it)."""
+    ``info``: the server's validated /get_server_info (the quality arm sizes its churn from it);
+    ``clock``: the variant's GPU time, switched to work, quality and idle as the window goes."""
+    clock = clock or gpu_time.PhaseClock(0)
 
     def phase(name: str, detail: str | None = None) -> None:
         """``name`` labels the samples; ``detail`` (e.g. a quality question's task) only the console line."""
@@ -283,6 +294,7 @@ def run_window(
                     ctx.mark_hung()
                 return ctx
 
+            clock.enter(gpu_time.WORK)
             if not scenario.workloads:
                 rec = await _smoke_request(client, variant.name, vocab, requests, make_ctx(0).abort)
                 if watch.verdict is not None:
@@ -312,6 +324,7 @@ def run_window(
                 if outcome.failed:
                     return FAILED, "workload_error", detail
             if scenario.quality.enabled:
+                clock.enter(gpu_time.QUALITY)
                 role = "off" if variant.name == scenario.quality.baseline_variant else "on"
                 ctx = make_ctx(0)
                 try:
@@ -343,6 +356,7 @@ def run_window(
     try:
         state, cause, detail = http1.run(watched_body())  # on uvloop when installed
     finally:
+        clock.enter(gpu_time.IDLE)
         requests.close()
         quality_rows.close()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import results
+from harness.gpu_time import PhaseClock
 
 # Values of ``state``.
 RUNNING = "running"  # written first; a SIGKILLed harness leaves it so
@@ -30,7 +31,7 @@ REFUSED = "refused"  # preflight strict: never launched
 FINAL_STATES = frozenset({OK, STARTUP_FAILED, REFUSED, FAILED})
 
 # Keys written only once the step they describe happened (absent before, as they always were).
-_ONLY_WHEN_SET = ("server", "failed_attempts", "survivors", "stop", "cooldown")
+_ONLY_WHEN_SET = ("server", "failed_attempts", "survivors", "stop", "cooldown", "gpu_ids", "timing")
 # One startup attempt's failure evidence, set aside under ``failed_attempts`` before a retry.
 _ATTEMPT_KEYS = ("exit_code", "cause", "cause_detail", "log_excerpt", "survivors")
 
@@ -101,16 +102,22 @@ class VariantStatus:
     survivors: list[int] | None = None  # pids that outlived the stop of a server that never got ready
     stop: dict | None = None  # server.StopResult of a server that got ready
     cooldown: Any = None  # the cooldown wait's result
+    gpu_ids: list[str] | None = None  # the GPU set `harness run --gpus` gave it (CUDA_VISIBLE_DEVICES)
+    timing: dict | None = None  # harness.gpu_time: wall, seconds and GPU-minutes per bucket
     schema_version: int = results.SCHEMA_VERSION
     # Applied to the JSON before every write (the run's secret scrubbing); never written itself.
     redact: Callable[[dict], dict] | None = field(default=None, repr=False, compare=False)
+    # Where the variant's time goes (harness.gpu_time); its reading is ``timing`` at every write.
+    clock: PhaseClock | None = field(default=None, repr=False, compare=False)
 
     # -- writing ---------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """status.json's object: today's keys, in today's order; the step keys only once set."""
         out: dict[str, Any] = {"schema_version": self.schema_version}
+        if self.clock is not None:
+            self.timing = self.clock.to_json()
         for f in dataclasses.fields(self):
-            if f.name in ("schema_version", "redact"):
+            if f.name in ("schema_version", "redact", "clock"):
                 continue
             value = getattr(self, f.name)
             if f.name in _ONLY_WHEN_SET and value is None:
@@ -134,6 +141,8 @@ class VariantStatus:
     def finish(self, state: str, cause: str | None, detail: Any = None) -> None:
         """The variant ended in ``state``: stamp the end and judge the declared expectation."""
         self.state, self.cause = state, cause
+        if self.clock is not None:
+            self.clock.stop()
         if detail is not None:
             self.cause_detail = detail
         self.ended_at = results.utc_now_iso()
@@ -142,6 +151,8 @@ class VariantStatus:
     def mark_interrupted(self) -> None:
         """SIGINT/SIGTERM reached the harness while this variant ran (no expectation is judged)."""
         self.state = INTERRUPTED
+        if self.clock is not None:
+            self.clock.stop()
         self.ended_at = results.utc_now_iso()
 
     def expectation_met(self) -> bool:
@@ -156,7 +167,7 @@ class VariantStatus:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VariantStatus:
         """From a stored status (unknown keys ignored, missing ones take their defaults)."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"redact"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"redact", "clock"}
         return cls(**{k: v for k, v in data.items() if k in names})
 
 

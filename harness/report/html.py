@@ -21,6 +21,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from harness import results
+from harness.gpu_time import BUCKETS, run_gpu_time
 from harness.report import plots as P
 from harness.report.curves import (
     CURVE_METRICS,
@@ -270,6 +271,15 @@ def load_context(view) -> dict[str, Any]:
     }
 
 
+def gpu_time_rows(view) -> dict[str, Any] | None:
+    """The GPU-time table: `harness.gpu_time.run_gpu_time` of the run's status files (None when
+    no variant recorded its time: a run from before it was)."""
+    statuses = {n: view.status(n) for n in view.names}
+    if not any(isinstance((st or {}).get("timing"), dict) for st in statuses.values()):
+        return None
+    return run_gpu_time(statuses)
+
+
 def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     """Everything the template shows, from one run folder."""
     from harness.expectations import evaluate_run_expectations
@@ -344,6 +354,8 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         "complete": view.complete,
         "interrupted": view.interrupted,
         "variants": variant_rows(view),
+        "gpu_time": gpu_time_rows(view),
+        "gpu_buckets": BUCKETS,
         "names": view.names,
         "probe": probe_rows(view.probe),
         "hicache_rows": hicache_rows,
