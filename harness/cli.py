@@ -306,7 +306,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write a Markdown summary here (also appended to $GITHUB_STEP_SUMMARY when set)",
     )
+    s.add_argument(
+        "--pool",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --baseline latest: pool the K newest eligible runs as the baseline (default 1)",
+    )
     s.set_defaults(func=_delegate("harness.commands.compare", "stats"))
+
+    s = sub.add_parser("accept", help="accept a run as a baseline (even one whose comparison failed)")
+    s.add_argument("run", help="run folder")
+    s.add_argument("--note", help="why it is accepted (kept in accepted.json)")
+    s.set_defaults(func=_delegate("harness.commands.accept"))
 
     s = sub.add_parser("history", help="trend page of a scenario's runs, with change points")
     s.add_argument("scenario", help="scenario name (or its YAML file)")

@@ -34,9 +34,10 @@ from tests.factories import SCENARIO_TEXT, cold_records, make_record, noisy, wri
 A, B, C3, D, E = (f"2026010{i}T000000Z-{c * 6}" for i, c in zip(range(1, 6), "abcde"))
 
 
-def args(run: Path, baseline: str | Path, results_dir: Path, junit=None, markdown=None) -> argparse.Namespace:
+def args(run: Path, baseline: str | Path, results_dir: Path, junit=None, markdown=None, pool=1) -> argparse.Namespace:
     return argparse.Namespace(
         run=str(run),
+        pool=pool,
         baseline=str(baseline),
         results_dir=str(results_dir),
         junit=None if junit is None else str(junit),
@@ -631,7 +632,7 @@ def test_latest_is_the_newest_passing_run_of_the_same_config(tmp_path, capsys):
     err = capsys.readouterr().err
     assert (
         f"baseline {good.name}: the newest earlier run of synth with the same scenario and config whose "
-        "verdict is PASS (verdict.json)" in err
+        "verdict is PASS and whose comparison did not FAIL (verdict.json)" in err
     )
     for run, why in (
         (failed, "verdict FAIL"),
@@ -752,3 +753,43 @@ def test_passes_are_counted_by_repeat(tmp_path):
     assert (row.state, row.n_baseline, row.n_candidate, row.test) == ("regression", 12, 12, "mann_whitney")
     (ok,) = [r for r in compare_variant("v", base, healthy, {}, {}, {}, {}, {}) if r.metric == "ttft_ms"]
     assert ok.state != "regression" and ok.n_baseline == 12
+
+
+# ------------------------------------------------------------------- baselines that remember
+
+
+def test_a_regressed_build_stays_red_until_accepted(tmp_path, capsys):
+    """Night B is 10 % slower: FAIL against A. Night C (the same slow build) is compared with A
+    again, not with B (whose own comparison failed): FAIL again. Once the team accepts B, C is
+    compared with B: PASS."""
+    a = write_run(tmp_path, A, {"on": cold_records(noisy(100, 8, seed=1))})
+    b = write_run(tmp_path, B, {"on": cold_records(noisy(110, 8, seed=2))})
+    c = write_run(tmp_path, C3, {"on": cold_records(noisy(110, 8, seed=3))})
+    for run in (a, b, c):
+        write_verdict(run, "PASS")  # the runs' own verdicts: a slower build passes its own checks
+    assert cli_main(args(b, "latest", tmp_path)) == ExitCode.FAILED
+    assert cli_main(args(c, "latest", tmp_path)) == ExitCode.FAILED
+    assert comparison(c)["baseline"]["run_id"] == a.name
+    assert f"{b.name} (its own comparison with {a.name} FAILed" in capsys.readouterr().err
+    assert harness(["accept", str(b), "--note", "the new allocator: 10 % slower, on purpose"]) == ExitCode.OK
+    assert json.loads((b / "accepted.json").read_text())["comparison_verdict"] == "FAIL"
+    assert cli_main(args(c, "latest", tmp_path)) == ExitCode.OK
+    data = comparison(c)
+    assert data["baseline"]["run_id"] == b.name and "accepted" in data["baseline_choice"][0]
+
+
+def test_a_pool_of_nights_is_one_baseline(tmp_path):
+    """--pool 3 pools the three newest eligible nights (24 requests), and never reaches past an
+    accepted night."""
+    nights = [write_run(tmp_path, rid, {"on": cold_records(noisy(100, 8, seed=i))}) for i, rid in enumerate((A, B, C3))]
+    for run in nights:
+        write_verdict(run, "PASS")
+    cand = write_run(tmp_path, D, {"on": cold_records(noisy(100, 8, seed=9))})
+    assert cli_main(args(cand, "latest", tmp_path, pool=3)) == ExitCode.OK
+    data = comparison(cand)
+    assert data["baseline"]["run_id"] == C3 and data["baseline"]["pool"] == [B, A]
+    (row,) = [m for m in data["metrics"] if m["metric"] == "ttft_ms"]
+    assert (row["n_baseline"], row["n_candidate"]) == (24, 8)
+    assert harness(["accept", str(nights[1])]) == ExitCode.OK
+    assert cli_main(args(cand, "latest", tmp_path, pool=3)) == ExitCode.OK
+    assert comparison(cand)["baseline"]["pool"] == [B]  # the accepted night is the oldest in the pool

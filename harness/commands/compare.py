@@ -1,4 +1,4 @@
-"""``harness compare RUN --baseline RUN|latest [--junit F] [--markdown F]``: compare, write
+"""``harness compare RUN --baseline RUN|latest [--pool K] [--junit F] [--markdown F]``: compare, write
 comparison.json into the candidate's folder, print the Markdown summary (also written to
 ``--markdown`` and appended to ``$GITHUB_STEP_SUMMARY``), write ``--junit``. Exit code: the
 comparison's outcome (0 PASS, 1 FAIL, 4 INCONCLUSIVE); 2 for a missing or damaged file or a
@@ -41,7 +41,10 @@ def cli_main(args) -> int:
 
 def _compare(args) -> int:
     cand = read_run(Path(args.run))
-    choice = load_baseline(args.baseline, Path(args.results_dir), cand)
+    pool = int(getattr(args, "pool", 1) or 1)
+    if pool < 1:
+        raise results.ResultsError(f"--pool {pool}: pool at least one run")
+    choice = load_baseline(args.baseline, Path(args.results_dir), cand, pool)
     for line in choice.lines():
         print(f"harness compare: {line}", file=sys.stderr)
     comp = compare_runs(choice.run, cand, choice)

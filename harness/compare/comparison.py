@@ -693,6 +693,27 @@ def _pct(v: float | None) -> str:
 # ------------------------------------------------------------------------------------ two runs
 
 
+def pooled_baseline(
+    sides: Sequence[tuple[str, results.LoadedVariant]], names_to_kinds: Mapping[str, str]
+) -> tuple[pd.DataFrame, dict[tuple[str, str], list[float]]]:
+    """One variant's requests frame and derived values over the nights of a baseline pool
+    ((run id, variant) each, newest first): the frames concatenated with each concurrency group
+    named by its night (a group of one night is never merged with another's), the per-repeat
+    derived values of every night one list."""
+    frames, derived = [], {}
+    for run_id, v in sides:
+        req = variant_requests(v)
+        if len(sides) > 1 and len(req):
+            req = req.copy()
+            req["concurrency_group"] = [
+                f"{run_id}/{g}" if isinstance(g, str) else None for g in req["concurrency_group"]
+            ]
+        frames.append(req)
+        for key, vs in derived_values_from_records(v, names_to_kinds).items():
+            derived.setdefault(key, []).extend(vs)
+    return (frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)), derived
+
+
 def compare_runs(
     base: results.LoadedRun | None, cand: results.LoadedRun, choice: BaselineChoice | None = None
 ) -> Comparison:
@@ -715,6 +736,12 @@ def compare_runs(
         return comp
     check_same_scenario(base, cand)
     comp.baseline = run_info(base)
+    pool = list(choice.pool) if choice is not None else []
+    if pool:
+        comp.baseline["pool"] = [r.run_id for r in pool]
+        comp.notes.append(
+            f"baseline pooled over {1 + len(pool)} nights ({base.run_id}, " + ", ".join(r.run_id for r in pool) + ")"
+        )
     policy = run_policy(cand.manifest)
     changed_workloads: set[str] = set()
     if comp.baseline["scenario_hash"] != comp.candidate["scenario_hash"]:
@@ -757,11 +784,19 @@ def compare_runs(
             )
         )
         if state == "compared":
+            pooled = [
+                pv
+                for pv in (next((v for v in r.variants if v.name == name), None) for r in pool)
+                if pv is not None and (pv.status or {}).get("state") == "ok"
+            ]
+            base_req, base_derived = pooled_baseline(
+                [(base.run_id, bv), *((pr.run_id, pv) for pr, pv in zip(pool, pooled))], base_kinds
+            )
             rows = compare_variant(
                 name,
-                variant_requests(bv),
+                base_req,
                 variant_requests(cv),
-                derived_values_from_records(bv, base_kinds),
+                base_derived,
                 derived_values_from_records(cv, cand_kinds),
                 thresholds,
                 base_kinds,

@@ -2,8 +2,9 @@
 file is a `results.ResultsError` naming it, never a traceback); the baseline (a folder, or
 ``latest``: the newest earlier run of the same scenario and config whose verdict is PASS);
 what a run says about itself (identity, workload kinds and definitions, thresholds, gate,
-verdict policy); each variant's requests frame and request records; and comparison.json in the
-candidate's folder."""
+verdict policy); each variant's requests frame and request records; comparison.json in the
+candidate's folder; and accepted.json, the team's explicit acceptance of a run as a baseline
+(``harness accept``)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from harness.workloads import workload_kinds
 from harness.yaml_lines import YamlLoadError, load_yaml_text
 
 COMPARISON_FILE = "comparison.json"
+ACCEPTED_FILE = "accepted.json"
 
 
 class BaselineMismatch(Exception):
@@ -181,6 +183,7 @@ class BaselineChoice:
     run: results.LoadedRun | None
     how: str
     passed_over: list[str] = field(default_factory=list)
+    pool: list[results.LoadedRun] = field(default_factory=list)  # older baselines pooled with ``run``
 
     def lines(self) -> list[str]:
         out = [self.how]
@@ -228,12 +231,55 @@ def same_config(base: results.LoadedRun, cand: results.LoadedRun) -> str | None:
     return None
 
 
-def choose_latest(results_dir: Path, cand: results.LoadedRun) -> BaselineChoice:
+def accept_run(run: results.LoadedRun, note: str, by: str, at: str) -> Path:
+    """Mark ``run`` accepted as a baseline (accepted.json in its folder, written atomically):
+    ``--baseline latest`` may then take it even though its own comparison failed, and a pool of
+    baselines never reaches past it (the team said: this is the new normal)."""
+    comparison, _ = compared_outcome(run)
+    path = run.paths.root / ACCEPTED_FILE
+    results.write_json_atomic(path, {"accepted_at": at, "by": by, "note": note, "comparison_verdict": comparison})
+    return path
+
+
+def accepted(run: results.LoadedRun) -> dict | None:
+    """The run's accepted.json (None: not accepted, or the file is not an object)."""
+    path = run.paths.root / ACCEPTED_FILE
+    if not path.exists():
+        return None
+    try:
+        data = results.read_json(path)
+    except results.ResultsError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def compared_outcome(run: results.LoadedRun) -> tuple[str | None, str]:
+    """(the verdict of the run's own comparison.json, against what) — (None, "") when it was
+    never compared, or the file cannot be read."""
+    path = run.paths.root / COMPARISON_FILE
+    if not path.exists():
+        return None, ""
+    try:
+        data = results.read_json(path)
+    except results.ResultsError:
+        return None, ""
+    if not isinstance(data, dict) or not isinstance(data.get("verdict"), str):
+        return None, ""
+    base = data.get("baseline") if isinstance(data.get("baseline"), dict) else {}
+    return data["verdict"], str(base.get("run_id") or "no baseline")
+
+
+def choose_latest(results_dir: Path, cand: results.LoadedRun, pool: int = 1) -> BaselineChoice:
     """``--baseline latest``: the newest run of the candidate's scenario under ``results_dir``
     that is older than the candidate, COMPLETE, not a shard, has the same scenario text and
-    variant config hashes, and whose verdict is PASS. A FAIL, INCONCLUSIVE or unreadable run is
-    never picked; each newer run passed over is listed with its reason."""
+    variant config hashes, whose verdict is PASS, and whose own comparison did not FAIL (a
+    regressed night is never a baseline, so a regressed build stays red night after night) —
+    unless the run was accepted (`accept_run`: eligible whatever its verdicts). A FAIL,
+    INCONCLUSIVE or unreadable run is never picked; each newer run passed over is listed with its
+    reason. ``pool`` > 1: up to that many such runs, newest first (`BaselineChoice.pool` holds
+    the older ones), never reaching past an accepted run."""
     passed: list[str] = []
+    picked: list[tuple[results.LoadedRun, str]] = []
     exclude = cand.paths.root.resolve()
     for p in reversed(results.list_runs(Path(results_dir), cand.scenario_name)):
         if p.resolve() == exclude or p.name >= cand.run_id:
@@ -253,30 +299,45 @@ def choose_latest(results_dir: Path, cand: results.LoadedRun) -> BaselineChoice:
         if differs:
             passed.append(f"{p.name} ({differs})")
             continue
+        accept = accepted(run)
         outcome, source = stored_outcome(run)
-        if outcome != Outcome.PASS.value:
+        if accept is None and outcome != Outcome.PASS.value:
             passed.append(f"{p.name} (verdict {outcome or 'unknown'}: {source})")
             continue
+        compared, against = compared_outcome(run)
+        if accept is None and compared == Outcome.FAIL.value:
+            passed.append(
+                f"{p.name} (its own comparison with {against} FAILed: a regressed night is no baseline; "
+                f"`harness accept {p}` makes it one)"
+            )
+            continue
+        why = f"accepted ({accept.get('accepted_at')}: {accept.get('note') or 'no note'})" if accept else source
+        picked.append((run, why))
+        if len(picked) >= pool or accept is not None:
+            break
+    if not picked:
         return BaselineChoice(
-            run,
-            f"baseline {p.name}: the newest earlier run of {cand.scenario_name} "
-            f"with the same scenario and config whose verdict is PASS ({source})",
+            None,
+            f"no baseline: no earlier run of {cand.scenario_name} under {results_dir} "
+            "with the same scenario and config has the verdict PASS and a comparison that did not FAIL",
             passed,
         )
-    return BaselineChoice(
-        None,
-        f"no baseline: no earlier run of {cand.scenario_name} under {results_dir} "
-        "with the same scenario and config has the verdict PASS",
-        passed,
+    (run, why), older = picked[0], picked[1:]
+    how = (
+        f"baseline {run.run_id}: the newest earlier run of {cand.scenario_name} "
+        f"with the same scenario and config whose verdict is PASS and whose comparison did not FAIL ({why})"
     )
+    if older:
+        how += f"; pooled with the {len(older)} before it: " + ", ".join(r.run_id for r, _ in older)
+    return BaselineChoice(run, how, passed, [r for r, _ in older])
 
 
-def load_baseline(baseline: str, results_dir: Path, candidate: results.LoadedRun) -> BaselineChoice:
-    """The run ``--baseline`` names: a run folder, or ``latest`` (`choose_latest`). Raises
-    `results.ResultsError` for a folder that is not a readable run and `BaselineMismatch` for a
-    run of another scenario."""
+def load_baseline(baseline: str, results_dir: Path, candidate: results.LoadedRun, pool: int = 1) -> BaselineChoice:
+    """The run ``--baseline`` names: a run folder, or ``latest`` (`choose_latest`, with up to
+    ``pool`` runs pooled). Raises `results.ResultsError` for a folder that is not a readable run
+    and `BaselineMismatch` for a run of another scenario."""
     if baseline == "latest":
-        return choose_latest(Path(results_dir), candidate)
+        return choose_latest(Path(results_dir), candidate, pool)
     run = read_run(Path(baseline))
     check_same_scenario(run, candidate)
     return BaselineChoice(run, f"baseline {run.run_id}: given (--baseline {baseline})")
