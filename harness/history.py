@@ -35,6 +35,19 @@ change seen on the last night only waits for a second night, and a step that las
 or more is flagged even if it was fixed later. After a flagged step the search continues
 ``window`` nights later. A series with fewer than ``min_before + persist`` nights with a value in
 every segment → ``insufficient_history``.
+
+Each series' own spread. The threshold a series is held to is the larger of the declared one
+and ``NOISE_K`` (3.5) × its night-to-night spread (`night_spread`: the relative standard
+deviation of one night's median from the next, estimated from the median absolute difference
+of consecutive nights within a segment, so a step moves it by one difference only): a cache-hit
+ratio that swings ±15 % night to night is not held to a 5 % threshold. The decision says which
+threshold it used and why.
+
+Slow drift (`slow_drift`, pure). A series that moves a little every night never makes a
+step. Over the newest segment's nights (at least ``DRIFT_MIN_NIGHTS``), the Theil-Sen slope of
+the nightly medians times the segment's span is the drift; it is flagged (state ``drift``)
+when Kendall's tau against the night index is significant (p < 0.05) and the drift is at least
+the series' threshold.
 """
 
 from __future__ import annotations
@@ -56,6 +69,9 @@ from harness.workloads import derived_figures, kind_of
 MIN_BEFORE = 3
 PERSIST = 2
 WINDOW = 5
+NOISE_K = 3.5  # a series' threshold is at least this many night-to-night standard deviations
+DRIFT_MIN_NIGHTS = 6
+DRIFT_ALPHA = 0.05
 
 NightValues = float | Sequence[float] | None  # one night: its value, its per-repeat values, or none
 
@@ -72,12 +88,33 @@ class ChangePoint:
     nights: int = 0  # how many nights the step lasted (within the window)
 
 
+@dataclass(frozen=True)
+class Drift:
+    """A slow, monotone move over a segment's nights (`slow_drift`)."""
+
+    first: int  # index of the segment's first night
+    nights: int
+    change: float  # relative: slope × span / |median|
+    direction: str  # regression | improvement
+    p_value: float
+
+
 @dataclass
 class ChangeDecision:
-    state: str  # insufficient_history | stable | change
+    state: str  # insufficient_history | stable | change | drift
     change_points: list[ChangePoint] = field(default_factory=list)
     n: int = 0
     reason: str = ""
+    threshold: float | None = None  # what the series was held to (declared, or its own spread's)
+    spread: float | None = None  # relative night-to-night standard deviation (`night_spread`)
+    drift: Drift | None = None
+
+    @property
+    def regression(self) -> bool:
+        """A step or a drift for the worse."""
+        return any(p.direction == "regression" for p in self.change_points) or (
+            self.drift is not None and self.drift.direction == "regression"
+        )
 
 
 @dataclass(frozen=True)
@@ -99,6 +136,41 @@ def _night(v: NightValues) -> np.ndarray:
     return a[np.isfinite(a)]
 
 
+def night_spread(medians: Sequence[float], segment: Sequence[int] = ()) -> float | None:
+    """The relative standard deviation of one night's median about the next: 1.4826 × the
+    median |difference| of consecutive nights of one segment / √2, over the median of the
+    medians. None below 3 differences or with a median of 0. Robust: a step is one difference.
+    Pure."""
+    seg = list(segment) or [0] * len(medians)
+    diffs = [abs(b - a) for (a, sa), (b, sb) in zip(zip(medians, seg), zip(medians[1:], seg[1:])) if sa == sb]
+    center = abs(float(np.median(medians))) if len(medians) else 0.0
+    if len(diffs) < 3 or center == 0:
+        return None
+    return float(1.4826 * np.median(diffs) / math.sqrt(2) / center)
+
+
+def slow_drift(medians: Sequence[float], threshold: float, higher_is_better: bool) -> Drift | None:
+    """A monotone drift over one segment's nightly medians (oldest first): Theil-Sen slope ×
+    span, relative to the median, when Kendall's tau is significant and the drift is at least
+    ``threshold``; None otherwise (or below ``DRIFT_MIN_NIGHTS`` nights). Pure."""
+    from scipy import stats
+
+    y = np.asarray(medians, dtype=float)
+    if y.size < DRIFT_MIN_NIGHTS or not np.isfinite(y).all() or np.ptp(y) == 0:
+        return None
+    x = np.arange(y.size, dtype=float)
+    tau = stats.kendalltau(x, y)
+    slope = float(stats.theilslopes(y, x).slope)
+    center = abs(float(np.median(y)))
+    if center == 0 or not math.isfinite(float(tau.pvalue)) or float(tau.pvalue) >= DRIFT_ALPHA:
+        return None
+    change = slope * (y.size - 1) / center
+    if abs(change) < threshold:
+        return None
+    worse = change < 0 if higher_is_better else change > 0
+    return Drift(0, int(y.size), change, "regression" if worse else "improvement", float(tau.pvalue))
+
+
 def detect_change(
     values: Sequence[NightValues],
     threshold: float,
@@ -107,14 +179,26 @@ def detect_change(
     persist: int = PERSIST,
     window: int = WINDOW,
     breaks: Sequence[int] = (),
+    noise_k: float = NOISE_K,
 ) -> ChangeDecision:
-    """Sustained, significant steps in a nightly series (see the module docstring). A night is
-    a value, its per-repeat values, or None/NaN (a failed or missing night, skipped).
-    ``breaks``: night indices where a new segment (configuration) starts."""
+    """Sustained, significant steps in a nightly series, and slow drift over its newest
+    segment (see the module docstring). A night is a value, its per-repeat values, or None/NaN
+    (a failed or missing night, skipped). ``breaks``: night indices where a new segment
+    (configuration) starts. The threshold used is the larger of ``threshold`` and ``noise_k`` ×
+    the series' night-to-night spread."""
     nights = [(i, a) for i, a in ((i, _night(v)) for i, v in enumerate(values)) if a.size]
     n = len(nights)
     cuts = sorted(set(breaks))
     segment = [sum(1 for b in cuts if b <= i) for i, _ in nights]
+    declared = threshold
+    spread = night_spread([float(np.median(a)) for _, a in nights], segment)
+    if spread is not None and noise_k * spread > threshold:
+        threshold = noise_k * spread
+    held = f"threshold {threshold * 100:.1f}%" + (
+        ""
+        if threshold == declared
+        else f" ({noise_k:g} × the series' night-to-night spread {spread * 100:.1f}%; declared {declared * 100:.0f}%)"
+    )
     longest = max((segment.count(s) for s in set(segment)), default=0)
     if longest < min_before + persist:
         where = " in one configuration" if len(set(segment)) > 1 else ""
@@ -124,6 +208,8 @@ def detect_change(
             n,
             f"{longest if cuts else n} nights with a value{where}; need {min_before + persist} "
             f"({min_before} before a step, {persist} to confirm it)",
+            threshold,
+            spread,
         )
     points: list[ChangePoint] = []
     j = 0
@@ -159,6 +245,16 @@ def detect_change(
                 j += window
                 continue
         j += 1
+    last = [(i, a) for (i, a), seg in zip(nights, segment) if seg == segment[-1]] if nights else []
+    drift = slow_drift([float(np.median(a)) for _, a in last], threshold, higher_is_better) if last else None
+    if drift is not None:
+        drift = Drift(last[0][0], drift.nights, drift.change, drift.direction, drift.p_value)
+    drift_text = (
+        ""
+        if drift is None
+        else f"slow drift ({drift.direction}) of {drift.change * 100:+.1f}% over the last {drift.nights} nights "
+        f"(Theil-Sen, Kendall p={drift.p_value:.2g})"
+    )
     if points:
         return ChangeDecision(
             "change",
@@ -168,14 +264,24 @@ def detect_change(
                 f"{p.direction} of {p.change * 100:+.1f}% at night {p.index + 1} ({p.nights} nights, {p.test}"
                 f"{'' if p.p_value is None else f' p={p.p_value:.2g}'})"
                 for p in points
-            ),
+            )
+            + (f"; {drift_text}" if drift_text else "")
+            + f"; {held}",
+            threshold,
+            spread,
+            drift,
         )
+    if drift is not None:
+        return ChangeDecision("drift", [], n, f"{drift_text}; no step; {held}", threshold, spread, drift)
     return ChangeDecision(
         "stable",
         [],
         n,
         "no sustained, significant step beyond the threshold"
-        + (f" (searched within {len(set(segment))} configurations)" if len(set(segment)) > 1 else ""),
+        + (f" (searched within {len(set(segment))} configurations)" if len(set(segment)) > 1 else "")
+        + f"; {held}",
+        threshold,
+        spread,
     )
 
 

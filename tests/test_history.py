@@ -253,3 +253,39 @@ def test_history_markers_and_simulated_labels_on_the_page(tmp_path):
     assert cli_main(a) == 0
     html = (reports_dir / "synth" / "history.html").read_text()
     assert "SIMULATED" in html and "scenario text changed" in html and "Configuration changes" in html
+
+
+def test_night_spread_is_robust_to_one_step():
+    flat = series([100] * 20, 5, sd=0.10)
+    s = H.night_spread(flat)
+    assert 0.06 < s < 0.16
+    stepped = flat[:10] + [v * 0.5 for v in flat[10:]]
+    assert H.night_spread(stepped, [0] * 10 + [1] * 10) is not None  # differences across a break are left out
+    assert H.night_spread([100, 101]) is None  # one difference: no spread
+
+
+def test_a_series_is_held_to_its_own_night_to_night_spread():
+    """A cache-hit ratio swinging ±15 % night to night held to a 5 % threshold flags healthy
+    nights; held to 3.5 × its own spread it does not, and says which threshold it used."""
+    old = sum(
+        H.detect_change(series([0.6] * 15, s, sd=0.15), 0.05, True, noise_k=0).state == "change" for s in range(30)
+    )
+    new = [H.detect_change(series([0.6] * 15, s, sd=0.15), 0.05, True) for s in range(30)]
+    assert old >= 3
+    assert sum(d.state == "change" for d in new) == 0
+    assert all(d.threshold > 0.2 and "night-to-night spread" in d.reason for d in new)
+    # a quiet series keeps its declared threshold, and a 10 % step on it is still found
+    quiet = H.detect_change(series([100] * 10 + [90] * 5, 1), 0.05, True)
+    assert quiet.state == "change" and quiet.threshold == 0.05
+
+
+def test_slow_drift_is_flagged():
+    """TTFT 1 % slower every night for 12 nights (noise 0.5 %): a drift of ~11 %, flagged as a
+    regression; flat noisy nights never are."""
+    drifting = series([100 * (1 + 0.01 * i) for i in range(12)], 7, sd=0.005)
+    d = H.detect_change(drifting, 0.05, higher_is_better=False)
+    assert d.drift is not None and d.drift.direction == "regression" and 0.08 < d.drift.change < 0.14
+    assert d.regression and "slow drift" in d.reason
+    for seed in range(30):  # flat noisy nights: no drift
+        assert H.detect_change(series([100] * 12, seed), 0.05, False).drift is None, seed
+    assert H.slow_drift([100, 101, 102, 103, 104], 0.01, False) is None  # too few nights

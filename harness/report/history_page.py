@@ -48,7 +48,7 @@ def render(h: History) -> str:
                         "variant": v,
                         "state": d.state,
                         "reason": d.reason,
-                        "regression": any(p.direction == "regression" for p in d.change_points),
+                        "regression": d.regression,
                     }
                     for v, d in h.decisions[m].items()
                 ],
