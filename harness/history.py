@@ -59,7 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import gpu_time, results
+from harness import gpu_time, results, startup_phases
 from harness.compare.runs import run_workload_kinds
 from harness.compare.statistics import decide, threshold_for
 from harness.expectations import scenario_expectations
@@ -343,6 +343,8 @@ def metric_direction(name: str) -> tuple[bool, str]:
     figure's declaration; (True, "") for a name nothing declares."""
     if name.startswith(gpu_time.HISTORY_PREFIX):
         return False, "GPU-min"  # a night's GPU time: less is better
+    if name.startswith(startup_phases.HISTORY_PREFIX):
+        return False, "s"  # a start's phase: shorter is better
     _, phase, metric = _parse_name(name)
     info = METRICS.get(metric) if phase != "*" else derived_figures().get(metric)
     return (True, "") if info is None else (info.higher_is_better, info.unit)
@@ -441,7 +443,8 @@ def collect(results_dir: Path, scenario: str) -> History:
                 continue
             vals[v.name] = headline_samples(summary, names_to_kinds)
             pooled[v.name] = headline_values(summary, names_to_kinds)
-            for name, value in gpu_time.history_values(status).items():  # one value a night
+            night = {**gpu_time.history_values(status), **startup_phases.history_values(status)}
+            for name, value in night.items():  # one value a night
                 vals[v.name][name] = [value]
                 pooled[v.name][name] = value
         per_run.append(vals)

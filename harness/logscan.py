@@ -71,6 +71,8 @@ _HOST_POOL_NEW = re.compile(r"(?:Allocating\s+(\w+)\s+)?hierarchical KV host poo
 _HOST_POOL_OLD = re.compile(r"Allocating\s+([\d.]+)\s*GB host memory for hierarchical KV cache")
 # sglang 0.5.x mamba host pool: "Allocating 2.55 GB host memory for hierarchical Mamba cache (layout=...)"
 _MAMBA_HOST_OLD = re.compile(r"Allocating\s+([\d.]+)\s*GB host memory for hierarchical Mamba cache")
+# any of the host-pool allocation lines above (harness.startup_phases: where the host pool's time starts)
+HOST_POOL_LINES = re.compile("|".join(p.pattern for p in (_HOST_POOL_NEW, _HOST_POOL_OLD, _MAMBA_HOST_OLD)))
 
 
 @dataclass(frozen=True)

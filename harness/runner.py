@@ -27,6 +27,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from harness import (
     results,
     run_products,
     serving_window,
+    startup_phases,
 )
 from harness.client import client_stack
 from harness.estimate import design_warning_lines, design_warnings, request_counts
@@ -585,6 +587,10 @@ def run_variant(
         sampler = _start_sampler(scenario, server, vpaths)
         state.sampler = sampler
         ready = server.wait_ready(variant.startup_timeout_s)
+        ready_at = time.time()
+        status.startup = startup_phases.split_startup(
+            server.read_log(), (status.server or {}).get("create_time"), ready_at if ready.ready else None
+        )
         if ready.ready:
             break
         progress.phase("stopping failed server")
@@ -607,6 +613,7 @@ def run_variant(
     status.ready_s = round(ready.seconds, 3)
     clock.enter(gpu_time.IDLE)
     status.write(vpaths.status)
+    progress.note(f"{variant.name}: ready in {ready.seconds:.1f} s ({startup_phases.summary_line(status.startup)})")
 
     def fail_ready_server(cause: str, detail: dict) -> tuple[VariantOutcome, bool]:
         clock.enter(gpu_time.COOLDOWN)

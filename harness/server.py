@@ -126,6 +126,9 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
         ]
         if sim.mem_available_gib is not None:
             sim_flags += ["--sim-mem-available-gib", _fmt(sim.mem_available_gib)]
+        for knob in ("capture_s", "register_s_per_gb", "warmup_s"):
+            if getattr(sim, knob):
+                sim_flags += ["--sim-" + knob.replace("_", "-"), _fmt(getattr(sim, knob))]
         for knob in ("storage_gb", "storage_read_gbs", "storage_write_gbs"):
             if getattr(sim, knob) is not None:
                 sim_flags += ["--sim-" + knob.replace("_", "-"), _fmt(getattr(sim, knob))]

@@ -31,7 +31,7 @@ REFUSED = "refused"  # preflight strict: never launched
 FINAL_STATES = frozenset({OK, STARTUP_FAILED, REFUSED, FAILED})
 
 # Keys written only once the step they describe happened (absent before, as they always were).
-_ONLY_WHEN_SET = ("server", "failed_attempts", "survivors", "stop", "cooldown", "gpu_ids", "timing")
+_ONLY_WHEN_SET = ("server", "failed_attempts", "survivors", "stop", "cooldown", "gpu_ids", "startup", "timing")
 # One startup attempt's failure evidence, set aside under ``failed_attempts`` before a retry.
 _ATTEMPT_KEYS = ("exit_code", "cause", "cause_detail", "log_excerpt", "survivors")
 
@@ -102,6 +102,7 @@ class VariantStatus:
     survivors: list[int] | None = None  # pids that outlived the stop of a server that never got ready
     stop: dict | None = None  # server.StopResult of a server that got ready
     cooldown: Any = None  # the cooldown wait's result
+    startup: dict | None = None  # harness.startup_phases: where the (last) start went, from the log
     gpu_ids: list[str] | None = None  # the GPU set `harness run --gpus` gave it (CUDA_VISIBLE_DEVICES)
     timing: dict | None = None  # harness.gpu_time: wall, seconds and GPU-minutes per bucket
     schema_version: int = results.SCHEMA_VERSION

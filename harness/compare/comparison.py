@@ -44,6 +44,7 @@ from harness.compare.runs import (
     variant_records,
     variant_requests,
 )
+from harness.compare.startup import host_pool_row
 from harness.compare.statistics import decide, finite, per_unit, threshold_for
 from harness.expectations import evaluate_run_expectations
 from harness.frames import groups_frame
@@ -804,6 +805,9 @@ def compare_runs(
             )
             vanished_knees(name, bv.summary, cv.summary, cand_kinds, rows, thresholds)
             unexercised_rows(bv.summary, cv.summary, rows)
+            host_pool = host_pool_row(name, bv.status, cv.status, thresholds)  # the start's host-pool setup
+            if host_pool is not None:
+                rows.append(MetricRow(**host_pool))
             for r in rows:
                 if r.workload in changed_workloads:
                     r.state, r.note = "not_comparable", "workload definition changed"

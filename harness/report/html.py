@@ -42,6 +42,7 @@ from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
 from harness.report.tables import hicache_table, load_back, memory_table
 from harness.report.view import load_view
 from harness.schedule import LAG_LIMIT_MS
+from harness.startup_phases import PHASES as STARTUP_PHASES
 from harness.variant_status import origin_of_status
 from harness.verdict import unexercised_warnings
 
@@ -280,6 +281,22 @@ def gpu_time_rows(view) -> dict[str, Any] | None:
     return run_gpu_time(statuses)
 
 
+def startup_rows(view) -> dict[str, dict]:
+    """{variant: its start's phases (`harness.startup_phases`), reported figures and ready_s}
+    for the variants whose status has them."""
+    out = {}
+    for n in view.names:
+        st = view.status(n) or {}
+        startup = st.get("startup")
+        if isinstance(startup, dict) and startup.get("phases"):
+            out[n] = {
+                "phases": startup["phases"],
+                "reported": startup.get("reported") or {},
+                "ready_s": st.get("ready_s"),
+            }
+    return out
+
+
 def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     """Everything the template shows, from one run folder."""
     from harness.expectations import evaluate_run_expectations
@@ -356,6 +373,8 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         "variants": variant_rows(view),
         "gpu_time": gpu_time_rows(view),
         "gpu_buckets": BUCKETS,
+        "startup": startup_rows(view),
+        "startup_phases": STARTUP_PHASES,
         "names": view.names,
         "probe": probe_rows(view.probe),
         "hicache_rows": hicache_rows,

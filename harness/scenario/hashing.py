@@ -8,6 +8,10 @@ from typing import Any
 
 from harness.scenario.models import Scenario, Variant
 
+# The simulator's start-up timings (harness.startup_phases) change how long a start takes, never
+# what a variant measures: a scenario that sets them keeps its variants' hashes (and baselines).
+STARTUP_ONLY_SIM_KNOBS = frozenset({"capture_s", "register_s_per_gb", "warmup_s"})
+
 
 def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
@@ -40,7 +44,7 @@ def variant_config_hash(scenario: Scenario, variant: Variant) -> str:
         "env": dict(sorted(variant.env.items())),
         "hicache": variant.hicache.model_dump() if variant.hicache is not None else None,
         "sim": (
-            {**variant.sim.model_dump(), "faults": variant.all_sim_faults()}
+            {**variant.sim.model_dump(exclude=STARTUP_ONLY_SIM_KNOBS), "faults": variant.all_sim_faults()}
             if sim and variant.sim is not None
             else None
         ),

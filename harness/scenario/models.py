@@ -78,6 +78,10 @@ class SimOptions(ScenarioModel):
     host_mem_scale: Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=1)] = 0.0625
     mem_available_gib: PosFloat | None = None
     startup_s: NonNegFloat = 1.0
+    # the rest of a start, as sglang's log splits it (harness.startup_phases); not in the config hash
+    capture_s: NonNegFloat = 0.0  # CUDA-graph capture
+    register_s_per_gb: NonNegFloat = 0.0  # pinning the host pools (cudaHostRegister), per GB
+    warmup_s: NonNegFloat = 0.0  # before the warm-up request
     faults: list[Fault] = []
     # the storage tier (L3) of the cost model; None: the simulator's defaults (docs/simulator.md)
     storage_gb: PosFloat | None = None

@@ -49,6 +49,9 @@ class SimArgs:
     storage_write_gbs: float = DEFAULT_STORAGE_WRITE_GBS  # host -> storage backup bandwidth
     host_split: str = "each"  # hybrid --hicache-size: "each" pool gets it all, or "proportional" (sglang 0.5.17)
     unmodelled: dict[str, str] = field(default_factory=dict)  # declared flags accepted, not modelled
+    capture_s: float = 0.0  # CUDA-graph capture (between "Capture cuda graph begin" and its end)
+    register_s_per_gb: float = 0.0  # the host pools' cudaHostRegister, seconds per GB (all ranks)
+    warmup_s: float = 0.0  # before the warm-up request
 
     def __getattr__(self, name: str) -> Any:
         # convenience: args.max_total_tokens etc. read straight from the sglang namespace

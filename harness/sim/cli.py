@@ -199,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(each) or split it in proportion to their device pools' bytes, as sglang 0.5.17 does (proportional)",
     )
     a("--sim-startup-s", type=float, default=0.2, help="simulated weight-loading time (seconds)")
+    a("--sim-capture-s", type=float, default=0.0, help="simulated CUDA-graph capture time (seconds)")
+    a(
+        "--sim-register-s-per-gb",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="seconds the host pool's cudaHostRegister (pinning) takes per GB, every rank's pool",
+    )
+    a("--sim-warmup-s", type=float, default=0.0, help="simulated time before the warm-up request (seconds)")
     a(
         "--sim-step-ms-per-request",
         type=float,
@@ -235,6 +244,9 @@ SIM_DESTS = (
     "sim_host_mem_scale",
     "sim_mem_available_gib",
     "sim_startup_s",
+    "sim_capture_s",
+    "sim_register_s_per_gb",
+    "sim_warmup_s",
     "sim_fault",
     "sim_step_ms_per_request",
     "sim_storage_gb",
@@ -258,6 +270,9 @@ def parse_args(argv: Sequence[str] | None) -> SimArgs:
         host_mem_scale=min(1.0, max(0.0, sim["sim_host_mem_scale"])),
         mem_available_gib=sim["sim_mem_available_gib"],
         startup_s=max(0.0, sim["sim_startup_s"]),
+        capture_s=max(0.0, sim["sim_capture_s"]),
+        register_s_per_gb=max(0.0, sim["sim_register_s_per_gb"]),
+        warmup_s=max(0.0, sim["sim_warmup_s"]),
         faults=faults,
         step_ms_per_request=max(0.0, sim["sim_step_ms_per_request"]),
         storage_gb=sim["sim_storage_gb"],

@@ -242,6 +242,7 @@ def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
     )
     # every TP rank on this host allocates its own pool: touch tp x (scaled) bytes
     buffers.append(TouchedBuffer(int(kv_bytes * plan.tp * args.host_mem_scale)))
+    time.sleep(args.register_s_per_gb * kv_bytes * plan.tp / 1e9)  # pinning: cudaHostRegister of every rank's pool
     _register(plan, kv_bytes)
     if not plan.shape.is_hybrid:
         return
@@ -326,6 +327,10 @@ def run(args: SimArgs) -> int:
         log.info("exiting before ready with status 0 (simulated fault exit_before_ready)")
         return 0
     time.sleep(args.startup_s)
+    tplog.info(
+        "Load weight end. type=%s, dtype=torch.bfloat16, avail mem=120.00 GB, mem usage=0.00 GB.",
+        (shape.architectures or ("Unknown",))[0],
+    )
     if Fault.hang_at_startup in args.faults:
         tplog.info("Capture cuda graph begin. This can take up to several minutes.")
         _sleep_forever()
@@ -333,10 +338,6 @@ def run(args: SimArgs) -> int:
         tplog.info("Capture cuda graph begin. This can take up to several minutes.")
         crash_with_illegal_access("startup")
 
-    tplog.info(
-        "Load weight end. type=%s, dtype=torch.bfloat16, avail mem=120.00 GB, mem usage=0.00 GB.",
-        (shape.architectures or ("Unknown",))[0],
-    )
     kv_gb = plan.max_total_tokens * plan.kv_bytes_per_token / 2 / 1e9
     tplog.info(
         "KV Cache is allocated. #tokens: %d, K size: %.2f GB, V size: %.2f GB", plan.max_total_tokens, kv_gb, kv_gb
@@ -348,6 +349,15 @@ def run(args: SimArgs) -> int:
             (plan.mamba_slots + 1) * shape.mamba_conv_bytes_per_slot(plan.tp) / 1e9,
             (plan.mamba_slots + 1) * shape.mamba_temporal_bytes_per_slot(plan.tp) / 1e9,
         )
+    tplog.info("Memory pool end. avail mem=%.2f GB", 12.34)
+    tplog.info("Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB", 12.34)
+    t0 = time.perf_counter()
+    time.sleep(args.capture_s)
+    tplog.info(
+        "Capture cuda graph end. Time elapsed: %.2f s. mem usage=0.00 GB. avail mem=%.2f GB.",
+        time.perf_counter() - t0,
+        12.34,
+    )
 
     buffers: list[TouchedBuffer] = []
     try:
@@ -497,6 +507,7 @@ async def _serve(plan: Plan) -> int:
             sched.cancel()
             return 1
         await asyncio.sleep(0.01)
+    await asyncio.sleep(plan.args.warmup_s)
     warm = SimRequest(
         rid="warmup",
         input_ids=[3, 4, 5, 6, 7, 8, 9, 10],
