@@ -177,6 +177,12 @@ def _measures_prefill(phase: pd.DataFrame) -> bool:
     return bool(prompt.median() >= PREFILL_MIN_PROMPT and mostly_computed)
 
 
+def _has_host_hits(phase: pd.DataFrame) -> bool:
+    """Where host_hit_fraction is judged: a phase in which some request got host-tier hits (a
+    phase that never reaches the host tier, or a server without one, has nothing to compare)."""
+    return bool((phase["cached_host"].fillna(0) > 0).any())
+
+
 # ------------------------------------------------------------------------------- declarations
 
 
@@ -194,6 +200,21 @@ class Metric:
     per: Literal["request", "group"] = "request"
     compared: bool = False
     compared_when: Callable[[pd.DataFrame], bool] | None = None
+    # Where compared, compare also adds a tail row "<name>_p<q>" (the quantile q of one value per
+    # independent unit, `harness.compare.tails.decide_tail`; lower-is-better metrics only) and,
+    # with ``drift``, a within-run row "<name>_drift": the candidate's last third of a phase
+    # against its own first third, in the order sent (`harness.compare.tails.decide_drift`).
+    tail: float | None = None
+    drift: bool = False
+
+    @property
+    def tail_name(self) -> str | None:
+        """The tail row's metric name, e.g. ``ttft_ms_p99``; None without a tail."""
+        return None if self.tail is None else f"{self.name}_p{round(self.tail * 100):d}"
+
+    @property
+    def drift_name(self) -> str | None:
+        return f"{self.name}_drift" if self.drift else None
 
     def compute(self, columns: Columns) -> np.ndarray:
         """The metric over columns of inputs (arrays, one row per request or group)."""
@@ -216,11 +237,11 @@ class Metric:
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in [
-        Metric("ttft_ms", "ms", False, "time to first token", _ttft_ms, compared=True),
+        Metric("ttft_ms", "ms", False, "time to first token", _ttft_ms, compared=True, tail=0.99, drift=True),
         Metric(
             "itl_ms", "ms", False, "inter-token latency (per token, pooled over chunks)", lambda c: c["itl_mean_ms"]
         ),
-        Metric("tpot_ms", "ms", False, "time per output token after the first", _tpot_ms, compared=True),
+        Metric("tpot_ms", "ms", False, "time per output token after the first", _tpot_ms, compared=True, tail=0.99),
         Metric(
             "e2e_ms", "ms", False, "end-to-end request latency", lambda c: (c["done_ns"] - c["sent_ns"]) / _NS_PER_MS
         ),
@@ -243,6 +264,8 @@ METRICS: dict[str, Metric] = {
             True,
             "prompt tokens served from the host tier",
             _fraction_of_prompt("cached_host"),
+            compared=True,
+            compared_when=_has_host_hits,
         ),
         Metric(
             "storage_hit_fraction",
@@ -277,6 +300,11 @@ METRICS: dict[str, Metric] = {
     ]
 }
 REQUEST_METRICS = [m.name for m in METRICS.values() if m.per == "request"]
+# The metric names a gate may name as ``workload.phase.<name>``: every compared metric, its tail
+# row and its drift row (what `harness.compare` judges).
+GATEABLE: dict[str, Metric] = {
+    name: m for m in METRICS.values() if m.compared for name in (m.name, m.tail_name, m.drift_name) if name is not None
+}
 # The per-record derivation of each request metric (what the summary applies to each record).
 DERIVATIONS: dict[str, Callable[[RequestRecord], float | None]] = {
     name: METRICS[name].of_record for name in REQUEST_METRICS

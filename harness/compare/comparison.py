@@ -46,6 +46,7 @@ from harness.compare.runs import (
 )
 from harness.compare.startup import host_pool_row
 from harness.compare.statistics import decide, finite, per_unit, threshold_for
+from harness.compare.tails import MIN_DRIFT_UNITS, decide_drift, decide_tail, tail_min_values
 from harness.expectations import evaluate_run_expectations
 from harness.frames import groups_frame
 from harness.metrics import METRICS
@@ -441,6 +442,8 @@ def compare_variant(
                 thresholds,
             )
         )
+    for key in list(dict.fromkeys([*cs, *bs])):
+        rows.extend(tail_and_drift_rows(name, key, bs.get(key), cs.get(key), thresholds))
     figures = derived_figures()
     for key in list(dict.fromkeys([*cand_derived, *base_derived])):
         wl, m = key
@@ -459,6 +462,51 @@ def compare_variant(
             )
         )
     return rows
+
+
+def tail_and_drift_rows(
+    name: str,
+    key: tuple[str, str, str],
+    base: RowSample | None,
+    cand: RowSample | None,
+    thresholds: Mapping[str, float],
+) -> list[MetricRow]:
+    """The tail row (``<metric>_p<q>``) and the within-run drift row (``<metric>_drift``) that
+    the metric's declaration asks for (`harness.metrics.Metric.tail` / ``drift``), on one value
+    per independent unit (`harness.compare.tails`). A tail row appears where a side has the values
+    its quantile needs, a drift row where the candidate has 3 x 8 units: rows that could never
+    decide are left out (a gate naming one then says it has no such row). Pure."""
+    wl, ph, m = key
+    info = METRICS[m]
+    empty = RowSample(np.array([]), None, info.per)
+    b, c = (base or empty).evidence(), (cand or empty).evidence()
+    unit = (cand or base or empty).unit
+    out: list[MetricRow] = []
+    if info.tail is not None and not info.higher_is_better and max(b.size, c.size) >= tail_min_values(info.tail):
+        metric = str(info.tail_name)
+        thr, src = threshold_for(dict(thresholds), wl, ph, metric)
+        d = decide_tail(b, c, thr, info.tail)
+        qb = float(np.quantile(b, info.tail)) if b.size else None
+        qc = float(np.quantile(c, info.tail)) if c.size else None
+        out.append(
+            MetricRow(
+                name, wl, ph, metric, info.unit, False, qb, qc, int(b.size), int(c.size), d.change, thr, src,
+                d.test, d.p_value, d.state, d.note, sample=unit,
+            )
+        )  # fmt: skip
+    if info.drift and c.size >= 3 * MIN_DRIFT_UNITS:
+        metric = str(info.drift_name)
+        thr, src = threshold_for(dict(thresholds), wl, ph, metric)
+        d, n_first, n_last = decide_drift(c, info.higher_is_better, thr)
+        third = c.size // 3
+        out.append(
+            MetricRow(
+                name, wl, ph, metric, info.unit, info.higher_is_better, float(np.median(c[:third])),
+                float(np.median(c[-third:])), n_first, n_last, d.change, thr, src, d.test, d.p_value, d.state,
+                d.note, d.ci_low, d.ci_high, d.mde, sample=unit,
+            )
+        )  # fmt: skip
+    return out
 
 
 def vanished_knees(

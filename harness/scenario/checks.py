@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from difflib import get_close_matches
 from typing import Any
 
-from harness.metrics import METRICS
+from harness.metrics import GATEABLE, METRICS
 from harness.scenario.errors import ErrorItem
 from harness.scenario.models import DEFAULT_BUILD, HiCache, Scenario, Variant, VariantFields
 from harness.scenario.values import Check, env_problem, flag_problem
@@ -274,7 +274,7 @@ def gate_problem(scn: Scenario, metric: str) -> str | None:
         if parts[1] not in figures:
             return f"{workloads[parts[0]]} compares no derived figure {parts[1]!r}" + _did_you_mean(parts[1], figures)
         return None
-    compared = [name for name, m in METRICS.items() if m.compared]
+    compared = list(GATEABLE)
     if parts[2] not in compared:
         return f"no compared metric {parts[2]!r}" + _did_you_mean(parts[2], compared)
     return None
