@@ -363,13 +363,15 @@ def test_golden_slower_build_fails_with_ci_outputs(golden_run, tmp_path, monkeyp
     assert data["verdict"] == "FAIL" and data["counts"]["regression"] > 0 and data["simulated"]
     tree = ET.parse(junit)
     assert "SIMULATED" in tree.getroot().get("name")
-    failures = [tc for tc in tree.iter("testcase") if tc.find("failure") is not None]
+    failures = [
+        tc for tc in tree.iter("testcase") if tc.find("failure") is not None and tc.get("classname") != "verdict"
+    ]
     assert {f.get("name").rsplit("/", 1)[1] for f in failures} >= {"ttft_ms", "tpot_ms"}
     # what a JUnit publisher reads: totals on the root and every suite, a time on every case (a
     # variant's = its wall seconds), and classnames that split into suite + variant only
     root = tree.getroot()
     cases = list(root.iter("testcase"))
-    assert int(root.get("tests")) == len(cases) and int(root.get("failures")) == len(failures)
+    assert int(root.get("tests")) == len(cases) and int(root.get("failures")) == len(failures) + 1  # + the verdict
     assert all(s.get("time") is not None and s.get("tests") for s in root.iter("testsuite"))
     assert all(float(c.get("time")) >= 0 for c in cases)
     variant_times = [float(c.get("time")) for c in cases if c.get("classname") == "variants"]
@@ -391,8 +393,12 @@ def test_golden_config_change_is_not_compared(golden_run, tmp_path):
     assert states["on-r2"][0] == "not_comparable" and "config changed" in states["on-r2"][1]
     assert not [m for m in data["metrics"] if m["sample"] != "verdict"]
     assert "NOT COMPARED: config changed" in md.read_text()
-    errors = [tc.get("name") for tc in ET.parse(junit).iter("testcase") if tc.find("error") is not None]
-    assert {"off", "on-r2"} <= set(errors)
+    cases = list(ET.parse(junit).iter("testcase"))
+    assert not [tc for tc in cases if tc.find("error") is not None]  # nothing broke: no <error>
+    skipped = {tc.get("name"): tc.find("skipped").get("message") for tc in cases if tc.find("skipped") is not None}
+    assert {"off", "on-r2"} <= set(skipped) and "NOT COMPARED" in skipped["on-r2"]
+    (verdict,) = [tc for tc in cases if tc.get("classname") == "verdict"]
+    assert verdict.find("skipped").get("message").startswith("INCONCLUSIVE: ")
 
 
 def test_golden_run_against_itself(golden_run):
@@ -696,8 +702,8 @@ def test_junit_classnames_keep_a_dotted_variant_in_one_part():
     )
     root = ET.fromstring(to_junit(comp).split("\n", 1)[1])
     classes = {c.get("classname") for c in root.iter("testcase")}
-    assert classes == {"variants", "expectations.on-r1_5"}
-    assert root.get("time") == "12.500" and root.get("tests") == "2"
+    assert classes == {"verdict", "variants", "expectations.on-r1_5"}
+    assert root.get("time") == "12.500" and root.get("tests") == "3"
 
 
 # ------------------------------------------------------------------- the unit of evidence
@@ -808,3 +814,54 @@ def test_a_pool_of_nights_is_one_baseline(tmp_path):
     assert harness(["accept", str(nights[1])]) == ExitCode.OK
     assert cli_main(args(cand, "latest", tmp_path, pool=3)) == ExitCode.OK
     assert comparison(cand)["baseline"]["pool"] == [B]  # the accepted night is the oldest in the pool
+
+
+# ------------------------------------------------------------------- outputs that agree
+
+
+def test_a_client_bound_phase_cannot_judge_the_server(tmp_path):
+    """A 20 % slower candidate whose phase the run flagged CLIENT-BOUND: the row is inconclusive
+    with that reason (the run's warning and the comparison agree), never a regression or a pass;
+    the same candidate without the flag FAILs."""
+    base = write_run(tmp_path, A, {"on": cold_records(noisy(100, 8, seed=1))})
+    cand = write_run(tmp_path, B, {"on": cold_records(noisy(120, 8, seed=2))})
+    assert C.compare_runs(results.load_run(base), results.load_run(cand)).outcome == "FAIL"
+
+    def flag(s):
+        s["workloads"]["cold_prefill"]["phases"]["cold"]["figures"] = {
+            "client_bound": True,
+            "lag_p99_ms": 3.2,
+            "lag_limit_ms": 1.0,
+        }
+
+    edit_json(cand / "on" / "summary.json", flag)
+    comp = C.compare_runs(results.load_run(base), results.load_run(cand))
+    (row,) = rows(comp)
+    assert row.state == "inconclusive" and "CLIENT-BOUND (schedule lag p99 3.2 ms over 1 ms)" in row.note
+    assert comp.outcome == "INCONCLUSIVE" and any("CLIENT-BOUND" in r for r in comp.reasons)
+    junit = ET.fromstring(C.to_junit(comp))
+    (tc,) = [t for t in junit.iter("testcase") if t.get("name") == "cold_prefill/cold/ttft_ms"]
+    assert "CLIENT-BOUND" in tc.find("skipped").get("message")
+
+
+def test_junit_follows_the_outcome(tmp_path):
+    """An INCONCLUSIVE comparison has no <error> and no <failure>: its unjudged gating rows are
+    skipped with their reasons, and the verdict case says INCONCLUSIVE; a FAIL has the failure."""
+    base = write_run(tmp_path, A, {"on": cold_records(noisy(100, 1, seed=1))})
+    cand = write_run(tmp_path, B, {"on": cold_records(noisy(100, 1, seed=2))})
+    comp = C.compare_runs(results.load_run(base), results.load_run(cand))
+    assert comp.outcome == "INCONCLUSIVE"
+    root = ET.fromstring(C.to_junit(comp))
+    assert root.get("errors") == "0" and root.get("failures") == "0"
+    verdict = next(t for t in root.iter("testcase") if t.get("classname") == "verdict")
+    assert verdict.find("skipped").get("message") == "INCONCLUSIVE: " + "; ".join(comp.reasons)
+    gating = [
+        t
+        for t in root.iter("testcase")
+        if (t.find("skipped") is not None and "(gating" in t.find("skipped").get("message"))
+    ]
+    assert gating
+    slow = write_run(tmp_path, C3, {"on": cold_records(noisy(150, 8, seed=3))})
+    base8 = write_run(tmp_path, D, {"on": cold_records(noisy(100, 8, seed=4))})
+    failed = ET.fromstring(C.to_junit(C.compare_runs(results.load_run(base8), results.load_run(slow))))
+    assert next(t for t in failed.iter("testcase") if t.get("classname") == "verdict").find("failure") is not None

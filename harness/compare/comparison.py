@@ -600,6 +600,35 @@ def unexercised_rows(base_summary: Mapping | None, cand_summary: Mapping | None,
         r.state, r.note = "inconclusive", f"{side} measured recompute: {cand.get(key) or base.get(key)}"
 
 
+def client_bound_rows(base_summary: Mapping | None, cand_summary: Mapping | None, rows: list[MetricRow]) -> None:
+    """A timing row of a phase that either run flagged CLIENT-BOUND (its p99 schedule lag over
+    ``lag_limit_ms``: the client, not the server, set the load) is inconclusive with that reason,
+    whatever its test said: the run's warning and the comparison never contradict each other.
+    Rows are changed in place. No I/O."""
+
+    def flagged(summary: Mapping | None) -> dict[tuple[str, str], str]:
+        out = {}
+        for wl, w in ((summary or {}).get("workloads") or {}).items():
+            for ph, p in ((w or {}).get("phases") or {}).items() if isinstance(w, Mapping) else ():
+                f = p.get("figures") if isinstance(p, Mapping) else None
+                if isinstance(f, Mapping) and f.get("client_bound") is True:
+                    lag, limit = f.get("lag_p99_ms"), f.get("lag_limit_ms")
+                    out[(wl, ph)] = f"schedule lag p99 {lag:.3g} ms over {limit:g} ms" if lag and limit else "flagged"
+        return out
+
+    cand, base = flagged(cand_summary), flagged(base_summary)
+    for r in rows:
+        key = (r.workload, r.phase)
+        if r.phase == "*" or r.state == "not_comparable" or (key not in cand and key not in base):
+            continue
+        side = "candidate" if key in cand else "baseline"
+        r.state = "inconclusive"
+        r.note = (
+            f"the {side}'s phase was CLIENT-BOUND ({cand.get(key) or base.get(key)}): the client, not the "
+            "server, set its load, so its latency cannot judge the server"
+        )
+
+
 def parity_row(
     name: str,
     base_summary: Mapping | None,
@@ -853,6 +882,7 @@ def compare_runs(
             )
             vanished_knees(name, bv.summary, cv.summary, cand_kinds, rows, thresholds)
             unexercised_rows(bv.summary, cv.summary, rows)
+            client_bound_rows(bv.summary, cv.summary, rows)
             host_pool = host_pool_row(name, bv.status, cv.status, thresholds)  # the start's host-pool setup
             if host_pool is not None:
                 rows.append(MetricRow(**host_pool))

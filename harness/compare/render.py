@@ -3,7 +3,11 @@ console text of ``harness compare``. Pure: strings in, strings out.
 
 All three say the same things loudly: the outcome and its reasons, SIMULATED when either run
 came from the simulator, how the baseline was chosen, and the variants that were not compared
-(config changed, missing) — JUnit as an error when the variant is gated."""
+(config changed, missing). JUnit's colours follow the outcome: only what FAILs the comparison
+is a ``failure``; what makes it INCONCLUSIVE (a gating row that could not be judged, a gated
+variant not compared) is ``skipped`` with its reason, never an ``error`` (an error is a broken
+test, and dashboards turn red on it); a ``verdict`` suite holds one case with the outcome and
+its reasons."""
 
 from __future__ import annotations
 
@@ -249,11 +253,13 @@ def _curve_lines(curves: list[CurvePointRow]) -> list[str]:
 
 
 def to_junit(comp: Comparison) -> str:
-    """JUnit XML: one test case per metric, variant and expectation. A regression in a gating
-    metric is a failure, a gating metric that could not be judged an error (inconclusive), a
-    non-gating one skipped; a gated variant that was not compared is an error. Classnames:
-    ``variants``, ``metrics.<variant>``, ``curves.<variant>``, ``expectations.<variant>`` (dots in
-    a variant's name become ``_``); a metric case is named ``workload/phase/metric``, a curve
+    """JUnit XML: one case for the outcome (suite ``verdict``: a failure on FAIL, skipped with
+    the reasons on INCONCLUSIVE), one per metric, variant and expectation. A regression in a
+    gating metric is a failure; a metric that could not be judged (inconclusive, not comparable)
+    is skipped with its reason, "INCONCLUSIVE (gating)" when it gates; a variant that was not
+    compared is skipped too. Classnames:
+    ``verdict``, ``variants``, ``metrics.<variant>``, ``curves.<variant>``, ``expectations.<variant>``
+    (dots in a variant's name become ``_``); a metric case is named ``workload/phase/metric``, a curve
     point's ``workload/phase``. ``time``: a variant's case
     carries the candidate variant's wall seconds, the others 0; suites and the root sum them and
     carry the totals."""
@@ -270,14 +276,24 @@ def to_junit(comp: Comparison) -> str:
     def case(s: ET.Element, classname: str, name: str, time_s: float | None = None) -> ET.Element:
         return ET.SubElement(s, "testcase", classname=classname, name=name, time=f"{time_s or 0.0:.3f}")
 
+    s_out = suite("verdict")
+    tc = case(s_out, "verdict", comp.candidate.get("scenario") or "comparison")
+    why = "; ".join(comp.reasons) or "every gating row judged"
+    if comp.outcome == "FAIL":
+        ET.SubElement(tc, "failure", message=f"FAIL: {why}", type="FAIL").text = "\n".join(comp.reasons)
+    elif comp.outcome != "PASS":
+        ET.SubElement(tc, "skipped", message=f"{comp.outcome}: {why}")
+    else:
+        ET.SubElement(tc, "system-out").text = "PASS: " + why
     s_var = suite("variants")
     for v in comp.variants:
         tc = case(s_var, "variants", v.variant, v.candidate_wall_s)
         if v.state in FAILING_VARIANT_STATES:
             ET.SubElement(tc, "failure", message=f"{v.state}: {v.note}", type=v.state).text = v.note
-        elif v.state in UNJUDGED_VARIANT_STATES and v.gated:
-            ET.SubElement(tc, "error", message=f"NOT COMPARED ({v.state}): {v.note}", type=v.state).text = v.note
-        elif v.state in ("skipped", *UNJUDGED_VARIANT_STATES):
+        elif v.state in UNJUDGED_VARIANT_STATES:
+            gated = " (gated: the comparison is INCONCLUSIVE)" if v.gated else ""
+            ET.SubElement(tc, "skipped", message=f"NOT COMPARED ({v.state}): {v.note}{gated}")
+        elif v.state == "skipped":
             ET.SubElement(tc, "skipped", message=f"{v.state}: {v.note}")
     s_m = suite("metrics")
     for m in comp.metrics:
@@ -286,7 +302,7 @@ def to_junit(comp: Comparison) -> str:
         if m.state == "regression" and m.gating:
             ET.SubElement(tc, "failure", message=msg, type="regression").text = msg
         elif m.state in ("inconclusive", "not_comparable") and m.gating:
-            ET.SubElement(tc, "error", message=f"{m.state}: {msg}", type=m.state).text = msg
+            ET.SubElement(tc, "skipped", message=f"INCONCLUSIVE (gating, {m.state}): {msg}")
         elif m.state in ("regression", "inconclusive", "not_comparable"):
             ET.SubElement(tc, "skipped", message=f"{m.state}: {msg}")
         else:
@@ -303,7 +319,7 @@ def to_junit(comp: Comparison) -> str:
             if c.state == "regression" and c.gating:
                 ET.SubElement(tc, "failure", message=msg, type="regression").text = msg
             elif c.state in ("inconclusive", "not_comparable") and c.gating:
-                ET.SubElement(tc, "error", message=f"{c.state}: {msg}", type=c.state).text = msg
+                ET.SubElement(tc, "skipped", message=f"INCONCLUSIVE (gating, {c.state}): {msg}")
             elif c.state in ("regression", "inconclusive", "not_comparable"):
                 ET.SubElement(tc, "skipped", message=f"{c.state}: {msg}")
             else:
