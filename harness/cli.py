@@ -33,11 +33,13 @@ EPILOG = (
 # Each command imports its modules when it runs, so that `--help` and `validate` stay fast.
 
 
-def _load_scenario_or_exit(path: str | None, urls: list[str] | None = None):
+def _load_scenario_or_exit(path: str | None, urls: list[str] | None = None, overrides=()):
     """The scenario of ``path``; with ``urls`` (``run --url``) its backend-external form, one
-    variant per URL (``path`` None: the bundled default workloads)."""
+    variant per URL (``path`` None: the bundled default workloads); ``overrides``: ``--set``'s
+    (`harness.scenario.overrides`)."""
     from harness.bundled import resolve_scenario_path
     from harness.scenario import ScenarioError, load_scenario
+    from harness.scenario.overrides import load_with_overrides
     from harness.scenario.urls import parse_url_args, scenario_with_urls
 
     resolved, bundled = resolve_scenario_path(path) if path is not None else (None, False)
@@ -49,12 +51,30 @@ def _load_scenario_or_exit(path: str | None, urls: list[str] | None = None):
                 pairs = parse_url_args(urls)
             except ValueError as exc:
                 raise SystemExit(_bad(str(exc))) from None
-            return scenario_with_urls(resolved, pairs)
+            return scenario_with_urls(resolved, pairs, overrides=overrides)
+        if overrides:
+            return load_with_overrides(resolved, overrides)
         return load_scenario(resolved)
     except ScenarioError as exc:
         for line in exc.lines:
             print(line, file=sys.stderr)
         raise SystemExit(ExitCode.BAD_INPUT) from None
+
+
+def _overrides(args) -> list:
+    """``--set KEY=VALUE`` (in order), then ``--repeats N`` and ``--no-quality`` as the overrides
+    they stand for; a malformed one exits 2 naming it."""
+    from harness.scenario.overrides import Override, parse_override
+
+    try:
+        out = [parse_override(text) for text in args.set or ()]
+    except ValueError as exc:
+        raise SystemExit(_bad(str(exc))) from None
+    if args.repeats is not None:
+        out.append(Override(f"repeats={args.repeats}", ("repeats",), args.repeats))
+    if args.no_quality:
+        out.append(Override("quality.enabled=false", ("quality", "enabled"), False))
+    return out
 
 
 def cmd_validate(args) -> int:
@@ -99,7 +119,9 @@ def cmd_run(args) -> int:
 
     if args.scenario is None and not args.url:
         return _bad("run: give a SCENARIO file, or --url URL to measure a running server")
-    scenario = _load_scenario_or_exit(args.scenario, args.url)
+    scenario = _load_scenario_or_exit(args.scenario, args.url, _overrides(args))
+    for u in scenario.unrun_checks:
+        print(f"harness: not evaluated: {u['check']!r}: {u['reason']}", file=sys.stderr)
     if scenario.server.backend == "external" and args.preflight:
         return _bad("--preflight does not apply to backend: external (the harness starts no server)")
     if scenario.server.backend == "sim" and not args.dry_run:
@@ -168,6 +190,9 @@ def _report_run(outcome, args) -> int:
     if outcome.verdict.outcome is Outcome.INTERRUPTED:
         again = [args.scenario] if args.scenario else []
         again += [f"--url={u}" for u in args.url or ()]
+        again += [f"--set={o}" for o in args.set or ()]
+        again += [f"--repeats={args.repeats}"] if args.repeats is not None else []
+        again += ["--no-quality"] if args.no_quality else []
         print(f"resume:  harness run {shlex.join(again)} --resume {shlex.quote(str(outcome.run_dir))}")
     return outcome.exit_code
 
@@ -274,6 +299,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--shard",
         metavar="I/N",
         help="run only shard I of N of the variants (e.g. from $SLURM_ARRAY_TASK_ID or a CI matrix)",
+    )
+    s.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a scenario value, checked like the file (repeatable; dotted keys: repeats, "
+        "quality.enabled, workloads.0.n, variants.on-r2.hicache.ratio; VALUE is YAML); kept in the manifest",
+    )
+    s.add_argument("--repeats", type=int, metavar="N", help="run every workload N times (--set repeats=N)")
+    s.add_argument(
+        "--no-quality", action="store_true", help="skip the quality/parity questions (--set quality.enabled=false)"
     )
     s.add_argument("--no-report", action="store_true", help="do not write the HTML report at the end")
     s.add_argument(

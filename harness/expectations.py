@@ -263,4 +263,22 @@ def evaluate_run_expectations(run_dir: Path) -> list[dict]:
     run = results.load_run(Path(run_dir))
     exp = scenario_expectations(run.manifest)
     variants = [(v.name, v.summary, v.status) for v in run.variants]
-    return [r.to_dict() for r in evaluate_checks(exp.checks, variants, exp.quality_baseline)]
+    out = [r.to_dict() for r in evaluate_checks(exp.checks, variants, exp.quality_baseline)]
+    return out + unrun_results((run.manifest.get("scenario") or {}).get("unrun_checks"))
+
+
+def unrun_results(unrun: Any) -> list[dict]:
+    """The checks the run's scenario set aside (``Scenario.unrun_checks``, kept in the manifest:
+    a ``--url`` run's checks naming variants it does not have, a ``--no-quality`` run's quality
+    checks), each as ``skipped`` with its reason: listed, never dropped silently."""
+    out = []
+    for u in unrun if isinstance(unrun, list) else ():
+        if not isinstance(u, dict):
+            continue
+        try:
+            c = Check.parse(u.get("check"))
+        except ValueError:
+            continue
+        reason = f"not evaluated: {u.get('reason')}"
+        out.append(CheckResult(c.text, c.variant or "*", c.metric, c.op, c.value, None, "skipped", False, reason))
+    return [r.to_dict() for r in out]

@@ -188,10 +188,12 @@ class AttachedRun:
 
     endpoints: dict[str, Endpoint]
     variants: list[Variant]
+    parity_skipped: str | None = None  # why parity is not asked (no OFF and ON pair of servers)
 
     def notes(self) -> list[str]:
-        """One console line per endpoint: what it is, and what will not be measured."""
-        out = []
+        """One console line per endpoint: what it is, and what will not be measured; then why
+        parity is not asked, where it is not."""
+        out = [self.parity_skipped] if self.parity_skipped else []
         for e in self.endpoints.values():
             version = e.info.version if e.info is not None and e.info.version else "version unknown"
             words = [f"{e.variant}: {e.url} is sglang {version}, {e.describe_hicache()}"]
@@ -224,12 +226,14 @@ def attach(scenario, variants: list[Variant], timeout_s: float = 10.0) -> Attach
         if not v.model_path and isinstance(served, str) and e.local:
             update["model_path"] = served  # the same machine: its config.json sizes token-id prompts
         attached.append(v.model_copy(update=update))
-    if scenario.quality.enabled:
-        _resolve_baseline(scenario, endpoints)
-    return AttachedRun(endpoints, attached)
+    skipped = _resolve_baseline(scenario, endpoints) if scenario.quality.enabled else None
+    return AttachedRun(endpoints, attached, skipped)
 
 
-def _resolve_baseline(scenario, endpoints: dict[str, Endpoint]) -> None:
+def _resolve_baseline(scenario, endpoints: dict[str, Endpoint]) -> str | None:
+    """Pick the parity baseline (``quality.baseline_variant``); without one OFF and one ON server,
+    turn parity off and say why (the returned line)."""
+
     def listing() -> str:
         return ", ".join(f"{e.variant}={e.url} ({e.describe_hicache()})" for e in endpoints.values())
 
@@ -241,7 +245,7 @@ def _resolve_baseline(scenario, endpoints: dict[str, Endpoint]) -> None:
         )
     q = scenario.quality
     if q.baseline_variant is not None and q.baseline_variant not in endpoints:
-        return  # this run (--only) does not run the baseline: no parity here, as with launched servers
+        return None  # this run (--only) does not run the baseline: no parity here, as with launched servers
     if q.baseline_variant is not None:
         if endpoints[q.baseline_variant].hicache is not None:
             raise EndpointRefused(
@@ -250,9 +254,9 @@ def _resolve_baseline(scenario, endpoints: dict[str, Endpoint]) -> None:
             )
     offs = [e for e in endpoints.values() if e.hicache is None]
     ons = [e for e in endpoints.values() if e.hicache is not None]
-    if not offs or not ons:
-        raise EndpointRefused(
-            f"quality parity needs one server with HiCache off and at least one with it on; got {listing()}"
-        )
+    if not offs or not ons:  # the workloads still run; parity is not asked (one line says why)
+        q.enabled = False
+        return f"no quality parity: it needs one server with HiCache off and one with it on; got {listing()}"
     if q.baseline_variant is None:
         q.baseline_variant = offs[0].variant
+    return None

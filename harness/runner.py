@@ -287,6 +287,8 @@ def build_manifest(
             "path": str(scenario.path) if scenario.path else None,
             "text": redactor.text(scenario.text),
             "hash": scenario_hash(scenario.text),
+            "overrides": scenario.overrides,  # --set KEY=VALUE as given (also in the text's header)
+            "unrun_checks": scenario.unrun_checks,  # a --url run's checks naming variants it has not
         },
         "harness_version": __version__,
         "backend": server.backend,
@@ -302,6 +304,8 @@ def build_manifest(
         "probe": None,
         "variants": entries,
     }
+    if attached is not None and attached.parity_skipped:
+        manifest["parity_skipped"] = attached.parity_skipped
     if attached is not None:
         versions = sorted({e.info.version for e in attached.endpoints.values() if e.info and e.info.version})
         manifest["sglang"] = {"version": ", ".join(versions) or None, "location": "external"}

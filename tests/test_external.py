@@ -292,13 +292,20 @@ def test_off_and_on_servers_measured_with_parity_and_left_running(servers, tmp_p
         assert httpx.get(sim.url + "/health", timeout=5).status_code == 200
 
 
-def test_parity_needs_an_off_and_an_on_server(servers, tmp_path):
+def test_one_server_runs_the_workloads_and_says_in_one_line_that_parity_needs_two(servers, tmp_path):
+    """README's `harness run SCENARIO --url URL` (one server: no OFF/ON pair) used to exit 2."""
     off, on = servers
     path = write_scenario(tmp_path, external_text(on.url, on.url))
-    r = run_harness("run", path, "--results-dir", tmp_path / "results")
-    assert r.returncode == ExitCode.BAD_INPUT, r.stdout + r.stderr
-    assert "parity needs one server with HiCache off and at least one with it on" in r.stderr
-    assert not (tmp_path / "results").exists()  # refused before anything was written
+    r = run_harness("run", path, "--results-dir", tmp_path / "results", "--no-report")
+    assert r.returncode == ExitCode.OK, r.stdout + r.stderr
+    (line,) = [ln for ln in r.stderr.splitlines() if "parity" in ln]
+    assert "no quality parity: it needs one server with HiCache off and one with it on" in line
+    run = only_run(tmp_path / "results")
+    assert "needs one server with HiCache off" in results.read_json(run / "manifest.json")["parity_skipped"]
+    for name in ("off", "on"):
+        rows = list(results.read_jsonl(run / name / "requests.jsonl"))
+        assert rows and all(r["error"] is None for r in rows)
+        assert not list(results.read_jsonl(run / name / "quality.jsonl"))  # no question asked
 
 
 def test_declared_baseline_must_be_off_on_its_server(servers, tmp_path):
@@ -395,7 +402,11 @@ def test_run_url_uses_a_scenarios_workloads_without_editing_it(servers, tmp_path
     manifest = results.read_json(run / "manifest.json")
     assert [(v["name"], v["url"]) for v in manifest["variants"]] == [("off", off.url), ("on", on.url)]
     assert '"backend": "external"' in manifest["scenario"]["text"]  # the exact scenario it ran
-    assert "on-r2" not in manifest["scenario"]["text"]  # a check naming a variant the URLs lack is dropped
+    assert "on-r2" not in manifest["scenario"]["text"]  # a check naming a variant the URLs lack is set aside
+    # ... and reported as not evaluated, never dropped silently
+    assert "not evaluated: 'on-r2: cold_prefill.cold.ttft_ms_p50 < 1000000': names a variant" in r.stderr
+    (unrun,) = [c for c in results.read_json(run / "expectations.json")["checks"] if c["variant"] == "on-r2"]
+    assert unrun["outcome"] == "skipped" and unrun["reason"].startswith("not evaluated: names a variant this --url run")
     rows = list(results.read_jsonl(run / "on" / "requests.jsonl"))
     assert [r["phase"] for r in rows] == ["warmup", "cold", "cold"] and all(r["error"] is None for r in rows)
 

@@ -522,10 +522,26 @@ class Scenario(ScenarioModel):
     _hash: str = PrivateAttr(default="")
     _base_dir: Path | None = PrivateAttr(default=None)
     _variants: list[Variant] = PrivateAttr(default_factory=list)
+    # Set by harness.scenario.overrides / urls: the command line's --set overrides (as given), and
+    # the checks a --url run left out because they name variants it does not have.
+    _overrides: list[str] = PrivateAttr(default_factory=list)
+    _unrun_checks: list[dict[str, str]] = PrivateAttr(default_factory=list)
 
     @property
     def path(self) -> Path | None:
         return self._path
+
+    @property
+    def overrides(self) -> list[str]:
+        """The ``--set KEY=VALUE`` overrides the scenario was loaded with (``harness.scenario.overrides``)."""
+        return list(self._overrides)
+
+    @property
+    def unrun_checks(self) -> list[dict[str, str]]:
+        """Checks of the scenario file this run does not evaluate, ``{"check", "reason"}`` each:
+        a ``--url`` run's that name variants it does not have (`harness.scenario.urls`), the
+        quality checks of a ``--no-quality`` run (`harness.scenario.overrides`)."""
+        return list(self._unrun_checks)
 
     @property
     def text(self) -> str:

@@ -5,14 +5,16 @@ URLs into a ``backend: external`` scenario — its workloads, quality, sampling,
 expectations and gates kept; ``server`` reduced to what applies to a running server
 (``request_timeout_s``, ``liveness_idle_s``, ``watchdog``); one variant per URL; the blocks that
 cannot apply (``matrix``, ``preflight``, ``estimate``, the cooldown settings) dropped, and so are
-checks, gates and names that name a variant the URLs do not have. The result is written as JSON
+checks, gates and names that name a variant the URLs do not have (the checks are kept as the
+scenario's ``unrun_checks``: the run reports each as not evaluated). The result is written as JSON
 (which is YAML) and loaded like any scenario, so the run's manifest holds the exact text it ran.
+``--set`` overrides (`harness.scenario.overrides`) apply to the file's tree before the rewrite.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from harness.bundled import bundled_dir
 from harness.scenario.errors import ErrorItem, ScenarioError
 from harness.scenario.loading import load_scenario_text
 from harness.scenario.models import Scenario
+from harness.scenario.overrides import Override, load_with_overrides, override_tree
 from harness.scenario.values import Check, Gate, url_problem
 from harness.yaml_lines import YamlLoadError, load_yaml
 
@@ -56,21 +59,50 @@ def _split_name(value: str) -> tuple[str, str]:
 
 
 def scenario_with_urls(
-    path: str | Path | None, urls: list[tuple[str, str]], env: Mapping[str, str] | None = None
+    path: str | Path | None,
+    urls: list[tuple[str, str]],
+    env: Mapping[str, str] | None = None,
+    overrides: Sequence[Override] = (),
 ) -> Scenario:
     """The ``backend: external`` scenario of ``path`` (None: the bundled default) with one variant
-    per (name, url). ScenarioError as for any scenario; line numbers point into the generated
-    text, whose keys are the scenario's own."""
+    per (name, url), after ``overrides`` (``--set``). ScenarioError as for any scenario; line
+    numbers point into the generated text, whose keys are the scenario's own. The checks left
+    out because they name other variants are kept as the scenario's ``unrun_checks``."""
     src = Path(path) if path is not None else _default_path()
+    names = {n for n, _ in urls}
+    if overrides:
+        scn = load_with_overrides(src, overrides, rewrite=lambda t: rewrite_tree(t, urls, src.stem), env=env)
+        scn._unrun_checks += unrun_checks(override_tree(_raw(src), overrides)[0], names)
+        return scn
+    data = _raw(src)
+    tree = rewrite_tree(data, urls, src.stem)
+    text = f"# {src.name} with --url\n" + json.dumps(tree, indent=2) + "\n"  # its hash: the same from any folder
+    scn = load_scenario_text(text, file=f"{src.name} (--url)", env=env, base_dir=src.absolute().parent)
+    scn._unrun_checks = unrun_checks(data, names)
+    return scn
+
+
+def _raw(src: Path) -> dict:
     try:
         y = load_yaml(src)
     except YamlLoadError as e:
         raise ScenarioError([ErrorItem(e.file, e.line, e.path, e.message)]) from None
     if not isinstance(y.data, dict):
         raise ScenarioError([ErrorItem(str(src), 1, None, "a scenario must be a mapping")])
-    tree = rewrite_tree(y.data, urls, src.stem)
-    text = f"# {src.name} with --url\n" + json.dumps(tree, indent=2) + "\n"  # its hash: the same from any folder
-    return load_scenario_text(text, file=f"{src.name} (--url)", env=env, base_dir=src.absolute().parent)
+    return y.data
+
+
+def unrun_checks(data: Mapping[str, Any], names: set[str]) -> list[dict[str, str]]:
+    """The expectation checks of a raw scenario tree that name a variant not in ``names``, each
+    with its reason (reported by the run as not evaluated)."""
+    expectations = data.get("expectations")
+    checks = expectations.get("checks") if isinstance(expectations, Mapping) else None
+    listed = ", ".join(sorted(names))
+    return [
+        {"check": str(c), "reason": f"names a variant this --url run does not have ({listed})"}
+        for c in (checks if isinstance(checks, list) else ())
+        if not _names_known(Check, c, names)
+    ]
 
 
 def _default_path() -> Path:
