@@ -21,12 +21,14 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness import results
 from harness.quality.parity import evaluate_parity
 from harness.records import RequestRecord
+from harness.roofline import Platform, worse_than_off
 from harness.sampling import summarize_samples
 from harness.summary import summarize, summary_rows
 from harness.verdict import Outcome, Reason, RunVerdict, VerdictPolicy, run_verdict, variant_verdict
@@ -67,12 +69,14 @@ def measured_summary(
     workload_kinds: Mapping[str, str] | None = None,
     workload_configs: Mapping[str, Any] | None = None,
     tiers: frozenset[str] | None = None,
+    platform: Platform | None = None,
 ) -> dict:
     """The summary of a variant whose server served: per workload/phase statistics, its state and
     cause, the quality-row count and the sampling summary; with ``tiers`` (its cache tiers) the
-    phases that missed the tier they exist to hit (``unexercised``). A failed variant that
+    phases that missed the tier they exist to hit (``unexercised``); with ``platform`` each phase
+    with host or storage hits gets its ``roofline`` (`harness.roofline`). A failed variant that
     measured nothing has ``workloads: null``, never zeros (P10)."""
-    summary = summarize(requests, workload_kinds, workload_configs, tiers)
+    summary = summarize(requests, workload_kinds, workload_configs, tiers, platform)
     summary.update(schema_version=results.SCHEMA_VERSION, variant=name, state=state, cause=cause)
     if state != "ok" and not any(not r.warmup and r.error is None for r in requests):
         summary["workloads"] = None
@@ -250,12 +254,18 @@ def judge_run(
     if policy is None:
         policy = VerdictPolicy.from_block(stored_scenario(manifest).get("verdict"))
     verdicts = []
+    summaries: dict[str, dict | None] = {}
     for entry in manifest.get("variants", []):
         vpaths = run.variant(entry["name"])
         status = results.read_json(vpaths.status) if vpaths.status.exists() else None
         summary = results.read_json(vpaths.summary) if vpaths.summary.exists() else None
+        summaries[entry["name"]] = summary
         rows = [r for r in expectation_rows if r.get("variant") == entry["name"]]
         verdicts.append(variant_verdict(entry["name"], status, summary, rows, policy))
+    worse: dict[str, list[Reason]] = {}
+    for w in worse_than_off(summaries, off_variant(manifest)):
+        worse.setdefault(w.variant, []).append(Reason("worse_than_off", w.text, w.variant))
+    verdicts = [replace(v, warnings=v.warnings + tuple(worse.get(v.variant, ()))) for v in verdicts]
     shard = manifest.get("shard")
     if not verdicts and shard and not run.interrupted.exists():  # more shards than variants: by design
         return RunVerdict(
@@ -264,6 +274,17 @@ def judge_run(
             (Reason("empty_shard", f"shard {shard.get('index')}/{shard.get('count')} was assigned no variant"),),
         )
     return run_verdict(verdicts, interrupted=run.interrupted.exists())
+
+
+def off_variant(manifest: Mapping[str, Any]) -> str | None:
+    """The run's HiCache OFF variant, what "worse than off" is judged against: the quality
+    baseline where it has HiCache off, else the first variant without HiCache; None if none."""
+    off = [v["name"] for v in manifest.get("variants", []) if not v.get("hicache")]
+    quality = stored_scenario(dict(manifest)).get("quality")
+    baseline = quality.get("baseline_variant") if isinstance(quality, dict) else None
+    if baseline in off:
+        return baseline
+    return off[0] if off else None
 
 
 def write_verdict(run: results.RunPaths, verdict: RunVerdict) -> None:

@@ -43,6 +43,7 @@ from harness import (
     hostpool,
     logscan,
     results,
+    roofline,
     run_products,
     serving_window,
     startup_phases,
@@ -669,7 +670,10 @@ def run_variant(
     sampling = None
     if sampler is not None:
         sampling = run_products.sampling_summary(vpaths.samples, sampler.cpu_fraction, sampler.samples_written)
-    summary = _window_summary(scenario, variant, window, sampling)
+    platform = roofline.platform_for(
+        results.read_json(run.manifest).get("probe"), status.preflight, info.raw if info is not None else None
+    )
+    summary = _window_summary(scenario, variant, window, sampling, platform)
     if window.state != OK:
         status.cause_detail = window.detail
         status.log_excerpt = _log_excerpt_for_death(server)
@@ -730,7 +734,10 @@ def run_external_variant(
         sampling["server_metrics"] = (
             "sampled" if sampler.server_metrics else f"not sampled: {endpoint.metrics_problem or 'sampling off'}"
         )
-    summary = _window_summary(scenario, variant, window, sampling)
+    platform = roofline.platform_for(
+        results.read_json(run.manifest).get("probe"), None, info.raw if info is not None else None
+    )
+    summary = _window_summary(scenario, variant, window, sampling, platform)
     if window.state != OK:
         status.cause_detail = window.detail
     return _finish(vpaths, status, window.state, window.cause, state.redactor, summary=summary)
@@ -742,8 +749,11 @@ def _log_excerpt_for_death(server: ServerProcess) -> dict:
     return {**logscan.excerpt(text, found.line_number if found else None), "file": server.log_path.name}
 
 
-def _window_summary(scenario, variant, window, sampling: dict | None) -> dict:
-    """summary.json of a variant whose serving window ran (launched or external)."""
+def _window_summary(
+    scenario, variant, window, sampling: dict | None, platform: roofline.Platform | None = None
+) -> dict:
+    """summary.json of a variant whose serving window ran (launched or external); ``platform``:
+    what its hits' roofline floors are made of (`harness.roofline.platform_for`)."""
     return run_products.measured_summary(
         variant.name,
         window.state,
@@ -754,6 +764,7 @@ def _window_summary(scenario, variant, window, sampling: dict | None) -> dict:
         {w.name: w.kind for w in scenario.workloads},
         {w.name: w for w in scenario.workloads},
         variant.cache_tiers,
+        platform,
     )
 
 

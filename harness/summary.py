@@ -11,7 +11,8 @@ never 0):
              "hits": {"prompt_tokens", "cached_tokens", "device_tokens", "host_tokens",
                       "storage_tokens", "requests_with_host_hit", "requests_with_device_hit",
                       "tiers_reported"},
-             "figures": {...}}},   # only where the kind declares phase_figures
+             "figures": {...},     # only where the kind declares phase_figures
+             "roofline": {...}}},  # only a phase with host/storage hits, given a platform (harness.roofline)
          "derived": {<name>: float | null},
          "derived_by_repeat": {<name>: [float | null, ...]},
          "history_stats_by_repeat": {"<phase>.<metric>_<stat>": [float | null, ...]}}},
@@ -59,6 +60,7 @@ import numpy as np
 
 from harness import metrics as M
 from harness.records import RequestRecord
+from harness.roofline import Platform, cold_prefill_rate, workload_rooflines
 from harness.workloads import derived_figures, kinds
 
 SUMMARY_VERSION = 1
@@ -152,15 +154,32 @@ def _figures(kind: str, config: Any) -> PhaseFigures | None:
     return functools.partial(declared.phase_figures, config)
 
 
+@dataclass(frozen=True)
+class Roofline:
+    """What the hit phases' rooflines need beyond their records (`harness.roofline`)."""
+
+    platform: Platform
+    variant_cold_rate: float | None  # tokens/s of the variant's uncached requests (a workload without any)
+
+
 def _phase_summaries(
-    workload: str, records: list[RequestRecord], filler: frozenset[str], figures: PhaseFigures | None = None
+    workload: str,
+    records: list[RequestRecord],
+    filler: frozenset[str],
+    figures: PhaseFigures | None = None,
+    roof: Roofline | None = None,
 ) -> dict[str, Any]:
-    """{phase: its summary} of one workload's records."""
+    """{phase: its summary} of one workload's records; with ``roof``, each phase that got host or
+    storage hits gains its ``roofline`` (`harness.roofline.phase_roofline`)."""
     walls = M.group_walls(records)
     phases: dict[str, list[RequestRecord]] = {}
     for r in records:
         phases.setdefault(r.phase, []).append(r)
-    return {p: _phase_summary(workload, p, rs, walls, p in filler, figures) for p, rs in phases.items()}
+    out = {p: _phase_summary(workload, p, rs, walls, p in filler, figures) for p, rs in phases.items()}
+    if roof is not None:
+        for p, rl in workload_rooflines(phases, roof.platform, roof.variant_cold_rate, filler).items():
+            out[p]["roofline"] = rl
+    return out
 
 
 def by_repeat(
@@ -169,6 +188,7 @@ def by_repeat(
     repeats: Sequence[int],
     filler: frozenset[str] = frozenset(),
     config: Any = None,
+    roof: Roofline | None = None,
 ) -> tuple[dict[str, list], dict[str, list]]:
     """(derived_by_repeat, history_stats_by_repeat) of one workload's records: the kind's
     declarations applied to the records of each repeat alone, one value per entry of
@@ -184,7 +204,7 @@ def by_repeat(
     figures: dict[str, list] = {}
     stats_: dict[str, list] = {}
     for i, r in enumerate(repeats):
-        ph = _phase_summaries(wl, per[r], filler, _figures(kind, config)) if per[r] else {}
+        ph = _phase_summaries(wl, per[r], filler, _figures(kind, config), roof) if per[r] else {}
         for name, v in derived(kind, ph).items():
             figures.setdefault(name, [None] * len(repeats))[i] = v
         for s in declared.history_stats:
@@ -251,7 +271,8 @@ def unexercised_phases(
             got = h.get(_TIER_TOKENS[tier]) if reported else h.get("cached_tokens")
             if got:
                 continue
-            figures = tuple(d.name for d in kind.derived if phase in d.needs and not d.counts_hits)
+            # (a figure listed only where its ``when`` holds, a roofline's, is absent here: no hits)
+            figures = tuple(d.name for d in kind.derived if phase in d.needs and not d.counts_hits and d.when is None)
             out.append(
                 UnexercisedPhase(
                     wl,
@@ -271,13 +292,17 @@ def summarize(
     workload_kinds: Mapping[str, str] | None = None,
     workload_configs: Mapping[str, Any] | None = None,
     tiers: Iterable[str] | None = None,
+    platform: Platform | None = None,
 ) -> dict[str, Any]:
     """Per workload and phase statistics of one variant's records (all repeats pooled), and the
     derived figures pooled and per repeat. ``workload_kinds``: {workload name: kind} (default:
     each workload is named after its kind); ``workload_configs``: {workload name: its config},
     for the kinds that declare ``phase_figures``; ``tiers``: the variant's cache tiers
-    (`Variant.cache_tiers`), to list its unexercised cache phases (None: not judged)."""
+    (`Variant.cache_tiers`), to list its unexercised cache phases (None: not judged);
+    ``platform``: KV bytes per token and bandwidths (`harness.roofline.platform_for`), to give
+    each phase with host or storage hits its roofline (None: no rooflines)."""
     records = list(records)
+    roof = Roofline(platform, cold_prefill_rate(records)) if platform is not None else None
     repeats = sorted({r.repeat for r in records})
     by_wl: dict[str, list[RequestRecord]] = {}
     for r in records:
@@ -288,8 +313,8 @@ def summarize(
         declared = kinds().get(kind)
         filler = declared.filler_phases if declared is not None else frozenset()
         config = (workload_configs or {}).get(wl)
-        ph = _phase_summaries(wl, recs, filler, _figures(kind, config))
-        figures, stats_ = by_repeat(kind, recs, repeats, filler, config)
+        ph = _phase_summaries(wl, recs, filler, _figures(kind, config), roof)
+        figures, stats_ = by_repeat(kind, recs, repeats, filler, config, roof)
         workloads[wl] = {
             "phases": ph,
             "derived": derived(kind, ph),

@@ -216,6 +216,8 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
         "css": OUTCOME_CSS[verdict.outcome.value],
         "exit_code": int(verdict.exit_code),
         "reasons": [r.line() for r in verdict.reasons],
+        # a hit slower than recomputing it (harness.roofline.worse_than_off): the headline's warning
+        "worse_than_off": [w.line() for w in verdict.warnings if w.code == "worse_than_off"],
         "variants": variants,
         "comparison": comparison,
         "notes": notes,

@@ -39,7 +39,7 @@ from harness.report.formatting import failure_text, fmt_num
 from harness.report.header import banner, header, judged_expectations, probe_rows, variant_rows
 from harness.report.quality_view import parity_groups, worst_samples
 from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
-from harness.report.tables import hicache_table, load_back, memory_table
+from harness.report.tables import hicache_table, load_back, memory_table, roofline_rows
 from harness.report.view import load_view
 from harness.schedule import LAG_LIMIT_MS
 from harness.startup_phases import PHASES as STARTUP_PHASES
@@ -352,9 +352,11 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
                 }
             )
     load_backs = []
+    rooflines = []
     for n in view.names:
         if view.hicache(n) and view.ok(n):
             load_backs.append({"variant": n, **load_back(view, n)})
+            rooflines.extend(roofline_rows(view, n))
     csv = view.root / "summary.csv"
     unexercised = [{"variant": n, "text": w.text} for n in view.names for w in unexercised_warnings(n, view.summary(n))]
     design = [
@@ -390,6 +392,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         "comparison": view.comparison,
         "expectations": expectations,
         "load_back": load_backs,
+        "rooflines": rooflines,
         "summary_csv": relpath(csv, report_dir) if csv.exists() else None,
         "run_path": str(view.root),
         "sections": SECTIONS,

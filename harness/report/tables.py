@@ -416,6 +416,18 @@ def load_back(view: RunView, name: str) -> dict[str, Any]:
     }
 
 
+def roofline_rows(view: RunView, name: str) -> list[dict[str, Any]]:
+    """Each hit phase's roofline (summary ``phases.<phase>.roofline``, `harness.roofline`): the
+    floor its KV bytes and uncached suffix allow, what it took, and recomputing it."""
+    out = []
+    for wl, w in (view.summary(name).get("workloads") or {}).items():
+        for phase, p in (w.get("phases") or {}).items():
+            roof = p.get("roofline")
+            if roof:
+                out.append({"variant": name, "workload": wl, "phase": phase, **roof})
+    return out
+
+
 def storage_bandwidth(view: RunView, name: str) -> dict[str, Any]:
     """The storage tier's (L3) I/O over a variant's phases (sampling's ``storage``): prefetch and
     backup GB/s (sglang's per-operation bandwidth histograms, mean over operations) and each as a

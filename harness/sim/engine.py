@@ -125,6 +125,11 @@ def batch_deadline(
     return max(start, now - max_lag_s) + max(0.0, duration_s)
 
 
+# The pinned H2D bandwidth of the host the simulator pretends to be (what ``harness probe`` would
+# measure there); the ``kernel`` io backend reaches it, ``direct`` and layer_first less (below).
+PLATFORM_H2D_BYTES_S = 55e9
+
+
 @dataclass(frozen=True)
 class CostModel:
     prefill_tok_s: float
@@ -152,7 +157,7 @@ class CostModel:
         storage_write_gbs: float = 1.0,
     ) -> "CostModel":
         params = shape.approx_params() / max(1, tp_size)
-        h2d = (40e9 if io_backend == "direct" else 55e9) * (0.8 if mem_layout == "layer_first" else 1.0)
+        h2d = (40e9 if io_backend == "direct" else PLATFORM_H2D_BYTES_S) * (0.8 if mem_layout == "layer_first" else 1.0)
         return cls(
             prefill_tok_s=min(80_000.0, 4e14 / (2 * params)),
             prefill_overhead_s=0.004,

@@ -35,7 +35,15 @@ from harness.model_config import KV_CACHE_DTYPE_BYTES, ModelConfigError, ModelSh
 from harness.sim.app import AppState, build_app, wait_done
 from harness.sim.args import SimArgs, sim_version
 from harness.sim.cache import TwoTierCache
-from harness.sim.engine import CostModel, Engine, EngineConfig, SamplingParams, SimRequest, crash_with_illegal_access
+from harness.sim.engine import (
+    PLATFORM_H2D_BYTES_S,
+    CostModel,
+    Engine,
+    EngineConfig,
+    SamplingParams,
+    SimRequest,
+    crash_with_illegal_access,
+)
 from harness.sim.faults import Fault
 from harness.sim.hostmem import HostBudget, HostMemoryError, TouchedBuffer, host_pool_tokens, read_mem_available_bytes
 from harness.sim.metrics import SimMetrics
@@ -257,6 +265,11 @@ def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
     buffers.append(TouchedBuffer(int(m_bytes * plan.tp * args.host_mem_scale)))
 
 
+def _per_scale(gbs: float, time_scale: float) -> float | None:
+    """A bandwidth in the server's time: time_scale 0 (instant) has none."""
+    return gbs / time_scale if time_scale > 0 else None
+
+
 def _server_info(plan: Plan) -> dict[str, Any]:
     info: dict[str, Any] = dict(plan.args.sglang)
     info.update(
@@ -287,6 +300,10 @@ def _server_info(plan: Plan) -> dict[str, Any]:
                 "storage_gb": plan.args.storage_gb,
                 "storage_read_gbs": plan.args.storage_read_gbs,
                 "storage_write_gbs": plan.args.storage_write_gbs,
+                # the pretend host's links as a probe there would see them, in the server's time
+                # (its cost model's seconds x time_scale): what a hit's roofline floor is made of
+                "platform_h2d_gbs": _per_scale(PLATFORM_H2D_BYTES_S / 1e9, plan.args.time_scale),
+                "platform_storage_read_gbs": _per_scale(plan.args.storage_read_gbs, plan.args.time_scale),
                 "host_split": plan.args.host_split,
                 "unmodelled_flags": dict(plan.args.unmodelled),
                 "faults": [{"name": f.name, "arg": arg} for f, arg in plan.args.faults.items()],

@@ -52,6 +52,24 @@ class PhaseStat:
         return s.get(self.stat) if s else None
 
 
+@dataclass(frozen=True)
+class PhaseRoofline:
+    """One figure of one phase's roofline (`harness.roofline.phase_roofline`: ``ratio`` is
+    achieved / floor, ``vs_recompute`` achieved / recompute), e.g. ``PhaseRoofline("repeat_after_evict")``."""
+
+    phase: str
+    key: str = "ratio"
+
+    def present(self, phases: PhaseSummaries) -> bool:
+        """Whether the phase has a roofline at all (it got host or storage hits)."""
+        return bool((phases.get(self.phase) or {}).get("roofline"))
+
+    def of(self, phases: PhaseSummaries) -> float | None:
+        summary = phases.get(self.phase)
+        v = ((summary or {}).get("roofline") or {}).get(self.key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
     """numerator / denominator; None when either is missing or the denominator is not > 0."""
     if numerator is None or denominator is None or denominator <= 0:
@@ -75,9 +93,11 @@ class Derived:
     needs: tuple[str, ...] = ()
     compared: bool = False
     counts_hits: bool = False
+    # listed only where this holds too (a roofline figure: only where its phase has a roofline)
+    when: Callable[[PhaseSummaries], bool] | None = None
 
     def applies(self, phases: PhaseSummaries) -> bool:
-        return all(p in phases for p in self.needs)
+        return all(p in phases for p in self.needs) and (self.when is None or self.when(phases))
 
     @classmethod
     def phase_median(cls, phase: str, metric: str, description: str) -> Derived:

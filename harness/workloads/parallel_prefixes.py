@@ -14,7 +14,7 @@ from harness.scenario.values import Count, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
-from harness.workloads.kind import Derived, PhaseStat, ReportRow, Tier, WorkloadKind, ratio
+from harness.workloads.kind import Derived, PhaseRoofline, PhaseStat, ReportRow, Tier, WorkloadKind, ratio
 
 
 class ParallelPrefixes(PrefillConfig):
@@ -91,11 +91,22 @@ KIND = WorkloadKind(
             needs=("pass1", "pass2"),
             compared=True,
         ),
+        Derived(
+            "pass2_vs_floor",
+            "ratio",
+            False,
+            "pass 2 first-token wall / its roofline floor (host KV bytes / probed pinned H2D + suffixes at the cold rate)",
+            PhaseRoofline("pass2").of,
+            needs=("pass2",),
+            compared=True,
+            when=PhaseRoofline("pass2").present,
+        ),
     ),
     report_rows=(
         ReportRow("parallel prefixes pass 1 wall", "s", _PASS1_WALL, False),
         ReportRow("parallel prefixes pass 2 wall", "s", _PASS2_WALL, False),
         ReportRow("second-pass speedup", "×", "second_pass_speedup", True, note="pass 1 wall / pass 2 wall"),
+        ReportRow("pass 2 / roofline floor", "×", "pass2_vs_floor", False, note="1 = at the PCIe floor"),
     ),
     tier_hit_phases=True,
     pass_walls=True,

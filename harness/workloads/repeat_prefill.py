@@ -24,7 +24,7 @@ from harness.workloads.cold_prefill import COLD_PREFILL_FIGURES
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, add, est, mul
-from harness.workloads.kind import Derived, PhaseStat, ReportRow, Tier, WorkloadKind, ratio
+from harness.workloads.kind import Derived, PhaseRoofline, PhaseStat, ReportRow, Tier, WorkloadKind, ratio
 
 
 class RepeatPrefill(PrefillConfig):
@@ -179,6 +179,26 @@ KIND = WorkloadKind(
             compared=True,
         ),
         Derived(
+            "host_hit_vs_floor",
+            "ratio",
+            False,
+            "host-hit TTFT / its roofline floor (KV bytes / probed pinned H2D + suffix at the cold rate), median",
+            PhaseRoofline("repeat_after_evict").of,
+            needs=("repeat_after_evict",),
+            compared=True,
+            when=PhaseRoofline("repeat_after_evict").present,
+        ),
+        Derived(
+            "storage_hit_vs_floor",
+            "ratio",
+            False,
+            "storage-hit TTFT / its roofline floor (+ KV bytes / probed disk read), median",
+            PhaseRoofline("repeat_from_storage").of,
+            needs=("repeat_from_storage",),
+            compared=True,
+            when=PhaseRoofline("repeat_from_storage").present,
+        ),
+        Derived(
             "storage_hit_fraction",
             "fraction",
             True,
@@ -195,6 +215,10 @@ KIND = WorkloadKind(
             "repeat speedup, storage hit", "×", "storage_speedup", True, note="cold TTFT / TTFT past the host pool"
         ),
         ReportRow("TTFT, storage hit", "ms", "storage_hit_ttft_ms", False, note="repeats served from L3"),
+        ReportRow("host hit / roofline floor", "×", "host_hit_vs_floor", False, note="1 = at the PCIe floor"),
+        ReportRow(
+            "storage hit / roofline floor", "×", "storage_hit_vs_floor", False, note="1 = at the disk + PCIe floor"
+        ),
         ReportRow("storage-hit fraction", "", "storage_hit_fraction", True, note="L3 share of the storage repeats"),
     ),
     tier_hit_phases=True,
