@@ -123,6 +123,28 @@ class Exchange:
             self.waiter.set_result(None)
 
 
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+MAX_SIZE_DIGITS = 15  # a chunk or body of up to 2**60 bytes: more digits are not a size
+
+
+def _chunk_size(text: bytes) -> int | None:
+    """A chunk-size line's hex digits → the size, or None: only hex digits, 1 to
+    `MAX_SIZE_DIGITS` of them (``int(x, 16)`` would also take ``-6``, ``+6``, ``0x6`` and ``6_0``;
+    a negative size stepped the framing back onto its own line, forever)."""
+    if not 0 < len(text) <= MAX_SIZE_DIGITS or not _HEX.issuperset(text):
+        return None
+    return int(text, 16)
+
+
+def _content_length(text: str) -> int | None:
+    """A content-length value → the length, or None unless it is 1 to `MAX_SIZE_DIGITS` decimal
+    digits (no sign, no underscore, no space inside)."""
+    text = text.strip()
+    if not 0 < len(text) <= MAX_SIZE_DIGITS or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
 # Response framing states
 _HEAD, _SIZE, _DATA, _CRLF, _TRAILER, _LENGTH, _CLOSE, _IDLE = range(8)
 
@@ -219,9 +241,8 @@ class _Conn(asyncio.Protocol):
                 if eol < 0:
                     break
                 size_text = buf[pos:eol].split(b";", 1)[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
+                size = _chunk_size(size_text)
+                if size is None:
                     self._fail("protocol", f"bad chunk size {size_text[:20]!r}")
                     return
                 pos = eol + 2
@@ -292,11 +313,11 @@ class _Conn(asyncio.Protocol):
         if "chunked" in te:
             self.state = _SIZE
         elif "content-length" in headers:
-            try:
-                self.remaining = int(headers["content-length"])
-            except ValueError:
-                self._fail("protocol", "bad content-length")
+            length = _content_length(headers["content-length"])
+            if length is None:
+                self._fail("protocol", f"bad content-length {headers['content-length'][:20]!r}")
                 return False
+            self.remaining = length
             self.state = _LENGTH
         else:
             self.state, self.keep_alive = _CLOSE, False

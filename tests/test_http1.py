@@ -328,6 +328,15 @@ def test_content_length_and_close_delimited_bodies(raw_server):
         (b"SPDY/9 200 OK\r\n\r\n", "protocol"),
         (HEAD + b"zz\r\nxx\r\n", "protocol"),
         (HEAD + b"5\r\nabc", "connection"),  # closed mid-chunk
+        # sizes int() would take: a negative one stepped back onto its own line, 100 % CPU forever
+        (HEAD + b"-6\r\nxx\r\n", "protocol"),
+        (HEAD + b"+6\r\nabcdef\r\n0\r\n\r\n", "protocol"),
+        (HEAD + b"0x6\r\nabcdef\r\n0\r\n\r\n", "protocol"),
+        (HEAD + b"6_0\r\nabcdef\r\n0\r\n\r\n", "protocol"),
+        (HEAD + b"1" * 40 + b"\r\nabc", "protocol"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: -5\r\n\r\nabcdefgh", "protocol"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: +5\r\n\r\nabcde", "protocol"),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: 1_0\r\n\r\nabcdefghij", "protocol"),
     ],
 )
 def test_broken_answers_are_errors(raw_server, reply, kind):
