@@ -115,6 +115,7 @@ MAX_LINE_BYTES = 1 << 20  # one SSE line; sglang's largest (cumulative ids + top
 MAX_TOKEN_ID = (1 << 31) - 1  # token ids are int32 in sglang
 MAX_TOKEN_COUNT = 1 << 31  # prompt/cached/completion counts beyond this are garbage
 MAX_MESSAGE_CHARS = 300  # server-supplied strings kept in `error` / `finish_reason`
+FLUSH_S = 30.0  # one /flush_cache answer, head and body, in all
 # Per request, from its max_new_tokens (None: unknown): more than this is not an answer to it.
 OUTPUT_SLACK = 1024  # output ids (and completion_tokens) beyond max_new_tokens
 CHUNKS_PER_TOKEN = 4  # chunks per asked token (+ OUTPUT_SLACK): empty keep-alive chunks happen
@@ -1004,18 +1005,21 @@ class StreamingClient:
         return outcome
 
     # -- control endpoints -----------------------------------------------------------------
+    async def _flush_once(self) -> int:
+        async with self._http.stream("POST", "/flush_cache", timeout=FLUSH_S) as r:
+            try:
+                await aread_limited(r, MAX_PROBE_BYTES, deadline_s=FLUSH_S)
+            except ServerAnswerError:
+                pass
+            return r.status_code
+
     async def flush_cache(self, *, attempts: int = 20, wait_s: float = 0.25) -> bool:
         """POST /flush_cache. sglang refuses (400) while requests run: retry a few times. Only
         the status counts: the body is read up to a bound, never kept."""
         for _ in range(max(1, attempts)):
-            try:
-                async with self._http.stream("POST", "/flush_cache", timeout=30.0) as r:
-                    try:
-                        await aread_limited(r, MAX_PROBE_BYTES, deadline_s=30.0)
-                    except ServerAnswerError:
-                        pass
-                    status = r.status_code
-            except httpx.HTTPError:
+            try:  # the whole answer, head included, within FLUSH_S (a dripping head is no answer)
+                status = await asyncio.wait_for(self._flush_once(), FLUSH_S)
+            except (httpx.HTTPError, asyncio.TimeoutError):
                 return False
             if status == 200:
                 return True

@@ -31,7 +31,14 @@ import psutil
 
 from harness import procfs
 from harness.nvml import GpuReader, GpuSelection
-from harness.server_info import BodyBounds, ServerAnswerError, check_identity, request_headers
+from harness.server_info import (
+    BodyBounds,
+    DeadlineConnection,
+    DeadlineHTTPSConnection,
+    ServerAnswerError,
+    check_identity,
+    request_headers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -204,11 +211,11 @@ class MetricsPage:
         self._host, self._port = parts.hostname, parts.port
         self._path = (parts.path.rstrip("/") or "") + "/metrics"
         self.timeout_s, self.limit, self.deadline_s = timeout_s, limit, deadline_s
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: DeadlineConnection | DeadlineHTTPSConnection | None = None
 
     def _open(self) -> http.client.HTTPConnection:
-        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        return kind(self._host, self._port, timeout=self.timeout_s)
+        kind = DeadlineHTTPSConnection if self._https else DeadlineConnection
+        return kind(self._host, self._port, self.timeout_s)
 
     def fetch(self) -> bytearray:
         reused = self._conn is not None
@@ -233,6 +240,7 @@ class MetricsPage:
     def _get(self) -> bytearray:
         if self._conn is None:
             self._conn = self._open()
+        self._conn.start(self.deadline_s)  # the head too: a dripping head is bounded
         body = BodyBounds(self.limit, self.deadline_s)
         self._conn.request("GET", self._path, headers=request_headers(self.base_url))
         resp = self._conn.getresponse()

@@ -32,11 +32,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import psutil
 
 from harness import logscan, nvml
-from harness.server_info import get_status
+from harness.server_info import NoAnswer, get_status
 
 log = logging.getLogger(__name__)
 
@@ -271,23 +270,22 @@ class ServerProcess:
         if self.proc is None:  # start() could not execute the command
             return ReadyResult(False, 0.0, logscan.EXITED_BEFORE_READY, None, {"error": self.start_error})
         deadline = self.started_at + timeout_s
-        with httpx.Client(timeout=httpx.Timeout(10.0, connect=2.0), trust_env=False) as client:
-            while True:
-                elapsed = time.monotonic() - self.started_at
-                self.snapshot()
-                if not self.alive():  # liveness before the probe
-                    return self._failed_before_ready(elapsed)
-                if time.monotonic() >= deadline:
-                    return self._timed_out(elapsed)
-                probe_timeout = max(0.5, min(10.0, deadline - time.monotonic()))
+        while True:
+            elapsed = time.monotonic() - self.started_at
+            self.snapshot()
+            if not self.alive():  # liveness before the probe
+                return self._failed_before_ready(elapsed)
+            if time.monotonic() >= deadline:
+                return self._timed_out(elapsed)
+            probe_timeout = max(0.5, min(10.0, deadline - time.monotonic()))
+            ok = False
+            try:
+                ok = get_status(self.spec.base_url + "/health_generate", timeout_s=probe_timeout) == 200
+            except NoAnswer:
                 ok = False
-                try:
-                    ok = get_status(client, self.spec.base_url + "/health_generate", timeout_s=probe_timeout) == 200
-                except httpx.HTTPError:
-                    ok = False
-                if ok and self.alive():  # liveness after the probe
-                    return ReadyResult(True, time.monotonic() - self.started_at)
-                self._sleep_while_alive(self.poll_interval_s)
+            if ok and self.alive():  # liveness after the probe
+                return ReadyResult(True, time.monotonic() - self.started_at)
+            self._sleep_while_alive(self.poll_interval_s)
 
     def _sleep_while_alive(self, seconds: float) -> None:
         end = time.monotonic() + seconds

@@ -21,11 +21,16 @@ null reads as None (unknown).
 
 from __future__ import annotations
 
+import asyncio
+import http.client
 import json
 import math
+import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -162,17 +167,164 @@ async def aread_limited(resp: httpx.Response, limit: int, deadline_s: float | No
     return bytes(body.buf)
 
 
-def get_status(client: httpx.Client, url: str, *, timeout_s: float | None = None) -> int:
-    """GET ``url`` for its status code only (``/health_generate``): the body is read up to
-    :data:`MAX_PROBE_BYTES` (to keep the connection) and never kept; a longer body just drops the
-    connection. httpx errors propagate as from ``client.get``."""
-    kw = {} if timeout_s is None else {"timeout": timeout_s}
-    with client.stream("GET", url, headers=request_headers(url), **kw) as r:
+class NoAnswer(Exception):
+    """A control request that got no (complete) answer: nothing listening, reset, a time bound
+    passed, a malformed head. `reason`: one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Deadline:
+    """A socket whose every receive and send ends by ``deadline`` (a monotonic instant), each
+    bounded by ``per_op_s`` too: a server that drips its head one byte a second passes any
+    per-read timeout, never this one."""
+
+    deadline: float = math.inf
+    per_op_s: float = 10.0
+
+    def _arm(self) -> None:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the answer's time bound passed")
+        self.settimeout(min(self.per_op_s, left))
+
+    def recv_into(self, buffer, nbytes=0, flags=0):  # type: ignore[override]
+        self._arm()
+        return super().recv_into(buffer, nbytes, flags)
+
+    def recv(self, bufsize, flags=0):  # type: ignore[override]
+        self._arm()
+        return super().recv(bufsize, flags)
+
+    def sendall(self, data, flags=0):  # type: ignore[override]
+        self._arm()
+        return super().sendall(data, flags)
+
+
+class _DeadlineSocket(_Deadline, socket.socket):
+    pass
+
+
+class _DeadlineSSLSocket(_Deadline, ssl.SSLSocket):
+    pass
+
+
+class DeadlineConnection(http.client.HTTPConnection):
+    """A stdlib HTTP/1.1 connection (no proxy from the environment) whose requests end within a
+    total time: `start(deadline_s)` before each request bounds everything it reads — the status
+    line, each header line, the body — to that many seconds from now, each socket operation to
+    ``timeout``. http.client itself bounds a head to 100 lines of 64 KiB."""
+
+    def __init__(self, host: str, port: int | None, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._deadline = math.inf
+
+    def start(self, deadline_s: float) -> None:
+        self._deadline = time.monotonic() + deadline_s
+        if isinstance(self.sock, _Deadline):
+            self.sock.deadline = self._deadline
+
+    def connect(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the answer's time bound passed")
+        raw = socket.create_connection((self.host, self.port), min(self.timeout, left))
+        sock = _DeadlineSocket(fileno=raw.detach())
+        sock.deadline, sock.per_op_s = self._deadline, self.timeout
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+
+
+class DeadlineHTTPSConnection(http.client.HTTPSConnection):
+    """`DeadlineConnection` over TLS: the TLS socket is made from a `_DeadlineSocket`."""
+
+    def __init__(self, host: str, port: int | None, timeout: float) -> None:
+        ctx = ssl.create_default_context()
+        ctx.sslsocket_class = _DeadlineSSLSocket
+        super().__init__(host, port, timeout=timeout, context=ctx)
+        self._deadline = math.inf
+
+    start = DeadlineConnection.start
+
+    def connect(self) -> None:
+        DeadlineConnection.connect(self)  # type: ignore[arg-type]
+        sock = self._context.wrap_socket(self.sock, server_hostname=self.host)  # type: ignore[attr-defined]
+        sock.deadline, sock.per_op_s = self._deadline, self.timeout
+        self.sock = sock
+
+
+def open_connection(url: str, timeout_s: float) -> tuple[http.client.HTTPConnection, str]:
+    """A `DeadlineConnection` (https: its TLS form) to ``url``'s host and the request path."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    kind = DeadlineHTTPSConnection if parts.scheme == "https" else DeadlineConnection
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return kind(parts.hostname, parts.port, timeout_s), path  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ControlAnswer:
+    status: int
+    content_type: str
+    body: bytes  # b"" when not asked for (``keep_body=False``) or cut at the bound (``cut``)
+    cut: bool = False
+
+
+def control_request(
+    method: str,
+    url: str,
+    *,
+    deadline_s: float,
+    limit: int = MAX_PROBE_BYTES,
+    keep_body: bool = True,
+    cut_ok: bool = False,
+    per_op_s: float = 10.0,
+) -> ControlAnswer:
+    """One control request (server info, health, flush), its whole answer — head and body —
+    within ``deadline_s`` seconds and ``limit`` body bytes, identity-encoded, with `request_headers`.
+    NoAnswer when nothing (complete) came back in time; ServerAnswerError for a body over the
+    bound (unless ``cut_ok``: then the status stands and ``cut`` says so) or a compressed one."""
+    conn, path = open_connection(url, min(per_op_s, deadline_s))
+    try:
+        conn.start(deadline_s)
         try:
-            read_limited(r, MAX_PROBE_BYTES, deadline_s=timeout_s)
-        except ServerAnswerError:
-            pass  # the status is the answer; an oversized body is not read
-        return r.status_code
+            conn.request(method, path, body=b"" if method == "POST" else None, headers=request_headers(url))
+            resp = conn.getresponse()
+            ctype = (resp.getheader("content-type") or "").split(";")[0].strip()
+            if keep_body:
+                check_identity(resp.getheader("content-encoding"))
+            body = BodyBounds(limit)
+            cut = False
+            while chunk := resp.read1(1 << 16):
+                try:
+                    body.add(chunk)
+                except ServerAnswerError:
+                    if not cut_ok:
+                        raise
+                    cut = True
+                    break
+        except (OSError, http.client.HTTPException) as exc:
+            raise NoAnswer(_no_answer_reason(exc)) from None
+        return ControlAnswer(resp.status, ctype, bytes(body.buf) if keep_body and not cut else b"", cut)
+    finally:
+        conn.close()
+
+
+def _no_answer_reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError) or isinstance(exc, socket.timeout):
+        return "no complete answer in time"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[:120]}" if text else type(exc).__name__
+
+
+def get_status(url: str, *, timeout_s: float = 10.0) -> int:
+    """GET ``url`` for its status code only (``/health_generate``), the whole answer within
+    ``timeout_s``: the body is read up to :data:`MAX_PROBE_BYTES` (to keep the connection) and
+    never kept; a longer body is not read further. NoAnswer when nothing answered in time."""
+    return control_request("GET", url, deadline_s=timeout_s, keep_body=False, cut_ok=True).status
 
 
 # --------------------------------------------------------------------------- /get_server_info
@@ -292,35 +444,22 @@ class ServerInfo:
 def fetch_server_info(base_url: str, timeout_s: float = 10.0) -> ServerInfo | None:
     """``GET /get_server_info``, else ``/server_info``. None when neither answers 200 (unknown:
     callers fall back to the server log); the first 200 decides, and a bad one raises
-    ServerAnswerError (bodies bounded to :data:`MAX_INFO_BYTES` and ``timeout_s`` in all)."""
+    ServerAnswerError (each answer — head and body — bounded to :data:`MAX_INFO_BYTES` and
+    ``timeout_s`` in all: `control_request`)."""
     base = base_url.rstrip("/")
-    with httpx.Client(timeout=timeout_s, trust_env=False, headers=request_headers(base)) as client:
-        for path in INFO_PATHS:
-            try:
-                with client.stream("GET", base + path) as r:
-                    if r.status_code != 200:
-                        continue
-                    body = read_limited(r, MAX_INFO_BYTES, deadline_s=timeout_s)
-            except httpx.HTTPError:
-                continue
-            return ServerInfo.parse_body(body)
+    for path in INFO_PATHS:
+        try:
+            answer = control_request("GET", base + path, deadline_s=timeout_s, limit=MAX_INFO_BYTES)
+        except NoAnswer:
+            continue
+        if answer.status == 200:
+            return ServerInfo.parse_body(answer.body)
     return None
 
 
 async def afetch_server_info(base_url: str, timeout_s: float = 10.0) -> ServerInfo | None:
-    """:func:`fetch_server_info` for asyncio code."""
-    base = base_url.rstrip("/")
-    async with httpx.AsyncClient(timeout=timeout_s, trust_env=False, headers=request_headers(base)) as client:
-        for path in INFO_PATHS:
-            try:
-                async with client.stream("GET", base + path) as r:
-                    if r.status_code != 200:
-                        continue
-                    body = await aread_limited(r, MAX_INFO_BYTES, deadline_s=timeout_s)
-            except httpx.HTTPError:
-                continue
-            return ServerInfo.parse_body(body)
-    return None
+    """:func:`fetch_server_info` for asyncio code (in a worker thread: the loop keeps running)."""
+    return await asyncio.to_thread(fetch_server_info, base_url, timeout_s)
 
 
 # --------------------------------------------------------------------------- is it sglang?
@@ -349,10 +488,9 @@ class Identified:
     info: ServerInfo | None
 
 
-def _get(client: httpx.Client, url: str, timeout_s: float) -> tuple[int, str, bytes]:
-    with client.stream("GET", url) as r:
-        body = read_limited(r, MAX_INFO_BYTES, deadline_s=timeout_s) if r.status_code == 200 else b""
-        return r.status_code, r.headers.get("content-type", "").split(";")[0].strip(), body
+def _get(url: str, timeout_s: float) -> tuple[int, str, bytes]:
+    answer = control_request("GET", url, deadline_s=timeout_s, limit=MAX_INFO_BYTES)
+    return answer.status, answer.content_type, answer.body if answer.status == 200 else b""
 
 
 def identify_sglang(base_url: str, timeout_s: float = 10.0) -> Identified:
@@ -365,51 +503,50 @@ def identify_sglang(base_url: str, timeout_s: float = 10.0) -> Identified:
     base = base_url.rstrip("/")
     seen: list[str] = []
     headers = request_headers(base)
-    with httpx.Client(timeout=timeout_s, trust_env=False, headers=headers) as client:
-        for path in (*INFO_PATHS, MODELS_PATH):
-            try:
-                status, ctype, body = _get(client, base + path, timeout_s)
-            except httpx.HTTPError as exc:
-                if not seen:  # nothing answers at all: no point asking the other paths
-                    raise NotSglangError(f"nothing answers ({type(exc).__name__}: {str(exc)[:120]})") from None
-                seen.append(f"{path}: {type(exc).__name__}")
-                continue
-            except ServerAnswerError as exc:
-                seen.append(f"{path}: {exc.reason}")
-                continue
-            if status != 200:
-                auth = ""
-                if status in (401, 403):
-                    auth = (
-                        " (it refused the API key sent: is it the server's --api-key?)"
-                        if "authorization" in headers
-                        else " (it wants credentials: server.api_key_env names the variable holding its --api-key)"
-                    )
-                seen.append(f"{path} answered {status}{auth}")
-                continue
-            try:
-                obj = loads_strict(body)
-            except ValueError:
-                seen.append(f"{path} answered 200 with {ctype or 'a body'} that is not JSON")
-                continue
-            if path == MODELS_PATH:
-                owners = sorted({str(m.get("owned_by")) for m in _model_list(obj)})
-                if "sglang" in owners:
-                    return Identified(path, None)
-                seen.append(
-                    f"{path} lists models owned by {', '.join(show(o, 30) for o in owners)}"
-                    if owners
-                    else f"{path} answered JSON that is not an OpenAI model list"
+    for path in (*INFO_PATHS, MODELS_PATH):
+        try:
+            status, ctype, body = _get(base + path, timeout_s)
+        except NoAnswer as exc:
+            if not seen:  # nothing answers at all: no point asking the other paths
+                raise NotSglangError(f"nothing answers ({exc.reason})") from None
+            seen.append(f"{path}: {exc.reason}")
+            continue
+        except ServerAnswerError as exc:
+            seen.append(f"{path}: {exc.reason}")
+            continue
+        if status != 200:
+            auth = ""
+            if status in (401, 403):
+                auth = (
+                    " (it refused the API key sent: is it the server's --api-key?)"
+                    if "authorization" in headers
+                    else " (it wants credentials: server.api_key_env names the variable holding its --api-key)"
                 )
-                continue
-            if not isinstance(obj, dict) or not any(k in obj for k in SGLANG_ARG_KEYS):
-                keys = ", ".join(sorted(obj)[:6]) if isinstance(obj, dict) else json_type(obj)
-                seen.append(f"{path} answered JSON without sglang's server arguments ({show(keys, 80)})")
-                continue
-            try:
-                return Identified(path, ServerInfo.parse(obj))
-            except ServerAnswerError as exc:
-                raise NotSglangError(f"{path}: {exc.reason}") from None
+            seen.append(f"{path} answered {status}{auth}")
+            continue
+        try:
+            obj = loads_strict(body)
+        except ValueError:
+            seen.append(f"{path} answered 200 with {ctype or 'a body'} that is not JSON")
+            continue
+        if path == MODELS_PATH:
+            owners = sorted({str(m.get("owned_by")) for m in _model_list(obj)})
+            if "sglang" in owners:
+                return Identified(path, None)
+            seen.append(
+                f"{path} lists models owned by {', '.join(show(o, 30) for o in owners)}"
+                if owners
+                else f"{path} answered JSON that is not an OpenAI model list"
+            )
+            continue
+        if not isinstance(obj, dict) or not any(k in obj for k in SGLANG_ARG_KEYS):
+            keys = ", ".join(sorted(obj)[:6]) if isinstance(obj, dict) else json_type(obj)
+            seen.append(f"{path} answered JSON without sglang's server arguments ({show(keys, 80)})")
+            continue
+        try:
+            return Identified(path, ServerInfo.parse(obj))
+        except ServerAnswerError as exc:
+            raise NotSglangError(f"{path}: {exc.reason}") from None
     raise NotSglangError("; ".join(seen))
 
 

@@ -31,14 +31,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from harness import gpu_time, http1, logscan, results
 from harness.client import GenerateRequest, Labels, StreamingClient
 from harness.model_config import model_vocab_size
 from harness.quality import run as quality_run
 from harness.records import RequestRecord
-from harness.server_info import ServerInfo, get_status, request_headers
+from harness.server_info import NoAnswer, ServerInfo, get_status
 from harness.variant_status import FAILED, OK, PARTIAL
 from harness.workloads.context import WorkloadContext
 from harness.workloads.sequence import run_workloads
@@ -65,10 +63,9 @@ def final_liveness(server, base_url: str, idle_s: float, timeout_s: float = 30.0
         return logscan.SERVER_DIED, f"server exited (code {server.exit_code()}) during the {idle_s:g}s idle check"
     why = None
     try:
-        with httpx.Client(trust_env=False) as client:
-            status = get_status(client, base_url + "/health_generate", timeout_s=timeout_s)
-    except httpx.HTTPError as exc:
-        why = f"/health_generate failed: {type(exc).__name__}"
+        status = get_status(base_url + "/health_generate", timeout_s=timeout_s)
+    except NoAnswer as exc:
+        why = f"/health_generate failed: {exc.reason}"
     else:
         if status != 200:
             why = f"/health_generate answered {status}"
@@ -170,15 +167,15 @@ class HangWatch:
 
 async def probe_health(base_url: str, timeout_s: float) -> str | None:
     """GET /health_generate (one token through the scheduler): None on 200 within ``timeout_s``,
-    else what went wrong. The body is never read."""
+    else what went wrong. The head and body are bounded by ``timeout_s`` in all (`get_status`, in a
+    worker thread: a server dripping its head cannot hold the probe past it)."""
     try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), trust_env=False) as client:
-            async with client.stream("GET", base_url + "/health_generate", headers=request_headers(base_url)) as resp:
-                return None if resp.status_code == 200 else f"/health_generate answered {resp.status_code}"
-    except httpx.TimeoutException:
-        return f"/health_generate: no answer in {timeout_s:g}s"
-    except httpx.HTTPError as exc:
-        return f"/health_generate failed: {type(exc).__name__}"
+        status = await asyncio.to_thread(get_status, base_url + "/health_generate", timeout_s=timeout_s)
+    except NoAnswer as exc:
+        if "in time" in exc.reason:
+            return f"/health_generate: no answer in {timeout_s:g}s"
+        return f"/health_generate failed: {exc.reason}"
+    return None if status == 200 else f"/health_generate answered {status}"
 
 
 @dataclass

@@ -9,6 +9,9 @@ client ``http://127.0.0.1:<port>/case/<NAME>`` as its base URL) or else from ``-
 ``/metrics``, ``/health_generate``, ``/flush_cache``; ``/stats`` (JSON) says, per case, how many
 bytes this server wrote and how many answers the client cut off (its connection dropped).
 
+``drip_head`` writes its status line and then a header one byte every ``DRIP_S``, forever (until
+the client drops the connection), on every endpoint: a per-read timeout never fires.
+
 ``long_line`` streams ``ENDLESS_BYTES`` (2 GiB) without a newline, lazily, on every endpoint; the
 write fails, and streaming stops, as soon as the client drops the connection. stdlib only.
 """
@@ -19,11 +22,14 @@ import argparse
 import json
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
 ENDLESS_BYTES = 2 << 30
 BLOCK = 64 << 10
+DRIP_S = 0.05
+DRIP_CASES = frozenset({"drip_head"})
 PROMPT = 64  # prompt_tokens the good answer reports
 
 GOOD_INFO = {
@@ -227,6 +233,9 @@ class Handler(BaseHTTPRequestHandler):
         if length:
             self.rfile.read(length)
         case, endpoint = self._route()
+        if case in DRIP_CASES and endpoint not in (None, "stats"):
+            self._drip(case)
+            return
         if endpoint == "stats":
             status, ctype, parts = 200, JSON_T, [json.dumps(self.stats.to_dict()).encode()]
         elif endpoint is None or case not in CASES:
@@ -247,6 +256,19 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.stats.cut(case)
             self.close_connection = True
+
+    def _drip(self, case: str) -> None:
+        self.close_connection = True
+        try:
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nx-drip: ")
+            self.wfile.flush()
+            while True:
+                time.sleep(DRIP_S)
+                self.wfile.write(b"a")
+                self.wfile.flush()
+                self.stats.add(case, 1)
+        except (BrokenPipeError, ConnectionResetError):
+            self.stats.cut(case)
 
     do_GET = do_POST = _answer
 

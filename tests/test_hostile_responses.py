@@ -21,10 +21,20 @@ import httpx
 import psutil
 import pytest
 
+from harness import client as client_module
 from harness.client import MAX_LINE_BYTES, GenerateRequest, Labels, StreamingClient
 from harness.metrics import METRICS
-from harness.sampling import Sampler, checked_metric_values
-from harness.server_info import ServerAnswerError, ServerInfo, fetch_server_info, get_status
+from harness.sampling import MetricsPage, MetricsUnavailable, Sampler, checked_metric_values
+from harness.server_info import (
+    NoAnswer,
+    NotSglangError,
+    ServerAnswerError,
+    ServerInfo,
+    fetch_server_info,
+    get_status,
+    identify_sglang,
+)
+from harness.serving_window import final_liveness, probe_health
 
 HERE = Path(__file__).parent
 GOLDEN_INFOS = sorted((HERE / "golden" / "runs").glob("*/*/server_info.json"))
@@ -166,6 +176,63 @@ def test_an_endless_line_is_cut_at_the_bound_with_bounded_memory(hostile, api):
     assert stats(hostile)["bytes"]["long_line"] < 2 << 30
 
 
+def _within(seconds: float, fn):
+    """fn() in a thread, its result; a hang guard (far above the bound under test), not a speed
+    check: a call still running after ``seconds`` is the unbounded wait the test is about."""
+    out: dict = {}
+
+    def go():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # handed back to the test
+            out["error"] = exc
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still waiting after {seconds} s: the time bound did not hold"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+def test_a_server_dripping_its_head_is_given_up_at_each_bound(hostile):
+    """A head that comes one byte every 50 ms passes any per-read timeout: every control reader
+    bounds the whole answer — server info, /health_generate (startup, final check, hang probe),
+    /flush_cache, /metrics, identification — and so does a stream's total timeout."""
+    url = case_url(hostile, "drip_head")
+    assert _within(60, lambda: fetch_server_info(url, timeout_s=1.0)) is None
+    with pytest.raises(NoAnswer, match="in time"):
+        _within(60, lambda: get_status(url + "/health_generate", timeout_s=1.0))
+    assert _within(60, lambda: asyncio.run(probe_health(url, 1.0))) == "/health_generate: no answer in 1s"
+    assert _within(60, lambda: final_liveness(_Alive(), url, 0.0, timeout_s=1.0)) == (
+        "server_hung",
+        "/health_generate failed: no complete answer in time",
+    )
+    with pytest.raises(NotSglangError, match="in time"):
+        _within(60, lambda: identify_sglang(url, timeout_s=1.0))
+    with pytest.raises(MetricsUnavailable):
+        _within(60, lambda: MetricsPage(url, 0.5, 1 << 20, 1.0).fetch())
+
+    async def flush():
+        async with StreamingClient(url) as client:
+            return await client.flush_cache(attempts=1)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(client_module, "FLUSH_S", 1.0)
+        assert _within(60, lambda: asyncio.run(flush())) is False
+    rec = _within(60, lambda: generate(url, timeout_s=1.0))
+    assert rec.error is not None and rec.error.startswith("timeout"), rec.error
+
+
+class _Alive:
+    def alive(self) -> bool:
+        return True
+
+    def exit_code(self) -> None:
+        return None
+
+
 def test_control_calls_read_bounded_bodies(hostile):
     """/flush_cache and /health_generate: only the status counts; an endless body is not read."""
 
@@ -175,8 +242,7 @@ def test_control_calls_read_bounded_bodies(hostile):
 
     with PeakRss() as rss:
         assert asyncio.run(flush()) is True
-        with httpx.Client(trust_env=False) as c:
-            assert get_status(c, case_url(hostile, "long_line") + "/health_generate", timeout_s=10) == 200
+        assert get_status(case_url(hostile, "long_line") + "/health_generate", timeout_s=10) == 200
     assert rss.growth_mib < 50, rss.growth_mib
 
 
