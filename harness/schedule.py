@@ -148,11 +148,13 @@ async def send_schedule(
             await over
             return results
         except BaseException:
+            if over.done() and not over.cancelled():
+                over.exception()  # retrieved: the error raised here is the one that counts
+            else:  # the calls cancelled below must not leave their CancelledError on it unretrieved
+                over.cancel()
             for t in tasks:
                 if t is not None:
                     t.cancel()
-            if over.done() and not over.cancelled():
-                over.exception()  # retrieved: the error raised here is the one that counts
             raise
 
 

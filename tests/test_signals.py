@@ -23,6 +23,8 @@ from harness import results
 from harness.exit_codes import ExitCode
 from tests.conftest import MODELS, alive, start_harness
 
+DATASETS = Path(__file__).parent / "fixtures" / "datasets"
+
 SCENARIO = """\
 name: signals
 server:
@@ -168,3 +170,98 @@ def test_signal_at_an_instant(tmp_path, index):
 def test_signal_at_every_instant(tmp_path, index):
     when, delay_s, sig = ALL_CASES[index]
     _check(_run_case(tmp_path, when, delay_s, sig), when)
+
+
+# ----------------------------------------------------------------------------- rows on a signal
+
+CLOCKED = """\
+name: signals
+server:
+  backend: sim
+  model_path: {model}
+  args: {{--max-total-tokens: 65536}}
+  startup_timeout_s: 30
+  request_timeout_s: 30
+  liveness_idle_s: 0.5
+  sim: {{time_scale: 0.02, startup_s: 0.3}}
+variants:
+  - name: off
+workloads:
+{workload}
+sampling: {{interval_s: 0.5, idle_window_s: 0.5, gpu: false, cooldown_timeout_s: 2}}
+"""
+# kind → (its workload block, the phase text of a progress line inside its load point)
+CLOCKED_KINDS = {
+    "open_loop": (
+        "  - {kind: open_loop, rate: 40, duration_s: 30, prompt_tokens: 64, output_tokens: 4, warmup_s: 0}",
+        "open_loop/rate",
+    ),
+    "replay": (
+        f"  - {{kind: dataset_replay, format: mooncake, path: {DATASETS / 'mooncake_mini.jsonl'}, "
+        f"tokenizer: {DATASETS / 'tokenizer.json'}, arrivals: trace, speed: 0.5, max_prompt_tokens: 2000, max_output_tokens: 4}}",
+        "dataset_replay/trace",
+    ),
+    "chat_clients": (
+        "  - {kind: multi_turn_clients, clients: 4, rounds: 200, first_turn_tokens: 64, turn_tokens: 16,"
+        " output_tokens: 4, think_time_s: 0.05}",
+        "multi_turn_clients/rounds",
+    ),
+}
+# (kind, seconds into its point): the default suite runs one; -m slow the rest
+ROW_INSTANTS = [(k, d) for k in CLOCKED_KINDS for d in (0.4, 1.7)]
+ROW_QUICK = {1}
+
+
+def _rows_case(tmp_path: Path, kind: str, delay_s: float) -> None:
+    block, phase = CLOCKED_KINDS[kind]
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(CLOCKED.format(model=MODELS / "llama-tiny", workload=block))
+    results_dir = tmp_path / "results"
+    proc = start_harness("run", scenario, "--results-dir", results_dir, "--no-report", cwd=tmp_path)
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if phase in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if not seen.wait(180):
+        proc.kill()
+        pytest.fail(f"never reached {phase!r}: {''.join(lines)[-2000:]}")
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=90)
+    reader.join(timeout=5)
+    out = "".join(lines)
+    assert rc == ExitCode.INTERRUPTED, out[-3000:]
+    (run,) = results_dir.glob("signals/*")
+    rows = [json.loads(x) for x in (run / "off" / "requests.jsonl").read_text().splitlines() if x.strip()]
+    point = [
+        r
+        for r in rows
+        if r["workload"] == kind.replace("replay", "dataset_replay").replace("chat_clients", "multi_turn_clients")
+    ]
+    answered = [r for r in point if r["error"] is None and r["done_ns"] is not None]
+    # the point was cut short, but every request it had answered is a row (there were none before)
+    assert answered, f"no row of the interrupted {kind} point reached requests.jsonl: {out[-1500:]}"
+    keys = [(r["phase"], r["index"], r.get("repeat")) for r in point]
+    assert len(keys) == len(set(keys)), "a row written twice"
+
+
+@pytest.mark.parametrize("index", sorted(ROW_QUICK), ids=lambda i: f"{ROW_INSTANTS[i][0]}+{ROW_INSTANTS[i][1]}s")
+def test_sigterm_inside_a_clocked_point_keeps_its_rows(tmp_path, index):
+    _rows_case(tmp_path, *ROW_INSTANTS[index])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "index",
+    [i for i in range(len(ROW_INSTANTS)) if i not in ROW_QUICK],
+    ids=lambda i: f"{ROW_INSTANTS[i][0]}+{ROW_INSTANTS[i][1]}s",
+)
+def test_sigterm_at_many_instants_inside_clocked_points_keeps_their_rows(tmp_path, index):
+    _rows_case(tmp_path, *ROW_INSTANTS[index])

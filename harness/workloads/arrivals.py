@@ -315,8 +315,11 @@ async def send_on_clock(
     the workload's abort signal fired (nothing more is sent)."""
     slots = Slots(cap) if cap is not None else None
     abort = w.ctx.abort
+    # each record as its request finishes, by its place in the plan: a signal (or any error) that
+    # ends the schedule early still leaves every answered request to be recorded
+    finished: dict[int, RequestRecord] = {}
 
-    async def one(due: int, p: Planned) -> RequestRecord | None:
+    async def one(due: int, k: int, p: Planned) -> RequestRecord | None:
         if abort.fired:
             return None
         out = build(p.index)
@@ -341,13 +344,13 @@ async def send_on_clock(
         finally:
             if slots is not None:
                 slots.release(freed_at(rec))
+        finished[k] = rec
         return rec
 
-    sent: list[RequestRecord] = []
     try:
-        done = await send_schedule(one, [(p.offset_ns, (p,), {}) for p in plan], start_ns=start_ns)
-        sent = [r for r in done if r is not None]
+        await send_schedule(one, [(p.offset_ns, (k, p), {}) for k, p in enumerate(plan)], start_ns=start_ns)
     finally:
+        sent = [finished[k] for k in sorted(finished)]
         record_all(w, sent)
     if abort.fired:
         raise StopSending(abort.reason)
