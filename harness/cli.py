@@ -140,6 +140,13 @@ def cmd_run(args) -> int:
         live_progress=None,
         probe=args.probe,
     )
+    if args.gpus is not None:
+        from harness import lanes
+
+        try:
+            options.gpus = lanes.parse_gpus(args.gpus) or lanes.host_gpus()
+        except ValueError as exc:
+            return _bad(str(exc))
     try:
         if args.resume:
             plan = resume.check_resume(scenario, Path(args.resume), options.only, options.shard)
@@ -312,6 +319,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-quality", action="store_true", help="skip the quality/parity questions (--set quality.enabled=false)"
     )
     s.add_argument("--no-report", action="store_true", help="do not write the HTML report at the end")
+    s.add_argument(
+        "--gpus",
+        metavar="IDS|auto",
+        help="run variants side by side, each on its own of these GPUs (as many as its tp_size; "
+        "CUDA_VISIBLE_DEVICES per variant): 0,1,2,3 or auto (every GPU this harness may use)",
+    )
     s.add_argument(
         "--probe",
         action="store_true",

@@ -27,6 +27,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -41,7 +42,9 @@ from harness import (
     fingerprint,
     gpu_time,
     hostpool,
+    lanes,
     logscan,
+    nvml,
     results,
     roofline,
     run_products,
@@ -103,6 +106,7 @@ class RunOptions:
     shard: tuple[int, int] | None = None
     live_progress: bool | None = None
     probe: bool = False  # run the platform probes (quick) first and keep them in the manifest
+    gpus: list[str] | None = None  # --gpus: run variants side by side, each on its own of these (harness.lanes)
 
 
 def describe_launch(scenario, variant, port: int = 30000, redactor: Redactor | None = None) -> dict:
@@ -237,7 +241,12 @@ class Signals:
 
     @classmethod
     def defer(cls):
-        """The active run's :meth:`deferred`, or nothing outside a run."""
+        """The active run's :meth:`deferred`, or nothing outside a run; in a side-by-side
+        variant's thread its lane's spawn guard (`harness.lanes.Lane.spawning`: signals are the
+        main thread's, and its interrupt waits for the spawn to be recorded)."""
+        guard = lanes.current_spawn_guard()
+        if guard is not None:
+            return guard
         return cls._active.deferred() if cls._active is not None else nullcontext()
 
 
@@ -349,6 +358,10 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
         # a simulated server says so (harness/sim): its figures are labelled simulated like sim's
         simulated = any(e.info is not None and e.info.simulated for e in attached.endpoints.values())
     checks = builds.verify_builds(scenario, variants)  # BuildError (exit 2): nothing written, nothing started
+    if options.gpus:  # ValueError (exit 2) before anything is written
+        if attached is not None:
+            raise ValueError("--gpus: backend external starts no server (its servers' GPUs are their own)")
+        lanes.check_fits(variants, options.gpus)
     with Signals() as signals:
         # GpuBusy (exit 2) before anything is written; an external run starts no server: none to clear
         orphans = clear_orphans(options.results_dir) if attached is None else []
@@ -358,6 +371,8 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
                 manifest = build_manifest(scenario, variants, harness_argv, simulated, redactor, attached, checks)
                 if shard_plan is not None:
                     manifest["shard"] = shard_plan.to_json()
+                if options.gpus:  # each variant's own set: its status.json gpu_ids
+                    manifest["gpus"] = {"ids": list(options.gpus), "side_by_side": True}
                 if orphans:
                     manifest["orphans_stopped"] = orphans
                 # what the workloads will not exercise as designed (harness.estimate.design_warnings)
@@ -443,10 +458,17 @@ def _execute_locked(
             counts.update(request_counts(scenario, [v], gpu_pool_tokens=info.max_total_num_tokens))
     state = _RunState(redactor, checks)
     state.attached = attached
+    side_by_side = None
+    if options.gpus:
+        side_by_side = _side_by_side(scenario, run, variants, options.gpus, progress, counts, redactor, checks)
+        state = side_by_side  # an interrupt or a harness error stops every running variant
     with Signals() as signals:
         try:
             env_not_clean = False
-            for i, variant in enumerate(variants, 1):
+            if side_by_side is not None:
+                finished = side_by_side.run(variants)
+                outcome.variants.extend(lane.outcome for lane in sorted(finished, key=lambda lane: lane.index))
+            for i, variant in enumerate(variants if side_by_side is None else (), 1):
                 progress.variant(
                     i,
                     variant.name,
@@ -488,6 +510,45 @@ def _execute_locked(
                 signals.hold()
                 outcome.report_interrupted = True
     return outcome
+
+
+def _side_by_side(scenario, run, variants, gpu_ids, progress: Progress, counts, redactor, checks) -> lanes.Lanes:
+    """The run's variants side by side on ``gpu_ids`` (`harness.lanes`), each as
+    :func:`run_variant` runs it, with its GPU set."""
+    lanes.check_fits(variants, gpu_ids)
+    needs = [lanes.gpus_needed(v) for v in variants]
+    shared = len(variants) > 1 and len(gpu_ids) >= 2 * min(needs, default=1)  # two can run at once
+
+    def run_one(lane: lanes.Lane):
+        return run_variant(
+            scenario,
+            lane.variant,
+            run,
+            lanes.LaneProgress(progress, lane),
+            lane.state,
+            lane.env_not_clean,
+            gpu_ids=lane.gpu_ids,
+            shared=shared,
+        )
+
+    def on_start(lane: lanes.Lane) -> None:
+        req = counts.get(lane.variant.name)
+        progress.note(
+            f"variant {lane.index}/{len(variants)} {lane.variant.name}: starts on GPU {','.join(lane.gpu_ids)}"
+            + (f" ({plural(req, 'request')})" if req else "")
+        )
+
+    def on_end(lane: lanes.Lane) -> None:
+        vo = lane.outcome
+        progress.end_variant(
+            f"variant {vo.name}: {vo.state}{f' ({vo.cause})' if vo.cause else ''}"
+            f"{'' if vo.expect_met else '  [UNEXPECTED]'} [GPU {','.join(lane.gpu_ids)}]"
+        )
+
+    progress.note(
+        f"side by side on GPUs {','.join(gpu_ids)}: each variant on {'/'.join(map(str, sorted(set(needs))))} of them"
+    )
+    return lanes.Lanes(gpu_ids, run_one, lambda: _RunState(redactor, checks), on_start, on_end)
 
 
 class _RunState:
@@ -536,10 +597,19 @@ def scrub_server_logs(vpaths: results.VariantPaths, redactor: Redactor) -> None:
 
 
 def run_variant(
-    scenario, variant, run: results.RunPaths, progress: Progress, state: _RunState, env_not_clean: bool
+    scenario,
+    variant,
+    run: results.RunPaths,
+    progress: Progress,
+    state: _RunState,
+    env_not_clean: bool,
+    gpu_ids: list[str] | None = None,
+    shared: bool = False,
 ) -> tuple[VariantOutcome, bool]:
     """One variant, start to stop. Returns its outcome and whether the environment was left unclean
-    (GPU memory or MemAvailable not back after cooldown): the next variant is then marked."""
+    (GPU memory or MemAvailable not back after cooldown): the next variant is then marked.
+    ``gpu_ids``: its GPU set (``--gpus``; its server's ``CUDA_VISIBLE_DEVICES``, its cooldown's
+    GPUs); ``shared``: other variants run on this host meanwhile (`harness.lanes`)."""
     if variant.backend == "external":
         return run_external_variant(scenario, variant, run, progress, state), env_not_clean
     vpaths = run.variant(variant.name)
@@ -552,9 +622,11 @@ def run_variant(
         env_not_clean=env_not_clean,
         simulated=scenario.server.backend == "sim",
         redact=lambda data: fingerprint.scrub_json(state.redactor, data),
-        clock=gpu_time.PhaseClock(gpu_time.variant_gpus(variant)),
+        clock=gpu_time.PhaseClock(gpu_time.variant_gpus(variant, gpu_ids), gpu_ids),
+        gpu_ids=list(gpu_ids) if gpu_ids else None,
     )
     clock = status.clock
+    gpu_env = {"CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)} if gpu_ids else {}
     state.vpaths, state.status = vpaths, status
     status.write(vpaths.status)
 
@@ -572,7 +644,7 @@ def run_variant(
         )
     if prediction and prediction.get("fits") is False and scenario.preflight.mode == "strict":
         return _finish(vpaths, status, REFUSED, "preflight", state.redactor, detail=prediction), env_not_clean
-    baseline = cooldown.take_baseline()
+    baseline = cooldown.take_baseline(read_gpu=lambda: nvml.read_gpu_mem_used_mib(gpu_env or None))
 
     ready = None
     server = None
@@ -580,8 +652,10 @@ def run_variant(
     max_attempts = 1 + max(0, variant.startup_retries)
     for attempt in range(1, max_attempts + 1):
         status.attempts = attempt
-        port = free_port(variant.host if variant.host != "0.0.0.0" else "127.0.0.1")
+        port = _free_port(variant.host if variant.host != "0.0.0.0" else "127.0.0.1")
         spec = build_launch_spec(scenario, variant, port)
+        if gpu_env:  # its GPU set, over whatever the scenario's env said
+            spec = dataclasses.replace(spec, env_overrides={**spec.env_overrides, **gpu_env})
         server = ServerProcess(spec, vpaths.server_log(attempt), run_dir=run.root, variant=variant.name)
         progress.phase(f"starting (attempt {attempt})")
         state.server = server  # before start(): a Ctrl-C right after it must still stop it (P15)
@@ -590,6 +664,8 @@ def run_variant(
             status.server = server.identity()
             status.write(vpaths.status)
         sampler = _start_sampler(scenario, server, vpaths)
+        if sampler is not None:
+            sampler.system_shared = shared
         state.sampler = sampler
         ready = server.wait_ready(variant.startup_timeout_s)
         ready_at = time.time()
@@ -612,7 +688,7 @@ def run_variant(
         status.set_aside_failed_attempt(attempt)  # a retry follows
     if not ready.ready:
         clock.enter(gpu_time.COOLDOWN)
-        unclean = _cooldown(scenario, baseline, progress, status)
+        unclean = _cooldown(scenario, baseline, progress, status, check_host=not shared)
         return _finish(vpaths, status, STARTUP_FAILED, ready.cause, state.redactor), unclean
 
     status.ready_s = round(ready.seconds, 3)
@@ -625,7 +701,7 @@ def run_variant(
         progress.phase("stopping")
         status.stop = dataclasses.asdict(server.stop())
         state.server = None
-        unclean = _cooldown(scenario, baseline, progress, status, sampler)
+        unclean = _cooldown(scenario, baseline, progress, status, sampler, check_host=not shared)
         _stop_sampler(sampler)
         state.sampler = None
         return _finish(vpaths, status, FAILED, cause, state.redactor, detail=detail), unclean
@@ -664,12 +740,16 @@ def run_variant(
     stop = server.stop()
     status.stop = dataclasses.asdict(stop)
     state.server = None
-    unclean = _cooldown(scenario, baseline, progress, status, sampler)
+    unclean = _cooldown(scenario, baseline, progress, status, sampler, check_host=not shared)
     _stop_sampler(sampler)
     state.sampler = None
     sampling = None
     if sampler is not None:
         sampling = run_products.sampling_summary(vpaths.samples, sampler.cpu_fraction, sampler.samples_written)
+        if shared:
+            sampling["system_shared"] = (
+                "other variants ran on this host meanwhile (--gpus): MemAvailable, page cache and swap are the host's"
+            )
     platform = roofline.platform_for(
         results.read_json(run.manifest).get("probe"), status.preflight, info.raw if info is not None else None
     )
@@ -832,7 +912,24 @@ def _stop_sampler(sampler) -> None:
         writer.close()
 
 
-def _cooldown(scenario, baseline, progress: Progress, status: VariantStatus, sampler=None) -> bool:
+_ports_lock = threading.Lock()
+_ports_given: set[tuple[str, int]] = set()
+
+
+def _free_port(host: str) -> int:
+    """`harness.server.free_port`, never the same port twice in one harness (variants side by side
+    ask at once; a port handed to one server may not be bound yet when the next asks)."""
+    with _ports_lock:
+        while True:
+            port = free_port(host)
+            if (host, port) not in _ports_given:
+                _ports_given.add((host, port))
+                return port
+
+
+def _cooldown(
+    scenario, baseline, progress: Progress, status: VariantStatus, sampler=None, check_host: bool = True
+) -> bool:
     if sampler is not None:
         sampler.set_phase("cooldown")
     progress.phase("cooldown")
@@ -840,6 +937,7 @@ def _cooldown(scenario, baseline, progress: Progress, status: VariantStatus, sam
         baseline,
         timeout_s=scenario.sampling.cooldown_timeout_s,
         mem_tolerance_gib=scenario.sampling.cooldown_mem_tolerance_gib,
+        check_host=check_host,
     )
     status.cooldown = result
     return not bool(result.get("clean", True))  # True: the environment did not come back

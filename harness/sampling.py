@@ -379,6 +379,7 @@ class Sampler:
 
         self._lock = threading.Lock()
         self._phase = phase
+        self.system_shared = False  # other variants run on this host meanwhile: set by the runner
         # previous phases still owed a boundary sample, with the event set once it is written
         self._boundaries: list[tuple[str, threading.Event]] = []
         self._wake = threading.Event()
@@ -658,6 +659,8 @@ class Sampler:
                 sample["gpu_selection"] = self.gpu_selection.to_dict()
                 self._gpu_selection_written = self.gpu_selection
         sample["counters"] = self._scrape(client)
+        if self.system_shared:  # side by side (harness.lanes): /proc's figures are every variant's
+            sample["system_shared"] = True
         return sample
 
 

@@ -140,7 +140,11 @@ class VariantStatus:
         self.cause_detail = {}
 
     def finish(self, state: str, cause: str | None, detail: Any = None) -> None:
-        """The variant ended in ``state``: stamp the end and judge the declared expectation."""
+        """The variant ended in ``state``: stamp the end and judge the declared expectation. An
+        interrupted variant stays interrupted (a side-by-side variant's thread may finish after
+        the run's interrupt marked it, `harness.lanes`)."""
+        if self.state == INTERRUPTED:
+            return
         self.state, self.cause = state, cause
         if self.clock is not None:
             self.clock.stop()
