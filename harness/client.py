@@ -265,8 +265,12 @@ class StreamAccumulator:
     as sent and checked once by `check_answer` (called by `to_record`). `closed` turns true when
     the stream is over for this request: [DONE], or a cap passed (then the reader drops it)."""
 
-    def __init__(self, mode: StreamMode = "auto", max_new_tokens: int | None = None) -> None:
+    def __init__(
+        self, mode: StreamMode = "auto", max_new_tokens: int | None = None, sent_prompt_tokens: int | None = None
+    ) -> None:
         self.mode: StreamMode = mode
+        # the prompt's token ids as sent (None: sent as text, its length is the server's to say)
+        self.sent_prompt_tokens = sent_prompt_tokens
         asked = max_new_tokens if type(max_new_tokens) is int and max_new_tokens >= 0 else UNKNOWN_MAX_NEW
         self.max_output_tokens = asked + OUTPUT_SLACK
         self.max_chunks = CHUNKS_PER_TOKEN * asked + OUTPUT_SLACK
@@ -522,9 +526,18 @@ class StreamAccumulator:
             completion = None
         if sum(self.chunk_new_tokens) > self.max_output_tokens:
             problems.append(f"more than {self.max_output_tokens} output tokens")
+        sent = self.sent_prompt_tokens
+        if sent is not None and self.error is None and self.done:
+            # the server's counts against what was sent: an answer that does not say how long the
+            # prompt was has no figure that can be trusted as a fraction of it
+            if prompt is None and self.prompt_tokens is None:
+                problems.append(f"no prompt_tokens reported for a prompt of {sent} tokens")
         cached = checked(_count, self.cached_tokens, "cached_tokens")
         if cached is not None and prompt is not None and cached > prompt:
             problems.append(f"cached_tokens {cached} exceeds prompt_tokens {prompt}")
+            cached = None
+        elif cached is not None and sent is not None and cached > sent:
+            problems.append(f"cached_tokens {cached} exceeds the {sent} prompt tokens sent")
             cached = None
         # a bad cached_tokens leaves its tiers unknown too; an absent one is bounded by the prompt
         tiers = checked(self._tiers, cached, prompt) if cached is not None or self.cached_tokens is None else None
@@ -834,7 +847,8 @@ class StreamingClient:
             path, body = "/generate", self._generate_body(req, rid)
         else:
             path, body = "/v1/completions", self._completions_body(req)
-        acc = StreamAccumulator(self.stream_mode, max_new_tokens=_max_new(body, api))
+        sent = len(req.input_ids) if req.input_ids is not None and req.text is None else None
+        acc = StreamAccumulator(self.stream_mode, max_new_tokens=_max_new(body, api), sent_prompt_tokens=sent)
         prompt_len = labels.prompt_len if labels.prompt_len is not None else req.prompt_len
         return _Prepared(
             labels,

@@ -151,6 +151,15 @@ CASES: dict[str, dict[str, Callable[[], Body]]] = {
     "tiers_over_cached": {
         "generate": lambda: (200, SSE, _chunks({"cached_tokens_details": {"device": 30, "host": 30}}))
     },
+    # a 64-token prompt answered without its length and with 10x as many cached tokens (host hit
+    # fraction 10, negative throughput once)
+    "no_prompt_tokens": {
+        "generate": lambda: (
+            200,
+            SSE,
+            _chunks({"prompt_tokens": None, "cached_tokens": 640, "cached_tokens_details": {"device": 0, "host": 640}}),
+        )
+    },
     "string_prompt_tokens": {"generate": lambda: (200, SSE, _chunks({"prompt_tokens": "64"}))},
     "bad_output_id": {"generate": lambda: (200, SSE, _chunks(ids=lambda i: [5, -1, 7][:i]))},
     "list_meta": {"generate": lambda: (200, SSE, _raw_chunk('{"output_ids": [5], "meta_info": [1, 2]}'))},

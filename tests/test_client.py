@@ -238,9 +238,20 @@ def test_cached_tokens_details(cached, details, want):
         "output_ids": [5],
         "meta_info": meta(1, prompt=1024, cached=cached, details=details, finish={"type": "length", "length": 1}),
     }
-    rec = run(one(make_client(sse([last]))))
+    rec = run(one(make_client(sse([last])), GenerateRequest(input_ids=list(range(3, 1027)), max_new_tokens=3)))
     assert rec.cached_tokens == cached
     assert (rec.cached_device, rec.cached_host, rec.cached_storage) == want
+
+
+def test_cached_tokens_are_checked_against_the_prompt_sent():
+    """No prompt_tokens and 10x the prompt cached (64 sent): a protocol error, no hit fraction."""
+    last = {"output_ids": [5], "meta_info": meta(1, prompt=None, cached=640, finish={"type": "length", "length": 1})}
+    rec = run(one(make_client(sse([last])), GenerateRequest(input_ids=list(range(3, 67)), max_new_tokens=3)))
+    assert rec.error == (
+        "protocol: no prompt_tokens reported for a prompt of 64 tokens;"
+        " cached_tokens 640 exceeds the 64 prompt tokens sent"
+    )
+    assert rec.cached_tokens is None and rec.prompt_tokens is None
 
 
 def test_missing_cached_tokens_is_none():

@@ -129,6 +129,10 @@ BAD_STREAMS = {
         ["cached_device", "cached_host", "cached_storage"],
     ),
     "string_prompt_tokens": ("prompt_tokens is '64', not a token count", ["prompt_tokens"]),
+    "no_prompt_tokens": (
+        "no prompt_tokens reported for a prompt of 64 tokens; cached_tokens 640 exceeds the 64 prompt tokens sent",
+        ["prompt_tokens", "cached_tokens", "cached_host"],
+    ),
     "bad_output_id": ("output id -1 is not a token id", []),
     "list_meta": ("meta_info is [1, 2], not an object", ["prompt_tokens", "cached_tokens"]),
 }
