@@ -50,6 +50,9 @@ MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id in Mooncake's traces
 MAX_FILE_BYTES = 4 << 30  # a dataset file larger than this is refused, not read into memory
 
 
+MAX_TRACE_SPAN_MS = 7 * 86_400_000  # a trace's last timestamp after its first (mooncake's span an hour)
+
+
 class DatasetError(ValueError):
     """A dataset file that cannot be read as its format; the message names the file (and row)."""
 
@@ -88,34 +91,34 @@ def _read_text(path: str | Path) -> str:
         raise DatasetError(f"{p}: not UTF-8 text ({exc})") from None
 
 
+def _json(text: str, where: str, what: str = "not valid JSON") -> Any:
+    """``json.loads``; DatasetError naming ``where`` for malformed JSON and for nesting deeper than
+    the interpreter's recursion limit (RecursionError escaped every handler before)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{where}: {what} ({exc})") from None
+    except RecursionError:
+        raise DatasetError(f"{where}: {what} (nested too deep to read)") from None
+
+
 def _rows(path: str | Path) -> list[Any]:
     """A JSON list, or JSON lines (blank lines skipped)."""
     text = _read_text(path)
     stripped = text.lstrip()
     if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
-        return list(data)
+        return list(_json(text, str(path)))
     rows = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{n}: not a JSON line ({exc})") from None
+        rows.append(_json(line, f"{path}:{n}", "not a JSON line"))
     return rows
 
 
 def load_sharegpt(path: str | Path) -> list[DatasetRequest]:
     """ShareGPT conversations: the first human turn and the reply after it."""
-    text = _read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+    data = _json(_read_text(path), str(path))
     if not isinstance(data, list):
         raise DatasetError(f"{path}: expected a JSON list of conversations, got {type(data).__name__}")
     out = []
@@ -228,6 +231,14 @@ def load_mooncake(path: str | Path) -> list[DatasetRequest]:
             )
         )
     out.sort(key=lambda r: r.timestamp_ms or 0.0)
+    if out:
+        span_ms = (out[-1].timestamp_ms or 0.0) - (out[0].timestamp_ms or 0.0)
+        if span_ms > MAX_TRACE_SPAN_MS:  # a replay on its own clock would wait that long
+            raise DatasetError(
+                f"{path} row {out[-1].index + 1}: timestamp {out[-1].timestamp_ms:g} ms is {span_ms / 86_400_000:,.0f}"
+                f" days after the first row's; a trace spans at most {MAX_TRACE_SPAN_MS / 86_400_000:g} days"
+                " (timestamps are ms from the trace's start)"
+            )
     return out
 
 

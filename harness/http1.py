@@ -468,7 +468,11 @@ class Pool:
         dirty, self._dirty = self._dirty, []
         for conn in dirty:
             if conn.queued:
-                conn.process()
+                try:
+                    conn.process()
+                except Exception as exc:  # one consumer's failure is its own request's, not its neighbours'
+                    conn.queued = False
+                    conn._fail("protocol", f"{type(exc).__name__} while reading the answer")
 
     # -- connections ----------------------------------------------------------------------------
     def _forget(self, conn: _Conn) -> None:

@@ -94,7 +94,27 @@ def loads_strict(data: bytes | bytearray | str) -> Any:
     ``json.loads(bytes)`` (no encoding detection)."""
     if not isinstance(data, str):
         data = data.decode("utf-8")
-    return _STRICT.decode(data)
+    try:
+        return _STRICT.decode(data)
+    except RecursionError:  # [[[[... deeper than the interpreter's limit: malformed, not a crash
+        raise ValueError("JSON nested too deep to read") from None
+
+
+MAX_JSON_DEPTH = 64  # a server info answer nests ~4 levels; deeper is not sglang's
+
+
+def json_depth_over(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a decoded JSON value nests deeper than ``limit`` (iterative: no recursion)."""
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+    return False
 
 
 def show(value: Any, limit: int = 60) -> str:
@@ -403,6 +423,8 @@ class ServerInfo:
         or a field the harness uses has the wrong type or an impossible value."""
         if not isinstance(obj, dict):
             raise ServerAnswerError(f"server info is a JSON {json_type(obj)}, not an object")
+        if json_depth_over(obj):  # it is stored, scrubbed and walked: recursion must stay bounded
+            raise ServerAnswerError(f"server info nests deeper than {MAX_JSON_DEPTH} levels")
         context = _int_field(obj, "context_len", 1)
         if context is None:
             context = _int_field(obj, "context_length", 1)

@@ -163,6 +163,18 @@ CASES: dict[str, dict[str, Callable[[], Body]]] = {
     "string_prompt_tokens": {"generate": lambda: (200, SSE, _chunks({"prompt_tokens": "64"}))},
     "bad_output_id": {"generate": lambda: (200, SSE, _chunks(ids=lambda i: [5, -1, 7][:i]))},
     "list_meta": {"generate": lambda: (200, SSE, _raw_chunk('{"output_ids": [5], "meta_info": [1, 2]}'))},
+    # 100,000 levels of [ (200 KB, under the line bound): deeper than any JSON reader's recursion
+    "deep_json": {"generate": lambda: (200, SSE, _raw_chunk("[" * 100_000 + "]" * 100_000))},
+    "deep_info": {
+        "info": lambda: (
+            200,
+            JSON_T,
+            [b'{"max_total_num_tokens": 4096, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"],
+        )
+    },
+    "deep_but_readable_info": {
+        "info": lambda: (200, JSON_T, [b'{"max_total_num_tokens": 4096, "x": ' + b"[" * 500 + b"]" * 500 + b"}"])
+    },
     "many_chunks": {"generate": lambda: (200, SSE, _many_chunks())},
     "long_line": {
         ep: (lambda: (200, SSE, _endless(b'data: {"text": "')))

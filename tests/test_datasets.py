@@ -306,3 +306,24 @@ def test_measure_the_mini_traces_schedule_lag():
             lines.append(f"run {repeat}: {_lag_line(fig)}; load average {load}")
     p99 = [float(line.split("p99 ")[1].split(" ms")[0]) for line in lines]
     print("\n" + "\n".join(lines) + f"\nmedian p99 {np.median(p99):.3f} ms")
+
+
+@pytest.mark.parametrize("fmt", ["sharegpt", "doc_qa", "mooncake"])
+def test_a_dataset_nested_too_deep_is_one_line_naming_the_file(tmp_path, fmt):
+    """100,000 nested lists in a dataset file: DatasetError naming it (RecursionError before)."""
+    deep = "[" * 100_000 + "]" * 100_000
+    path = tmp_path / ("d.json" if fmt == "sharegpt" else "d.jsonl")
+    path.write_text(deep if fmt == "sharegpt" else deep + "\n")
+    with pytest.raises(D.DatasetError, match=rf"{path}.*nested too deep"):
+        D.load_dataset(fmt, path)
+
+
+def test_a_trace_spanning_55_years_is_refused_naming_the_row(tmp_path):
+    """A gap of 55 years between two timestamps would make a replay wait that long."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"timestamp": 0, "input_length": 10, "output_length": 1}\n'
+        '{"timestamp": 1734000000000, "input_length": 10, "output_length": 1}\n'
+    )
+    with pytest.raises(D.DatasetError, match=rf"{path} row 2: timestamp 1\.734e\+12 ms is 20,069 days"):
+        D.load_dataset("mooncake", path)

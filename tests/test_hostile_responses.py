@@ -135,6 +135,7 @@ BAD_STREAMS = {
     ),
     "bad_output_id": ("output id -1 is not a token id", []),
     "list_meta": ("meta_info is [1, 2], not an object", ["prompt_tokens", "cached_tokens"]),
+    "deep_json": ("invalid JSON in stream (JSON nested too deep to read", ["prompt_tokens", "cached_tokens"]),
 }
 
 
@@ -266,6 +267,8 @@ def test_server_info_good_answer(hostile):
     "case, reason",
     [
         ("list_server_info", "server info is a JSON list, not an object"),
+        ("deep_info", "server info is not valid JSON (JSON nested too deep to read"),
+        ("deep_but_readable_info", "server info nests deeper than 64 levels"),
         ("string_pool", "max_total_num_tokens is 'lots'; expected an integer"),
         ("nan_server_info", "server info is not valid JSON (NaN is not valid JSON"),
         ("long_line", "answer longer than"),
@@ -365,3 +368,28 @@ def test_good_metrics_answer_and_a_nan_gauge(hostile):
     # a non-finite gauge is legal Prometheus text: dropped, the rest kept
     kept = checked_metric_values({"sglang:token_usage": math.nan, "sglang:prompt_tokens_total": 5.0})
     assert kept == {"sglang:prompt_tokens_total": 5.0}
+
+
+def test_a_deeply_nested_stream_fails_alone(hostile):
+    """One stream of 100,000 nested lists among five good ones, on one client: it is a protocol
+    error, the five are clean records (a RecursionError used to escape the reader and stall them)."""
+
+    async def go():
+        async with StreamingClient(hostile, timeout_s=20.0) as client:
+            reqs = [
+                client.generate(
+                    GenerateRequest(input_ids=list(range(3, 67)), max_new_tokens=3),
+                    Labels(workload="w", phase="p", index=i),
+                    # the case comes from the path: the deep one through its own base URL
+                )
+                for i in range(5)
+            ]
+            async with StreamingClient(case_url(hostile, "deep_json"), timeout_s=20.0) as deep:
+                recs = await asyncio.gather(
+                    *reqs, deep.generate(GenerateRequest(input_ids=list(range(3, 67)), max_new_tokens=3))
+                )
+        return recs
+
+    *good, bad = asyncio.run(go())
+    assert [r.error for r in good] == [None] * 5 and all(r.output_ids == [5, 6, 7] for r in good)
+    assert bad.error.startswith("protocol: invalid JSON in stream (JSON nested too deep"), bad.error
