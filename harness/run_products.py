@@ -31,6 +31,7 @@ from harness.records import RequestRecord
 from harness.roofline import Platform, worse_than_off
 from harness.sampling import summarize_samples
 from harness.summary import summarize, summary_rows
+from harness.tier_model import TierPools
 from harness.verdict import Outcome, Reason, RunVerdict, VerdictPolicy, run_verdict, variant_verdict
 from harness.yaml_lines import YamlLoadError, load_yaml_text
 
@@ -70,13 +71,15 @@ def measured_summary(
     workload_configs: Mapping[str, Any] | None = None,
     tiers: frozenset[str] | None = None,
     platform: Platform | None = None,
+    pools: TierPools | None = None,
 ) -> dict:
     """The summary of a variant whose server served: per workload/phase statistics, its state and
     cause, the quality-row count and the sampling summary; with ``tiers`` (its cache tiers) the
     phases that missed the tier they exist to hit (``unexercised``); with ``platform`` each phase
-    with host or storage hits gets its ``roofline`` (`harness.roofline`). A failed variant that
+    with host or storage hits gets its ``roofline`` (`harness.roofline`); with ``pools`` the tier
+    hits they predict for its own sends (``tier_prediction``, `harness.tier_model`). A failed variant that
     measured nothing has ``workloads: null``, never zeros (P10)."""
-    summary = summarize(requests, workload_kinds, workload_configs, tiers, platform)
+    summary = summarize(requests, workload_kinds, workload_configs, tiers, platform, pools)
     summary.update(schema_version=results.SCHEMA_VERSION, variant=name, state=state, cause=cause)
     if state != "ok" and not any(not r.warmup and r.error is None for r in requests):
         summary["workloads"] = None

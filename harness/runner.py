@@ -50,6 +50,7 @@ from harness import (
     run_products,
     serving_window,
     startup_phases,
+    tier_model,
 )
 from harness.client import client_stack
 from harness.estimate import design_warning_lines, design_warnings, request_counts
@@ -753,7 +754,8 @@ def run_variant(
     platform = roofline.platform_for(
         results.read_json(run.manifest).get("probe"), status.preflight, info.raw if info is not None else None
     )
-    summary = _window_summary(scenario, variant, window, sampling, platform)
+    tier_pools = _tier_pools(variant, status, info)
+    summary = _window_summary(scenario, variant, window, sampling, platform, tier_pools)
     if window.state != OK:
         status.cause_detail = window.detail
         status.log_excerpt = _log_excerpt_for_death(server)
@@ -817,7 +819,7 @@ def run_external_variant(
     platform = roofline.platform_for(
         results.read_json(run.manifest).get("probe"), None, info.raw if info is not None else None
     )
-    summary = _window_summary(scenario, variant, window, sampling, platform)
+    summary = _window_summary(scenario, variant, window, sampling, platform, _tier_pools(variant, status, info))
     if window.state != OK:
         status.cause_detail = window.detail
     return _finish(vpaths, status, window.state, window.cause, state.redactor, summary=summary)
@@ -829,11 +831,29 @@ def _log_excerpt_for_death(server: ServerProcess) -> dict:
     return {**logscan.excerpt(text, found.line_number if found else None), "file": server.log_path.name}
 
 
+def _tier_pools(variant, status: VariantStatus, info) -> tier_model.TierPools | None:
+    """The pools the variant's tier hits are predicted from: its status's pools and preflight, its
+    server's answer, its tiers and write policy."""
+    return tier_model.pools_for(
+        status.pools,
+        status.preflight,
+        info.raw if info is not None else None,
+        variant.cache_tiers,
+        variant.hicache.write_policy if variant.hicache is not None else None,
+    )
+
+
 def _window_summary(
-    scenario, variant, window, sampling: dict | None, platform: roofline.Platform | None = None
+    scenario,
+    variant,
+    window,
+    sampling: dict | None,
+    platform: roofline.Platform | None = None,
+    pools: tier_model.TierPools | None = None,
 ) -> dict:
     """summary.json of a variant whose serving window ran (launched or external); ``platform``:
-    what its hits' roofline floors are made of (`harness.roofline.platform_for`)."""
+    what its hits' roofline floors are made of (`harness.roofline.platform_for`); ``pools``: what
+    its tier hits are predicted from (`harness.tier_model.pools_for`)."""
     return run_products.measured_summary(
         variant.name,
         window.state,
@@ -845,6 +865,7 @@ def _window_summary(
         {w.name: w for w in scenario.workloads},
         variant.cache_tiers,
         platform,
+        pools,
     )
 
 

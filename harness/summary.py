@@ -17,7 +17,9 @@ never 0):
          "derived_by_repeat": {<name>: [float | null, ...]},
          "history_stats_by_repeat": {"<phase>.<metric>_<stat>": [float | null, ...]}}},
      "unexercised": [{"workload", "phase", "tier", "prompt_tokens", "cached_tokens",
-                      "tier_tokens", "figures": [..], "text"}]}   # only when the tiers are given
+                      "tier_tokens", "figures": [..], "text"}],   # only when the tiers are given
+     "tier_prediction": {"pools", "phases": {<workload>: {<phase>: {predicted, achieved, ...}}},
+                         "shortfalls": [..]}}   # only when the pools are given (harness.tier_model)
 
 Warm-up requests are left out (counted in `n_warmup`); errored requests are left out of the
 metrics and counted in `n_errors`/`errors`. `itl_ms` pools every chunk gap of the phase (like
@@ -61,6 +63,7 @@ import numpy as np
 from harness import metrics as M
 from harness.records import RequestRecord
 from harness.roofline import Platform, cold_prefill_rate, workload_rooflines
+from harness.tier_model import TierPools, phase_predictions, shortfalls
 from harness.workloads import derived_figures, kinds
 
 SUMMARY_VERSION = 1
@@ -293,6 +296,7 @@ def summarize(
     workload_configs: Mapping[str, Any] | None = None,
     tiers: Iterable[str] | None = None,
     platform: Platform | None = None,
+    pools: TierPools | None = None,
 ) -> dict[str, Any]:
     """Per workload and phase statistics of one variant's records (all repeats pooled), and the
     derived figures pooled and per repeat. ``workload_kinds``: {workload name: kind} (default:
@@ -300,7 +304,9 @@ def summarize(
     for the kinds that declare ``phase_figures``; ``tiers``: the variant's cache tiers
     (`Variant.cache_tiers`), to list its unexercised cache phases (None: not judged);
     ``platform``: KV bytes per token and bandwidths (`harness.roofline.platform_for`), to give
-    each phase with host or storage hits its roofline (None: no rooflines)."""
+    each phase with host or storage hits its roofline (None: no rooflines); ``pools``: the pools
+    the server reported (`harness.tier_model.pools_for`), to predict each phase's tier hits from
+    the run's own sends and name the shortfalls (None: not predicted)."""
     records = list(records)
     roof = Roofline(platform, cold_prefill_rate(records)) if platform is not None else None
     repeats = sorted({r.repeat for r in records})
@@ -333,7 +339,36 @@ def summarize(
     }
     if tiers is not None:
         out["unexercised"] = [u.to_json() for u in unexercised_phases(workloads, workload_kinds, tiers)]
+    if pools is not None:
+        out["tier_prediction"] = tier_prediction(records, pools, workload_kinds, workload_configs, tiers)
     return out
+
+
+def tier_prediction(
+    records: Sequence[RequestRecord],
+    pools: TierPools,
+    workload_kinds: Mapping[str, str] | None,
+    workload_configs: Mapping[str, Any] | None,
+    tiers: Iterable[str] | None,
+) -> dict[str, Any]:
+    """Predicted vs achieved tier hits of every phase (`harness.tier_model`), and the shortfalls of
+    the phases that exist to hit a tier the variant has."""
+    flush = [wl for wl, cfg in (workload_configs or {}).items() if getattr(cfg, "flush_before", False)]
+    preds = phase_predictions(records, pools, flush)
+    have = set(tiers or ("device",))
+    hit_phase = {}
+    for wl, phase in preds:
+        kind = kinds().get((workload_kinds or {}).get(wl, wl))
+        tier = kind.hit_tier(phase) if kind is not None and kind.hit_tier is not None else None
+        hit_phase[(wl, phase)] = tier is not None and tier in have
+    phases: dict[str, dict[str, Any]] = {}
+    for (wl, phase), pp in preds.items():
+        phases.setdefault(wl, {})[phase] = pp.to_json()
+    return {
+        "pools": pools.to_json(),
+        "phases": phases,
+        "shortfalls": [s.to_json() for s in shortfalls(preds, pools, hit_phase)],
+    }
 
 
 def unexercised_figures(summary: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:

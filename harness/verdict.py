@@ -24,7 +24,10 @@ INCONCLUSIVE if any variant is, else PASS (expected failures count as passing).
 
 Warnings change no outcome but are stated with it: a cache phase that got no hit of the tier it
 exists to measure (summary ``unexercised``, `harness.summary.unexercised_phases`), whose figures
-measured recompute. A check on such a figure is what makes the variant INCONCLUSIVE
+measured recompute; a cache phase that got fewer cached tokens than the pools predict for the
+run's own sends (summary ``tier_prediction.shortfalls``, `harness.tier_model`); a hit slower than
+its own recompute or HiCache off's (``worse_than_off``, added by `harness.run_products.judge_run`,
+which sees every variant). A check on such a figure is what makes the variant INCONCLUSIVE
 (`harness.expectations`: not evaluable).
 """
 
@@ -216,7 +219,14 @@ def variant_verdict(
     """The verdict of one variant from its stored status, summary and expectation rows, with its
     warnings (`unexercised_warnings`)."""
     judged = _variant_outcome(name, status, summary, list(expectation_rows), policy)
-    return replace(judged, warnings=unexercised_warnings(name, summary))
+    return replace(judged, warnings=unexercised_warnings(name, summary) + shortfall_warnings(name, summary))
+
+
+def shortfall_warnings(name: str, summary: Mapping[str, Any] | None) -> tuple[Reason, ...]:
+    """A variant's cache phases that got fewer cached tokens than its pools predict for its own
+    sends (its summary's ``tier_prediction.shortfalls``, `harness.tier_model`), as warnings."""
+    found = ((summary or {}).get("tier_prediction") or {}).get("shortfalls") or []
+    return tuple(Reason("tier_shortfall", "tier-hit shortfall: " + str(s.get("text") or ""), name) for s in found)
 
 
 def unexercised_warnings(name: str, summary: Mapping[str, Any] | None) -> tuple[Reason, ...]:

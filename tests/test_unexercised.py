@@ -101,7 +101,9 @@ def test_an_aligned_prompt_on_a_hybrid_model_is_reported_unexercised_and_inconcl
     assert rc == ExitCode.INCONCLUSIVE and verdict["outcome"] == "INCONCLUSIVE"
     outcomes = {v["variant"]: v["outcome"] for v in verdict["variants"]}
     assert outcomes == {"off": "PASS", "on": "INCONCLUSIVE"}
-    assert len(verdict["warnings"]) == 3  # off: repeat_device; on: repeat_device, repeat_after_evict
+    # off: repeat_device; on: repeat_device, repeat_after_evict — each also a tier-hit shortfall
+    # (its pools predict hits for the repeats: tests/test_tier_model.py)
+    assert [w["code"] for w in verdict["warnings"]].count("unexercised_phase") == 3
     assert "verdict: INCONCLUSIVE (exit 4)" in out
     assert "warning: off: repeat_prefill/repeat_device got no cache hit at all" in out
 

@@ -218,6 +218,8 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
         "reasons": [r.line() for r in verdict.reasons],
         # a hit slower than recomputing it (harness.roofline.worse_than_off): the headline's warning
         "worse_than_off": [w.line() for w in verdict.warnings if w.code == "worse_than_off"],
+        # fewer cached tokens than the pools predict (harness.tier_model): beside it
+        "tier_shortfalls": [w.line() for w in verdict.warnings if w.code == "tier_shortfall"],
         "variants": variants,
         "comparison": comparison,
         "notes": notes,

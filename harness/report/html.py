@@ -39,7 +39,7 @@ from harness.report.formatting import failure_text, fmt_num
 from harness.report.header import banner, header, judged_expectations, probe_rows, variant_rows
 from harness.report.quality_view import parity_groups, worst_samples
 from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
-from harness.report.tables import hicache_table, load_back, memory_table, roofline_rows
+from harness.report.tables import hicache_table, load_back, memory_table, roofline_rows, tier_prediction_rows
 from harness.report.view import load_view
 from harness.schedule import LAG_LIMIT_MS
 from harness.startup_phases import PHASES as STARTUP_PHASES
@@ -353,6 +353,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
             )
     load_backs = []
     rooflines = []
+    predictions = [row for n in view.names if view.ok(n) for row in tier_prediction_rows(view, n)]
     for n in view.names:
         if view.hicache(n) and view.ok(n):
             load_backs.append({"variant": n, **load_back(view, n)})
@@ -393,6 +394,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         "expectations": expectations,
         "load_back": load_backs,
         "rooflines": rooflines,
+        "tier_predictions": predictions,
         "summary_csv": relpath(csv, report_dir) if csv.exists() else None,
         "run_path": str(view.root),
         "sections": SECTIONS,

@@ -428,6 +428,19 @@ def roofline_rows(view: RunView, name: str) -> list[dict[str, Any]]:
     return out
 
 
+def tier_prediction_rows(view: RunView, name: str) -> list[dict[str, Any]]:
+    """Each phase's predicted vs achieved tier tokens (summary ``tier_prediction``,
+    `harness.tier_model`), where either is nonzero."""
+    tp = view.summary(name).get("tier_prediction") or {}
+    short = {(s.get("workload"), s.get("phase")) for s in tp.get("shortfalls") or []}
+    out = []
+    for wl, phases in (tp.get("phases") or {}).items():
+        for phase, p in phases.items():
+            if p.get("predicted_total") or p.get("achieved_cached"):
+                out.append({"variant": name, "workload": wl, "phase": phase, "short": (wl, phase) in short, **p})
+    return out
+
+
 def storage_bandwidth(view: RunView, name: str) -> dict[str, Any]:
     """The storage tier's (L3) I/O over a variant's phases (sampling's ``storage``): prefetch and
     backup GB/s (sglang's per-operation bandwidth histograms, mean over operations) and each as a
