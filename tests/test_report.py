@@ -276,7 +276,12 @@ def test_a_comparison_verdict_is_coloured_by_what_it_says(golden_run, tmp_path, 
     html = write_report(run, tmp_path / "reports").read_text()
     assert banner_of(html) == judged(run) == ("PASS", [])
     assert f'<span class="verdict small {css}" id="comparison-verdict">{verdict}</span>' in html
-    listed = re.search(r'<ul class="muted" id="comparison-reasons">(.*?)</ul>', html).group(1)
+    # folded under a line that counts them (open when the comparison FAILed): the first screen leads
+    folded = re.search(
+        r'<details class="muted" id="comparison-reasons"( open)?><summary>(.*?)</summary><ul>(.*?)</ul>', html
+    )
+    assert folded.group(2) == "the comparison's reasons (7)" and bool(folded.group(1)) == (css == "FAIL")
+    listed = folded.group(3)
     assert re.findall(r"<li>(.*?)</li>", listed) == [f"comparison: on-r2: reason {i}" for i in range(5)] + [
         "comparison: (+2 more)"
     ]
@@ -503,6 +508,9 @@ def test_a_significant_delta_is_coloured_and_says_n(golden_run, tmp_path):
     # a figure with one value per run is never coloured, and says so
     td = _cell_html(html, "second-pass speedup", 1)
     assert td.startswith('<td class="" title="not tested: no test: 1 vs 1 values') and "n=1/1 · no test" in td
+    # ... and what would test it: more repeats, or a gate
+    assert "n=1/1 · no test (--repeats 3)" in td and "more repeats would test it (--repeats 3" in td
+    assert "or a gate on the figure (an expectations check)" in td
 
 
 def _set_repeats(run: Path, name: str, workload: str, figure: str, values: list[float]) -> None:
@@ -693,3 +701,77 @@ def test_header_never_shows_a_missing_memtotal_as_zero():
     assert host_rows({"hostname": "h", "mem_total_kib": None})["MemTotal"] == "not recorded"
     assert host_rows({})["MemTotal"] == "not recorded"
     assert host_rows({"mem_total_kib": 32 * 1024 * 1024})["MemTotal"] == "32.0 GiB"
+
+
+def _effect(html: str) -> str:
+    m = re.search(r'<div class="headline" id="hicache-effect">(.*?)\n</div>', html, re.S)
+    assert m, "no HiCache effect box"
+    return m.group(1)
+
+
+def test_the_headline_box_leads_with_the_verdict_and_the_hicache_effect(golden_run, tmp_path):
+    run = golden_run("healthy")
+    html = write_report(run, tmp_path / "reports").read_text()
+    box = _effect(html)
+    # on the first screen: before the verdict's details, the run metadata and every section
+    assert html.index('id="hicache-effect"') < html.index('id="verdict"') < html.index('<section id="hicache"')
+    s = json.loads((run / "on-r2" / "summary.json").read_text())
+    off = json.loads((run / "off" / "summary.json").read_text())
+    from harness.report.formatting import fmt_num
+
+    speedup = s["workloads"]["parallel_prefixes"]["derived"]["second_pass_speedup"]
+    off_speedup = off["workloads"]["parallel_prefixes"]["derived"]["second_pass_speedup"]
+    assert f'<div class="big">{fmt_num(speedup)}×</div>' in box and f"(off: {fmt_num(off_speedup)}×)" in box
+    host = s["workloads"]["repeat_prefill"]["phases"]["repeat_after_evict"]["metrics"]["ttft_ms"]["p50"]
+    assert f'<div class="big">{fmt_num(host)} ms</div>' in box
+    assert re.search(r'<div class="big">[0-9.]+ %</div><div class="sub">of prompt tokens from the host tier', box)
+    assert f'<span class="verdict PASS">{s["quality"]["parity"]["verdict"]}</span>' in box
+    assert '<span class="verdict big PASS">PASS</span> <b>HiCache effect</b> <span class="muted">of on-r2' in box
+    assert "harness compare" in box  # no baseline yet: how to get one
+
+
+def test_the_headline_box_says_what_would_test_a_change(golden_run, tmp_path):
+    from harness.compare.comparison import MetricRow
+
+    run = golden_run("healthy")
+
+    def row(workload, phase, metric, change, state):
+        return MetricRow(
+            "on-r2",
+            workload,
+            phase,
+            metric,
+            "x",
+            True,
+            1.0,
+            1.0 + change,
+            1,
+            1,
+            change,
+            0.05,
+            "default",
+            "none",
+            None,
+            state,
+        ).to_dict()
+
+    rows = [
+        row("parallel_prefixes", "*", "second_pass_speedup", 0.031, "inconclusive"),
+        row("repeat_prefill", "repeat_after_evict", "ttft_ms", 0.4, "regression"),
+    ]
+    comparison = json.loads((GOLDEN_EXPECTED / "healthy_vs_healthy.comparison.json").read_text())
+    comparison.update(metrics=rows, verdict="INCONCLUSIVE")
+    results.write_json_atomic(run / "comparison.json", comparison)
+    box = _effect(write_report(run, tmp_path / "reports").read_text())
+    assert '<div class="chg inconclusive">+3.1 % vs baseline · no test yet: more repeats' in box
+    assert '<div class="chg regression">+40.0 % vs baseline · regression</div>' in box
+    assert "harness compare" not in box
+
+
+def test_without_a_hicache_variant_there_is_no_effect_box(golden_run, tmp_path):
+    run = golden_run("healthy")
+    m = json.loads((run / "manifest.json").read_text())
+    m["variants"] = [v for v in m["variants"] if v["name"] == "off"]
+    (run / "manifest.json").write_text(json.dumps(m))
+    html = write_report(run, tmp_path / "reports").read_text()
+    assert 'id="hicache-effect"' not in html

@@ -210,6 +210,7 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
             "baseline": base.get("run_id") if isinstance(base, dict) else None,
             "counts": ", ".join(f"{k} {v}" for k, v in counts.items() if v) if isinstance(counts, dict) else "",
             "reasons": reasons[:MAX_COMPARISON_REASONS] + ([f"(+{more} more)"] if more > 0 else []),
+            "n_reasons": len(reasons),
         }
     return {
         "outcome": verdict.outcome.value,
@@ -224,4 +225,52 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
         "comparison": comparison,
         "notes": notes,
         "simulated": bool(view.manifest.get("simulated")),
+    }
+
+
+def hicache_effect(view: RunView) -> dict[str, Any] | None:
+    """The headline box's figures: the HiCache variant with the best second-pass speedup (else
+    the first that ran ok), its speedup beside the HiCache-off variant's, its host-hit against its
+    cold TTFT, its host and storage share, every HiCache variant's parity, and each figure's
+    change against the compared baseline — read from the results table
+    (`harness.results_table`), the console's figures, so the page and the console agree. None
+    when no HiCache variant ran ok."""
+    from harness.results_table import results_table
+
+    table = results_table(view.root)
+    ok = [r for r in table.rows if r.state == "ok"]
+    ons = [r for r in ok if view.hicache(r.variant)]
+    offs = [r for r in ok if not view.hicache(r.variant)]
+    if not ons:
+        return None
+
+    def speedup(r) -> float:
+        v = r.cells["second_pass_speedup"].value
+        return v if v is not None else float("-inf")
+
+    best = max(ons, key=speedup)
+    off = offs[0] if offs else None
+
+    def figure(row, key):
+        c = row.cells[key] if row is not None else None
+        if c is None or c.value is None:
+            return None
+        return {"value": c.value, "change": c.change, "state": c.state}
+
+    cold, host = figure(best, "cold_ttft_ms"), figure(best, "host_hit_ttft_ms")
+    return {
+        "variant": best.variant,
+        "off": off.variant if off is not None else None,
+        "speedup": figure(best, "second_pass_speedup"),
+        "off_speedup": figure(off, "second_pass_speedup"),
+        "cold_ttft": cold,
+        "host_ttft": host,
+        "host_vs_cold": cold["value"] / host["value"] if cold and host and host["value"] > 0 else None,
+        "host_share": figure(best, "host_share"),
+        "storage_share": figure(best, "storage_share"),
+        "parity": [
+            {"variant": r.variant, "verdict": r.parity, "css": OUTCOME_CSS.get(r.parity or "", "INCONCLUSIVE")}
+            for r in ons
+        ],
+        "compared": table.baseline is not None,
     }

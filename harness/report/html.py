@@ -36,7 +36,7 @@ from harness.report.curves import (
 )
 from harness.report.failures import failures
 from harness.report.formatting import failure_text, fmt_num
-from harness.report.header import banner, header, judged_expectations, probe_rows, variant_rows
+from harness.report.header import banner, header, hicache_effect, judged_expectations, probe_rows, variant_rows
 from harness.report.quality_view import parity_groups, worst_samples
 from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
 from harness.report.tables import hicache_table, load_back, memory_table, roofline_rows, tier_prediction_rows
@@ -369,6 +369,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     return {
         "h": header(view),
         "banner": banner(view, expectations),
+        "effect": hicache_effect(view),
         "unexercised": unexercised,
         "design_warnings": design,
         "complete": view.complete,

@@ -176,6 +176,16 @@ class Samples:
     unit: str  # "req" | "group" | "repeat"
 
 
+# What would test a delta that has too few values for a test: more repeats (each repeat adds the
+# phase's requests and one value of each derived figure), or a gate (an expectations check or a
+# compare threshold on the figure judges it in every run, whatever n).
+UNTESTED_HINT = (
+    f"more repeats would test it (--repeats {MIN_BOOTSTRAP}: {MIN_BOOTSTRAP}+ values a side), or a gate on "
+    "the figure (an expectations check) judges it in every run"
+)
+_NO_TEST = f" · no test (--repeats {MIN_BOOTSTRAP})"
+
+
 def _n(k: int, unit: str) -> str:
     return f"{k} {unit}{'s' if k != 1 and unit != 'req' else ''}"
 
@@ -238,7 +248,9 @@ def _row(
         if test.significant and abs(_rel(v, base_val)) < MIN_DELTA:
             verdict += f", under {MIN_DELTA:.0%}"
         title = f"{verdict}: {test.words()}; n {base}={_n(k_b, what)}, {n}={_n(k, what)}"
-        sub = f"n={k_b}/{k}" + ("" if test.significant else " · n.s." if test.significant is False else " · no test")
+        if test.significant is None:
+            title += f"; {UNTESTED_HINT}"
+        sub = f"n={k_b}/{k}" + ("" if test.significant else " · n.s." if test.significant is False else _NO_TEST)
         cells.append(Cell(fmt_num(v, digits), v, d, css, title, sub))
     return Row(label, unit, cells, note)
 
