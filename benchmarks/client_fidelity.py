@@ -13,9 +13,9 @@ guidellm keeps wall-clock times, compared with the wall stamp).
 Clients, each in its own process, pinned with `taskset` to other cores than the server's:
   reference  a minimal raw-socket client (selectors/epoll, one thread, one stamp per recv(),
              parsing after the run): the floor of this machine (loopback, scheduler, load)
-  harness    `harness.client.StreamingClient` on `/generate` (what the harness measures with),
+  harness    `harness.server.client.StreamingClient` on `/generate` (what the harness measures with),
              on asyncio's event loop (what `harness run` uses today) and on uvloop
-             (`harness.http1.run`, `harness-uvloop`)
+             (`harness.server.http1.run`, `harness-uvloop`)
   aiperf     NVIDIA AIPerf (`aiperf profile`, completions, streaming; its raw export's per-
              response perf_ns) — from its own virtualenv (`--aiperf PATH`)
   guidellm   guidellm (`guidellm run`, concurrent profile; its first-token time) — own venv
@@ -256,8 +256,8 @@ def client_reference(port: int, streams: int, chunks: int, rounds: int) -> dict:
 
 
 def client_harness(port: int, streams: int, chunks: int, rounds: int, loop: str = "asyncio") -> dict:
-    from harness.client import GenerateRequest, Labels, StreamingClient
-    from harness.http1 import run
+    from harness.server.client import GenerateRequest, Labels, StreamingClient
+    from harness.server.http1 import run
 
     async def go():
         async with StreamingClient(f"http://127.0.0.1:{port}", timeout_s=300.0) as client:

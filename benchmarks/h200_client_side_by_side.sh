@@ -20,7 +20,7 @@ if python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
 fi
 {
   nproc; uptime; python3 --version
-  python3 -c 'from harness.client import client_stack; print("client:", client_stack())'
+  python3 -c 'from harness.server.client import client_stack; print("client:", client_stack())'
 } > "$OUT/machine.txt" 2>&1
 timeout 420 python3 benchmarks/client_fidelity.py --clients reference,harness,harness-uvloop \
   --levels 1,64,256,512 --json "$OUT/fidelity.json" > "$OUT/fidelity.txt" 2>&1

@@ -36,8 +36,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import results  # noqa: E402
-from harness.expectations import lookup_metric  # noqa: E402
+from harness.analysis.expectations import lookup_metric  # noqa: E402
+from harness.store import results  # noqa: E402
 
 DEFAULT_FIGURES = ("on-r2:parallel_prefixes.second_pass_speedup", "off:parallel_prefixes.second_pass_speedup")
 HOG = "while 1: pass"

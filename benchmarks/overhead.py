@@ -35,11 +35,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import cooldown, runner  # noqa: E402
-from harness import server as server_mod  # noqa: E402
-from harness.client import StreamingClient  # noqa: E402
-from harness.progress import Progress  # noqa: E402
-from harness.sampling import Sampler  # noqa: E402
+from harness.run import cooldown, runner  # noqa: E402
+from harness.run.progress import Progress  # noqa: E402
+from harness.server import process as server_mod  # noqa: E402
+from harness.server.client import StreamingClient  # noqa: E402
+from harness.server.sampling import Sampler  # noqa: E402
 
 CATEGORIES = ("server", "requests", "waits")
 clock = time.perf_counter_ns

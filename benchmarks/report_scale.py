@@ -6,7 +6,7 @@ variants (off, on-r2), then runs each command in a fresh process and prints its 
 peak RSS (ru_maxrss). summary.json is computed from the first 20,000 rows of each variant (the
 runner writes it during a run; neither command recomputes it).
 
-First `report` with no columnar copies (`harness.frames`: it parses the JSONL and leaves the
+First `report` with no columnar copies (`harness.analysis.frames`: it parses the JSONL and leaves the
 copies beside it, as the report drawn at the end of a run does), then `report`, `compare` and
 `load` reading the copies. ``--reuse DIR`` measures an existing run folder (built by ``--keep``).
 
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import results  # noqa: E402
+from harness.store import results  # noqa: E402
 
 PHASES = [
     ("cold_prefill", "cold", None),
@@ -105,9 +105,9 @@ def _sample_line(i: int, n: int) -> str:
 
 
 def build(root: Path, n_requests: int, n_samples: int) -> Path:
-    from harness.records import RequestRecord
-    from harness.sampling import summarize_samples
-    from harness.summary import summarize
+    from harness.analysis.summary import summarize
+    from harness.server.sampling import summarize_samples
+    from harness.store.records import RequestRecord
 
     run = root / "scale" / "20260101T000000Z-000000"
     run.mkdir(parents=True)

@@ -3,7 +3,7 @@
 The stamping SSE server of `client_fidelity.py` (its own process, pinned to the first core)
 answers each short request with one chunk ~1-2 ms after it arrives. The harness client (pinned to
 the other cores) sends `--rate` requests/s for `--seconds` with `StreamingClient.generate_at`
-through `harness.schedule.send_schedule`, at evenly spaced instants and then at Poisson arrivals,
+through `harness.server.schedule.send_schedule`, at evenly spaced instants and then at Poisson arrivals,
 on connections opened by a warm-up burst; on asyncio's event loop and on uvloop. Beside them, in
 the same invocation and interleaved, a minimal reference sender (the floor of this machine at
 that moment): one process, 64 blocking-free raw sockets, prebuilt request bytes, `select` until
@@ -37,7 +37,7 @@ def drive_reference(port: int, rate: float, seconds: float, poisson: bool) -> di
     import selectors
     import socket
 
-    from harness.schedule import offsets_ns, schedule_lag
+    from harness.server.schedule import offsets_ns, schedule_lag
 
     clock = time.perf_counter_ns
     socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(64)]
@@ -106,13 +106,13 @@ def drive(
 ) -> dict:
     import functools
 
-    import harness.client
-    from harness.client import GenerateRequest, Labels, StreamingClient
-    from harness.http1 import run
-    from harness.schedule import offsets_ns, schedule_lag, send_schedule, sleep_until_ns
+    import harness.server.client
+    from harness.server.client import GenerateRequest, Labels, StreamingClient
+    from harness.server.http1 import run
+    from harness.server.schedule import offsets_ns, schedule_lag, send_schedule, sleep_until_ns
 
-    if spin_ns is not None:  # the harness's own spin otherwise (harness.schedule.SPIN_NS)
-        harness.client.sleep_until_ns = functools.partial(sleep_until_ns, spin_ns=spin_ns)
+    if spin_ns is not None:  # the harness's own spin otherwise (harness.server.schedule.SPIN_NS)
+        harness.server.client.sleep_until_ns = functools.partial(sleep_until_ns, spin_ns=spin_ns)
 
     async def go():
         async with StreamingClient(f"http://127.0.0.1:{port}", timeout_s=30.0) as client:
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--spin-ms",
         type=float,
-        help="the harness senders' spin before each instant (default: harness.schedule.SPIN_NS); "
+        help="the harness senders' spin before each instant (default: harness.server.schedule.SPIN_NS); "
         "0: timer waits only, what is left is the client's CPU per request and its wake-ups",
     )
     ap.add_argument("--prompt-tokens", type=int, default=8, help="the harness senders' prompt length (ids)")

@@ -23,13 +23,13 @@ Conventions, the same in every table:
 - Every table has its columns even when it has no rows.
 
 Tables of a run (:class:`Run`): ``requests`` (one row per request, with the metrics of
-`harness.metrics`), ``samples`` (one row per sampler tick), ``quality`` (one row per quality
+`harness.measures.metrics`), ``samples`` (one row per sampler tick), ``quality`` (one row per quality
 answer), ``parity`` (one row per compared (sample, ask) pair of each HiCache arm, ``arm`` =
 ``on`` or ``control``), ``summaries`` (summary.csv: one row per variant × workload × phase ×
 metric), ``derived`` (the workloads' derived figures per variant), ``variants`` (one row per
 variant: state, cause, expectation).
 
-Built on `harness.frames` (the fast JSONL → column readers the report and compare use); this
+Built on `harness.analysis.frames` (the fast JSONL → column readers the report and compare use); this
 module adds the dtypes, the phase key and the tables frames does not have. Reads only: nothing
 here writes into a run folder. ``harness load RUN --csv DIR`` / ``--parquet DIR`` writes these
 tables to files.
@@ -45,10 +45,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import frames, results
+from harness.analysis import frames
+from harness.analysis.run_products import PARITY_FILE
 from harness.compare.runs import COMPARISON_FILE
-from harness.names import safe_name
-from harness.run_products import PARITY_FILE
+from harness.store import results
+from harness.store.names import safe_name
 
 __all__ = ["Comparison", "History", "Run", "RUN_TABLES", "load_comparison", "load_run", "load_runs"]
 
@@ -346,7 +347,7 @@ def _variants_table(run: results.LoadedRun) -> pd.DataFrame:
 
 def load_run(path: str | Path) -> Run:
     """Every table of a run folder (``results/<scenario>/<run_id>``). Raises
-    ``harness.results.ResultsError`` (naming the file) for a folder that is not a readable run."""
+    ``harness.store.results.ResultsError`` (naming the file) for a folder that is not a readable run."""
     run = results.load_run(Path(path))
     req = [frames.requests_frame(v.paths.requests, v.name) for v in run.variants]
     smp = [frames.samples_frame(v.paths.samples, v.name) for v in run.variants]

@@ -1,5 +1,5 @@
 """Shared fixtures and helpers of the test suite: one home, test modules never import each other
-(tests/test_suite_rules.py fails when one does). Helper modules (not tests) live next to it:
+(tests/rules/test_suite_rules.py fails when one does). Helper modules (not tests) live next to it:
 `tests/factories.py` builds records and run folders, `tests/hostile_server.py` is a misbehaving server.
 
 Import the helpers with ``from tests.conftest import ...`` (``tests`` is a package, so this is the
@@ -41,11 +41,11 @@ from typing import Any
 import psutil
 import pytest
 
-from harness import results
-from harness.runner import RunOptions, RunOutcome, run_scenario
+from harness.run.runner import RunOptions, RunOutcome, run_scenario
 from harness.scenario import load_scenario
+from harness.store import results
 
-pytest_plugins = ["pytester"]  # tests/test_suite_rules.py runs the suite's own fixtures in a nested session
+pytest_plugins = ["pytester"]  # tests/rules/test_suite_rules.py runs the suite's own fixtures in a nested session
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "scenarios" / "models"

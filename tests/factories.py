@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import results
-from harness.records import RequestRecord
-from harness.summary import summarize
+from harness.analysis.summary import summarize
+from harness.store import results
+from harness.store.records import RequestRecord
 
 MS = 1_000_000
 
@@ -153,7 +153,7 @@ def write_run(
     expect: dict[str, str] | None = None,
     summaries: dict[str, dict] | None = None,
 ) -> Path:
-    """A real run folder (manifest, status.json, summary.json from `harness.summary.summarize`,
+    """A real run folder (manifest, status.json, summary.json from `harness.analysis.summary.summarize`,
     requests.jsonl, COMPLETE) under ``results_dir/<scenario>/<run_id>``. ``variants``: name →
     request records (state ok) or a failure cause string (state startup_failed). ``summaries``
     overrides a variant's summary.json. Returns the run folder."""

@@ -13,11 +13,11 @@ from typing import Any
 import httpx
 from pydantic import TypeAdapter
 
-from harness.client import StreamingClient
-from harness.records import RequestRecord
+from harness.analysis.summary import summarize
 from harness.scenario import Workload
+from harness.server.client import StreamingClient
 from harness.sim.testing import MODELS, SimProcess
-from harness.summary import summarize
+from harness.store.records import RequestRecord
 from harness.workloads import WorkloadContext, WorkloadsOutcome, run_workloads
 
 _WORKLOAD = TypeAdapter(Workload)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import results
+from harness.store import results
 from harness.api import load_comparison
-from harness.yaml_lines import line_for, load_yaml_text
+from harness.core.yaml_lines import line_for, load_yaml_text
 
 FAILING_VARIANT_STATES = {"introduced_failure", "failed", "regression", "unexpected_failure"}
 

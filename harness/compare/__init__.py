@@ -6,11 +6,11 @@ Two run folders → a `Comparison` with an outcome PASS / FAIL / INCONCLUSIVE. T
 (reading and checking the two run folders, choosing the baseline, writing comparison.json),
 `comparison` (variant states, metric rows, parity rows, the gate, the outcome), `render`
 (Markdown, JUnit XML, console text). The ``harness compare`` command is
-`harness.commands.compare`; docs/reports.md states the rules for people.
+`harness.cli.compare`; docs/reports.md states the rules for people.
 
 What is compared, per variant that ran ok on both sides with the same config hash:
 
-- per workload × phase, the metrics `harness.metrics` declares ``compared`` on their
+- per workload × phase, the metrics `harness.measures.metrics` declares ``compared`` on their
   per-request values from requests.jsonl (warm-ups, errored requests and the kind's filler
   phases left out) — ``ttft_ms``, ``tpot_ms``, ``decode_tok_s``, ``prefill_tok_s`` (where its
   ``compared_when`` holds) — and ``pass_wall_s`` per concurrency group;
@@ -32,7 +32,7 @@ not compared (config changed, missing in a COMPLETE run, failed in the baseline)
 is inconclusive or not comparable, or a gate names nothing; else PASS. Gating rows are those
 the candidate scenario's ``gate:`` names (none: every row).
 
-Exit codes of ``harness compare`` (`harness.exit_codes.ExitCode`): 0 PASS, 1 FAIL, 2 bad input
+Exit codes of ``harness compare`` (`harness.core.exit_codes.ExitCode`): 0 PASS, 1 FAIL, 2 bad input
 (a missing or damaged file — the message names it — or a baseline of another scenario), 3 the
 harness broke, 4 INCONCLUSIVE.
 """

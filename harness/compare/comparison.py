@@ -3,7 +3,7 @@ gate, and the outcome (PASS / FAIL / INCONCLUSIVE).
 
 `compare_variant` and `parity_row` are pure (frames, figures and summaries in, rows out);
 `compare_runs` reads the two runs through `harness.compare.runs`. What is compared is what the
-declarations say: the metrics `harness.metrics` marks ``compared`` (in the phases its
+declarations say: the metrics `harness.measures.metrics` marks ``compared`` (in the phases its
 ``compared_when`` allows), the derived figures a workload's kind marks ``compared`` (one value
 per repeat), and quality parity where the candidate has it; filler phases are the kind's
 ``filler_phases``. What gates is the candidate scenario's ``gate:`` (none: every row).
@@ -20,7 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness import results
+from harness.analysis.expectations import evaluate_run_expectations
+from harness.analysis.frames import groups_frame
+from harness.analysis.summary import by_repeat, unexercised_figures
+from harness.analysis.verdict import Outcome, VerdictPolicy, declares_parity_fail
 from harness.compare.curves import (
     KNEE_AXES,
     KNEE_BELOW_TEST,
@@ -47,12 +50,9 @@ from harness.compare.runs import (
 from harness.compare.startup import host_pool_row
 from harness.compare.statistics import decide, finite, per_unit, threshold_for
 from harness.compare.tails import MIN_DRIFT_UNITS, decide_drift, decide_tail, tail_min_values
-from harness.expectations import evaluate_run_expectations
-from harness.frames import groups_frame
-from harness.metrics import METRICS
-from harness.scenario.values import Gate
-from harness.summary import by_repeat, unexercised_figures
-from harness.verdict import Outcome, VerdictPolicy, declares_parity_fail
+from harness.measures.metrics import METRICS
+from harness.spec.values import Gate
+from harness.store import results
 from harness.workloads import derived_figures, kind_of
 
 COMPARISON_VERSION = 2
@@ -298,7 +298,7 @@ class RowSample:
 
 def metric_samples(req: pd.DataFrame, names_to_kinds: dict[str, str]) -> dict[tuple[str, str, str], RowSample]:
     """{(workload, phase, metric): its values and units} of one variant's requests frame
-    (`harness.frames`): the compared metrics of its measured phases (warm-ups and filler phases
+    (`harness.analysis.frames`): the compared metrics of its measured phases (warm-ups and filler phases
     left out; errored requests too, and concurrency groups with an error). A per-request metric
     of requests sent in concurrency groups counts one observation per group (`RowSample`).
     ``names_to_kinds``: {workload: kind}."""
@@ -348,7 +348,7 @@ def derived_values_from_records(
     variant: results.LoadedVariant, names_to_kinds: Mapping[str, str]
 ) -> dict[tuple[str, str], list[float]]:
     """`derived_values` of a variant whose summary.json predates ``derived_by_repeat``: the
-    figures recomputed per repeat from its requests.jsonl (`harness.summary.by_repeat`)."""
+    figures recomputed per repeat from its requests.jsonl (`harness.analysis.summary.by_repeat`)."""
     summary = variant.summary or {}
     if all(isinstance(w, Mapping) and "derived_by_repeat" in w for w in (summary.get("workloads") or {}).values()):
         return derived_values(summary, names_to_kinds)
@@ -472,7 +472,7 @@ def tail_and_drift_rows(
     thresholds: Mapping[str, float],
 ) -> list[MetricRow]:
     """The tail row (``<metric>_p<q>``) and the within-run drift row (``<metric>_drift``) that
-    the metric's declaration asks for (`harness.metrics.Metric.tail` / ``drift``), on one value
+    the metric's declaration asks for (`harness.measures.metrics.Metric.tail` / ``drift``), on one value
     per independent unit (`harness.compare.tails`). A tail row appears where a side has the values
     its quantile needs, a drift row where the candidate has 3 x 8 units: rows that could never
     decide are left out (a gate naming one then says it has no such row). Pure."""
@@ -638,7 +638,7 @@ def parity_row(
 ) -> MetricRow | None:
     """The quality-parity row of a variant whose candidate summary has a parity verdict (None
     otherwise): FAIL → regression (whatever the baseline had) unless the variant's own checks
-    declare it (``quality.parity == FAIL``: a negative control, `harness.verdict.declares_parity_fail`)
+    declare it (``quality.parity == FAIL``: a negative control, `harness.analysis.verdict.declares_parity_fail`)
     → unchanged, PASS/WARN → unchanged, NOT_EXERCISED/NOT_COMPARABLE → inconclusive unless the
     scenario's ``verdict:`` allows it for this variant, INCONCLUSIVE → inconclusive.
     ``cand_checks``: the candidate's expectation rows of this variant. Pure."""

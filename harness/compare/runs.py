@@ -15,23 +15,23 @@ from typing import Any
 
 import pandas as pd
 
-from harness import results
-from harness.expectations import (
+from harness.analysis.expectations import (
     ScenarioExpectations,
     evaluate_run_expectations,
     scenario_expectations,
 )
-from harness.frames import requests_frame
-from harness.records import RequestRecord
-from harness.run_products import (
+from harness.analysis.frames import requests_frame
+from harness.analysis.run_products import (
     EXPECTATIONS_FILE,
     VERDICT_FILE,
     judge_run,
     stored_scenario,
 )
-from harness.verdict import Outcome, VerdictPolicy
+from harness.analysis.verdict import Outcome, VerdictPolicy
+from harness.core.yaml_lines import YamlLoadError, load_yaml_text
+from harness.store import results
+from harness.store.records import RequestRecord
 from harness.workloads import workload_kinds
-from harness.yaml_lines import YamlLoadError, load_yaml_text
 
 COMPARISON_FILE = "comparison.json"
 ACCEPTED_FILE = "accepted.json"
@@ -72,7 +72,7 @@ def run_info(run: results.LoadedRun) -> dict:
 
 
 def variant_builds(run: results.LoadedRun) -> dict[str, dict]:
-    """{variant: its build as the manifest records it (harness/builds.py)}; runs recorded before
+    """{variant: its build as the manifest records it (harness/run/builds.py)}; runs recorded before
     builds were have none."""
     return {e["name"]: e["build"] for e in run.manifest.get("variants", []) if isinstance(e.get("build"), dict)}
 
@@ -130,7 +130,7 @@ def _stored_data(manifest: Mapping) -> dict:
 
 
 def run_expectations(manifest: dict) -> ScenarioExpectations:
-    """The stored scenario's thresholds, gate and checks (`harness.expectations`)."""
+    """The stored scenario's thresholds, gate and checks (`harness.analysis.expectations`)."""
     return scenario_expectations(manifest)
 
 
@@ -144,7 +144,7 @@ def run_policy(manifest: dict) -> VerdictPolicy:
 
 
 def variant_requests(variant: results.LoadedVariant) -> pd.DataFrame:
-    """The requests frame (`harness.frames`) of one variant of a run."""
+    """The requests frame (`harness.analysis.frames`) of one variant of a run."""
     return _request_rows(variant, lambda path: requests_frame(path, variant.name))
 
 
@@ -196,7 +196,7 @@ class BaselineChoice:
 
 def stored_outcome(run: results.LoadedRun) -> tuple[str | None, str]:
     """(the run's verdict outcome, where it came from): its verdict.json, else (a run older than
-    verdict.json) judged from its stored files with the same rules (`harness.run_products.judge_run`);
+    verdict.json) judged from its stored files with the same rules (`harness.analysis.run_products.judge_run`);
     (None, why) when neither can be read."""
     path = run.paths.root / VERDICT_FILE
     if path.exists():

@@ -2,7 +2,7 @@
 ``host_pool`` / ``startup_s`` row.
 
 Allocating and pinning (``cudaHostRegister``) the HiCache host pools is what HiCache adds to a
-server start (`harness.startup_phases`); a build that registers slower (seed 002's chunked
+server start (`harness.server.startup_phases`); a build that registers slower (seed 002's chunked
 registration) is a regression even when every request is as fast. A start happens once a run,
 so the row has one value a side, and its unit is the log's whole-second stamps. It is decided
 on its size, not by a test: a regression (improvement) when the candidate is slower (faster)
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from harness.compare.statistics import relative_change, threshold_for
-from harness.startup_phases import HOST_POOL, STAMP_RESOLUTION_S
+from harness.server.startup_phases import HOST_POOL, STAMP_RESOLUTION_S
 
 WORKLOAD = "startup"
 METRIC = "startup_s"

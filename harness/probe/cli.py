@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.probe.run import BANDWIDTH_KINDS, GIB, MIB, ProbeOptions, run_probes
-from harness.results import write_text_atomic
+from harness.store.results import write_text_atomic
 
 
 def _fmt(v: float | None, spec: str = ".1f") -> str:

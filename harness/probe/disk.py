@@ -2,7 +2,7 @@
 
 One job: measure what the filesystem holding sglang's file storage backend can do at best, so a
 run's storage I/O (sglang's prefetch/backup GB/s) can be read as a fraction of it
-(`harness.bandwidth.storage_fraction`). No GPU, no subprocess: plain file I/O in this process.
+(`harness.analysis.bandwidth.storage_fraction`). No GPU, no subprocess: plain file I/O in this process.
 
 Method: one temporary file in the directory (or its nearest existing parent), written in 4 MiB
 blocks of random bytes and read back, each timed once. ``O_DIRECT`` where the filesystem takes it

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from harness import procfs
-from harness.fingerprint import is_wsl
+from harness.host import procfs
+from harness.host.fingerprint import is_wsl
 from harness.probe.disk import disk_bandwidth
 
 SCHEMA_VERSION = 1

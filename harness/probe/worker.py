@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from harness import nvml
+from harness.host import nvml
 
 # cudaDeviceAttr / CUdevice_attribute numbers (identical in the runtime and the driver API).
 ATTR_PAGEABLE_MEMORY_ACCESS = 88

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from harness.model_config import model_vocab_size  # noqa: F401 - re-exported for quality.run
+from harness.core.model_config import model_vocab_size  # noqa: F401 - re-exported for quality.run
 from harness.quality.tasks import Sample, default_filler_units, generate, sample_seed, with_filler
 
 Mode = Literal["text", "token_ids"]

@@ -63,7 +63,7 @@ from harness.quality.floor import (
     rate_test,
     real_divergence,
 )
-from harness.quality.record import QualityRecord
+from harness.store.quality_record import QualityRecord
 
 Verdict = Literal["PASS", "WARN", "FAIL", "NOT_EXERCISED", "INCONCLUSIVE"]
 Kind = Literal["equal", "tie_flip", "divergence"]

@@ -17,8 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.client import GenerateRequest, Labels
-from harness.prompts import PromptFactory, derive_seed
 from harness.quality.churn import ChurnPlan, plan_churn
 from harness.quality.fit import (
     FittedPrompt,
@@ -28,11 +26,13 @@ from harness.quality.fit import (
     token_id_prompt,
 )
 from harness.quality.parity import ParityReport, evaluate_parity
-from harness.quality.record import QualityRecord
 from harness.quality.scoring import score_answer
 from harness.quality.tasks import TASKS, generate
-from harness.scenario.values import resolve_tokens
-from harness.server_info import ServerAnswerError, ServerInfo, afetch_server_info
+from harness.server.client import GenerateRequest, Labels
+from harness.server.info import ServerAnswerError, ServerInfo, afetch_server_info
+from harness.spec.values import resolve_tokens
+from harness.store.quality_record import QualityRecord
+from harness.workloads.prompts import PromptFactory, derive_seed
 
 __all__ = [
     "ParityReport",
@@ -231,18 +231,18 @@ async def run_quality(
     """Ask every quality sample of ``cfg`` on ctx's server; record and return the answers.
 
     ``ctx`` (e.g. a `harness.workloads.context.WorkloadContext` with extras) needs: ``client`` (a
-    `harness.client.StreamingClient`), ``pool_tokens`` (device pool, for ``"x pool"`` values and
+    `harness.server.client.StreamingClient`), ``pool_tokens`` (device pool, for ``"x pool"`` values and
     churn sizing), ``seed``, and ``record_quality`` or ``record`` (callable taking a
     QualityRecord; writes quality.jsonl — ``record_quality`` wins when both exist). Optional:
     ``set_phase``, ``variant``, ``model_path`` (tokenizer files for text mode; vocab size),
-    ``tokenizer`` (an override), ``vocab_size``, ``abort`` (`harness.client.Abort`),
+    ``tokenizer`` (an override), ``vocab_size``, ``abort`` (`harness.server.client.Abort`),
     ``confirm_death`` (async; stops the pass when the server is gone after a failed request) and
     ``base_url`` (to read /get_server_info when ``server_info`` is not given).
     ``arm_role``: ``"on"`` or ``"off"`` (the baseline; also runs the control pass if
     ``cfg.control``).
     ``host_pool_tokens``: the server's KV host pool in tokens (status.json's
     ``pools.host_pool_tokens``, parsed from the server log); ``server_info``: its
-    /get_server_info answer, raw or a `harness.server_info.ServerInfo` (context length, HiCache
+    /get_server_info answer, raw or a `harness.server.info.ServerInfo` (context length, HiCache
     ratio and write policy). Both size the churn (`harness.quality.churn`); without them the arm
     reads /get_server_info from ``ctx.base_url`` and derives the host pool."""
     if arm_role not in ("on", "off", "control"):

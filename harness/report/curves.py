@@ -8,7 +8,7 @@ phases are a sweep's load points; their ``figures`` carry ``sweep_axis``/``sweep
 are conversation rounds). Percentiles are the phase statistics of the summary (p50, p90, p95,
 p99; a run from before p95 has none: shown as missing, never made up).
 
-Schedule lag (`lag_warnings`): a phase whose p99 send lag is over `harness.schedule.LAG_LIMIT_MS`
+Schedule lag (`lag_warnings`): a phase whose p99 send lag is over `harness.server.schedule.LAG_LIMIT_MS`
 (1 ms) or that its workload flagged client-bound (p99 over its own ``lag_limit_ms``) — the client,
 not the server, then set that phase's load, and its latency figures are suspect.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.report.view import RunView
-from harness.schedule import LAG_LIMIT_MS
+from harness.server.schedule import LAG_LIMIT_MS
 
 CURVE_METRICS = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"))
 PERCENTILES = ("p50", "p90", "p95", "p99")

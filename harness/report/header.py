@@ -2,8 +2,8 @@
 probes, the variants.
 
 One job: shaping the manifest's and statuses' fields for the top of the page. The banner states
-the run's one verdict, `harness.run_products.judge_run` over the stored files (the rules of
-`harness.verdict`, so an old run gets today's verdict and a new one the verdict its
+the run's one verdict, `harness.analysis.run_products.judge_run` over the stored files (the rules of
+`harness.analysis.verdict`, so an old run gets today's verdict and a new one the verdict its
 ``verdict.json`` and exit code state), its reasons one per line, each variant's outcome
 (an expected failure neutral, never red), and a comparison's verdict beside it, labelled as the
 comparison's.
@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from harness.analysis.run_products import judge_run
+from harness.analysis.verdict import RunVerdict
 from harness.report.formatting import KIB_PER_GIB
 from harness.report.view import RunView
-from harness.run_products import judge_run
-from harness.variant_status import origin_of_status
-from harness.verdict import RunVerdict
+from harness.store.variant_status import origin_of_status
 
 # the css class of each outcome: green, red, grey, "cannot tell", neutral
 OUTCOME_CSS = {
@@ -217,9 +217,9 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
         "css": OUTCOME_CSS[verdict.outcome.value],
         "exit_code": int(verdict.exit_code),
         "reasons": [r.line() for r in verdict.reasons],
-        # a hit slower than recomputing it (harness.roofline.worse_than_off): the headline's warning
+        # a hit slower than recomputing it (harness.measures.roofline.worse_than_off): the headline's warning
         "worse_than_off": [w.line() for w in verdict.warnings if w.code == "worse_than_off"],
-        # fewer cached tokens than the pools predict (harness.tier_model): beside it
+        # fewer cached tokens than the pools predict (harness.measures.tier_model): beside it
         "tier_shortfalls": [w.line() for w in verdict.warnings if w.code == "tier_shortfall"],
         "variants": variants,
         "comparison": comparison,
@@ -233,9 +233,9 @@ def hicache_effect(view: RunView) -> dict[str, Any] | None:
     the first that ran ok), its speedup beside the HiCache-off variant's, its host-hit against its
     cold TTFT, its host and storage share, every HiCache variant's parity, and each figure's
     change against the compared baseline — read from the results table
-    (`harness.results_table`), the console's figures, so the page and the console agree. None
+    (`harness.analysis.results_table`), the console's figures, so the page and the console agree. None
     when no HiCache variant ran ok."""
-    from harness.results_table import results_table
+    from harness.analysis.results_table import results_table
 
     table = results_table(view.root)
     ok = [r for r in table.rows if r.state == "ok"]

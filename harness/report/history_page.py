@@ -1,5 +1,5 @@
 """The history page of a scenario (reports/<scenario>/history.html): one figure per headline
-metric of a `harness.history.History`, its variants' change points and decisions, the markers
+metric of a `harness.compare.history.History`, its variants' change points and decisions, the markers
 where the scenario or a variant's config changed (with their dates), and a SIMULATED label on
 the page and on every simulated run."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader
 
-from harness import results
-from harness.history import History, metric_direction
+from harness.compare.history import History, metric_direction
 from harness.report import plots as P
 from harness.report.html import TEMPLATES, figure_png
+from harness.store import results
 
 
 def _draw(ax, labels, by_v, cps, failed, unit, metric, markers) -> None:

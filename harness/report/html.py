@@ -20,8 +20,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from harness import results
-from harness.gpu_time import BUCKETS, run_gpu_time
+from harness.analysis.verdict import unexercised_warnings
 from harness.report import plots as P
 from harness.report.curves import (
     CURVE_METRICS,
@@ -41,10 +40,11 @@ from harness.report.quality_view import parity_groups, worst_samples
 from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
 from harness.report.tables import hicache_table, load_back, memory_table, roofline_rows, tier_prediction_rows
 from harness.report.view import load_view
-from harness.schedule import LAG_LIMIT_MS
-from harness.startup_phases import PHASES as STARTUP_PHASES
-from harness.variant_status import origin_of_status
-from harness.verdict import unexercised_warnings
+from harness.server.schedule import LAG_LIMIT_MS
+from harness.server.startup_phases import PHASES as STARTUP_PHASES
+from harness.store import results
+from harness.store.gpu_time import BUCKETS, run_gpu_time
+from harness.store.variant_status import origin_of_status
 
 TEMPLATES = Path(__file__).parent / "templates"
 SECTIONS = ("header", "hicache", "load", "memory", "timeseries", "latency", "quality", "failures", "comparison")
@@ -273,7 +273,7 @@ def load_context(view) -> dict[str, Any]:
 
 
 def gpu_time_rows(view) -> dict[str, Any] | None:
-    """The GPU-time table: `harness.gpu_time.run_gpu_time` of the run's status files (None when
+    """The GPU-time table: `harness.store.gpu_time.run_gpu_time` of the run's status files (None when
     no variant recorded its time: a run from before it was)."""
     statuses = {n: view.status(n) for n in view.names}
     if not any(isinstance((st or {}).get("timing"), dict) for st in statuses.values()):
@@ -282,7 +282,7 @@ def gpu_time_rows(view) -> dict[str, Any] | None:
 
 
 def startup_rows(view) -> dict[str, dict]:
-    """{variant: its start's phases (`harness.startup_phases`), reported figures and ready_s}
+    """{variant: its start's phases (`harness.server.startup_phases`), reported figures and ready_s}
     for the variants whose status has them."""
     out = {}
     for n in view.names:
@@ -299,7 +299,7 @@ def startup_rows(view) -> dict[str, dict]:
 
 def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     """Everything the template shows, from one run folder."""
-    from harness.expectations import evaluate_run_expectations
+    from harness.analysis.expectations import evaluate_run_expectations
 
     view = load_view(run_dir)
     expectations = judged_expectations(view, evaluate_run_expectations)

@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.bandwidth import load_back_fraction, storage_fraction
-from harness.frames import groups_frame
-from harness.metrics import METRICS
+from harness.analysis.bandwidth import load_back_fraction, storage_fraction
+from harness.analysis.frames import groups_frame
+from harness.analysis.summary import unexercised_figures
+from harness.measures.metrics import METRICS
 from harness.report.formatting import KIB_PER_GIB, VERDICT_CSS, failure_text, fmt_num
 from harness.report.view import RunView, baseline_variant
-from harness.summary import unexercised_figures
-from harness.variant_status import ATTACHED, LAUNCHED
+from harness.store.variant_status import ATTACHED, LAUNCHED
 from harness.workloads.kind import PhaseStat, ReportRow
 
 # Sampler phases the runner sets around the workloads (not load); the quality arm's phases
@@ -429,7 +429,7 @@ def load_back(view: RunView, name: str) -> dict[str, Any]:
 
 
 def roofline_rows(view: RunView, name: str) -> list[dict[str, Any]]:
-    """Each hit phase's roofline (summary ``phases.<phase>.roofline``, `harness.roofline`): the
+    """Each hit phase's roofline (summary ``phases.<phase>.roofline``, `harness.measures.roofline`): the
     floor its KV bytes and uncached suffix allow, what it took, and recomputing it."""
     out = []
     for wl, w in (view.summary(name).get("workloads") or {}).items():
@@ -442,7 +442,7 @@ def roofline_rows(view: RunView, name: str) -> list[dict[str, Any]]:
 
 def tier_prediction_rows(view: RunView, name: str) -> list[dict[str, Any]]:
     """Each phase's predicted vs achieved tier tokens (summary ``tier_prediction``,
-    `harness.tier_model`), where either is nonzero."""
+    `harness.measures.tier_model`), where either is nonzero."""
     tp = view.summary(name).get("tier_prediction") or {}
     short = {(s.get("workload"), s.get("phase")) for s in tp.get("shortfalls") or []}
     out = []

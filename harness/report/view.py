@@ -2,7 +2,7 @@
 
 One job: loading. manifest.json (its scenario text parsed for the workloads, their kinds, the
 description and the quality baseline), each variant's status.json and summary.json
-(`results.load_run`), the request and sample frames (`harness.frames`), each variant's parity.json
+(`results.load_run`), the request and sample frames (`harness.analysis.frames`), each variant's parity.json
 and quality.jsonl (on demand), the probe result (the manifest's, else ``probe.json``),
 ``comparison.json``, ``expectations.json`` and ``verdict.json``. Stored figures only: nothing here
 measures or probes.
@@ -23,9 +23,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness import results
-from harness.frames import requests_frame, samples_frame
-from harness.run_products import EXPECTATIONS_FILE, VERDICT_FILE
+from harness.analysis.frames import requests_frame, samples_frame
+from harness.analysis.run_products import EXPECTATIONS_FILE, VERDICT_FILE
+from harness.store import results
 from harness.workloads import kind_of, workload_kinds
 from harness.workloads.kind import WorkloadKind
 
@@ -111,7 +111,7 @@ def scenario_yaml(manifest: dict) -> dict:
     text = (manifest.get("scenario") or {}).get("text")
     if not text:
         return {}
-    from harness.yaml_lines import load_yaml_text
+    from harness.core.yaml_lines import load_yaml_text
 
     try:
         return load_yaml_text(text, "scenario").data

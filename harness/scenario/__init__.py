@@ -4,10 +4,8 @@ One job: turn a scenario file (docs/scenario-format.md) into validated, typed ob
 ``ScenarioError`` whose lines each read ``FILE:LINE KEY.PATH: message``. The package, in the
 order a file flows through it:
 
-- ``errors``        ``ErrorItem`` / ``ScenarioError``
-- ``values``        value types: ``TokenSize``, ``Check``, ``Threshold``, names, flags, env values
 - ``models``        the typed blocks (pydantic, ``extra="forbid"``) and the resolved ``Variant``;
-                    workload blocks come from each kind's module in ``harness/workloads/``
+                    workload blocks come from each kind's module in ``harness/workloads/kinds/``
 - ``expansion``     ``${VAR}`` / ``${VAR:-default}`` in every string value
 - ``error_mapping`` pydantic errors → ``FILE:LINE KEY.PATH: message``
 - ``checks``        cross-field checks
@@ -15,8 +13,11 @@ order a file flows through it:
 - ``loading``       ``load_scenario`` / ``load_scenario_text``
 - ``hashing``       ``scenario_hash``, ``variant_config_hash``, ``json_schema``
 
+It is written in the words of ``harness.spec`` (``errors``: ``ErrorItem`` / ``ScenarioError``;
+``values``: ``TokenSize``, ``Check``, ``Threshold``, names, flags, env values).
+
 Public names are importable from ``harness.scenario`` as before; they load on first use, so
-that ``harness.scenario.values`` (which workload configs import) pulls in nothing else.
+that ``harness.spec.values`` (which workload configs import) pulls in nothing else.
 """
 
 from __future__ import annotations
@@ -25,43 +26,43 @@ import importlib
 from typing import Any
 
 _HOME = {
-    "ErrorItem": "errors",
-    "ScenarioError": "errors",
-    "TokenSize": "values",
-    "Check": "values",
-    "Threshold": "values",
-    "resolve_tokens": "values",
-    "parse_extra_args": "values",
-    "SimOptions": "models",
-    "Server": "models",
-    "HiCache": "models",
-    "VariantSpec": "models",
-    "MatrixEntry": "models",
-    "Variant": "models",
-    "Workload": "models",
-    "Sampling": "models",
-    "Preflight": "models",
-    "Quality": "models",
-    "Expectations": "models",
-    "Scenario": "models",
-    "MEM_LAYOUTS": "models",
-    "WRITE_POLICIES": "models",
-    "IO_BACKENDS": "models",
-    "CAUSES": "models",
-    "QUALITY_TASKS": "models",
-    "expand_env": "expansion",
-    "load_scenario": "loading",
-    "load_scenario_text": "loading",
-    "variant_config_hash": "hashing",
-    "scenario_hash": "hashing",
-    "json_schema": "hashing",
+    "ErrorItem": "harness.spec.errors",
+    "ScenarioError": "harness.spec.errors",
+    "TokenSize": "harness.spec.values",
+    "Check": "harness.spec.values",
+    "Threshold": "harness.spec.values",
+    "resolve_tokens": "harness.spec.values",
+    "parse_extra_args": "harness.spec.values",
+    "SimOptions": "harness.scenario.models",
+    "Server": "harness.scenario.models",
+    "HiCache": "harness.scenario.models",
+    "VariantSpec": "harness.scenario.models",
+    "MatrixEntry": "harness.scenario.models",
+    "Variant": "harness.scenario.models",
+    "Workload": "harness.scenario.models",
+    "Sampling": "harness.scenario.models",
+    "Preflight": "harness.scenario.models",
+    "Quality": "harness.scenario.models",
+    "Expectations": "harness.scenario.models",
+    "Scenario": "harness.scenario.models",
+    "MEM_LAYOUTS": "harness.scenario.models",
+    "WRITE_POLICIES": "harness.scenario.models",
+    "IO_BACKENDS": "harness.scenario.models",
+    "CAUSES": "harness.scenario.models",
+    "QUALITY_TASKS": "harness.scenario.models",
+    "expand_env": "harness.scenario.expansion",
+    "load_scenario": "harness.scenario.loading",
+    "load_scenario_text": "harness.scenario.loading",
+    "variant_config_hash": "harness.scenario.hashing",
+    "scenario_hash": "harness.scenario.hashing",
+    "json_schema": "harness.scenario.hashing",
 }
 __all__ = sorted(_HOME)
 
 
 def __getattr__(name: str) -> Any:
     if name in _HOME:
-        value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+        value = getattr(importlib.import_module(_HOME[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

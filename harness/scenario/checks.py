@@ -10,12 +10,12 @@ from collections.abc import Mapping
 from difflib import get_close_matches
 from typing import Any
 
-from harness.metrics import GATEABLE, METRICS
-from harness.scenario.errors import ErrorItem
+from harness.core.yaml_lines import format_path, line_for
+from harness.measures.metrics import GATEABLE, METRICS
 from harness.scenario.models import DEFAULT_BUILD, HiCache, Scenario, Variant, VariantFields
-from harness.scenario.values import Check, env_problem, flag_problem
+from harness.spec.errors import ErrorItem
+from harness.spec.values import Check, env_problem, flag_problem
 from harness.workloads import kinds
-from harness.yaml_lines import format_path, line_for
 
 _AXIS_ROOTS = ("hicache.", "env.", "args.")
 
@@ -119,7 +119,7 @@ def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
 
 # What cannot apply to a server the harness does not start (backend: external). Refused rather
 # than recorded as declared-only: a run must never look as if it set a knob it could not set.
-# The server's own arguments are read from /get_server_info instead (harness/external.py).
+# The server's own arguments are read from /get_server_info instead (harness/run/external.py).
 EXTERNAL_REFUSED_SERVER = (
     "python",
     "command_prefix",
@@ -222,7 +222,7 @@ def late_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) 
     if q.baseline_variant is not None and q.baseline_variant not in by_name:
         add(("quality", "baseline_variant"), f"no variant named {q.baseline_variant!r} (variants: {', '.join(names)})")
     elif q.enabled and q.baseline_variant is None and scn.server.backend == "external":
-        pass  # the OFF server is known once each server's own arguments are read (harness/external.py)
+        pass  # the OFF server is known once each server's own arguments are read (harness/run/external.py)
     elif q.enabled and q.baseline_variant is None:
         off = next((v for v in variants if v.hicache is None and v.expect == "ok"), None)
         if off is None:
@@ -280,7 +280,7 @@ def gate_problem(scn: Scenario, metric: str) -> str | None:
     return None
 
 
-# What a check may name (harness.expectations' docstring has the grammar): a workload's
+# What a check may name (harness.analysis.expectations' docstring has the grammar): a workload's
 # ``<workload>.<derived>`` or ``<workload>.<phase>.<metric>[_<stat>]`` / ``.n`` / ``.n_errors`` /
 # ``.n_warmup`` / ``.hits.<key>``; ``quality.parity``; ``sampling.<phase>.<key>``; ``pools.<key>``;
 # ``status.<key>``. Phase names and the keys under sampling/pools/status/hits are not declared

@@ -10,11 +10,11 @@ from typing import Annotated, Any, Union
 
 from pydantic import BaseModel, ValidationError
 
-from harness.scenario.errors import ErrorItem
+from harness.core.yaml_lines import format_path, line_for
 from harness.scenario.models import Scenario
-from harness.scenario.values import show_value
+from harness.spec.errors import ErrorItem
+from harness.spec.values import show_value
 from harness.workloads import kinds
-from harness.yaml_lines import format_path, line_for
 
 
 def _unwrap(ann: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.scenario.models import Scenario, Variant
 
-# The simulator's start-up timings (harness.startup_phases) change how long a start takes, never
+# The simulator's start-up timings (harness.server.startup_phases) change how long a start takes, never
 # what a variant measures: a scenario that sets them keeps its variants' hashes (and baselines).
 STARTUP_ONLY_SIM_KNOBS = frozenset({"capture_s", "register_s_per_gb", "warmup_s"})
 

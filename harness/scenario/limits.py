@@ -15,10 +15,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.model_config import ModelConfigError, ModelShape, load_model_shape
-from harness.scenario.errors import ErrorItem
+from harness.core.model_config import ModelConfigError, ModelShape, load_model_shape
+from harness.core.yaml_lines import format_path, line_for
 from harness.scenario.models import Scenario, Variant
-from harness.yaml_lines import format_path, line_for
+from harness.spec.errors import ErrorItem
 
 
 def _int_arg(value: Any) -> int | None:

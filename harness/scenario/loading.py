@@ -14,15 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from harness.scenario.checks import late_checks, raw_expectation_checks, semantic
-from harness.scenario.error_mapping import convert_errors
-from harness.scenario.errors import ErrorItem, ScenarioError
-from harness.scenario.expansion import expand_tree
-from harness.scenario.hashing import scenario_hash
-from harness.scenario.limits import size_checks
-from harness.scenario.models import Scenario, SimOptions
-from harness.scenario.variants import expand_variants
-from harness.yaml_lines import (
+from harness.core.yaml_lines import (
     LoadedYaml,
     YamlLoadError,
     format_path,
@@ -30,6 +22,14 @@ from harness.yaml_lines import (
     load_yaml,
     load_yaml_text,
 )
+from harness.scenario.checks import late_checks, raw_expectation_checks, semantic
+from harness.scenario.error_mapping import convert_errors
+from harness.scenario.expansion import expand_tree
+from harness.scenario.hashing import scenario_hash
+from harness.scenario.limits import size_checks
+from harness.scenario.models import Scenario, SimOptions
+from harness.scenario.variants import expand_variants
+from harness.spec.errors import ErrorItem, ScenarioError
 
 
 def _sort_items(items: list[ErrorItem]) -> list[ErrorItem]:

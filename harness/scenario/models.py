@@ -1,7 +1,7 @@
 """The scenario's typed blocks (pydantic, ``extra="forbid"``) and the resolved ``Variant``.
 
 Workload blocks are not declared here: each workload kind declares its own config model in
-``harness/workloads/<kind>.py``; ``Workload`` is the tagged union of those.
+``harness/workloads/kinds/<kind>.py``; ``Workload`` is the tagged union of those.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from harness import logscan
-from harness.scenario.values import (
+from harness.server import logscan
+from harness.spec.values import (
     MAX_REPEATS,
     ArgsDict,
     CheckT,
@@ -57,14 +57,14 @@ from harness.workloads import kinds
 MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head")
 WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 IO_BACKENDS = ("kernel", "direct")
-CAUSES = logscan.STARTUP_CAUSES  # what expect_cause may name: harness/logscan.py declares them
+CAUSES = logscan.STARTUP_CAUSES  # what expect_cause may name: harness/server/logscan.py declares them
 QUALITY_TASKS = ("needle", "multi_needle", "variable_tracking", "aggregation", "ordered_codes")
 SGLANG_DEFAULT_HICACHE_RATIO = 2.0
 # The build a variant runs when it names none: the ``server`` block's own python, sglang_source,
-# env and args (harness/builds.py).
+# env and args (harness/run/builds.py).
 DEFAULT_BUILD = "default"
 
-# The tagged union of every workload kind's config model (harness/workloads/<kind>.py).
+# The tagged union of every workload kind's config model (harness/workloads/kinds/<kind>.py).
 Workload = Annotated[
     Union[tuple(k.config for k in kinds().values())],  # type: ignore[valid-type]
     Field(discriminator="kind"),
@@ -78,7 +78,7 @@ class SimOptions(ScenarioModel):
     host_mem_scale: Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=1)] = 0.0625
     mem_available_gib: PosFloat | None = None
     startup_s: NonNegFloat = 1.0
-    # the rest of a start, as sglang's log splits it (harness.startup_phases); not in the config hash
+    # the rest of a start, as sglang's log splits it (harness.server.startup_phases); not in the config hash
     capture_s: NonNegFloat = 0.0  # CUDA-graph capture
     register_s_per_gb: NonNegFloat = 0.0  # pinning the host pools (cudaHostRegister), per GB
     warmup_s: NonNegFloat = 0.0  # before the warm-up request
@@ -94,7 +94,7 @@ class SimOptions(ScenarioModel):
 
 class Watchdog(ScenarioModel):
     """``server.watchdog``: when a server that is alive but no longer serving (stopped, a
-    deadlocked scheduler) is given up as ``server_hung`` (harness/serving_window.py)."""
+    deadlocked scheduler) is given up as ``server_hung`` (harness/run/serving_window.py)."""
 
     # No request has finished for this long: ask /health_generate (never sooner, so a server
     # that answers is not disturbed).
@@ -124,7 +124,7 @@ SglangSource = Annotated[str | None, BeforeValidator(_none_if_empty)]
 
 class Server(ScenarioModel):
     """``server``: how to start the server every variant shares (``backend: external``: none is
-    started; each variant names a running server's ``url``, harness/external.py)."""
+    started; each variant names a running server's ``url``, harness/run/external.py)."""
 
     backend: Literal["sglang", "sim", "external"] = "sglang"
     python: str = "python3"
@@ -150,7 +150,7 @@ class Server(ScenarioModel):
     watchdog: Watchdog = Watchdog()
     sim: SimOptions | None = None
     # backend: external: the NAME of an environment variable holding the servers' API key (their
-    # --api-key), sent as ``Authorization: Bearer``; never the key itself (harness/external.py).
+    # --api-key), sent as ``Authorization: Bearer``; never the key itself (harness/run/external.py).
     api_key_env: str | None = None
 
     @field_validator("host")
@@ -201,7 +201,7 @@ class HiCacheStorage(ScenarioModel):
 class Build(ScenarioModel):
     """One entry of ``builds``: a named sglang install a variant can pick (``build: NAME``).
     Its env and args go between the server's and the variant's; python defaults to
-    ``server.python``. Verified before any server starts (harness/builds.py)."""
+    ``server.python``. Verified before any server starts (harness/run/builds.py)."""
 
     description: str = ""
     python: str | None = None
@@ -392,7 +392,7 @@ def _fraction(v: Any) -> Any:
 
 
 class VerdictRules(ScenarioModel):
-    """``verdict``: what a variant's verdict tolerates (harness/verdict.py)."""
+    """``verdict``: what a variant's verdict tolerates (harness/analysis/verdict.py)."""
 
     # requests (not warm-ups) that may fail before the variant is FAIL ("1%" or 0.01)
     max_error_rate: Annotated[float, BeforeValidator(_fraction), Field(ge=0, le=1)] = 0.01
@@ -401,7 +401,7 @@ class VerdictRules(ScenarioModel):
 
 
 class Estimate(ScenarioModel):
-    """``estimate``: what `harness run --dry-run` needs to estimate the run (harness/estimate.py)."""
+    """``estimate``: what `harness run --dry-run` needs to estimate the run (harness/run/estimate.py)."""
 
     prefill_tok_s: PosFloat  # uncached prompt tokens per second on this setup (a measured figure)
     decode_tok_s: PosFloat | None = None  # one request's output tokens per second
@@ -457,7 +457,7 @@ class Variant(BaseModel):
     @property
     def cache_tiers(self) -> frozenset[str]:
         """The cache tiers its server has: the device always, the host with HiCache, the storage
-        tier with a storage backend (which phases expect hits: `harness.summary.unexercised_phases`)."""
+        tier with a storage backend (which phases expect hits: `harness.analysis.summary.unexercised_phases`)."""
         tiers = {"device"}
         if self.hicache is not None:
             tiers.add("host")

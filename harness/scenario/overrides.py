@@ -28,10 +28,10 @@ from typing import Any
 
 import yaml
 
-from harness.scenario.errors import ErrorItem, ScenarioError
+from harness.core.yaml_lines import YamlLoadError, format_path, load_yaml
 from harness.scenario.loading import load_scenario, load_scenario_text
 from harness.scenario.models import Scenario
-from harness.yaml_lines import YamlLoadError, format_path, load_yaml
+from harness.spec.errors import ErrorItem, ScenarioError
 
 _SEGMENT = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 

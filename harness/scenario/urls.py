@@ -18,13 +18,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.bundled import bundled_dir
-from harness.scenario.errors import ErrorItem, ScenarioError
+from harness.core.bundled import bundled_dir
+from harness.core.yaml_lines import YamlLoadError, load_yaml
 from harness.scenario.loading import load_scenario_text
 from harness.scenario.models import Scenario
 from harness.scenario.overrides import Override, load_with_overrides, override_tree
-from harness.scenario.values import Check, Gate, url_problem
-from harness.yaml_lines import YamlLoadError, load_yaml
+from harness.spec.errors import ErrorItem, ScenarioError
+from harness.spec.values import Check, Gate, url_problem
 
 DEFAULT_SCENARIO = "external.yaml"  # the workloads of `harness run --url URL` without a scenario
 SERVER_KEYS_KEPT = ("request_timeout_s", "liveness_idle_s", "watchdog", "api_key_env")

@@ -14,10 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.names import clashes_with_run_files, safe_name
+from harness.core.yaml_lines import format_path, line_for
 from harness.scenario.checks import axis_problem
 from harness.scenario.error_mapping import message_for
-from harness.scenario.errors import ErrorItem
 from harness.scenario.models import (
     DEFAULT_BUILD,
     MatrixEntry,
@@ -27,9 +26,10 @@ from harness.scenario.models import (
     VariantFields,
     VariantSpec,
 )
-from harness.scenario.values import fmt_num, parse_extra_args
-from harness.secrets import is_secret_name
-from harness.yaml_lines import format_path, line_for
+from harness.spec.errors import ErrorItem
+from harness.spec.values import fmt_num, parse_extra_args
+from harness.store.names import clashes_with_run_files, safe_name
+from harness.store.secrets import is_secret_name
 
 MAX_MATRIX_VARIANTS = 1000
 

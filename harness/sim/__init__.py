@@ -6,7 +6,7 @@ Modules: ``cli`` (flags -> ``args.SimArgs``; ``main`` hands them to ``server``),
 (two-tier page cache), ``hostmem`` (host-pool rule and real scaled allocation), ``tokens``
 (deterministic model outputs), ``metrics`` (Prometheus), ``args`` (the resolved command line),
 ``faults`` (the fault table; a leaf), ``testing`` (run it as a subprocess in tests).  Imports
-flow one way, in that order (tests/test_sim_imports.py checks there is no cycle).
+flow one way, in that order (tests/unit/sim/test_imports.py checks there is no cycle).
 Everything it reports says it is simulated (version ``0.5.17-sim``, ``"simulated": true``).
 The contract, flags and faults: docs/simulator.md.
 

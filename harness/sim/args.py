@@ -23,7 +23,7 @@ DEFAULT_STORAGE_WRITE_GBS = 1.0
 SIM_VERSION = "0.5.17-sim"
 # The version the simulator reports (/get_server_info, its log banner): part of the simulated
 # *build*, like $HARNESS_SIM_BUILD, so two sim builds of one run can report two versions
-# (harness/builds.py checks the reported one against what the build declares).
+# (harness/run/builds.py checks the reported one against what the build declares).
 VERSION_ENV = "HARNESS_SIM_VERSION"
 
 

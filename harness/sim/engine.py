@@ -51,7 +51,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from harness.model_config import ModelShape
+from harness.core.model_config import ModelShape
 from harness.sim.args import DEFAULT_STEP_MS_PER_REQUEST
 from harness.sim.cache import MAMBA_TRACK_INTERVAL, Match, Page, TwoTierCache
 from harness.sim.faults import Fault, FaultArg

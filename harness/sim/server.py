@@ -31,7 +31,7 @@ from typing import Any
 
 import uvicorn
 
-from harness.model_config import KV_CACHE_DTYPE_BYTES, ModelConfigError, ModelShape, load_model_shape
+from harness.core.model_config import KV_CACHE_DTYPE_BYTES, ModelConfigError, ModelShape, load_model_shape
 from harness.sim.app import AppState, build_app, wait_done
 from harness.sim.args import SimArgs, sim_version
 from harness.sim.cache import TwoTierCache

@@ -1,6 +1,6 @@
-"""Workload kinds: one module each (``harness/workloads/<kind>.py`` exporting ``KIND``).
+"""Workload kinds: one module each (``harness/workloads/kinds/<kind>.py`` exporting ``KIND``).
 
-``kinds()`` finds them by scanning this package, so adding a kind is adding its module: the
+``kinds()`` finds them by scanning ``harness.workloads.kinds``, so adding a kind is adding its module: the
 scenario's ``workloads`` union, the summary's derived figures, compare, the report and the
 history all read the declarations (``harness.workloads.kind``). Nothing else names a kind.
 """
@@ -13,6 +13,7 @@ import pkgutil
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from harness.workloads import kinds as _kinds_package
 from harness.workloads.kind import Derived, WorkloadKind
 
 # Public names of the running side, loaded on first use (they pull in the HTTP client).
@@ -33,10 +34,11 @@ def __getattr__(name: str) -> Any:
 
 @functools.cache
 def kinds() -> dict[str, WorkloadKind]:
-    """{kind name: declaration} of every module in this package that exports ``KIND``, by name."""
+    """{kind name: declaration} of every module in ``harness.workloads.kinds`` that exports
+    ``KIND``, by name."""
     found: dict[str, WorkloadKind] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules(_kinds_package.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"{_kinds_package.__name__}.{info.name}")
         declared = getattr(module, "KIND", None)
         if isinstance(declared, WorkloadKind):
             found[declared.name] = declared

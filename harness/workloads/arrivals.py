@@ -9,7 +9,7 @@ points of a sweep, and how late each phase's requests went out.
 - `arrival_offsets_ns`: Poisson, gamma (``burstiness`` = the gamma shape: 1 is Poisson, below 1
   burstier, above 1 more even; the mean rate stays ``rate``, as vLLM's ``--burstiness``) or
   constant gaps, seeded.
-- `send_on_clock`: one task per request (`harness.schedule.send_schedule`: started `LEAD_NS`
+- `send_on_clock`: one task per request (`harness.server.schedule.send_schedule`: started `LEAD_NS`
   before its instant), built then and written at its instant (`WorkloadScope.send(at_ns=...)` →
   `StreamingClient.generate_at`), so the record carries its ``scheduled_ns`` and its actual
   ``sent_ns``. With a cap (`Slots`), a request that finds every slot taken waits, first come
@@ -47,10 +47,10 @@ from typing import Any, Literal
 
 from pydantic import model_validator
 
-from harness.records import RequestRecord
-from harness.scenario.errors import field_error
-from harness.scenario.values import Count, NonNegFloat, PosFloat, ScenarioModel
-from harness.schedule import LAG_LIMIT_MS, schedule_lag, send_schedule, sleep_until_ns
+from harness.server.schedule import LAG_LIMIT_MS, schedule_lag, send_schedule, sleep_until_ns
+from harness.spec.errors import field_error
+from harness.spec.values import Count, NonNegFloat, PosFloat, ScenarioModel
+from harness.store.records import RequestRecord
 from harness.workloads.context import StopSending, WorkloadScope
 from harness.workloads.kind import Derived, PhaseSummaries, ReportRow
 from harness.workloads.slo import SLO_DERIVED, SLO_ROWS, slo_figures
@@ -309,7 +309,7 @@ async def send_on_clock(
     start_ns: int | None = None,
 ) -> list[RequestRecord]:
     """Send ``plan`` as phase ``phase``, each request at ``start + offset``
-    (`harness.schedule.send_schedule`: built `harness.schedule.LEAD_NS` before its instant, in
+    (`harness.server.schedule.send_schedule`: built `harness.server.schedule.LEAD_NS` before its instant, in
     time order); with ``cap``, at most that many in flight. Returns the records when every
     request sent has finished, and records them then (`record_all`); raises `StopSending` once
     the workload's abort signal fired (nothing more is sent)."""

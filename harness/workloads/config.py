@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from harness.scenario.values import Name, PosFloat, PosInt, ScenarioModel
+from harness.spec.values import Name, PosFloat, PosInt, ScenarioModel
 
 DEFAULT_NEW_TOKENS = 16
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable
 
-from harness.client import Abort, GenerateRequest, Labels, StreamingClient
-from harness.prompts import PromptFactory
-from harness.records import RequestRecord
-from harness.scenario.values import resolve_tokens
+from harness.server.client import Abort, GenerateRequest, Labels, StreamingClient
+from harness.spec.values import resolve_tokens
+from harness.store.records import RequestRecord
 from harness.workloads.config import WorkloadConfig
+from harness.workloads.prompts import PromptFactory
 
 
 class StopSending(Exception):

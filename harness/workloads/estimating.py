@@ -1,10 +1,10 @@
 """What a workload kind's estimate hook works with (`WorkloadKind.estimate`): the variant's pools
 as the estimate sees them (`EstimateContext`), the result of one workload on one variant over
 all repeats (`WorkEstimate`), and the token arithmetic they share. Pure; a leaf of the workload
-package, so a kind can declare its estimate without importing `harness.estimate` (which reads
+package, so a kind can declare its estimate without importing `harness.run.estimate` (which reads
 the kinds' declarations).
 
-A hook is ``estimate(cfg, ctx) -> WorkEstimate`` (see `harness.estimate` for what "sent",
+A hook is ``estimate(cfg, ctx) -> WorkEstimate`` (see `harness.run.estimate` for what "sent",
 "computed" and "expected" mean). A kind that sends on a clock also says how long its clock
 runs (``clock_s``: the run lasts at least that long whatever the server's speed) and how long
 it waits on top of the serving (``idle_s``: think times).
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.scenario.values import TokenSize, resolve_tokens
+from harness.spec.values import TokenSize, resolve_tokens
 
 MAMBA_TRACK_INTERVAL = 64  # sglang 0.5.17's mamba radix cache: states at 64-token boundaries
 
@@ -37,7 +37,7 @@ class WorkEstimate:
     decode_s: float | None  # None: no decode speed given
     working_set_tokens: int | None = None
     # what the run will and will not exercise (no cache hit at all, no host-tier hit, refused
-    # prompts): the design warnings, which need no speed (`harness.estimate.design_warnings`)
+    # prompts): the design warnings, which need no speed (`harness.run.estimate.design_warnings`)
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # what this estimate could not count (a size needs the pool, no speed)
     churn_requests: int = 0  # of ``requests``: the quality arm's churn, sent but never recorded

@@ -1,6 +1,6 @@
 """What a workload kind declares about itself, so that no other module names a kind or a phase.
 
-A kind's module (``harness/workloads/<kind>.py``) exports ``KIND = WorkloadKind(...)``: its config
+A kind's module (``harness/workloads/kinds/<kind>.py``) exports ``KIND = WorkloadKind(...)``: its config
 model, its ``run`` coroutine, the phases that are filler, the figures it derives from its phase
 summaries (with unit and direction), the rows it adds to the report's HiCache table, whether its
 phases belong in the tier-hit chart, and which phase statistics the history tracks. The summary,
@@ -19,7 +19,7 @@ latency-vs-load and goodput curves, the knee, curve points compared pairwise), `
 ``hit_tier`` says which of its phases exist to measure hits of one cache tier, and which tier
 (repeat_prefill's ``repeat_device`` the device, ``repeat_after_evict`` the host): a variant that
 has that tier and whose phase got none of it measured recompute there, and the figures derived
-from that phase say so (`harness.summary.unexercised_phases`). Phases where a miss is the point
+from that phase say so (`harness.analysis.summary.unexercised_phases`). Phases where a miss is the point
 (cold phases, eviction filler) have no tier.
 """
 
@@ -30,9 +30,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.metrics import METRICS
+from harness.measures.metrics import METRICS
 
-PhaseSummaries = Mapping[str, Mapping[str, Any]]  # phase → its summary (harness.summary)
+PhaseSummaries = Mapping[str, Mapping[str, Any]]  # phase → its summary (harness.analysis.summary)
 Tier = typing.Literal["device", "host", "storage"]  # a cache tier a phase exists to hit
 
 
@@ -54,7 +54,7 @@ class PhaseStat:
 
 @dataclass(frozen=True)
 class PhaseRoofline:
-    """One figure of one phase's roofline (`harness.roofline.phase_roofline`: ``ratio`` is
+    """One figure of one phase's roofline (`harness.measures.roofline.phase_roofline`: ``ratio`` is
     achieved / floor, ``vs_recompute`` achieved / recompute), e.g. ``PhaseRoofline("repeat_after_evict")``."""
 
     phase: str
@@ -102,7 +102,7 @@ class Derived:
     @classmethod
     def phase_median(cls, phase: str, metric: str, description: str) -> Derived:
         """The median of a declared metric in one phase, named after it, with its unit and
-        direction from its declaration (`harness.metrics.METRICS`)."""
+        direction from its declaration (`harness.measures.metrics.METRICS`)."""
         m = METRICS[metric]
         return cls(metric, m.unit, m.higher_is_better, description, PhaseStat(phase, metric).of, needs=(phase,))
 
@@ -140,7 +140,7 @@ class WorkloadKind:
     estimate: Callable[[Any, Any], Any] | None = None
     # a phase -> the cache tier it exists to hit (None: a miss is no news there); None: no such phase
     hit_tier: Callable[[str], Tier | None] | None = None
-    # the columns of the console's results table it fills (`harness.results_table.COLUMNS`' keys):
+    # the columns of the console's results table it fills (`harness.analysis.results_table.COLUMNS`' keys):
     # column -> a derived figure's name or a phase statistic
     table_cells: Mapping[str, str | PhaseStat] = field(default_factory=dict)
 

@@ -29,10 +29,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import model_validator
 
-from harness import metrics as M
-from harness.records import RequestRecord
-from harness.scenario.errors import field_error
-from harness.scenario.values import PosFloat, ScenarioModel
+from harness.measures import metrics as M
+from harness.spec.errors import field_error
+from harness.spec.values import PosFloat, ScenarioModel
+from harness.store.records import RequestRecord
 from harness.workloads.kind import Derived, PhaseSummaries, ReportRow
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")

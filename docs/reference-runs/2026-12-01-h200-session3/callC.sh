@@ -20,7 +20,7 @@ sleep 2
 taskset -c 0-11 timeout -s INT -k 20 $LEFT python3 -m harness run scenarios/gpu/h200_storage.yaml --probe \
   --results-dir /tmp/rc/storage --reports-dir /tmp/rc/reports > /tmp/rc/storage.out 2>&1 &
 P2=$!
-python3 -c 'from harness.client import client_stack; print("client:", client_stack())' > /tmp/rc/client_stack.txt 2>&1
+python3 -c 'from harness.server.client import client_stack; print("client:", client_stack())' > /tmp/rc/client_stack.txt 2>&1
 taskset -c 12-15 timeout 220 python3 benchmarks/client_fidelity.py --quick --clients reference,harness,harness-uvloop \
   --levels 1,64,256,512 --json /tmp/rc/fidelity.json > /tmp/rc/fidelity.txt 2>&1; say "fidelity rc=$?"
 taskset -c 12-15 timeout 60 python3 benchmarks/schedule_keeping.py --seconds 3 --json /tmp/rc/schedule.json > /tmp/rc/schedule.txt 2>&1; say "schedule rc=$?"

@@ -1,0 +1,1 @@
+"""Records -> summaries, frames, expectations, verdicts and the run's products."""

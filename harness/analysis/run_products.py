@@ -1,0 +1,294 @@
+"""A run's derived products, and the one writer of every variant's ``summary.json``.
+
+* Per variant, once its server has stopped: ``summary.json`` assembled in memory from the request
+  statistics (:func:`harness.analysis.summary.summarize`), the sampling summary and the quality-row count
+  (:func:`measured_summary`), or the null summary of a variant that never served
+  (:func:`null_summary`: refused or startup_failed), and written once by
+  :func:`write_variant_summary`.
+* Once every variant has run (:func:`write_run_products`): quality parity of each HiCache arm
+  against the baseline arm, and ``summary.csv`` (one row per variant × workload × phase × metric).
+* The run's verdict (:func:`judge_run`, ``verdict.json``): ``harness.analysis.verdict``'s rules over the
+  stored files, so the exit code, the console, the report and JUnit state the same verdict.
+
+Parity needs two servers' answers, so it cannot be judged inside one variant: the baseline
+(HiCache OFF) variant's ``quality.jsonl`` is compared with each other variant's here. The full
+per-sample comparison goes to ``<variant>/parity.json``; the variant's summary gains the verdict
+and its counts under ``quality.parity`` (the one later write of a summary.json).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness.analysis.summary import summarize, summary_rows
+from harness.analysis.verdict import Outcome, Reason, RunVerdict, VerdictPolicy, run_verdict, variant_verdict
+from harness.core.yaml_lines import YamlLoadError, load_yaml_text
+from harness.measures.roofline import Platform, worse_than_off
+from harness.measures.tier_model import TierPools
+from harness.quality.parity import evaluate_parity
+from harness.server.sampling import summarize_samples
+from harness.store import results
+from harness.store.records import RequestRecord
+
+PARITY_FILE = "parity.json"
+VERDICT_FILE = "verdict.json"
+EXPECTATIONS_FILE = "expectations.json"
+CSV_COLUMNS = [
+    "variant",
+    "workload",
+    "phase",
+    "metric",
+    "unit",
+    "higher_is_better",
+    "n",
+    "mean",
+    "p50",
+    "p90",
+    "p95",
+    "p99",
+    "min",
+    "max",
+    "n_errors",
+]
+
+
+# -- one variant -------------------------------------------------------------------------------
+
+
+def measured_summary(
+    name: str,
+    state: str,
+    cause: str | None,
+    requests: Sequence[RequestRecord],
+    n_quality_records: int,
+    sampling: dict | None,
+    workload_kinds: Mapping[str, str] | None = None,
+    workload_configs: Mapping[str, Any] | None = None,
+    tiers: frozenset[str] | None = None,
+    platform: Platform | None = None,
+    pools: TierPools | None = None,
+) -> dict:
+    """The summary of a variant whose server served: per workload/phase statistics, its state and
+    cause, the quality-row count and the sampling summary; with ``tiers`` (its cache tiers) the
+    phases that missed the tier they exist to hit (``unexercised``); with ``platform`` each phase
+    with host or storage hits gets its ``roofline`` (`harness.measures.roofline`); with ``pools`` the tier
+    hits they predict for its own sends (``tier_prediction``, `harness.measures.tier_model`). A failed variant that
+    measured nothing has ``workloads: null``, never zeros (P10)."""
+    summary = summarize(requests, workload_kinds, workload_configs, tiers, platform, pools)
+    summary.update(schema_version=results.SCHEMA_VERSION, variant=name, state=state, cause=cause)
+    if state != "ok" and not any(not r.warmup and r.error is None for r in requests):
+        summary["workloads"] = None
+    summary["quality"] = {"n_records": n_quality_records} if n_quality_records else None
+    summary["sampling"] = sampling
+    return summary
+
+
+def null_summary(name: str, state: str, cause: str | None) -> dict:
+    """The summary of a variant that never served: null metrics and its cause, never zeros (P10)."""
+    return {
+        "schema_version": results.SCHEMA_VERSION,
+        "variant": name,
+        "state": state,
+        "cause": cause,
+        "workloads": None,
+        "sampling": None,
+        "quality": None,
+    }
+
+
+def sampling_summary(samples_path: Path, sampler_cpu_fraction: float, samples_written: int) -> dict:
+    """Per-phase system figures of the variant's samples, and the sampler's own CPU use."""
+    return {
+        "phases": summarize_samples(results.read_jsonl(samples_path)),
+        "sampler_cpu_fraction": round(sampler_cpu_fraction, 5),
+        "samples_written": samples_written,
+    }
+
+
+def write_variant_summary(vpaths: results.VariantPaths, summary: dict) -> None:
+    results.write_json_atomic(vpaths.summary, summary)
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+def parity_headline(report: dict) -> dict:
+    """What the summary keeps of a parity report: the verdict, the ON-vs-OFF and OFF-vs-OFF
+    (control) figures side by side, and the statistical test behind the verdict (``floor``)."""
+    keep = (
+        "verdict",
+        "baseline_noise",
+        "reason",
+        "host_hit_requests",
+        "on_requests",
+        "reasks",
+        "reasks_with_host_hit",
+        "pairs",
+        "unmatched_on",
+        "errors",
+        "tie_epsilon",
+        "top_k",
+        "alpha",
+        "host_keys",
+        "on_lost",
+        "on_gained",
+        "mcnemar_p",
+        "floor",
+    )
+    out = {k: report.get(k) for k in keep}
+    out["groups"] = [
+        {
+            k: g.get(k)
+            for k in (
+                "task",
+                "length_target",
+                "verdict",
+                "pairs",
+                "token_equal",
+                "tie_flips",
+                "divergences",
+                "outside_topk",
+                "first_divergence_min",
+                "max_abs_dlogprob",
+                "host_hit_requests",
+                "accuracy_on",
+                "accuracy_off",
+                "on_lost",
+                "on_gained",
+                "mcnemar_p",
+                "control_pairs",
+                "control_differing",
+                "control_worst",
+                "on_worse",
+                "control_worse",
+                "p_value",
+            )
+        }
+        for g in report.get("groups", [])
+    ]
+    return out
+
+
+def evaluate_run_parity(scenario, run: results.RunPaths, variant_names: list[str]) -> dict[str, dict]:
+    """Parity of every variant that has quality rows against the baseline variant (each full
+    report written to its ``parity.json``); {variant: headline}."""
+    if not scenario.quality.enabled:
+        return {}
+    baseline = scenario.quality.baseline_variant
+    if baseline not in variant_names:
+        return {}
+    off_rows = list(results.read_jsonl(run.variant(baseline).quality))
+    verdicts = {}
+    for name in variant_names:
+        if name == baseline:
+            continue
+        vpaths = run.variant(name)
+        on_rows = list(results.read_jsonl(vpaths.quality))
+        if not on_rows:
+            continue
+        if not off_rows:
+            verdicts[name] = {"verdict": "NOT_COMPARABLE", "reason": f"baseline {baseline} has no quality rows"}
+            continue
+        report = evaluate_parity(on_rows, off_rows, None, scenario.quality).to_dict()
+        results.write_json_atomic(vpaths.root / PARITY_FILE, report)
+        verdicts[name] = parity_headline(report)
+    return verdicts
+
+
+def write_run_products(scenario, run: results.RunPaths) -> None:
+    """Once every variant ran: parity into the summaries of the arms that have it, then summary.csv."""
+    names = [v["name"] for v in results.read_json(run.manifest)["variants"]]
+    for name, headline in evaluate_run_parity(scenario, run, names).items():
+        vpaths = run.variant(name)
+        if vpaths.summary.exists():
+            summary = results.read_json(vpaths.summary)
+            summary["quality"] = {**(summary.get("quality") or {}), "parity": headline}
+            write_variant_summary(vpaths, summary)
+    write_summary_csv(run, names)
+
+
+def write_summary_csv(run: results.RunPaths, names: list[str]) -> None:
+    """summary.csv from the variants' summary.json files (a variant without one has no rows)."""
+    rows: list[dict] = []
+    for name in names:
+        vpaths = run.variant(name)
+        if vpaths.summary.exists():
+            rows.extend(summary_rows(name, results.read_json(vpaths.summary)))
+    results.write_text_atomic(run.summary_csv, rows_to_csv(rows))
+
+
+def rows_to_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for row in rows:
+        w.writerow(row)
+    return buf.getvalue()
+
+
+# -- the verdict -------------------------------------------------------------------------------
+
+
+def stored_scenario(manifest: dict) -> dict:
+    """The run's scenario as parsed YAML (the stored text), or {} when it cannot be read."""
+    text = (manifest.get("scenario") or {}).get("text") or ""
+    try:
+        return load_yaml_text(text, "<stored scenario>").data
+    except YamlLoadError:
+        return {}
+
+
+def judge_run(
+    run_dir: Path, expectation_rows: Sequence[dict] | None = None, policy: VerdictPolicy | None = None
+) -> RunVerdict:
+    """The verdict of a run folder from its stored files: every variant the manifest lists (one
+    without a status.json did not run), its rows of ``expectations.json`` and the scenario's
+    ``verdict:`` rules (both read from the folder when not given)."""
+    run = results.RunPaths(Path(run_dir))
+    manifest = results.read_json(run.manifest)
+    if expectation_rows is None:
+        path = run.root / EXPECTATIONS_FILE
+        expectation_rows = results.read_json(path).get("checks", []) if path.exists() else []
+    if policy is None:
+        policy = VerdictPolicy.from_block(stored_scenario(manifest).get("verdict"))
+    verdicts = []
+    summaries: dict[str, dict | None] = {}
+    for entry in manifest.get("variants", []):
+        vpaths = run.variant(entry["name"])
+        status = results.read_json(vpaths.status) if vpaths.status.exists() else None
+        summary = results.read_json(vpaths.summary) if vpaths.summary.exists() else None
+        summaries[entry["name"]] = summary
+        rows = [r for r in expectation_rows if r.get("variant") == entry["name"]]
+        verdicts.append(variant_verdict(entry["name"], status, summary, rows, policy))
+    worse: dict[str, list[Reason]] = {}
+    for w in worse_than_off(summaries, off_variant(manifest)):
+        worse.setdefault(w.variant, []).append(Reason("worse_than_off", w.text, w.variant))
+    verdicts = [replace(v, warnings=v.warnings + tuple(worse.get(v.variant, ()))) for v in verdicts]
+    shard = manifest.get("shard")
+    if not verdicts and shard and not run.interrupted.exists():  # more shards than variants: by design
+        return RunVerdict(
+            Outcome.PASS,
+            (),
+            (Reason("empty_shard", f"shard {shard.get('index')}/{shard.get('count')} was assigned no variant"),),
+        )
+    return run_verdict(verdicts, interrupted=run.interrupted.exists())
+
+
+def off_variant(manifest: Mapping[str, Any]) -> str | None:
+    """The run's HiCache OFF variant, what "worse than off" is judged against: the quality
+    baseline where it has HiCache off, else the first variant without HiCache; None if none."""
+    off = [v["name"] for v in manifest.get("variants", []) if not v.get("hicache")]
+    quality = stored_scenario(dict(manifest)).get("quality")
+    baseline = quality.get("baseline_variant") if isinstance(quality, dict) else None
+    if baseline in off:
+        return baseline
+    return off[0] if off else None
+
+
+def write_verdict(run: results.RunPaths, verdict: RunVerdict) -> None:
+    results.write_json_atomic(run.root / VERDICT_FILE, {"schema_version": results.SCHEMA_VERSION, **verdict.to_json()})

@@ -1,0 +1,35 @@
+"""``harness history SCENARIO``: collect the scenario's runs and write its history page."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness.compare.history import collect
+from harness.core.exit_codes import ExitCode
+from harness.core.yaml_lines import load_yaml
+from harness.report.history_page import write_history_page
+from harness.store import results
+
+
+def _scenario_name(arg: str) -> str:
+    """A scenario name, or the name in a scenario YAML file (its stem when it has none)."""
+    p = Path(arg)
+    if p.suffix in (".yaml", ".yml") and p.is_file():
+        data = load_yaml(p).data
+        return str(data.get("name") or p.stem)
+    return arg
+
+
+def cli_main(args) -> int:
+    try:
+        name = _scenario_name(args.scenario)
+    except Exception as exc:  # noqa: BLE001 - a YAML that does not load
+        print(f"harness history: {args.scenario}: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    if not results.list_runs(Path(args.results_dir), name):
+        print(f"harness history: no runs of {name} under {args.results_dir}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    out = write_history_page(collect(Path(args.results_dir), name), Path(args.reports_dir))
+    print(f"history: {out}")
+    return ExitCode.OK

@@ -1,0 +1,1 @@
+"""The host: /proc, NVML, the run's fingerprint."""

@@ -1,0 +1,1 @@
+"""Metric declarations: one formula each, for one record and for whole columns."""

@@ -1,0 +1,569 @@
+"""Run folders: layout, atomic JSON writes, append-only JSONL, schema versions, the run lock, loading.
+
+One run is one folder, never rewritten in place: ``results/<scenario>/<run_id>/`` with
+``manifest.json``, one sub-folder per variant and a ``COMPLETE`` (or ``INTERRUPTED``) marker
+written last. Every JSON file is written through :func:`write_json_atomic` (temp file in the same
+folder, fsync, ``os.replace``) so a kill at any moment leaves either the old or the new file.
+JSONL files are append-only; a torn last line (the harness was killed mid-write) is skipped with a
+warning when read. While a harness process writes a run it holds the run's lock
+(:func:`hold_run_lock`), so a second process (``--resume`` of a live run) is refused. Readers
+check the shape of what they read (:func:`read_manifest`, :func:`read_json_object`): a damaged or
+hand-edited file is a :class:`ResultsError` naming it, never a crash further on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import fcntl
+import json
+import logging
+import os
+import secrets
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from harness.store.names import safe_name  # re-exported: the run store's folder names
+
+SCHEMA_VERSION = 1
+COMPLETE_MARKER = "COMPLETE"
+INTERRUPTED_MARKER = "INTERRUPTED"
+MANIFEST = "manifest.json"
+STATUS = "status.json"
+SUMMARY = "summary.json"
+REQUESTS = "requests.jsonl"
+SAMPLES = "samples.jsonl"
+QUALITY = "quality.jsonl"
+SERVER_LOG = "server.log"
+SERVER_INFO = "server_info.json"
+LOCK_FILE = ".lock"  # flock held while a harness process writes the run
+ATTEMPTS_DIR = ".attempts"  # earlier attempts of variants that --resume reran (never loaded)
+
+log = logging.getLogger(__name__)
+
+
+class ResultsError(Exception):
+    """A run folder or file that cannot be read as a run (the message names the file)."""
+
+
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def utc_now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() gives a new file (mkstemp's are 0600): readable per umask
+
+
+def _replace_atomic(path: Path, mode: int, write: Callable[[BinaryIO], None]) -> None:
+    """The one atomic writer: ``write`` fills a temp file in ``path``'s folder (of ``mode``), which is
+    fsynced and renamed over ``path``, then the folder is fsynced; readers see the old or the new
+    file, never a mix, and a failure leaves no temp file behind."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new content, never a mix.
+    The file gets the mode ``open()`` would give it (0666 less the umask at import), not 0600."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _replace_atomic(path, FILE_MODE, lambda f: f.write(text.encode("utf-8")))
+
+
+def rewrite_lines_atomic(path: Path, transform: Callable[[str], str], chunk_bytes: int = 1 << 20) -> None:
+    """Replace ``path`` by ``transform`` applied to its text, a run of whole lines (at most about
+    ``chunk_bytes``) at a time, atomically (readers see the old or the new file). Bytes that are
+    not UTF-8 pass through unchanged; memory stays bounded whatever the file's size; the file keeps
+    its mode."""
+    path = Path(path)
+
+    def write(dst: BinaryIO) -> None:
+        with open(path, "rb") as src:
+            while True:
+                block = src.read(chunk_bytes)
+                if not block:
+                    break
+                if not block.endswith(b"\n"):
+                    block += src.readline()  # complete the last line
+                text = block.decode("utf-8", errors="surrogateescape")
+                dst.write(transform(text).encode("utf-8", errors="surrogateescape"))
+
+    _replace_atomic(path, os.stat(path).st_mode & 0o7777, write)  # the file keeps its mode
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if hasattr(obj, "to_json"):
+        return obj.to_json()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def read_json(path: Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+
+
+class JsonlWriter:
+    """Append-only JSONL: one JSON object per line.
+
+    In the caller's thread (the default) each line is written, flushed and fsynced before
+    `append` returns. With ``background=True`` (the request records of a serving window: their
+    appends run on the client's event loop, where a blocking fsync of several ms would delay the
+    stamping of every other stream's reads) `append` encodes the line and hands it to a writer
+    thread, which writes what has queued up, flushes it at once and fsyncs at most every
+    ``sync_interval_s`` and at `close` (which waits for every line). A write error in the thread
+    (a full disk) is raised by the next `append` or by `close`.
+
+    A crash keeps every line written before it (in the background: every line the thread had
+    written; a kill loses at most the lines of its last few ms); at most the last line is torn,
+    and :func:`read_jsonl` skips a torn last line with a warning.
+    """
+
+    def __init__(self, path: Path, fsync: bool = True, *, background: bool = False, sync_interval_s: float = 0.2):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+        self._fsync = fsync
+        self.count = 0
+        self._thread: threading.Thread | None = None
+        if background:
+            self._pending: list[str] = []
+            self._cond = threading.Condition()
+            self._closing = False
+            self._error: BaseException | None = None
+            self._sync_interval_s = sync_interval_s
+            self._thread = threading.Thread(target=self._drain, name=f"jsonl:{self.path.name}", daemon=True)
+            self._thread.start()
+
+    def append(self, obj: Any) -> None:
+        line = json.dumps(obj, separators=(",", ":"), default=_json_default) + "\n"
+        if self._thread is None:
+            self._f.write(line)
+            self._f.flush()
+            if self._fsync:
+                os.fsync(self._f.fileno())
+        else:
+            with self._cond:
+                if self._error is not None:
+                    raise self._error
+                if self._closing:
+                    raise ValueError(f"{self.path}: append after close")
+                self._pending.append(line)
+                self._cond.notify()
+        self.count += 1
+
+    def _drain(self) -> None:
+        synced = time.monotonic()
+        dirty = False
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait(self._sync_interval_s if dirty else None)
+                    if dirty and not self._pending:
+                        break  # the interval passed: fsync what was written
+                lines, self._pending = self._pending, []
+                closing = self._closing and not lines
+            try:
+                if lines:
+                    self._f.write("".join(lines))
+                    self._f.flush()
+                    dirty = True
+                if dirty and self._fsync and (closing or time.monotonic() - synced >= self._sync_interval_s):
+                    os.fsync(self._f.fileno())
+                    synced, dirty = time.monotonic(), False
+                elif dirty and not self._fsync:
+                    dirty = False
+            except OSError as exc:
+                with self._cond:
+                    self._error = exc
+                return
+            if closing:
+                return
+
+    def close(self) -> None:
+        if self._thread is not None and not self._f.closed:
+            with self._cond:
+                self._closing = True
+                self._cond.notify()
+            self._thread.join()
+        if not self._f.closed:
+            self._f.close()
+        if self._thread is not None and self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+try:  # optional: 3-5x faster parsing of large result files
+    import orjson as _orjson
+
+    def _loads(raw: bytes):
+        try:
+            return _orjson.loads(raw)
+        except ValueError:  # NaN/Infinity (Python's json writes them; orjson refuses them)
+            return json.loads(raw)
+except ImportError:  # stdlib fallback
+    _loads = json.loads
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    """Yield the objects of a JSONL file, one line at a time (a million rows never sit in memory
+    as text). A torn *last* line is skipped with a warning; a bad line anywhere else is real
+    corruption and raises :class:`ResultsError` naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with open(path, "rb") as f:
+        pending: tuple[int, bytes] | None = None
+        for i, raw in enumerate(f, 1):
+            if pending is not None:
+                yield _parse_line(path, *pending)
+                pending = None
+            if raw.strip():
+                pending = (i, raw)
+        if pending is not None:
+            try:
+                yield _loads(pending[1])
+            except (ValueError, UnicodeDecodeError):
+                log.warning("%s: skipping a torn last line (line %d)", path, pending[0])
+
+
+def _parse_line(path: Path, lineno: int, raw: bytes) -> dict:
+    try:
+        return _loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ResultsError(f"{path}:{lineno}: not valid JSON") from None
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Paths of one run folder."""
+
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def complete(self) -> Path:
+        return self.root / COMPLETE_MARKER
+
+    @property
+    def interrupted(self) -> Path:
+        return self.root / INTERRUPTED_MARKER
+
+    @property
+    def summary_csv(self) -> Path:
+        return self.root / "summary.csv"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK_FILE
+
+    @property
+    def attempts(self) -> Path:
+        return self.root / ATTEMPTS_DIR
+
+    def variant(self, name: str) -> VariantPaths:
+        return VariantPaths(self.root / safe_name(name))
+
+
+@dataclass(frozen=True)
+class VariantPaths:
+    root: Path
+
+    @property
+    def status(self) -> Path:
+        return self.root / STATUS
+
+    @property
+    def summary(self) -> Path:
+        return self.root / SUMMARY
+
+    @property
+    def requests(self) -> Path:
+        return self.root / REQUESTS
+
+    @property
+    def samples(self) -> Path:
+        return self.root / SAMPLES
+
+    @property
+    def quality(self) -> Path:
+        return self.root / QUALITY
+
+    @property
+    def server_info(self) -> Path:
+        return self.root / SERVER_INFO
+
+    def server_log(self, attempt: int = 1) -> Path:
+        return self.root / (SERVER_LOG if attempt <= 1 else f"server.attempt{attempt}.log")
+
+    def server_logs(self) -> list[Path]:
+        """Every attempt's server log that exists."""
+        return sorted(p for p in self.root.glob("server*.log") if p.is_file())
+
+
+class RunLocked(ValueError):
+    """Another harness process is writing the run folder (the message says which)."""
+
+
+# Run folders this process holds locked: resolved root -> [fd, holders]. A process may take its
+# own lock again (a resume holds it from reopening the folder to the end of the run, and the
+# runner takes it for the run itself); the flock is released when the last holder lets go.
+_HELD: dict[Path, list[int]] = {}
+
+
+class RunLock:
+    """One hold of the exclusive ``flock`` on ``<run>/.lock`` (docs/sharding.md, "The run lock")."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._held = True
+
+    def close(self) -> None:
+        if not self._held:
+            return
+        self._held = False
+        entry = _HELD.get(self.root)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del _HELD[self.root]
+            os.close(entry[0])  # releases the flock
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a hold nobody closed ends with its owner
+        self.close()
+
+
+def hold_run_lock(root: Path) -> RunLock:
+    """Lock the run folder or raise :class:`RunLocked` (naming the holder) when another process
+    holds it; never waits. This process may hold it several times (each hold is closed once)."""
+    key = Path(root).resolve()
+    if key in _HELD:
+        _HELD[key][1] += 1
+        return RunLock(key)
+    fd = os.open(RunPaths(key).lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = ""
+        try:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        except OSError:
+            pass
+        os.close(fd)
+        raise RunLocked(
+            f"{root}: another harness process is writing this run ({holder or 'lock held'}); "
+            f"wait for it to end or stop it first"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {utc_now_iso()}\n".encode(), 0)
+    _HELD[key] = [fd, 1]
+    return RunLock(key)
+
+
+def create_run_dir(results_dir: Path, scenario_name: str, run_id: str | None = None) -> RunPaths:
+    root = Path(results_dir) / safe_name(scenario_name) / (run_id or new_run_id())
+    root.mkdir(parents=True, exist_ok=False)
+    return RunPaths(root)
+
+
+def check_schema(path: Path, data: dict) -> None:
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ResultsError(f"{path}: schema_version {version!r}, this harness reads {SCHEMA_VERSION}")
+
+
+def _kind(value: Any) -> str:
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
+
+
+def read_json_object(path: Path) -> dict:
+    """A JSON file that must hold an object; ResultsError naming the file when missing, not JSON,
+    or of another shape."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: expected a JSON object, found {_kind(data)}")
+    return data
+
+
+def read_manifest(root: Path) -> dict:
+    """A run's manifest.json, checked for the shape everything downstream relies on: an object of
+    this schema version whose ``scenario`` is an object with a name and whose ``variants`` is a list of
+    objects with a string ``name``; ResultsError naming the file otherwise."""
+    path = RunPaths(Path(root)).manifest
+    manifest = read_json_object(path)
+    check_schema(path, manifest)
+    scenario = manifest.get("scenario")
+    if not isinstance(scenario, dict) or not isinstance(scenario.get("name"), str):
+        raise ResultsError(f"{path}: 'scenario' must be an object with a string 'name', found {_kind(scenario)}")
+    variants = manifest.get("variants", [])
+    if not isinstance(variants, list):
+        raise ResultsError(f"{path}: 'variants' must be a list, found {_kind(variants)}")
+    for i, entry in enumerate(variants):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise ResultsError(f"{path}: variants[{i}] must be an object with a non-empty string 'name'")
+    return manifest
+
+
+def check_variant_files(run: RunPaths, name: str, torn_status_ok: bool = False) -> None:
+    """The variant's status.json and summary.json, where present, are JSON objects; else
+    ResultsError naming the file. ``torn_status_ok``: a status.json that is not JSON at all is
+    let through (``--resume`` reruns such a variant)."""
+    vpaths = run.variant(name)
+    if vpaths.status.exists():
+        try:
+            read_json_object(vpaths.status)
+        except ResultsError:
+            if not (torn_status_ok and _not_json(vpaths.status)):
+                raise
+    if vpaths.summary.exists():
+        read_json_object(vpaths.summary)
+
+
+def _not_json(path: Path) -> bool:
+    try:
+        json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    return False
+
+
+@dataclass
+class LoadedVariant:
+    name: str
+    paths: VariantPaths
+    status: dict
+    summary: dict | None
+
+
+@dataclass
+class LoadedRun:
+    paths: RunPaths
+    manifest: dict
+    variants: list[LoadedVariant]
+
+    @property
+    def complete(self) -> bool:
+        return self.paths.complete.exists()
+
+    @property
+    def scenario_name(self) -> str:
+        return self.manifest["scenario"]["name"]
+
+    @property
+    def run_id(self) -> str:
+        return self.paths.root.name
+
+    def variant(self, name: str) -> LoadedVariant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def requests(self, variant: str) -> list[dict]:
+        return list(read_jsonl(self.variant(variant).paths.requests))
+
+
+def load_run(path: Path) -> LoadedRun:
+    """Read a run folder's manifest, statuses and summaries (not the JSONL rows)."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ResultsError(f"{root}: no such run folder")
+    paths = RunPaths(root)
+    manifest = read_manifest(root)
+    variants = []
+    for entry in manifest.get("variants", []):
+        vpaths = paths.variant(entry["name"])
+        status = read_json_object(vpaths.status) if vpaths.status.exists() else {"state": "not_run"}
+        summary = read_json_object(vpaths.summary) if vpaths.summary.exists() else None
+        variants.append(LoadedVariant(entry["name"], vpaths, status, summary))
+    return LoadedRun(paths, manifest, variants)
+
+
+def list_runs(results_dir: Path, scenario_name: str) -> list[Path]:
+    """Run folders of a scenario, oldest first (run ids sort by time)."""
+    base = Path(results_dir) / safe_name(scenario_name)
+    if not base.is_dir():
+        return []
+    return sorted(p for p in base.iterdir() if p.is_dir() and (p / MANIFEST).exists())

@@ -1,0 +1,1 @@
+"""The workload kinds: one module each exporting ``KIND``, found by ``harness.workloads.kinds()``."""
