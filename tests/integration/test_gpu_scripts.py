@@ -2,16 +2,19 @@
 is taught to say is what the harness scores as right), the hybrid checkpoint's tensor list, and
 both scenarios validating and launching as intended. Torch/transformers/sglang paths (train tiny,
 save, reload, greedy-decode; write the hybrid checkpoint and load it through sglang's own
-load_weights) are `slow` and skip where those packages are missing."""
+load_weights) are `slow` and skip where those packages are missing. Also the session-5 scripts:
+make_slow_hicache.sh's slow copy, and parity_subsets.py / roofline_of_run.py on a stored run."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -334,3 +337,165 @@ def test_hybrid_checkpoint_has_exactly_the_expected_tensors(hybrid, tmp_path):
     if _has("sglang"):  # the real test: sglang's own module tree and load_weights, on the CPU
         rep = hybrid.check_with_sglang(tmp_path / "out")
         assert rep["unfilled"] == [] and rep["unknown"] == [] and rep["values_checked"] == rep["model_params"]
+
+
+# -- make_slow_hicache.sh, the slow-load-back build of the H200 nightly regression (issue #24 item
+# 9), against a stand-in for the site's sglang: the copy's host-to-device load is issued REPEAT
+# times (idempotent: same rows, same destination) and sleeps SLEEP_MS a layer, both baked in as
+# defaults; REPEAT 1 and no sleep leave the class untouched. Then parity_subsets.py and
+# roofline_of_run.py, which re-judge a stored run with the current code.
+
+SLOW_SCRIPT = GPU / "make_slow_hicache.sh"
+
+MHA = """
+import logging
+logger = logging.getLogger("fake_mha")
+CALLS = []
+
+
+class MHATokenToKVPoolHost:
+    def load_to_device_per_layer(self, device_pool, host_indices, device_indices, layer_id, io_backend):
+        CALLS.append((layer_id, io_backend))
+        for h, d in zip(host_indices, device_indices):
+            device_pool[layer_id][d] = h
+"""
+
+
+def make_site(root: Path) -> Path:
+    pkg = root / "sglang"
+    (pkg / "srt/mem_cache/pool_host").mkdir(parents=True)
+    (pkg / "__init__.py").write_text('__version__ = "0.5.17"\n')
+    (pkg / "srt/mem_cache/pool_host/mha.py").write_text(MHA)
+    return root
+
+
+def patch(site: Path, out: Path, *args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SLOW_SCRIPT), str(site), str(out), *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PY": sys.executable, **(env_extra or {})},
+    )
+
+
+def load_file(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_slow_build_issues_every_load_repeat_times_and_keeps_the_result(tmp_path, monkeypatch, caplog):
+    site = make_site(tmp_path / "site")
+    out = tmp_path / "nightly"
+    r = patch(site, out, "3")
+    assert r.returncode == 0, r.stderr
+    target = out / "python/sglang/srt/mem_cache/pool_host/mha.py"
+    assert "repeat=3" in r.stdout
+    monkeypatch.delenv("HICACHE_SLOW_LOAD_REPEAT", raising=False)
+    monkeypatch.delenv("HICACHE_SLOW_LOAD_SLEEP_MS", raising=False)
+    with caplog.at_level(logging.WARNING, logger="fake_mha"):
+        mod = load_file(target, "slow_mha_3")
+        pool = [[None] * 4 for _ in range(2)]
+        for layer in range(2):
+            mod.MHATokenToKVPoolHost().load_to_device_per_layer(pool, [7, 8], [1, 3], layer, "kernel")
+    assert mod.CALLS == [(0, "kernel")] * 3 + [(1, "kernel")] * 3  # the baked-in default, no variable set
+    assert pool == [[None, 7, None, 8]] * 2  # the same result as one load
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("HICACHE_SLOW_LOAD active" in m for m in msgs)
+    assert sum("slowed the first host-to-device load" in m for m in msgs) == 1
+
+
+def test_the_variable_overrides_the_baked_in_default_and_sleep_delays_each_layer(tmp_path, monkeypatch):
+    site = make_site(tmp_path / "site")
+    out = tmp_path / "nightly"
+    assert patch(site, out, "2", "30").returncode == 0
+    target = out / "python/sglang/srt/mem_cache/pool_host/mha.py"
+    monkeypatch.setenv("HICACHE_SLOW_LOAD_REPEAT", "1")
+    mod = load_file(target, "slow_mha_sleep")
+    t0 = time.monotonic()
+    mod.MHATokenToKVPoolHost().load_to_device_per_layer([[None]], [0], [0], 0, "direct")
+    assert mod.CALLS == [(0, "direct")]  # the variable's 1, not the baked-in 2
+    assert time.monotonic() - t0 >= 0.03  # the baked-in 30 ms a layer (a lower bound only)
+
+
+def test_repeat_one_leaves_the_class_untouched_and_bad_arguments_are_refused(tmp_path, monkeypatch):
+    site = make_site(tmp_path / "site")
+    out = tmp_path / "nightly"
+    assert patch(site, out).returncode == 0  # defaults: the inert copy, the healthy night's build
+    monkeypatch.delenv("HICACHE_SLOW_LOAD_REPEAT", raising=False)
+    monkeypatch.delenv("HICACHE_SLOW_LOAD_SLEEP_MS", raising=False)
+    mod = load_file(out / "python/sglang/srt/mem_cache/pool_host/mha.py", "inert_mha")
+    assert mod.MHATokenToKVPoolHost.load_to_device_per_layer.__name__ == "load_to_device_per_layer"
+    assert (out / "python/sglang/__init__.py").read_text() == (site / "sglang/__init__.py").read_text()
+    for bad in (["0"], ["two"], ["2", "-1"]):
+        r = patch(site, out, *bad)
+        assert r.returncode == 2 and "must be" in r.stderr
+
+
+@pytest.mark.parametrize("missing", ["sglang/__init__.py", "sglang/srt/mem_cache/pool_host/mha.py"])
+def test_a_site_without_the_host_pool_is_refused(tmp_path, missing):
+    site = make_site(tmp_path / "site")
+    (site / missing).unlink()
+    r = patch(site, tmp_path / "nightly", "2")
+    assert r.returncode in (2, 3) and r.stderr
+
+
+# -- the two re-judging scripts of the session-5 GPU runs, on the golden (simulated) healthy run --
+
+GOLDEN = ROOT / "tests/golden/runs/healthy"
+
+
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(GPU / name), *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+
+
+def test_nightly_load_scenario_puts_the_build_under_test_first_and_sizes_its_hits(tmp_path):
+    """h200_nightly_load.yaml: the build at SGLANG_SOURCE (python/sglang, as make_slow_hicache.sh
+    lays it out) first on the server's PYTHONPATH, no slow-load variable in its env (the factor
+    is baked into the copy, so healthy and slow nights hash alike), and the host-hit phases sized
+    between the GPU pool and the host pool."""
+    import yaml
+
+    src = tmp_path / "nightly"
+    (src / "python/sglang").mkdir(parents=True)
+    (src / "python/sglang/__init__.py").write_text('__version__ = "0.5.17"\n')
+    env = {"SGLANG_SOURCE": str(src)}
+    assert _harness("validate", "scenarios/gpu/h200_nightly_load.yaml", env=env).returncode == 0
+    r = _harness("run", "scenarios/gpu/h200_nightly_load.yaml", "--dry-run", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"PYTHONPATH={src / 'python'}" in r.stdout and "HICACHE_SLOW_LOAD" not in r.stdout
+    doc = yaml.safe_load((GPU / "h200_nightly_load.yaml").read_text())
+    pool = doc["server"]["args"]["--max-total-tokens"]
+    host = pool * doc["variants"][0]["hicache"]["ratio"]
+    rp, pp = (next(w for w in doc["workloads"] if w["kind"] == k) for k in ("repeat_prefill", "parallel_prefixes"))
+    evict = float(rp["eviction_tokens"].split("x")[0]) * pool
+    assert pool < evict and evict + rp["n"] * rp["prompt_tokens"] < host  # repeats come back from the host
+    assert pool < pp["k"] * pp["prompt_tokens"] < host  # pass 2 too
+    assert {"repeat_prefill.repeat_after_evict.ttft_ms", "parallel_prefixes.pass2.ttft_ms"} <= set(doc["gate"])
+
+
+def test_parity_subsets_keeps_the_first_samples_and_asks_and_judges_each():
+    r = run_script("parity_subsets.py", str(GOLDEN), "--on", "on-r2", "--samples", "1", "--reasks", "0,1")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2
+    # ask 0 only: cold asks, no host hit, nothing to judge; ask 1 too: the healthy run's PASS
+    assert "reasks=0: NOT_EXERCISED" in lines[0] and "host-hit keys 0" in lines[0]
+    assert "reasks=1: PASS" in lines[1] and "host-hit keys 0" not in lines[1]
+
+
+def test_roofline_of_run_recomputes_the_hit_phases_of_a_stored_run():
+    r = run_script("roofline_of_run.py", str(GOLDEN))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "repeat_prefill.repeat_after_evict (host, requests" in out
+    assert "parallel_prefixes.pass2 (host, passes" in out
+    assert out.rstrip().endswith("worse than off: none")
+    assert run_script("roofline_of_run.py").returncode == 2
