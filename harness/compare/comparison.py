@@ -429,6 +429,8 @@ def compare_variant(
     for key in list(dict.fromkeys([*cs, *bs])):
         wl, ph, m = key
         info = METRICS[m]
+        if info.kept_when is not None and not any(info.kept_when(s[key].values) for s in (bs, cs) if key in s):
+            continue  # e.g. host_hit_fraction where neither run hit the host tier
         rows.append(
             _row(
                 name,
@@ -443,6 +445,8 @@ def compare_variant(
             )
         )
     for key in list(dict.fromkeys([*cs, *bs])):
+        if METRICS[key[2]].kept_when is not None:
+            continue  # a share: no tail, no drift
         rows.extend(tail_and_drift_rows(name, key, bs.get(key), cs.get(key), thresholds))
     figures = derived_figures()
     for key in list(dict.fromkeys([*cand_derived, *base_derived])):

@@ -177,10 +177,11 @@ def _measures_prefill(phase: pd.DataFrame) -> bool:
     return bool(prompt.median() >= PREFILL_MIN_PROMPT and mostly_computed)
 
 
-def _has_host_hits(phase: pd.DataFrame) -> bool:
-    """Where host_hit_fraction is judged: a phase in which some request got host-tier hits (a
-    phase that never reaches the host tier, or a server without one, has nothing to compare)."""
-    return bool((phase["cached_host"].fillna(0) > 0).any())
+def _any_positive(values: np.ndarray) -> bool:
+    """Where host_hit_fraction is judged: a phase in which some request of either run got
+    host-tier hits (a phase that never reaches the host tier, or a server without one, has
+    nothing to compare)."""
+    return bool((np.nan_to_num(values) > 0).any())
 
 
 # ------------------------------------------------------------------------------- declarations
@@ -206,6 +207,10 @@ class Metric:
     # against its own first third, in the order sent (`harness.compare.tails.decide_drift`).
     tail: float | None = None
     drift: bool = False
+    # A row is kept only where this holds of one side's values or the other's (None: always):
+    # host_hit_fraction where either run hit the host tier, so a candidate that lost every host
+    # hit is a regression from the baseline's share, not a row that vanished.
+    kept_when: Callable[[np.ndarray], bool] | None = None
 
     @property
     def tail_name(self) -> str | None:
@@ -265,7 +270,7 @@ METRICS: dict[str, Metric] = {
             "prompt tokens served from the host tier",
             _fraction_of_prompt("cached_host"),
             compared=True,
-            compared_when=_has_host_hits,
+            kept_when=_any_positive,
         ),
         Metric(
             "storage_hit_fraction",

@@ -246,8 +246,7 @@ def test_markdown_escapes_names():
 
 def test_compared_metrics_are_the_declared_ones(tmp_path):
     """Each phase gets exactly the metrics declared compared whose condition holds there:
-    prefill_tok_s only where the median prompt is long and mostly computed, host_hit_fraction
-    only where a request hit the host tier."""
+    prefill_tok_s only where the median prompt is long and mostly computed."""
     recs = [make_record(workload="w", phase="long", index=i, prompt_tokens=4000, output_tokens=3) for i in range(3)]
     recs += [make_record(workload="w", phase="short", index=i, prompt_tokens=100, output_tokens=3) for i in range(3)]
     recs += [
@@ -268,10 +267,9 @@ def test_compared_metrics_are_the_declared_ones(tmp_path):
     ]
     got = {(ph, m) for _, ph, m in metric_samples(frame(tmp_path, recs), {})}
     per_request = {m.name for m in METRICS.values() if m.compared and m.per == "request"}
-    no_host = per_request - {"host_hit_fraction"}  # judged only where some request hit the host tier
-    assert {m for ph, m in got if ph == "long"} == no_host
-    assert {m for ph, m in got if ph == "short"} == no_host - {"prefill_tok_s"}
-    assert {m for ph, m in got if ph == "hit"} == no_host - {"prefill_tok_s"}
+    assert {m for ph, m in got if ph == "long"} == per_request
+    assert {m for ph, m in got if ph == "short"} == per_request - {"prefill_tok_s"}
+    assert {m for ph, m in got if ph == "hit"} == per_request - {"prefill_tok_s"}
     assert {m for ph, m in got if ph == "host"} == per_request - {"prefill_tok_s"}
 
 

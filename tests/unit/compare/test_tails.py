@@ -89,3 +89,30 @@ def test_gates_may_name_tail_and_drift_rows(name, ok):
     )
     problem = gate_problem(scn, f"short_ttft.alone.{name}")
     assert (problem is None) == ok, problem
+
+
+def test_host_hit_fraction_is_judged_where_either_run_hit_the_host_tier(tmp_path):
+    """A candidate that lost every host hit (a host tier serving too few pages, a hybrid match cut
+    back to no checkpoint) is a regression from the baseline's share, not a row that vanished; a
+    phase neither run served from the host has no such row."""
+    from harness.compare.comparison import compare_variant
+    from harness.frames import requests_frame
+    from tests.factories import make_record
+
+    def frame(name, host, phase="repeat_after_evict"):
+        recs = [
+            make_record(workload="w", phase=phase, index=i, prompt_tokens=4000, cached_tokens=host, cached_host=host)
+            for i in range(10)
+        ]
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(r.to_json() + "\n" for r in recs))
+        return requests_frame(path, "v")
+
+    def row(base, cand):
+        got = [r for r in compare_variant("v", base, cand, {}, {}, {}, {}, {}) if r.metric == "host_hit_fraction"]
+        return got[0] if got else None
+
+    lost = row(frame("b", 3000), frame("c", 0))
+    assert lost is not None and lost.state == "regression" and lost.change == pytest.approx(-1.0)
+    assert row(frame("b0", 0, "cold"), frame("c0", 0, "cold")) is None
+    assert row(frame("b1", 3000), frame("c1", 3000)).state == "unchanged"
