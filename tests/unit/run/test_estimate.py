@@ -374,3 +374,18 @@ def test_sim_twin_matches_the_nightly_sizes():
             b.pool.host_tokens,
             b.sent_tokens,
         ), a.name
+
+
+def test_sim_twin_carries_the_nightlys_gate():
+    """The twin is where the nightly's gate is tried without a GPU: the same gate, thresholds,
+    workloads (names, kinds, sizes) and quality sizing, or a change to one is never tried."""
+    nightly = load_scenario(ROOT / "scenarios" / "wsl_tp2.yaml", {"MODEL_PATH": str(MODELS / "hybrid-gdn-27b")})
+    twin = load_scenario(ROOT / "scenarios" / "wsl_tp2_sim.yaml", {})
+    assert [g.text for g in twin.gate] == [g.text for g in nightly.gate] and len(nightly.gate) >= 8
+    assert twin.expectations.thresholds == nightly.expectations.thresholds
+    assert twin.expectations.checks == nightly.expectations.checks
+    assert [w.model_dump(exclude={"kind"}) for w in twin.workloads] == [
+        w.model_dump(exclude={"kind"}) for w in nightly.workloads
+    ]
+    same = ("tasks", "lengths", "samples_per_task", "max_new_tokens", "reasks", "control", "churn_tokens")
+    assert {k: getattr(twin.quality, k) for k in same} == {k: getattr(nightly.quality, k) for k in same}
