@@ -11,7 +11,8 @@ its outcome and the gating rows that regressed.
 - ``<fault>``: one healthy night, then ``--nights`` nights of a build with the fault
   (``HARNESS_SIM_BUILD="--sim-fault NAME=ARG"``: a build flag, so the variants' config hashes
   stay the same, as a slower build's would). The claim: FAIL on every night, the first and each
-  one after, by the gate row meant to catch it (``FAULTS`` below).
+  one after, by the gate row meant to catch it (``FAULTS`` below). ``--baseline-from RUN``: a
+  healthy night already run is copied in as the first night instead.
 
 Every run folder and log goes under ``--out`` (default under /tmp), never into the repository;
 the harness is the one of this checkout (PYTHONPATH). ``--time-scale`` is passed as a build flag
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -177,8 +179,13 @@ def run_series(name: str, scenario: Path, out: Path, args: argparse.Namespace) -
     s = Series(name, fault, meant)
     hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(args.burn if fault is None else 0)]
     try:
-        s.nights.append(one_night(scenario, folder, 0, None, args))  # the first healthy night
-        _print_night(name, s.nights[-1])
+        if args.baseline_from is not None and fault is not None:  # a healthy night already run: its copy
+            dest = folder / "results" / args.baseline_from.parent.name / args.baseline_from.name
+            if not dest.exists():
+                shutil.copytree(args.baseline_from, dest)
+        else:
+            s.nights.append(one_night(scenario, folder, 0, None, args))  # the first healthy night
+            _print_night(name, s.nights[-1])
         for i in range(1, args.nights + 1):
             night = one_night(scenario, folder, i, fault, args)
             if meant is not None and _matches(meant, night.regressed):
@@ -228,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=None, help="variants to run (default: off, on-r1.3)")
     ap.add_argument("--out", type=Path, default=None, help="folder for runs and logs (default: a new one in /tmp)")
     ap.add_argument("--json", action="store_true", help="print the nights as JSON too")
+    ap.add_argument(
+        "--baseline-from",
+        type=Path,
+        default=None,
+        help="a healthy run folder copied into each fault series as its first night (instead of running one)",
+    )
     args = ap.parse_args(argv)
     args.only = args.only or ["off", "on-r1.3"]
     names = args.series or ["healthy"]
