@@ -15,10 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-from harness import roofline
+from harness.analysis.run_products import off_variant
+from harness.analysis.summary import summarize
 from harness.compare.runs import read_run, run_workload_kinds, variant_records
-from harness.run_products import off_variant
-from harness.summary import summarize
+from harness.measures import roofline
 
 
 def _fmt(v) -> str:
