@@ -108,6 +108,7 @@ Body = tuple[int, str, Any]
 SSE, JSON_T, TEXT = "text/event-stream", "application/json", "text/plain; version=0.0.4"
 CASES: dict[str, dict[str, Callable[[], Body]]] = {
     "ok": {},
+    "echo_key": {},  # /generate echoes the authorization header in an abort message (`Handler`)
     "list_server_info": {"info": lambda: (200, JSON_T, [b'[{"max_total_num_tokens": 4096}]'])},
     "string_pool": {
         "info": lambda: (200, JSON_T, [json.dumps({**GOOD_INFO, "max_total_num_tokens": "lots"}).encode()])
@@ -254,6 +255,11 @@ class Handler(BaseHTTPRequestHandler):
         if length:
             self.rfile.read(length)
         case, endpoint = self._route()
+        if case == "echo_key" and endpoint == "generate":  # the credential sent, echoed in an abort
+            auth = self.headers.get("authorization") or ""
+            meta = {"finish_reason": {"type": "abort", "message": f"invalid request from {auth}"}}
+            self._send(case, 200, SSE, _chunks(meta))
+            return
         if case in DRIP_CASES and endpoint not in (None, "stats"):
             self._drip(case)
             return
@@ -263,6 +269,9 @@ class Handler(BaseHTTPRequestHandler):
             status, ctype, parts = 404, TEXT, [b"not found"]
         else:
             status, ctype, parts = CASES[case].get(endpoint, GOOD[endpoint])()
+        self._send(case, status, ctype, parts)
+
+    def _send(self, case: str, status: int, ctype: str, parts: Any) -> None:
         self.send_response(status)
         self.send_header("content-type", ctype)
         self.send_header("transfer-encoding", "chunked")

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.host import nvml, procfs
-from harness.store.secrets import MIN_SCRUB_LENGTH, REDACTED, Redactor, is_secret_name
+from harness.store.secrets import MIN_SCRUB_LENGTH, REDACTED, Redactor, is_secret_name, remember_secret
 
 # Environment variables worth recording: sglang/HiCache knobs, CUDA/NCCL placement, threading.
 ENV_ALLOWLIST = (
@@ -46,9 +46,11 @@ def allowlisted_env(
 ) -> dict[str, str]:
     """The allowlisted part of ``env`` plus every key of ``extra`` (what the scenario set), with
     credential-named values and the run's known secret values (``redactor``) replaced."""
+    r = redactor or Redactor()
     keep = {k: v for k, v in env.items() if any(fnmatch.fnmatchcase(k, pat) for pat in ENV_ALLOWLIST)}
-    keep.update(extra or {})
-    return (redactor or Redactor()).env(dict(sorted(keep.items())))
+    out = r.env(keep)
+    out.update(r.scenario_env(dict(extra or {})))  # what the scenario set: harmless tuning only
+    return dict(sorted(out.items()))
 
 
 def run_redactor(scenario, argv: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> Redactor:
@@ -64,11 +66,13 @@ def run_redactor(scenario, argv: Sequence[str] = (), environ: Mapping[str, str] 
         pass
     for v in scenario.expand_variants():
         r.learn({"args": dict(v.args), "env": dict(v.env)})
+        r.learn_env(dict(v.env))
     r.learn(list(argv), dict(os.environ if environ is None else environ))
     r.values |= {line.strip() for v in r.values for line in v.splitlines() if len(line.strip()) >= MIN_SCRUB_LENGTH}
     # A switch under a credential-looking name (HF_HUB_DISABLE_TOKEN=true) is no secret, and
     # scrubbing "true" from every text would garble the manifest and the logs.
     r.values -= {v for v in r.values if v.strip().lower() in _NOT_SECRET_VALUES}
+    remember_secret(*r.values)
     return r
 
 

@@ -109,7 +109,7 @@ def describe_launch(scenario, variant, port: int = 30000, redactor: Redactor | N
     return {
         "name": variant.name,
         "argv": redactor.argv(spec.argv),
-        "env": redactor.env(dict(spec.env_overrides)),
+        "env": redactor.scenario_env(dict(spec.env_overrides)),
         "simulated": spec.simulated,
     }
 

@@ -74,6 +74,7 @@ from harness.server.info import (
 )
 from harness.server.schedule import sleep_until_ns
 from harness.store.records import RequestRecord
+from harness.store.secrets import scrub
 
 try:  # optional (the `fast` extra): several times faster per chunk; the same strictness
     import orjson as _orjson
@@ -216,6 +217,9 @@ def _joined_ids(input_ids: list[int]) -> bytes:
 
 
 def _clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """A server-supplied string as a record keeps it: known secrets scrubbed (a server echoing
+    the API key in an error or abort message), then clipped."""
+    text = scrub(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -635,7 +639,7 @@ class StreamAccumulator:
             cached_host=self.cached_host,
             cached_storage=self.cached_storage,
             output_ids=list(self.output_ids),
-            text=self.text,
+            text=scrub(self.text) if self.text is not None else None,
             output_logprobs=self.output_logprobs,
             top_logprobs=self.top_logprobs,
             finish_reason=self.finish_reason,

@@ -34,6 +34,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from harness.store.secrets import remember_secret, scrub
+
 BAD_SERVER_ANSWER = "bad_server_answer"
 
 INFO_PATHS = ("/get_server_info", "/server_info")
@@ -52,8 +54,10 @@ _API_KEYS: dict[str, str] = {}
 
 
 def use_api_key(base_url: str, key: str) -> None:
-    """Send ``key`` with every request to the server at ``base_url`` (and paths below it)."""
+    """Send ``key`` with every request to the server at ``base_url`` (and paths below it); it is
+    scrubbed from whatever a server sends back (`harness.secrets.scrub`)."""
     _API_KEYS[base_url.rstrip("/")] = key
+    remember_secret(key)
 
 
 def auth_headers(url: str) -> dict[str, str]:
@@ -118,8 +122,8 @@ def json_depth_over(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
 
 
 def show(value: Any, limit: int = 60) -> str:
-    """A value for an error message: repr, clipped."""
-    text = repr(value)
+    """A value for an error message: repr, known secrets scrubbed, clipped."""
+    text = scrub(repr(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

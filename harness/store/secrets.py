@@ -11,6 +11,8 @@ shape (flow maps, block scalars, quoted keys) and for what other programs print 
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +30,60 @@ _SECRET_NAME = re.compile(
 # Shorter strings are not treated as secrets to scrub from free text ("1", "true" would
 # otherwise vanish from every log); they are still replaced under a secret name.
 MIN_SCRUB_LENGTH = 4
+
+
+# Scenario ``env:`` names whose values are kept as written in the manifest and the dry run: the
+# server's tuning knobs. Any other name's value is replaced by `hidden_value` (a MYSQL_PWD or a
+# *_TOKEN_FOLDED is no knob), and learnt as a secret value to scrub from every text.
+HARMLESS_ENV = (
+    "SGLANG_*",
+    "CUDA_*",
+    "NCCL_*",
+    "NVIDIA_*",
+    "TORCH_*",
+    "PYTORCH_*",
+    "GLOO_*",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+    "HF_HUB_OFFLINE",
+    "HF_HUB_ENABLE_HF_TRANSFER",
+    "TRANSFORMERS_OFFLINE",
+    "KVCACHED_*",
+    "HARNESS_*",
+)
+
+
+def is_harmless_env(name: str) -> bool:
+    """A tuning variable whose value may be recorded (`HARMLESS_ENV`, and no credential name)."""
+    return not is_secret_name(name) and any(fnmatch.fnmatchcase(name, pat) for pat in HARMLESS_ENV)
+
+
+def hidden_value(value: str) -> str:
+    """What a hidden env value is recorded as: ``***`` and a short hash (two runs can be told
+    apart or alike without the value)."""
+    return f"{REDACTED} sha256:{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+
+
+# Values the harness learnt as secret this process (the servers' API key, the run's redactor's
+# values): scrubbed from whatever a server sends back before it enters a record (`scrub`).
+_KNOWN: set[str] = set()
+
+
+def remember_secret(*values: str) -> None:
+    """Scrub these values from every server-sent text from now on (`scrub`)."""
+    _KNOWN.update(v for v in values if isinstance(v, str) and len(v) >= MIN_SCRUB_LENGTH)
+
+
+def scrub(text: str) -> str:
+    """``text`` with every remembered secret value replaced by ``***`` (longest first); the text
+    itself when none is known (one set test on the hot path)."""
+    if not _KNOWN:
+        return text
+    for v in sorted(_KNOWN, key=len, reverse=True):
+        if v in text:
+            text = text.replace(v, REDACTED)
+    return text
 
 
 def is_secret_name(name: str) -> bool:
@@ -84,6 +140,13 @@ class Redactor:
         """Add the secret values found in each source (a parsed tree, an env mapping, an argv)."""
         for s in sources:
             self.values |= {v for v in secret_values_in(s) if v and v != REDACTED}
+        remember_secret(*self.values)
+        return self
+
+    def learn_env(self, env: Mapping[str, str]) -> Redactor:
+        """Learn the values of a scenario's env that are not harmless tuning (`is_harmless_env`)."""
+        self.values |= {str(v) for k, v in env.items() if not is_harmless_env(str(k)) and v}
+        remember_secret(*self.values)
         return self
 
     def text(self, s: str) -> str:
@@ -123,6 +186,19 @@ class Redactor:
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         return {k: (REDACTED if is_secret_name(k) else self.text(str(v))) for k, v in env.items()}
+
+    def scenario_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """A scenario's env additions as recorded: credential names ``***``, harmless tuning
+        values kept (scrubbed), every other value replaced by `hidden_value`."""
+        out = {}
+        for k, v in env.items():
+            if is_secret_name(str(k)):
+                out[k] = REDACTED  # a credential by its name, as everywhere
+            elif is_harmless_env(str(k)):
+                out[k] = self.text(str(v))
+            else:
+                out[k] = hidden_value(str(v))
+        return out
 
 
 def node_is_value(v: Any) -> bool:

@@ -10,6 +10,7 @@ process, so this process's memory is the harness's alone): each bad answer is a 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import pytest
 from harness.measures.metrics import METRICS
 from harness.run.serving_window import final_liveness, probe_health
 from harness.server import client as client_module
+from harness.server import info as server_info_module
 from harness.server.client import MAX_LINE_BYTES, GenerateRequest, Labels, StreamingClient
 from harness.server.info import (
     NoAnswer,
@@ -33,6 +35,7 @@ from harness.server.info import (
     fetch_server_info,
     get_status,
     identify_sglang,
+    use_api_key,
 )
 from harness.server.sampling import MetricsPage, MetricsUnavailable, Sampler, checked_metric_values
 
@@ -393,3 +396,17 @@ def test_a_deeply_nested_stream_fails_alone(hostile):
     *good, bad = asyncio.run(go())
     assert [r.error for r in good] == [None] * 5 and all(r.output_ids == [5, 6, 7] for r in good)
     assert bad.error.startswith("protocol: invalid JSON in stream (JSON nested too deep"), bad.error
+
+
+def test_an_api_key_the_server_echoes_is_scrubbed_from_the_record(hostile):
+    """The server's abort message repeats the Authorization header: the record (its error, its
+    JSON row) never holds the key — it is scrubbed by value where the server's text comes in."""
+    url = case_url(hostile, "echo_key")
+    key = "sk-live-9f8e7d6c5b4a"
+    use_api_key(url, key)
+    try:
+        rec = generate(url)
+    finally:
+        server_info_module._API_KEYS.pop(url, None)
+    assert rec.error is not None and "invalid request from Bearer ***" in rec.error, rec.error
+    assert key not in rec.to_json() and key not in json.dumps(rec.to_dict())

@@ -122,3 +122,29 @@ def test_a_secret_matrix_axis_never_becomes_a_name(tmp_path):
     names = [v.name for v in variants]
     assert names == ["off", "on-HF_TOKEN_secret1-api-key_secret1", "on-HF_TOKEN_secret2-api-key_secret1"]
     assert variants[1].env["HF_TOKEN"] == "hf_aaaa1111"  # the value itself still reaches the server
+
+
+def test_scenario_env_keeps_only_harmless_tuning_values():
+    """MYSQL_PWD and a *_TOKEN_FOLDED are no tuning knobs: their values are recorded as the name
+    and a hash, and learnt as secrets to scrub; sglang/CUDA/NCCL tuning is kept as written."""
+    from harness.secrets import hidden_value, scrub
+
+    from harness import fingerprint
+
+    env = {
+        "MYSQL_PWD": "hunter2-hunter2",
+        "GH_TOKEN_FOLDED": "ghp-folded-0123",
+        "NCCL_DEBUG": "INFO",
+        "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": "/tmp/hicache",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "SGLANG_API_KEY": "sk-in-a-tuning-prefix",
+    }
+    r = Redactor().learn_env(env)
+    out = fingerprint.allowlisted_env({}, env, r)
+    assert out["MYSQL_PWD"] == hidden_value("hunter2-hunter2") and out["MYSQL_PWD"].startswith("*** sha256:")
+    assert out["GH_TOKEN_FOLDED"] == hidden_value("ghp-folded-0123")
+    assert out["SGLANG_API_KEY"] == REDACTED  # a credential name is never a knob
+    assert (out["NCCL_DEBUG"], out["CUDA_VISIBLE_DEVICES"]) == ("INFO", "0,1")
+    assert out["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == "/tmp/hicache"
+    assert r.text("login with hunter2-hunter2 as ghp-folded-0123") == "login with *** as ***"
+    assert scrub("server said hunter2-hunter2") == "server said ***"
