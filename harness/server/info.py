@@ -55,7 +55,7 @@ _API_KEYS: dict[str, str] = {}
 
 def use_api_key(base_url: str, key: str) -> None:
     """Send ``key`` with every request to the server at ``base_url`` (and paths below it); it is
-    scrubbed from whatever a server sends back (`harness.secrets.scrub`)."""
+    scrubbed from whatever a server sends back (`harness.store.secrets.scrub`)."""
     _API_KEYS[base_url.rstrip("/")] = key
     remember_secret(key)
 

@@ -127,9 +127,8 @@ def test_a_secret_matrix_axis_never_becomes_a_name(tmp_path):
 def test_scenario_env_keeps_only_harmless_tuning_values():
     """MYSQL_PWD and a *_TOKEN_FOLDED are no tuning knobs: their values are recorded as the name
     and a hash, and learnt as secrets to scrub; sglang/CUDA/NCCL tuning is kept as written."""
-    from harness.secrets import hidden_value, scrub
-
-    from harness import fingerprint
+    from harness.host import fingerprint
+    from harness.store.secrets import hidden_value, scrub
 
     env = {
         "MYSQL_PWD": "hunter2-hunter2",
