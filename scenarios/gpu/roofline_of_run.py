@@ -1,5 +1,5 @@
 """A stored run's host/storage-hit rooflines and "worse than off", recomputed from its records with
-the checkout that runs this (no GPU): for runs made before `harness.roofline` existed, or to see
+the checkout that runs this (no GPU): for runs made before `harness.measures.roofline` existed, or to see
 what newer code says about an old run.
 
     python3 scenarios/gpu/roofline_of_run.py RUN_DIR [RUN_DIR ...]
