@@ -78,6 +78,8 @@ def _overrides(args) -> list:
 
 
 def cmd_validate(args) -> int:
+    from harness.compare.planning import resolve_repeats
+
     scenario = _load_scenario_or_exit(args.scenario)
     variants = scenario.expand_variants()
     print(
@@ -85,6 +87,8 @@ def cmd_validate(args) -> int:
         f"{plural(len(variants), 'variant')} ({', '.join(v.name for v in variants)}), "
         f"{plural(len(scenario.workloads), 'workload')}"
     )
+    for line in resolve_repeats(scenario, Path(args.results_dir)):
+        print(line)
     return ExitCode.OK
 
 
@@ -114,6 +118,7 @@ def _bad(message: str) -> int:
 
 def cmd_run(args) -> int:
     """A fresh run, or with --resume the rest of an interrupted one; --dry-run prints what would start."""
+    from harness.compare.planning import resolve_repeats
     from harness.run import resume, runner
     from harness.run.shard import select_run_variants
 
@@ -126,6 +131,10 @@ def cmd_run(args) -> int:
         return _bad("--preflight does not apply to backend: external (the harness starts no server)")
     if scenario.server.backend == "sim" and not args.dry_run:
         require_extra("sim", "harness run with backend: sim")
+    plan_lines = [] if args.resume else resolve_repeats(scenario, Path(args.results_dir))
+    if not args.dry_run:  # the start of a run: what this night can decide, on stderr
+        for line in plan_lines:
+            print(f"harness: {line}", file=sys.stderr)
     write_report = not args.no_report and not args.dry_run
     if write_report and (gone := _missing_report_extra()):
         print(f"harness: no report at the end of this run: {gone}", file=sys.stderr)
@@ -167,6 +176,8 @@ def cmd_run(args) -> int:
                     print(line)
             else:  # the estimate's table lists each variant's design warnings
                 print("\n".join(estimate_run(scenario, variants).to_lines()))
+            for line in plan_lines:
+                print(f"# {line}")
             return ExitCode.OK
         else:
             outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)
@@ -392,6 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("validate", help="check a scenario without starting anything")
     s.add_argument("scenario")
+    s.add_argument(
+        "--results-dir",
+        default="results",
+        help="earlier runs the verdict plan reads its spread from (default: results)",
+    )
     s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser("schema", help="print the JSON Schema of the scenario format")

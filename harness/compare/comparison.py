@@ -33,6 +33,7 @@ from harness.compare.curves import (
     knee_below,
     load_points,
 )
+from harness.compare.power import comparison_advice, pooled_log_spread, units_needed
 from harness.compare.runs import (
     BaselineChoice,
     build_change,
@@ -48,7 +49,7 @@ from harness.compare.runs import (
     variant_requests,
 )
 from harness.compare.startup import host_pool_row
-from harness.compare.statistics import decide, finite, per_unit, threshold_for
+from harness.compare.statistics import ALPHA, decide, finite, holm_rejects, per_unit, threshold_for
 from harness.compare.tails import MIN_DRIFT_UNITS, decide_drift, decide_tail, tail_min_values
 from harness.measures.metrics import METRICS
 from harness.spec.values import Gate
@@ -101,6 +102,7 @@ class MetricRow:
     candidate_below: float | None = None
     values_baseline: int | None = None  # requests pooled into the n groups (None: one value is one unit)
     values_candidate: int | None = None
+    units_needed: int | None = None  # units a side its threshold needs at its measured spread (planning)
 
     def to_dict(self) -> dict[str, Any]:
         """The row as comparison.json stores it (keys in field order)."""
@@ -131,6 +133,7 @@ class MetricRow:
             "candidate_below": self.candidate_below,
             "values_baseline": self.values_baseline,
             "values_candidate": self.values_candidate,
+            "units_needed": self.units_needed,
         }
 
     @property
@@ -175,6 +178,7 @@ class Comparison:
     gate: list[str] = field(default_factory=list)  # the gate's texts ([]: every row gates)
     baseline_choice: list[str] = field(default_factory=list)  # how the baseline was chosen
     curves: list[CurvePointRow] = field(default_factory=list)  # sweeps' load points, pairwise
+    advice: str = ""  # INCONCLUSIVE: one line on what would make it decide (harness.compare.planning)
     candidate: dict = field(default_factory=dict)
     baseline: dict | None = None
 
@@ -210,6 +214,7 @@ class Comparison:
             "verdict": self.outcome,
             "simulated": self.simulated,
             "reasons": self.reasons,
+            "advice": self.advice,
             "gate": self.gate,
             "baseline_choice": self.baseline_choice,
             "candidate": self.candidate,
@@ -408,6 +413,9 @@ def _row(
     )
     if b.units is not None or c.units is not None:
         row.values_baseline, row.values_candidate = int(b.values.size), int(c.values.size)
+    if d.state == "inconclusive":
+        sd = pooled_log_spread(be, ce)
+        row.units_needed = units_needed(sd, thr) if sd is not None else None
     return row
 
 
@@ -713,6 +721,25 @@ def gate_targets(gate: Gate, variants: Sequence[VariantRow], quality_baseline: s
     ]
 
 
+def family_correction(rows: Sequence[MetricRow]) -> None:
+    """The gating rows are one family: a night FAILs when any of them regresses, so each row's
+    test at 5 % would make a healthy night with m gating rows fail up to m × 5 % of the time. A
+    gating regression stands only if Holm's procedure over every gating row's p-value keeps it
+    (family-wise false alarm <= `ALPHA`); otherwise it is inconclusive and says why. Rows are
+    changed in place. Pure."""
+    tested = [r for r in rows if r.p_value is not None and math.isfinite(r.p_value)]
+    if len(tested) < 2:
+        return
+    keep = holm_rejects([float(r.p_value) for r in tested])  # type: ignore[arg-type]
+    for r, ok in zip(tested, keep):
+        if r.state == "regression" and not ok:
+            r.state = "inconclusive"
+            r.note = (
+                f"beyond the threshold and p={r.p_value:.2g} alone, but not significant among the "
+                f"{len(tested)} gating rows tested together (Holm, family-wise {ALPHA:.0%})"
+            )
+
+
 def judge(comp: Comparison, gates: Sequence[Gate], quality_baseline: str | None) -> None:
     """Mark the gating rows and variants, then set the outcome and its reasons:
     FAIL      an introduced or persisting variant failure, a failed expectation, or a regression
@@ -726,6 +753,7 @@ def judge(comp: Comparison, gates: Sequence[Gate], quality_baseline: str | None)
     by_variant = {v.variant: v for v in comp.variants}
     for m in comp.metrics:
         m.gating = not gates or any(gate_matches(g, m) for g in gates)
+    family_correction([m for m in comp.metrics if m.gating])
     gated: set[str] = set()
     if gates:
         for g in gates:
@@ -902,6 +930,8 @@ def compare_runs(
                 row.threshold_source = "parity verdict"
                 comp.metrics.append(row)
     judge(comp, exp.gate, exp.quality_baseline)
+    if comp.outcome == Outcome.INCONCLUSIVE.value:
+        comp.advice = comparison_advice(comp.metrics, cand.manifest.get("repeats"), bool(exp.gate))
     for c in comp.curves:  # a point gates when one of its metric rows does
         c.gating = any(
             m.gating for m in comp.metrics if (m.variant, m.workload, m.phase) == (c.variant, c.workload, c.phase)

@@ -145,6 +145,8 @@ def to_markdown(comp: Comparison) -> str:
         if len(comp.reasons) > 20:
             lines.append(f"- … and {len(comp.reasons) - 20} more")
         lines.append("")
+    if comp.advice:
+        lines += [f"**{_md(comp.advice)}**", ""]
     bad_v = [v for v in comp.variants if v.state != "compared"]
     if bad_v:
         lines += ["| variant | baseline | candidate | state | note |", "|---|---|---|---|---|"]
@@ -279,6 +281,8 @@ def to_junit(comp: Comparison) -> str:
     s_out = suite("verdict")
     tc = case(s_out, "verdict", comp.candidate.get("scenario") or "comparison")
     why = "; ".join(comp.reasons) or "every gating row judged"
+    if comp.advice:
+        why = f"{comp.advice}. {why}"
     if comp.outcome == "FAIL":
         ET.SubElement(tc, "failure", message=f"FAIL: {why}", type="FAIL").text = "\n".join(comp.reasons)
     elif comp.outcome != "PASS":

@@ -244,6 +244,20 @@ def decide(
     return Decision("unchanged", note="within the threshold", **common)
 
 
+def holm_rejects(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
+    """Holm's step-down procedure: which of ``p_values`` are significant with the family-wise
+    false-alarm rate at most ``alpha`` (the i-th smallest against alpha / (m - i), stopping at
+    the first that is not). Pure."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda i: p_values[i])
+    out = [False] * m
+    for rank, i in enumerate(order):
+        if p_values[i] >= alpha / (m - rank):
+            break
+        out[i] = True
+    return out
+
+
 def threshold_for(thresholds: dict[str, float], workload: str, phase: str, metric: str) -> tuple[float, str]:
     """(fraction, key it came from) for one metric; see `harness.compare` for the order."""
     short = metric

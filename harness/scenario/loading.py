@@ -27,7 +27,7 @@ from harness.scenario.error_mapping import convert_errors
 from harness.scenario.expansion import expand_tree
 from harness.scenario.hashing import scenario_hash
 from harness.scenario.limits import size_checks
-from harness.scenario.models import Scenario, SimOptions
+from harness.scenario.models import AUTO_REPEATS, Scenario, SimOptions
 from harness.scenario.variants import expand_variants
 from harness.spec.errors import ErrorItem, ScenarioError
 
@@ -58,6 +58,8 @@ def _from_loaded(y: LoadedYaml, env: Mapping[str, str] | None, path: Path | None
         errors += raw_expectation_checks(data, y.lines, file)
         raise ScenarioError(_sort_items(errors)) from None
     expansion_failed = bool(errors)
+    if scn.repeats == 0:  # repeats: auto
+        scn.repeats, scn._repeats_auto = AUTO_REPEATS, True
     scn._text = y.text
     scn._hash = scenario_hash(y.text)
     scn._path = path

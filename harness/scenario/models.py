@@ -391,8 +391,26 @@ def _fraction(v: Any) -> Any:
     return no_bool(v)
 
 
+AUTO_REPEATS = 3  # ``repeats: auto`` before a plan resolves it: a first night that measures a spread
+
+
+def _repeats(v: Any) -> Any:
+    """``repeats``: a count >= 1, or ``auto`` (0 here; the loader makes it `AUTO_REPEATS` and
+    sets `Scenario.repeats_auto`)."""
+    if v == "auto":
+        return 0
+    v = no_bool(v)
+    if v == 0:
+        raise field_error("must be >= 1 (or auto)")
+    return v
+
+
 class VerdictRules(ScenarioModel):
-    """``verdict``: what a variant's verdict tolerates (harness/analysis/verdict.py)."""
+    """``verdict``: what a variant's verdict tolerates (harness/analysis/verdict.py), and what
+    the comparison's experiment may spend (harness/compare/planning.py)."""
+
+    # GPU-minutes a night may spend on repeats: ``repeats: auto`` stops there
+    budget_minutes: PosFloat | None = None
 
     # requests (not warm-ups) that may fail before the variant is FAIL ("1%" or 0.01)
     max_error_rate: Annotated[float, BeforeValidator(_fraction), Field(ge=0, le=1)] = 0.01
@@ -498,7 +516,10 @@ class Scenario(ScenarioModel):
     name: ScenarioName
     description: str = ""
     seed: NonNegInt = 0
-    repeats: Annotated[int, BeforeValidator(no_bool), Field(ge=1, le=MAX_REPEATS)] = 1
+    # ``auto``: the count harness.compare.planning plans from the earlier runs' spread (bounded by
+    # verdict.budget_minutes), resolved by the command that reads the scenario (run, validate);
+    # until then (and for every other reader) AUTO_REPEATS.
+    repeats: Annotated[int, BeforeValidator(_repeats), Field(ge=0, le=MAX_REPEATS)] = 1
     server: Server
     # Named sglang installs; a variant (or a matrix axis ``build``) picks one. None: every variant
     # runs the server block's python/sglang_source (the build named ``default``).
@@ -526,6 +547,7 @@ class Scenario(ScenarioModel):
     # the checks a --url run left out because they name variants it does not have.
     _overrides: list[str] = PrivateAttr(default_factory=list)
     _unrun_checks: list[dict[str, str]] = PrivateAttr(default_factory=list)
+    _repeats_auto: bool = PrivateAttr(default=False)
 
     @property
     def path(self) -> Path | None:
@@ -556,6 +578,11 @@ class Scenario(ScenarioModel):
     def hash(self) -> str:
         """sha256 of the scenario file's text (``hashing.scenario_hash``)."""
         return self._hash
+
+    @property
+    def repeats_auto(self) -> bool:
+        """The file says ``repeats: auto`` (`harness.compare.planning.resolve_repeats` sets the count)."""
+        return self._repeats_auto
 
     def expand_variants(self) -> list[Variant]:
         """Explicit variants then matrix expansions, in order (resolved when the file was loaded)."""

@@ -852,7 +852,8 @@ def test_junit_follows_the_outcome(tmp_path):
     root = ET.fromstring(C.to_junit(comp))
     assert root.get("errors") == "0" and root.get("failures") == "0"
     verdict = next(t for t in root.iter("testcase") if t.get("classname") == "verdict")
-    assert verdict.find("skipped").get("message") == "INCONCLUSIVE: " + "; ".join(comp.reasons)
+    assert verdict.find("skipped").get("message") == f"INCONCLUSIVE: {comp.advice}. " + "; ".join(comp.reasons)
+    assert comp.advice.startswith("to decide, add: repeats: 2 at least")
     gating = [
         t
         for t in root.iter("testcase")
