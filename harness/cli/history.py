@@ -30,6 +30,13 @@ def cli_main(args) -> int:
     if not results.list_runs(Path(args.results_dir), name):
         print(f"harness history: no runs of {name} under {args.results_dir}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    out = write_history_page(collect(Path(args.results_dir), name), Path(args.reports_dir))
+    h = collect(Path(args.results_dir), name)
+    out = write_history_page(h, Path(args.reports_dir))
+    for i, changes in h.night_changes.items():  # what differs at each change point, most likely cause first
+        print(f"change point at {h.runs[i]['run_id']}: what changed since {h.runs[i - 1]['run_id']}:")
+        for c in changes[:20] or [
+            {"text": "nothing differs between the two nights' manifests, builds, probes or pools"}
+        ]:
+            print(f"  - {c['text']}")
     print(f"history: {out}")
     return ExitCode.OK

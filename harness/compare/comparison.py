@@ -24,6 +24,7 @@ from harness.analysis.expectations import evaluate_run_expectations
 from harness.analysis.frames import groups_frame
 from harness.analysis.summary import by_repeat, unexercised_figures
 from harness.analysis.verdict import Outcome, VerdictPolicy, declares_parity_fail
+from harness.compare.changes import night_changes
 from harness.compare.curves import (
     KNEE_AXES,
     KNEE_BELOW_TEST,
@@ -181,6 +182,14 @@ class Comparison:
     advice: str = ""  # INCONCLUSIVE: one line on what would make it decide (harness.compare.planning)
     candidate: dict = field(default_factory=dict)
     baseline: dict | None = None
+    changes: list[dict] = field(default_factory=list)  # what differs between the nights (compare.changes)
+
+    @property
+    def flagged(self) -> bool:
+        """Whether the comparison flags a change: a metric moved, or a variant could not be compared."""
+        return any(m.state in ("regression", "improved") for m in self.metrics) or any(
+            v.state == "not_comparable" for v in self.variants
+        )
 
     @property
     def verdict(self) -> str:
@@ -225,6 +234,7 @@ class Comparison:
             "metrics": [m.to_dict() for m in self.metrics],
             "curves": [c.to_dict() for c in self.curves],
             "expectations": self.expectations,
+            "changes": self.changes,
         }
 
 
@@ -846,6 +856,15 @@ def compare_runs(
         return comp
     check_same_scenario(base, cand)
     comp.baseline = run_info(base)
+    comp.changes = [
+        c.to_json()
+        for c in night_changes(
+            base.manifest,
+            cand.manifest,
+            {v.name: v.status for v in base.variants},
+            {v.name: v.status for v in cand.variants},
+        )
+    ]
     pool = list(choice.pool) if choice is not None else []
     if pool:
         comp.baseline["pool"] = [r.run_id for r in pool]

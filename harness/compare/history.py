@@ -60,6 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.analysis.expectations import scenario_expectations
+from harness.compare.changes import night_changes
 from harness.compare.runs import run_workload_kinds
 from harness.compare.statistics import decide, threshold_for
 from harness.measures.metrics import METRICS
@@ -362,6 +363,8 @@ class History:
     samples: dict[str, dict[str, list[list[float] | None]]] = field(default_factory=dict)  # per-repeat values
     markers: list[Marker] = field(default_factory=list)
     breaks: dict[str, list[int]] = field(default_factory=dict)  # variant -> run indices starting a segment
+    # run index of a change point -> what differs from the night before it (harness.compare.changes)
+    night_changes: dict[int, list[dict]] = field(default_factory=dict)
 
     @property
     def simulated(self) -> bool:
@@ -406,6 +409,7 @@ def collect(results_dir: Path, scenario: str) -> History:
     """Load every complete run of a scenario (oldest first) and decide change points."""
     runs = []
     per_run: list[dict[str, dict[str, list[float]]]] = []
+    loaded: list[tuple[dict, dict]] = []  # each night's manifest and statuses, for what changed
     pooled_run: list[dict[str, dict[str, float | None]]] = []
     failed: dict[str, list[int]] = {}
     thresholds: dict[str, float] = {}
@@ -450,6 +454,7 @@ def collect(results_dir: Path, scenario: str) -> History:
                 pooled[v.name][name] = value
         per_run.append(vals)
         pooled_run.append(pooled)
+        loaded.append((run.manifest, {v.name: v.status if isinstance(v.status, dict) else None for v in run.variants}))
     markers, breaks = config_markers(runs)
     metrics = sorted({m for r in pooled_run for vs in r.values() for m in vs})
     variants = list(dict.fromkeys(v for r in pooled_run for v in r))
@@ -467,4 +472,12 @@ def collect(results_dir: Path, scenario: str) -> History:
             series.setdefault(m, {})[v] = ys
             samples.setdefault(m, {})[v] = nights
             decisions.setdefault(m, {})[v] = detect_change(nights, thr, hib, breaks=breaks.get(v, ()))
-    return History(scenario, runs, series, failed, decisions, thresholds, samples, markers, breaks)
+    flagged = {p.index for ds in decisions.values() for d in ds.values() for p in d.change_points if p.index > 0}
+    changed = {i: night_changes_of(loaded[i - 1], loaded[i]) for i in sorted(flagged)}
+    return History(scenario, runs, series, failed, decisions, thresholds, samples, markers, breaks, changed)
+
+
+def night_changes_of(before: tuple[dict, dict], after: tuple[dict, dict]) -> list[dict]:
+    """What differs between two nights ((manifest, {variant: status}) each), ranked."""
+    (bm, bs), (am, as_) = before, after
+    return [c.to_json() for c in night_changes(bm, am, bs, as_)]

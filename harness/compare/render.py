@@ -173,6 +173,7 @@ def to_markdown(comp: Comparison) -> str:
                 f"{change} | {_mde(m)} | {m.threshold * 100:.0f}% | {_md(_test(m))} | {state} |"
             )
         lines.append("")
+    lines += _change_lines(comp)
     lines += _headline_lines(comp) + _curve_lines(comp.curves)
     measured = [m for m in comp.metrics if m.sample != "verdict"]
     unchanged = sum(1 for m in measured if m.state == "unchanged")
@@ -196,6 +197,21 @@ def to_markdown(comp: Comparison) -> str:
             )
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _change_lines(comp: Comparison) -> list[str]:
+    """What differs between the two nights (`harness.compare.changes`, ranked: build first), when
+    the comparison flags a change."""
+    if comp.baseline is None or not comp.flagged:
+        return []
+    lines = ["**What changed between the two nights** (most likely cause first):", ""]
+    shown = comp.changes[:20]
+    lines += [f"- {_md(c.get('text'))}" for c in shown]
+    if len(comp.changes) > len(shown):
+        lines.append(f"- … and {len(comp.changes) - len(shown)} more")
+    if not comp.changes:
+        lines.append("- nothing differs between the two nights' manifests, builds, probes or pools")
+    return lines + [""]
 
 
 def junit_part(name: str) -> str:

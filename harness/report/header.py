@@ -38,6 +38,7 @@ COMPARISON_CSS = {
     "INCONCLUSIVE": "INCONCLUSIVE",
 }
 MAX_COMPARISON_REASONS = 5
+MAX_NIGHT_CHANGES = 10  # what changed between the nights, most likely cause first
 
 
 def probe_rows(probe: dict | None) -> list[tuple[str, str]]:
@@ -174,6 +175,16 @@ def judged_expectations(view: RunView, evaluate) -> list[dict]:
     return evaluate(view.root)
 
 
+def _flagged_changes(c: dict) -> list[str]:
+    """comparison.json's ``changes`` (ranked), when it flagged a change (a metric moved, a variant not
+    comparable); [] otherwise."""
+    counts = c.get("counts") if isinstance(c.get("counts"), dict) else {}
+    if not any(counts.get(k) for k in ("regression", "improved", "variant_not_comparable")):
+        return []
+    changes = [str(x.get("text")) for x in c.get("changes") or [] if isinstance(x, dict)]
+    return changes[:MAX_NIGHT_CHANGES] or ["nothing differs between the two nights' manifests, builds, probes or pools"]
+
+
 def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
     """The verdict banner: the run's outcome and reasons (`judge_run`), each variant's outcome, a
     comparison's verdict (labelled as such) and notes (not finished; a stored verdict.json that
@@ -211,6 +222,8 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
             "counts": ", ".join(f"{k} {v}" for k, v in counts.items() if v) if isinstance(counts, dict) else "",
             "reasons": reasons[:MAX_COMPARISON_REASONS] + ([f"(+{more} more)"] if more > 0 else []),
             "n_reasons": len(reasons),
+            # what differs between the two nights (harness.compare.changes), where the comparison flagged a change
+            "changes": _flagged_changes(c),
         }
     return {
         "outcome": verdict.outcome.value,
