@@ -95,8 +95,7 @@ def test_host_hit_fraction_is_judged_where_either_run_hit_the_host_tier(tmp_path
     """A candidate that lost every host hit (a host tier serving too few pages, a hybrid match cut
     back to no checkpoint) is a regression from the baseline's share, not a row that vanished; a
     phase neither run served from the host has no such row."""
-    from harness.frames import requests_frame
-
+    from harness.analysis.frames import requests_frame
     from harness.compare.comparison import compare_variant
     from tests.factories import make_record
 
