@@ -49,7 +49,7 @@ from harness.run.shard import select_run_variants
 from harness.scenario import scenario_hash, variant_config_hash
 from harness.server import logscan, startup_phases
 from harness.server.client import client_stack
-from harness.server.info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_server_info
+from harness.server.info import BAD_SERVER_ANSWER, SERVER_CHANGED, ServerAnswerError, fetch_server_info
 from harness.server.process import ExternalServer, ServerProcess, build_launch_spec, clear_orphans, free_port
 from harness.server.sampling import Sampler
 from harness.sim.cli import unmodelled_flags
@@ -784,6 +784,11 @@ def run_external_variant(
         return _finish(vpaths, status, FAILED, BAD_SERVER_ANSWER, state.redactor, detail=detail)
     if info is not None:
         results.write_json_atomic(vpaths.server_info, fingerprint.scrub_json(state.redactor, info.raw))
+    changed = endpoint.info.changes(info) if endpoint.info is not None else []
+    if changed:  # another server than the one attached (restarted with other args, another version)
+        progress.note(f"variant {variant.name}: the attached server changed since the run began: {changed[0]}")
+        detail = {"when": "before the variant", "url": server.base_url, "changes": changed[:20]}
+        return _finish(vpaths, status, FAILED, SERVER_CHANGED, state.redactor, detail=detail)
     pools = logscan.parse_pools("").to_json()  # no log to read: the server's own figures
     if info is not None:
         pools["max_total_num_tokens"] = info.max_total_num_tokens
@@ -797,6 +802,12 @@ def run_external_variant(
     )
     _stop_sampler(sampler)
     state.sampler = None
+    after_changes: list[str] = []
+    if info is not None:  # and still the same server at the end (a restart mid-variant measures two)
+        try:
+            after_changes = info.changes(fetch_server_info(server.base_url))
+        except ServerAnswerError as exc:
+            after_changes = [f"/get_server_info: {exc.reason}"]
     sampling = None
     if sampler is not None:
         sampling = run_products.sampling_summary(vpaths.samples, sampler.cpu_fraction, sampler.samples_written)
@@ -809,6 +820,10 @@ def run_external_variant(
         results.read_json(run.manifest).get("probe"), None, info.raw if info is not None else None
     )
     summary = _window_summary(scenario, variant, window, sampling, platform, _tier_pools(variant, status, info))
+    if after_changes:
+        progress.note(f"variant {variant.name}: the attached server changed during the variant: {after_changes[0]}")
+        detail = {"when": "during the variant", "url": server.base_url, "changes": after_changes[:20]}
+        return _finish(vpaths, status, FAILED, SERVER_CHANGED, state.redactor, summary=summary, detail=detail)
     if window.state != OK:
         status.cause_detail = window.detail
     return _finish(vpaths, status, window.state, window.cause, state.redactor, summary=summary)

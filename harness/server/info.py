@@ -37,6 +37,11 @@ import httpx
 from harness.store.secrets import remember_secret, scrub
 
 BAD_SERVER_ANSWER = "bad_server_answer"
+# A variant's cause: an attached server whose identity (version, arguments, HiCache settings,
+# pools) changed between the run's attach and the variant, or during it (`ServerInfo.changes`).
+SERVER_CHANGED = "server_changed"
+# /get_server_info keys that change while a server runs (load, throughput): not its identity
+VOLATILE_INFO_KEYS = frozenset({"internal_states"})
 
 INFO_PATHS = ("/get_server_info", "/server_info")
 MAX_INFO_BYTES = 4 << 20  # a real answer is ~20 KB
@@ -456,6 +461,24 @@ class ServerInfo:
             simulated=bool(_bool_field(obj, "simulated")),
             hicache=hicache,
         )
+
+    def identity(self) -> dict[str, Any]:
+        """What makes this server the one measured: every key of its answer but the volatile ones
+        (`VOLATILE_INFO_KEYS`) — version, server arguments (HiCache included), pools."""
+        return {k: v for k, v in self.raw.items() if k not in VOLATILE_INFO_KEYS}
+
+    def changes(self, later: "ServerInfo | None") -> list[str]:
+        """How ``later`` (the same server, asked again) differs in identity: ``key: before -> after``
+        per changed key, sorted (values clipped and scrubbed); [] when it is the same server. A server
+        that no longer answers is a change too."""
+        if later is None:
+            return ["/get_server_info: answered before, not now"]
+        a, b = self.identity(), later.identity()
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            if json.dumps(a.get(k), sort_keys=True, default=str) != json.dumps(b.get(k), sort_keys=True, default=str):
+                out.append(f"{k}: {show(a.get(k), 40)} -> {show(b.get(k), 40)}")
+        return out
 
     @classmethod
     def parse_body(cls, body: bytes) -> "ServerInfo":

@@ -517,3 +517,57 @@ def test_a_server_with_an_api_key_gets_it_on_every_request_from_the_named_variab
     assert len(files) > 5
     for f in files:
         assert KEY not in f.read_text(errors="replace"), f
+
+
+class ChangingProxy(ApiKeyProxy):
+    """A server that turns into another between answers: once it has served a /generate, its
+    /get_server_info says HiCache on and twice the pool (restarted with other arguments)."""
+
+    generated: list[int] = []
+
+    def _forward(self, method: str) -> None:
+        n = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(n) if n else None
+        path = self.path.split("?")[0]
+        if path == "/generate":
+            self.generated.append(1)
+        headers = {"content-type": self.headers.get("content-type") or "application/json"}
+        r = httpx.request(method, self.upstream + self.path, content=body, headers=headers, timeout=60)
+        payload = r.content
+        if path == "/get_server_info" and self.generated:
+            info = json.loads(payload)
+            info.update(enable_hierarchical_cache=True, max_total_num_tokens=2 * info["max_total_num_tokens"])
+            payload = json.dumps(info).encode()
+        self.send_response(r.status_code)
+        self.send_header("content-type", r.headers.get("content-type", ""))
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+def test_an_attached_server_that_changes_identity_fails_its_variant_as_server_changed(servers, tmp_path):
+    """HiCache off -> on and the pool doubled after the first variant's requests: that variant
+    fails as server_changed (during it), the next one too (before it) — never a PASS of ON
+    against an "OFF" that is no longer off."""
+    off, _ = servers
+    handler = type("H", (ChangingProxy,), {"upstream": off.url, "generated": []})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}"
+    try:
+        path = write_scenario(tmp_path, external_text(url, url, quality=False))
+        r = run_harness("run", path, "--results-dir", tmp_path / "results", "--no-report")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.returncode != ExitCode.OK, r.stdout + r.stderr
+    run = only_run(tmp_path / "results")
+    first, second = (results.read_json(run / name / "status.json") for name in ("off", "on"))
+    assert (first["state"], first["cause"]) == ("failed", "server_changed"), first
+    assert first["cause_detail"]["when"] == "during the variant"
+    assert "enable_hierarchical_cache: False -> True" in first["cause_detail"]["changes"]
+    assert "max_total_num_tokens: 8192 -> 16384" in first["cause_detail"]["changes"]
+    assert (second["state"], second["cause"]) == ("failed", "server_changed"), second
+    assert second["cause_detail"]["when"] == "before the variant"
+    assert "the attached server changed" in r.stderr
+    assert list(results.read_jsonl(run / "off" / "requests.jsonl")), "what it measured is kept"
