@@ -10,7 +10,9 @@ One job: translate HTTP to :class:`Engine` calls and engine state back to sglang
   ``"storage": K, "storage_backend": NAME``, as sglang adds when L3 is on), e2e_latency; with
   return_logprob ``output_token_logprobs`` = [[logprob, token_id, null], ...] and
   ``output_top_logprobs`` = per position [[logprob, token_id, null] x k], cumulative.
-- ``/v1/completions`` (minimal OpenAI shape), ``/health``, ``/health_generate``,
+- ``/v1/completions`` and ``/v1/chat/completions`` (OpenAI's shapes as sglang serves them, streaming
+  and not; text counted by the model's tokenizer, `harness.sim.tokens.SimTokenizer`), ``/v1/models``,
+  ``/health``, ``/health_generate``,
   ``/get_server_info`` + ``/server_info``, ``/get_model_info`` + ``/model_info``,
   ``/flush_cache`` (400 while requests run), ``/metrics`` (with ``--enable-metrics``).
 Until warm-up ends every endpoint but ``/health`` answers 503, like a starting sglang.
@@ -31,7 +33,7 @@ from starlette.routing import Route
 
 from harness.sim.engine import Engine, RequestError, SamplingParams, SimRequest
 from harness.sim.faults import Fault, FaultArg
-from harness.sim.tokens import decode_ids, encode_text
+from harness.sim.tokens import SimTokenizer, chat_prompt
 
 FLUSH_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. "
@@ -48,6 +50,7 @@ class AppState:
     enable_metrics: bool
     enable_cache_report: bool
     served_model_name: str
+    tokenizer: SimTokenizer
     ready: bool = False
     faults: dict[Fault, FaultArg | None] = field(default_factory=dict)  # the HTTP layer's faults act here
     extra: dict[str, Any] = field(default_factory=dict)
@@ -93,7 +96,7 @@ def _input_ids(body: dict[str, Any], st: AppState) -> list[int]:
             )
         if not isinstance(text, str):
             raise RequestError("batched text is not supported by the simulator")
-        return encode_text(text)
+        return st.tokenizer.encode(text)
     if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise RequestError("input_ids must be one list of integers (batches are not simulated)")
     return list(ids)
@@ -171,7 +174,7 @@ def build_app(st: AppState) -> Starlette:
     def gen_chunk(req: SimRequest) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if not st.skip_tokenizer:
-            out["text"] = decode_ids(req.output_ids)
+            out["text"] = st.tokenizer.decode(req.output_ids)
         out["output_ids"] = list(req.output_ids)
         out["meta_info"] = _meta(req, engine.cfg.storage_backend)
         return out
@@ -217,37 +220,65 @@ def build_app(st: AppState) -> Starlette:
             return _error(req.error, 500)
         return JSONResponse(gen_chunk(req))
 
+    def openai_sampling(body: dict[str, Any], default_max: int) -> SamplingParams:
+        return _sampling(
+            {
+                "max_new_tokens": body.get("max_completion_tokens") or body.get("max_tokens") or default_max,
+                "temperature": body.get("temperature", 1.0),
+                "sampling_seed": body.get("seed"),
+                "ignore_eos": body.get("ignore_eos", False),
+            }
+        )
+
     async def completions(request: Request) -> Response:
         if (r := not_ready()) is not None:
             return r
         try:
             body = await read_body(request)
             prompt = body.get("prompt")
-            if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
                 if len(prompt) != 1:
                     raise RequestError("batched prompts are not simulated")
                 prompt = prompt[0]
-            # text prompts are tokenised even with --skip-tokenizer-init: this endpoint is minimal
-            ids = encode_text(prompt) if isinstance(prompt, str) else _input_ids({"input_ids": prompt}, st)
-            sp = _sampling(
-                {
-                    "max_new_tokens": body.get("max_tokens", 16),
-                    "temperature": body.get("temperature", 1.0),
-                    "sampling_seed": body.get("seed"),
-                }
-            )
-            req = SimRequest(rid=f"cmpl-{uuid.uuid4().hex}", input_ids=ids, sampling=sp)
+            # text prompts are tokenised even with --skip-tokenizer-init, as sglang's OpenAI server does
+            ids = st.tokenizer.encode(prompt) if isinstance(prompt, str) else _input_ids({"input_ids": prompt}, st)
+            req = SimRequest(rid=f"cmpl-{uuid.uuid4().hex}", input_ids=ids, sampling=openai_sampling(body, 16))
             engine.submit(req)
         except RequestError as exc:
             return _error(str(exc))
+        return await openai_answer(request, body, req, chat=False)
+
+    async def chat_completions(request: Request) -> Response:
+        """``/v1/chat/completions`` as sglang serves it: the messages through `chat_prompt` and the
+        tokenizer, ``max_completion_tokens`` / ``max_tokens``, ``stream`` with
+        ``stream_options.include_usage``; chunks of ``chat.completion.chunk`` (the first with the
+        assistant role), then ``[DONE]``."""
+        if (r := not_ready()) is not None:
+            return r
+        try:
+            body = await read_body(request)
+            try:
+                text = chat_prompt(body.get("messages"))
+            except ValueError as exc:
+                raise RequestError(str(exc)) from None
+            ids = st.tokenizer.encode(text)
+            req = SimRequest(rid=uuid.uuid4().hex, input_ids=ids, sampling=openai_sampling(body, 128))
+            engine.submit(req)
+        except RequestError as exc:
+            return _error(str(exc))
+        return await openai_answer(request, body, req, chat=True)
+
+    async def openai_answer(request: Request, body: dict[str, Any], req: SimRequest, chat: bool) -> Response:
+        """The OpenAI answer to ``req``: one object, or an SSE stream of chunks."""
         created = int(time.time())
         model = body.get("model") or st.served_model_name
+        n_prompt = len(req.input_ids)
 
         def usage() -> dict[str, Any]:
             u: dict[str, Any] = {
-                "prompt_tokens": len(ids),
+                "prompt_tokens": n_prompt,
                 "completion_tokens": len(req.output_ids),
-                "total_tokens": len(ids) + len(req.output_ids),
+                "total_tokens": n_prompt + len(req.output_ids),
             }
             if st.enable_cache_report:
                 u["prompt_tokens_details"] = {"cached_tokens": req.cached_tokens}
@@ -256,19 +287,26 @@ def build_app(st: AppState) -> Starlette:
         def finish() -> str | None:
             return None if req.finish_reason is None else req.finish_reason["type"]
 
-        def completion(text: str | None, usage_: dict | None) -> dict[str, Any]:
-            """An OpenAI completion object (a stream chunk: ``text`` None = the usage-only chunk)."""
-            choices = (
-                []
-                if text is None
-                else [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish(), "matched_stop": None}]
-            )
+        def choice(text: str, first: bool, stream: bool) -> dict[str, Any]:
+            c: dict[str, Any] = {"index": 0}
+            if not chat:
+                c["text"] = text
+            elif stream:
+                c["delta"] = {"role": "assistant", "content": text} if first else {"content": text}
+            else:
+                c["message"] = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
+            c.update(logprobs=None, finish_reason=finish(), matched_stop=None)
+            return c
+
+        def answer(text: str | None, usage_: dict | None, first: bool = False, stream: bool = False) -> dict[str, Any]:
+            """An OpenAI object (a stream chunk: ``text`` None = the usage-only chunk)."""
+            kind = ("chat.completion.chunk" if stream else "chat.completion") if chat else "text_completion"
             return {
                 "id": req.rid,
-                "object": "text_completion",
+                "object": kind,
                 "created": created,
                 "model": model,
-                "choices": choices,
+                "choices": [] if text is None else [choice(text, first, stream)],
                 "usage": usage_,
             }
 
@@ -281,13 +319,12 @@ def build_app(st: AppState) -> Starlette:
                     if req.error is not None:
                         yield f"data: {json.dumps({'error': {'message': req.error}})}\n\n".encode()
                         break
-                    delta = decode_ids(req.output_ids[sent:])
+                    delta = st.tokenizer.decode(req.output_ids[sent:]) if len(req.output_ids) > sent else ""
+                    chunk = answer(delta, None, first=sent == 0, stream=True)
                     sent = len(req.output_ids)
-                    chunk = completion(delta, None)
                     yield f"data: {json.dumps(chunk)}\n\n".encode()
                 if include_usage and req.error is None:
-                    chunk = completion(None, usage())
-                    yield f"data: {json.dumps(chunk)}\n\n".encode()
+                    yield f"data: {json.dumps(answer(None, usage(), stream=True))}\n\n".encode()
                 yield b"data: [DONE]\n\n"
 
             return StreamingResponse(events(), media_type="text/event-stream")
@@ -295,7 +332,7 @@ def build_app(st: AppState) -> Starlette:
             pass
         if req.error is not None:
             return _error(req.error, 500)
-        return JSONResponse(completion(decode_ids(req.output_ids), usage()))
+        return JSONResponse(answer(st.tokenizer.decode(req.output_ids), usage()))
 
     async def server_info(request: Request) -> Response:
         info = dict(st.server_info)
@@ -343,6 +380,7 @@ def build_app(st: AppState) -> Starlette:
         Route("/health_generate", health_generate, methods=["GET"]),
         Route("/generate", generate, methods=["POST", "PUT"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/get_server_info", server_info, methods=["GET"]),
         Route("/server_info", server_info, methods=["GET"]),

@@ -47,7 +47,7 @@ from harness.sim.engine import (
 from harness.sim.faults import Fault
 from harness.sim.hostmem import HostBudget, HostMemoryError, TouchedBuffer, host_pool_tokens, read_mem_available_bytes
 from harness.sim.metrics import SimMetrics
-from harness.sim.tokens import TokenModel
+from harness.sim.tokens import SimTokenizer, TokenModel
 
 SITE = "/usr/local/lib/python3.12/dist-packages/sglang/srt"
 DEFAULT_MAX_TOTAL_TOKENS = 20480  # the H200 runs used --max-total-tokens 20480
@@ -475,6 +475,7 @@ async def _serve(plan: Plan) -> int:
         TokenModel(shape.vocab_size, shape.eos_token_ids),
         metrics,
     )
+    tokenizer = SimTokenizer(shape.vocab_size, a["tokenizer_path"] or a["model_path"])
     state = AppState(
         engine=engine,
         server_info=_server_info(plan),
@@ -489,11 +490,13 @@ async def _serve(plan: Plan) -> int:
             "model_type": shape.model_type,
             "architectures": list(shape.architectures),
             "simulated": True,
+            "simulated_tokenizer": tokenizer.kind,  # how text is counted (harness.sim.tokens)
         },
         skip_tokenizer=bool(a["skip_tokenizer_init"]),
         enable_metrics=bool(a["enable_metrics"]),
         enable_cache_report=bool(a["enable_cache_report"]),
         served_model_name=plan.served_model_name,
+        tokenizer=tokenizer,
         faults=dict(args.faults),
     )
     server = _Server(
