@@ -466,11 +466,20 @@ def test_nightly_load_scenario_puts_the_build_under_test_first_and_sizes_its_hit
     src = tmp_path / "nightly"
     (src / "python/sglang").mkdir(parents=True)
     (src / "python/sglang/__init__.py").write_text('__version__ = "0.5.17"\n')
+    from harness.scenario import load_scenario
+    from harness.server.process import build_launch_spec
+
     env = {"SGLANG_SOURCE": str(src)}
     assert _harness("validate", "scenarios/gpu/h200_nightly_load.yaml", env=env).returncode == 0
     r = _harness("run", "scenarios/gpu/h200_nightly_load.yaml", "--dry-run", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"PYTHONPATH={src / 'python'}" in r.stdout and "HICACHE_SLOW_LOAD" not in r.stdout
+    (variant,) = load_scenario(GPU / "h200_nightly_load.yaml", env=env).expand_variants()
+    spec = build_launch_spec(load_scenario(GPU / "h200_nightly_load.yaml", env=env), variant, 30000)
+    assert spec.env_overrides["PYTHONPATH"].split(os.pathsep)[0] == str(src / "python")
+    assert (
+        not any(k.startswith("HICACHE_SLOW_LOAD") for k in spec.env_overrides)
+        and "--enable-hierarchical-cache" in spec.argv
+    )
     doc = yaml.safe_load((GPU / "h200_nightly_load.yaml").read_text())
     pool = doc["server"]["args"]["--max-total-tokens"]
     host = pool * doc["variants"][0]["hicache"]["ratio"]
