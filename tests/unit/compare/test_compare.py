@@ -864,3 +864,30 @@ def test_junit_follows_the_outcome(tmp_path):
     base8 = write_run(tmp_path, D, {"on": cold_records(noisy(100, 8, seed=4))})
     failed = ET.fromstring(C.to_junit(C.compare_runs(results.load_run(base8), results.load_run(slow))))
     assert next(t for t in failed.iter("testcase") if t.get("classname") == "verdict").find("failure") is not None
+
+
+def test_ci_outputs_are_regular_files_never_a_device_fifo_or_link(golden_run, tmp_path, monkeypatch, capsys):
+    """--junit and --markdown at a FIFO, a symbolic link or a folder: refused in one line, exit 2,
+    nothing replaced; GITHUB_STEP_SUMMARY as a FIFO nobody reads (it hung compare) or a link: said
+    in one line and skipped, the comparison's own exit code stands."""
+    import os
+
+    base = cand = golden_run("healthy")
+    fifo, target = tmp_path / "fifo", tmp_path / "target.xml"
+    os.mkfifo(fifo)
+    target.write_text("keep")
+    link = tmp_path / "link.xml"
+    link.symlink_to(target)
+    for bad, kind in ((fifo, "a FIFO"), (link, "a symbolic link"), (tmp_path, "a folder")):
+        capsys.readouterr()
+        assert cli_main(args(cand, base, tmp_path, bad, None)) == ExitCode.BAD_INPUT
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1] == f"harness compare: --junit {bad}: {kind}, not a regular file: give a file path", err
+    assert link.is_symlink() and target.read_text() == "keep" and fifo.is_fifo()
+    for step, kind in ((fifo, "a FIFO"), (link, "a symbolic link")):
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+        capsys.readouterr()
+        code = cli_main(args(cand, base, tmp_path, None, None))
+        assert code in (ExitCode.OK, ExitCode.INCONCLUSIVE)
+        assert f"GITHUB_STEP_SUMMARY {step}: {kind}, not a regular file; not written" in capsys.readouterr().err
+    assert target.read_text() == "keep"
