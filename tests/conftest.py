@@ -490,3 +490,16 @@ def golden_run(tmp_path):
         return dst
 
     return copy
+
+
+# ------------------------------------------------------------------------- replaying the order
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The random order's seed, printed at every verbosity (README's command runs with -q, which
+    hides pytest-randomly's header line): the line to replay this run's order."""
+    if not config.pluginmanager.hasplugin("randomly") or hasattr(config, "workerinput"):
+        return
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int):
+        terminalreporter.write_line(f"random order: replay it with --randomly-seed={seed}")

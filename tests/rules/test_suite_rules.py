@@ -161,3 +161,15 @@ def test_a_process_that_outlives_its_test_fails_it_and_is_killed(pytester, monke
 def test_a_process_still_stopping_gets_the_grace_time(pytester, monkeypatch):
     result = _nested(pytester, monkeypatch, "stops", sleep_s=0.5)  # gone well inside the 2 s grace
     result.assert_outcomes(passed=1)
+
+
+def test_the_random_order_s_seed_is_printed_under_q(pytester):
+    """README's command runs -q, which hides pytest-randomly's header: the suite's conftest prints
+    the seed at the end, so the order can be replayed."""
+    pytester.makeconftest("from tests.conftest import pytest_terminal_summary  # noqa: F401\n")
+    pytester.makepyfile(test_order="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    result = pytester.runpytest_inprocess("-q", "-p", "randomly", "-p", "no:cacheprovider", "--randomly-seed=4711")
+    assert result.ret == 0
+    assert "random order: replay it with --randomly-seed=4711" in result.stdout.str()
+    quiet = pytester.runpytest_inprocess("-q", "-p", "no:randomly", "-p", "no:cacheprovider")
+    assert "random order" not in quiet.stdout.str()  # no random order, no seed line
