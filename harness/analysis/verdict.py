@@ -70,6 +70,7 @@ class VerdictPolicy:
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     # variants whose parity may be NOT_EXERCISED without making them INCONCLUSIVE (True: all)
     allow_not_exercised: bool | frozenset[str] = False
+    rounds: int = 0  # extra rounds a comparison may look at (harness.compare.statistics.look_alpha)
 
     @classmethod
     def from_block(cls, block: Mapping[str, Any] | None) -> VerdictPolicy:
@@ -83,6 +84,7 @@ class VerdictPolicy:
         return cls(
             max_error_rate=float(rate),
             allow_not_exercised=allowed if isinstance(allowed, bool) else frozenset(map(str, allowed)),
+            rounds=int(block.get("rounds") or 0),
         )
 
     def not_exercised_allowed(self, variant: str) -> bool:

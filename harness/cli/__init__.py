@@ -367,6 +367,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a Markdown summary here (also appended to $GITHUB_STEP_SUMMARY when set)",
     )
     s.add_argument(
+        "--round",
+        action="append",
+        metavar="RUN",
+        help="an extra round of the candidate's night, pooled with it (repeatable; at most the scenario's "
+        "verdict.rounds: each look is tested at the alpha spent on it)",
+    )
+    s.add_argument(
         "--pool",
         type=int,
         default=1,

@@ -102,7 +102,8 @@ def _compare(args) -> int:
     choice = load_baseline(args.baseline, Path(args.results_dir), cand, pool)
     for line in choice.lines():
         print(f"harness compare: {line}", file=sys.stderr)
-    comp = compare_runs(choice.run, cand, choice)
+    rounds = [read_run(Path(r)) for r in getattr(args, "round", None) or ()]
+    comp = compare_runs(choice.run, cand, choice, rounds)
     comparison_file = write_comparison(cand, comp.to_dict())
     md = to_markdown(comp)
     if junit is not None:  # checked again: it may have been replaced meanwhile

@@ -50,7 +50,7 @@ from harness.compare.runs import (
     variant_requests,
 )
 from harness.compare.startup import host_pool_row
-from harness.compare.statistics import ALPHA, decide, finite, holm_rejects, per_unit, threshold_for
+from harness.compare.statistics import ALPHA, decide, finite, holm_rejects, look_alpha, per_unit, threshold_for
 from harness.compare.tails import MIN_DRIFT_UNITS, decide_drift, decide_tail, tail_min_values
 from harness.measures.metrics import METRICS
 from harness.spec.values import Gate
@@ -392,12 +392,13 @@ def _row(
     b: RowSample,
     c: RowSample,
     thresholds: Mapping[str, float],
+    alpha: float = ALPHA,
 ) -> MetricRow:
-    """One metric row: the test on one value per independent unit of each side."""
+    """One metric row: the test on one value per independent unit of each side, at ``alpha``."""
     thr, src = threshold_for(dict(thresholds), wl, ph, metric)
     sample = c.unit if c.values.size else b.unit
     be, ce = b.evidence(), c.evidence()
-    d = decide(be, ce, hib, thr, unit=sample)
+    d = decide(be, ce, hib, thr, unit=sample, alpha=alpha)
     row = MetricRow(
         name,
         wl,
@@ -438,10 +439,11 @@ def compare_variant(
     thresholds: Mapping[str, float],
     base_kinds: dict[str, str],
     cand_kinds: dict[str, str],
+    alpha: float = ALPHA,
 ) -> list[MetricRow]:
     """Metric rows of one variant that ran ok on both sides: its request and group metrics per
     workload × phase, and its derived figures over the repeats (``*_derived``: `derived_values`;
-    ``*_kinds``: {workload: kind} of each run)."""
+    ``*_kinds``: {workload: kind} of each run), tested at ``alpha`` (a sequential look's)."""
     rows: list[MetricRow] = []
     bs, cs = metric_samples(base_req, base_kinds), metric_samples(cand_req, cand_kinds)
     for key in list(dict.fromkeys([*cs, *bs])):
@@ -460,6 +462,7 @@ def compare_variant(
                 bs.get(key, RowSample(np.array([]), None, info.per)),
                 cs.get(key, RowSample(np.array([]), None, info.per)),
                 thresholds,
+                alpha,
             )
         )
     for key in list(dict.fromkeys([*cs, *bs])):
@@ -481,6 +484,7 @@ def compare_variant(
                 RowSample(finite(base_derived.get(key, [])), None, "repeat"),
                 RowSample(finite(cand_derived.get(key, [])), None, "repeat"),
                 thresholds,
+                alpha,
             )
         )
     return rows
@@ -731,7 +735,7 @@ def gate_targets(gate: Gate, variants: Sequence[VariantRow], quality_baseline: s
     ]
 
 
-def family_correction(rows: Sequence[MetricRow]) -> None:
+def family_correction(rows: Sequence[MetricRow], alpha: float = ALPHA) -> None:
     """The gating rows are one family: a night FAILs when any of them regresses, so each row's
     test at 5 % would make a healthy night with m gating rows fail up to m × 5 % of the time. A
     gating regression stands only if Holm's procedure over every gating row's p-value keeps it
@@ -740,17 +744,17 @@ def family_correction(rows: Sequence[MetricRow]) -> None:
     tested = [r for r in rows if r.p_value is not None and math.isfinite(r.p_value)]
     if len(tested) < 2:
         return
-    keep = holm_rejects([float(r.p_value) for r in tested])  # type: ignore[arg-type]
+    keep = holm_rejects([float(r.p_value) for r in tested], alpha)  # type: ignore[arg-type]
     for r, ok in zip(tested, keep):
         if r.state == "regression" and not ok:
             r.state = "inconclusive"
             r.note = (
                 f"beyond the threshold and p={r.p_value:.2g} alone, but not significant among the "
-                f"{len(tested)} gating rows tested together (Holm, family-wise {ALPHA:.0%})"
+                f"{len(tested)} gating rows tested together (Holm, family-wise {alpha * 100:.3g}%)"
             )
 
 
-def judge(comp: Comparison, gates: Sequence[Gate], quality_baseline: str | None) -> None:
+def judge(comp: Comparison, gates: Sequence[Gate], quality_baseline: str | None, alpha: float = ALPHA) -> None:
     """Mark the gating rows and variants, then set the outcome and its reasons:
     FAIL      an introduced or persisting variant failure, a failed expectation, or a regression
               in a gating row;
@@ -763,7 +767,7 @@ def judge(comp: Comparison, gates: Sequence[Gate], quality_baseline: str | None)
     by_variant = {v.variant: v for v in comp.variants}
     for m in comp.metrics:
         m.gating = not gates or any(gate_matches(g, m) for g in gates)
-    family_correction([m for m in comp.metrics if m.gating])
+    family_correction([m for m in comp.metrics if m.gating], alpha)
     gated: set[str] = set()
     if gates:
         for g in gates:
@@ -813,6 +817,12 @@ def _pct(v: float | None) -> str:
 # ------------------------------------------------------------------------------------ two runs
 
 
+def _round_why(run: results.LoadedRun) -> str:
+    """What an extra round ran: its repeats and workloads (its stored scenario)."""
+    specs = run_workload_specs(run.manifest)
+    return f"repeats {run.manifest.get('repeats')} of {', '.join(specs) or 'its workloads'}"
+
+
 def pooled_baseline(
     sides: Sequence[tuple[str, results.LoadedVariant]], names_to_kinds: Mapping[str, str]
 ) -> tuple[pd.DataFrame, dict[tuple[str, str], list[float]]]:
@@ -834,16 +844,56 @@ def pooled_baseline(
     return (frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)), derived
 
 
+def _same_variant(
+    runs: Sequence[results.LoadedRun], name: str, config_hash: str | None = None
+) -> list[tuple[str, results.LoadedVariant]]:
+    """(run id, variant) of each run that has variant ``name`` finished ok (and, when given,
+    with that config hash)."""
+    out = []
+    for r in runs:
+        v = next((x for x in r.variants if x.name == name), None)
+        if v is None or (v.status or {}).get("state") != "ok":
+            continue
+        if config_hash is not None and config_hashes(r).get(name) != config_hash:
+            continue
+        out.append((r.run_id, v))
+    return out
+
+
 def compare_runs(
-    base: results.LoadedRun | None, cand: results.LoadedRun, choice: BaselineChoice | None = None
+    base: results.LoadedRun | None,
+    cand: results.LoadedRun,
+    choice: BaselineChoice | None = None,
+    rounds: Sequence[results.LoadedRun] = (),
 ) -> Comparison:
     """Compare the candidate with ``base`` (None: no baseline; expectations only, INCONCLUSIVE).
     Raises `harness.compare.runs.BaselineMismatch` for a baseline of another scenario. Variants
     whose config hash differs are not compared (``not_comparable: config changed``), nor are
-    the workloads whose definition in the stored scenario text differs."""
+    the workloads whose definition in the stored scenario text differs. ``rounds``: extra rounds
+    of the candidate's night (runs of the same scenario and config, e.g. more repeats of the
+    workloads an inconclusive row needs), pooled with it; every look is tested at the alpha the
+    scenario's ``verdict.rounds`` spends on it (`harness.compare.statistics.look_alpha`)."""
     exp = run_expectations(cand.manifest)
     thresholds = {k: t.fraction for k, t in exp.thresholds.items()}
     comp = Comparison(candidate=run_info(cand), gate=[g.text for g in exp.gate])
+    allowed = run_policy(cand.manifest).rounds
+    alpha = look_alpha(allowed) if allowed else ALPHA
+    for r in rounds:
+        check_same_scenario(r, cand)
+    if len(rounds) > allowed:
+        raise results.ResultsError(
+            f"{len(rounds)} extra rounds given, but the scenario's verdict.rounds allows {allowed}: "
+            "a look the alpha spending did not plan for would not keep the false-alarm rate"
+        )
+    if allowed:
+        comp.notes.append(
+            f"sequential: look {1 + len(rounds)} of at most {1 + allowed}, every look tested at alpha "
+            f"{alpha:.3g} (alpha {ALPHA:g} spent equally over the looks)"
+        )
+    for i, r in enumerate(rounds, 1):
+        comp.notes.append(f"round {i + 1}: {r.run_id} pooled with the candidate ({_round_why(r)})")
+    if rounds:
+        comp.candidate["rounds"] = [r.run_id for r in rounds]
     if exp.problem is not None:
         comp.notes.append(f"scenario re-read from its raw YAML only ({exp.problem})")
     if choice is not None:
@@ -852,7 +902,7 @@ def compare_runs(
     if not cand.complete:
         comp.notes.append("the candidate run is not COMPLETE (interrupted or still running)")
     if base is None:
-        judge(comp, exp.gate, exp.quality_baseline)
+        judge(comp, exp.gate, exp.quality_baseline, alpha)
         return comp
     check_same_scenario(base, cand)
     comp.baseline = run_info(base)
@@ -913,23 +963,20 @@ def compare_runs(
             )
         )
         if state == "compared":
-            pooled = [
-                pv
-                for pv in (next((v for v in r.variants if v.name == name), None) for r in pool)
-                if pv is not None and (pv.status or {}).get("state") == "ok"
-            ]
-            base_req, base_derived = pooled_baseline(
-                [(base.run_id, bv), *((pr.run_id, pv) for pr, pv in zip(pool, pooled))], base_kinds
+            base_req, base_derived = pooled_baseline([(base.run_id, bv), *_same_variant(pool, name)], base_kinds)
+            cand_req, cand_derived = pooled_baseline(
+                [(cand.run_id, cv), *_same_variant(rounds, name, hashes_c.get(name))], cand_kinds
             )
             rows = compare_variant(
                 name,
                 base_req,
-                variant_requests(cv),
+                cand_req,
                 base_derived,
-                derived_values_from_records(cv, cand_kinds),
+                cand_derived,
                 thresholds,
                 base_kinds,
                 cand_kinds,
+                alpha,
             )
             vanished_knees(name, bv.summary, cv.summary, cand_kinds, rows, thresholds)
             unexercised_rows(bv.summary, cv.summary, rows)
@@ -948,9 +995,14 @@ def compare_runs(
             if row is not None:
                 row.threshold_source = "parity verdict"
                 comp.metrics.append(row)
-    judge(comp, exp.gate, exp.quality_baseline)
+    judge(comp, exp.gate, exp.quality_baseline, alpha)
     if comp.outcome == Outcome.INCONCLUSIVE.value:
         comp.advice = comparison_advice(comp.metrics, cand.manifest.get("repeats"), bool(exp.gate))
+        if comp.advice and allowed > len(rounds):
+            comp.advice += (
+                f"; as round {len(rounds) + 2} of at most {allowed + 1} (verdict.rounds), run those repeats as a "
+                f"new run and add it: harness compare {cand.paths.root} --round NEW_RUN"
+            )
     for c in comp.curves:  # a point gates when one of its metric rows does
         c.gating = any(
             m.gating for m in comp.metrics if (m.variant, m.workload, m.phase) == (c.variant, c.workload, c.phase)

@@ -115,6 +115,7 @@ class ScenarioPlan:
     measured_on: list[str] = field(default_factory=list)  # run ids the spread came from
     budget_minutes: float | None = None
     gated: bool = True  # the scenario has a gate (else every row gates)
+    unplanned: list[str] = field(default_factory=list)  # gated tail / drift rows: tested otherwise, not planned
     minutes_per_repeat: float | None = None  # GPU-minutes of one repeat of every workload
 
     @property
@@ -150,6 +151,11 @@ class ScenarioPlan:
         ]
         if not self.gated:
             out.append("  no gate: every compared row gates (add `gate:` to decide on the rows that matter)")
+        if self.unplanned:
+            out.append(
+                f"  not planned here (a tail's exceedance count or a drift between thirds of a run, tested "
+                f"otherwise): {', '.join(self.unplanned)}"
+            )
         short = [r for r in self.rows if not r.decides] + [p for p in self.parity if not p.decides]
         shown = [*self.rows, *self.parity]
         if len(shown) > MAX_LINES:  # a scenario without a gate: the rows that cannot decide, the worst first
@@ -299,6 +305,10 @@ def plan_scenario(scenario: Any, results_dir: Path | None, runs: Sequence[Any] |
 
     if runs is None:
         runs = earlier_runs(Path(results_dir), scenario.name) if results_dir is not None else []
+    from harness.measures.metrics import METRICS
+    from harness.workloads import derived_figures
+
+    figures = derived_figures()
     variants = [v for v in scenario.expand_variants() if getattr(v, "expect", "ok") != "startup_failed"]
     gates = list(scenario.gate)
     thresholds = {k: t.fraction for k, t in scenario.expectations.thresholds.items()}
@@ -334,6 +344,9 @@ def plan_scenario(scenario: Any, results_dir: Path | None, runs: Sequence[Any] |
             ]
         for wl, ph, metric in dict.fromkeys(keys):
             if not _gate_names(SimpleNamespace(variant=v.name, workload=wl, phase=ph, metric=metric), gates):
+                continue
+            if metric not in METRICS and metric not in figures:  # a tail or drift row: its own test
+                plan.unplanned.append(f"{v.name}: {wl}.{ph}.{metric}")
                 continue
             thr, _ = threshold_for(thresholds, wl, ph, metric)
             sd, per_repeat, where, unit = measured_spread(runs, v.name, (wl, ph, metric))

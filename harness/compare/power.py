@@ -47,6 +47,34 @@ def units_needed(sd_log: float, threshold: float, alpha: float = ALPHA, power: f
     return None
 
 
+def power_at(n: int, sd_log: float, threshold: float, alpha: float = ALPHA) -> float:
+    """The power of compare's test at ``n`` units a side to find a change of ``threshold`` when
+    one unit's log value has standard deviation ``sd_log`` (the arithmetic of `units_needed`);
+    0 below 2 units. Pure."""
+    from scipy import stats
+
+    if n < MIN_VALUES or threshold <= 0:
+        return 0.0
+    if sd_log <= 0:
+        return 1.0
+    eff = _effective_n(n)
+    df = 2 * eff - 2
+    t_crit = float(stats.t.ppf(1 - alpha / 2, df))
+    return float(stats.nct.sf(t_crit, df, math.log1p(threshold) / (sd_log * math.sqrt(2 / eff))))
+
+
+def max_spread(n: int, threshold: float, power: float = POWER) -> float | None:
+    """The largest spread (sd of one unit's log value) at which ``n`` units a side still find a
+    threshold-sized change with ``power`` (bisection on `power_at`); None below 2 units. Pure."""
+    if n < MIN_VALUES:
+        return None
+    lo, hi = 0.0, 5.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if power_at(n, mid, threshold) >= power else (lo, mid)
+    return lo
+
+
 def _effective_n(n: int) -> float:
     """The t-test's n that compare's test at ``n`` a side is worth: n for Welch (below 5), the
     values Yuen's 20 % trimming keeps (5 to 7), Mann-Whitney's n × 3/π from 8 on."""

@@ -102,7 +102,7 @@ def relative_change(base: float, cand: float) -> float:
     return (cand - base) / abs(base)
 
 
-def _welch(base: np.ndarray, cand: np.ndarray) -> Significance:
+def _welch(base: np.ndarray, cand: np.ndarray, alpha: float = ALPHA) -> Significance:
     """Yuen's trimmed t-test (Welch's t on 20 % trimmed means, g = floor(0.2 n) values cut from
     each end; plain Welch below 5 values: ``scipy.stats.ttest_ind(equal_var=False, trim=0.2)``) on
     log values (raw values when one is ≤ 0): p, the 95 % interval of the relative change and the
@@ -123,7 +123,7 @@ def _welch(base: np.ndarray, cand: np.ndarray) -> Significance:
         lo = hi = diff
         half = 0.0
     else:
-        ci = r.confidence_interval(1 - ALPHA)
+        ci = r.confidence_interval(1 - alpha)
         p, lo, hi = float(r.pvalue), float(ci.low), float(ci.high)
         half = (hi - lo) / 2
     if logs:
@@ -141,7 +141,9 @@ def _median_log_se(a: np.ndarray) -> float | None:
     return None if lo <= 0 else float(math.log(hi) - math.log(lo)) / (2 * Z95)
 
 
-def _bootstrap_ratio(base: np.ndarray, cand: np.ndarray, seed: int) -> tuple[float, float, float] | None:
+def _bootstrap_ratio(
+    base: np.ndarray, cand: np.ndarray, seed: int, alpha: float = ALPHA
+) -> tuple[float, float, float] | None:
     """(low, high, half-width) of the 95 % interval of log(median ratio): a percentile bootstrap;
     above ``BOOTSTRAP_MAX_N`` values a side (a resample matrix that big would not fit in memory)
     the order-statistic intervals of the two medians combined on the log scale. None when a
@@ -158,18 +160,18 @@ def _bootstrap_ratio(base: np.ndarray, cand: np.ndarray, seed: int) -> tuple[flo
     mc = np.median(cand[rng.integers(0, cand.size, (BOOTSTRAP_RESAMPLES, cand.size))], axis=1)
     if (mb <= 0).any() or (mc <= 0).any():
         return None
-    lo, hi = np.percentile(np.log(mc) - np.log(mb), [100 * ALPHA / 2, 100 * (1 - ALPHA / 2)])
+    lo, hi = np.percentile(np.log(mc) - np.log(mb), [100 * alpha / 2, 100 * (1 - alpha / 2)])
     return float(lo), float(hi), float(hi - lo) / 2
 
 
-def significance(base: np.ndarray, cand: np.ndarray, seed: int = BOOTSTRAP_SEED) -> Significance:
-    """The test the sample sizes allow (see the module docstring), its p-value, the 95 %
+def significance(base: np.ndarray, cand: np.ndarray, seed: int = BOOTSTRAP_SEED, alpha: float = ALPHA) -> Significance:
+    """The test the sample sizes allow (see the module docstring), its p-value, the 1 - alpha
     interval of the relative change and the minimum detectable effect."""
     n = min(base.size, cand.size)
     if n < MIN_VALUES:
         return Significance("none", None, None, None, None)
     if n < MIN_MANN_WHITNEY:
-        return _welch(base, cand)
+        return _welch(base, cand, alpha)
     from scipy.stats import mannwhitneyu
 
     p = (
@@ -177,9 +179,9 @@ def significance(base: np.ndarray, cand: np.ndarray, seed: int = BOOTSTRAP_SEED)
         if np.ptp(np.concatenate([base, cand])) == 0
         else float(mannwhitneyu(base, cand, alternative="two-sided").pvalue)
     )
-    boot = _bootstrap_ratio(base, cand, seed)
+    boot = _bootstrap_ratio(base, cand, seed, alpha)
     if boot is None:  # a median ≤ 0: the interval of a ratio means nothing; Welch's on raw values
-        w = _welch(base, cand)
+        w = _welch(base, cand, alpha)
         return Significance("mann_whitney", p, w.ci_low, w.ci_high, w.mde)
     lo, hi, half = boot
     return Significance("mann_whitney", p, math.expm1(lo), math.expm1(hi), math.expm1(half))
@@ -192,6 +194,7 @@ def decide(
     threshold: float,
     seed: int = BOOTSTRAP_SEED,
     unit: str = "value",
+    alpha: float = ALPHA,
 ) -> Decision:
     """The state of one metric from its two samples, one value per independent unit (`per_unit`;
     ``unit`` names it in the notes). Pure (the bootstrap is seeded).
@@ -209,7 +212,7 @@ def decide(
         side = "baseline" if base.size == 0 else "candidate"
         return Decision("not_comparable", None, "none", None, f"no values in the {side}")
     change = relative_change(float(np.median(base)), float(np.median(cand)))
-    s = significance(base, cand, seed)
+    s = significance(base, cand, seed, alpha)
     common = {
         "change": change,
         "test": s.test,
@@ -226,7 +229,7 @@ def decide(
             **common,
         )
     clears = abs(change) >= threshold
-    if s.p_value < ALPHA:
+    if s.p_value < alpha:
         if not clears:
             return Decision("unchanged", note="significant but within the threshold", **common)
         better = change > 0 if higher_is_better else change < 0
@@ -242,6 +245,14 @@ def decide(
             **common,
         )
     return Decision("unchanged", note="within the threshold", **common)
+
+
+def look_alpha(rounds: int, alpha: float = ALPHA) -> float:
+    """The significance each look of a sequential comparison gets when up to ``rounds`` extra
+    rounds may follow the first look: alpha spent equally over the 1 + rounds looks (Bonferroni
+    over the looks, a Pocock-shaped spending), so the chance of any false alarm over every look
+    an operator may take stays <= alpha whatever the stopping rule. Pure."""
+    return alpha / (1 + max(0, int(rounds)))
 
 
 def holm_rejects(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:

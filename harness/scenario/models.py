@@ -411,6 +411,9 @@ class VerdictRules(ScenarioModel):
 
     # GPU-minutes a night may spend on repeats: ``repeats: auto`` stops there
     budget_minutes: PosFloat | None = None
+    # extra rounds (more repeats of the workloads an inconclusive gating row needs) a comparison may
+    # pool with the night: alpha is spent equally over the 1 + rounds looks (harness compare --round)
+    rounds: Annotated[int, BeforeValidator(no_bool), Field(ge=0, le=20)] = 0
 
     # requests (not warm-ups) that may fail before the variant is FAIL ("1%" or 0.01)
     max_error_rate: Annotated[float, BeforeValidator(_fraction), Field(ge=0, le=1)] = 0.01

@@ -132,3 +132,48 @@ def test_pooled_log_spread():
     assert pooled_log_spread(np.exp(np.array([0.0, 0.2])), np.exp(np.array([1.0, 1.2]))) == pytest.approx(
         0.1414, abs=1e-3
     )
+
+
+# ------------------------------------------------------------------- deciding sequentially
+
+
+def test_alpha_spent_over_the_looks_keeps_the_false_alarm_rate():
+    """Healthy nights looked at up to 4 times as rounds add values, stopping at the first
+    regression: at 5 % per look about 12 % of them would FAIL; at the spent alpha at most ~5 %."""
+    from harness.compare.statistics import look_alpha
+
+    assert look_alpha(0) == 0.05 and look_alpha(4) == pytest.approx(0.01)
+    rng = np.random.default_rng(11)
+
+    def any_alarm(alpha: float) -> float:
+        alarms = 0
+        for _ in range(400):
+            b, c = rng.normal(0, 0.05, 12), rng.normal(0, 0.05, 12)
+            for n in (3, 6, 9, 12):  # the night, then three rounds of 3 more
+                if significance(np.exp(b[:n]), np.exp(c[:n]), alpha=alpha).p_value < alpha:
+                    alarms += 1
+                    break
+        return alarms / 400
+
+    assert any_alarm(0.05) > 0.08
+    assert any_alarm(look_alpha(3)) <= 0.06
+
+
+def test_a_round_decides_what_the_night_could_not(tmp_path):
+    """verdict.rounds: 2. A 15 % slower night of 2 requests against a baseline of 2 is
+    inconclusive, and says to add a round; with a round of 8 more requests pooled it FAILs at the
+    spent alpha; the notes show the round and why. More rounds than declared are refused."""
+    _, text = _scenario(tmp_path, "gate: [cold_prefill.cold.ttft_ms]\nverdict: {rounds: 2}\n")
+    base = write_run(tmp_path, RUNS[0], {"on": cold_records(noisy(100, 10, sd=0.03, seed=1))}, text=text)
+    night = write_run(tmp_path, RUNS[1], {"on": cold_records(noisy(115, 2, sd=0.03, seed=2))}, text=text)
+    more = write_run(tmp_path, RUNS[2], {"on": cold_records(noisy(115, 8, sd=0.03, seed=3))}, text=text)
+    first = compare_runs(results.load_run(base), results.load_run(night))
+    assert first.outcome == "INCONCLUSIVE" and "--round NEW_RUN" in first.advice
+    assert any("look 1 of at most 3" in n and "alpha 0.0167" in n for n in first.notes)
+    second = compare_runs(results.load_run(base), results.load_run(night), rounds=[results.load_run(more)])
+    assert second.outcome == "FAIL"
+    (row,) = [m for m in second.metrics if m.metric == "ttft_ms" and m.variant == "on"]
+    assert row.n_candidate == 10 and row.state == "regression"
+    assert any(n.startswith(f"round 2: {RUNS[2]} pooled with the candidate (repeats") for n in second.notes)
+    with pytest.raises(results.ResultsError, match="verdict.rounds allows 2"):
+        compare_runs(results.load_run(base), results.load_run(night), rounds=[results.load_run(more)] * 3)
