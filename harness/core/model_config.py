@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.bounds import MAX_HIDDEN, MAX_LAYERS, MODEL_CONFIG_BYTES, TooLarge, read_bytes_bounded
+
 # torch dtype name -> bytes per element.  Fractional entries are packed formats.
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4,
@@ -217,9 +219,15 @@ def shape_from_dict(cfg: dict[str, Any]) -> ModelShape:
         n_heads = int(cfg["num_attention_heads"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelConfigError(f"config.json lacks a usable {exc}") from exc
-    for key, value in (("num_hidden_layers", n), ("hidden_size", hidden), ("num_attention_heads", n_heads)):
+    for key, value, most in (
+        ("num_hidden_layers", n, MAX_LAYERS),
+        ("hidden_size", hidden, MAX_HIDDEN),
+        ("num_attention_heads", n_heads, MAX_HIDDEN),
+    ):
         if value < 1:
             raise ModelConfigError(f"config.json has {key} = {value}: must be >= 1")
+        if value > most:
+            raise ModelConfigError(f"config.json has {key} = {value:,}: no model has more than {most:,}")
     n_kv = int(cfg.get("num_key_value_heads") or n_heads)
     head_dim = int(cfg.get("head_dim") or hidden // n_heads)
     full, mamba = _layer_split(cfg, n)
@@ -260,9 +268,13 @@ def load_model_shape(model_dir: str | Path) -> ModelShape:
     if path.is_dir():
         path = path / "config.json"
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
+        cfg = json.loads(read_bytes_bounded(path, MODEL_CONFIG_BYTES, "model config.json").decode("utf-8"))
     except FileNotFoundError as exc:
         raise ModelConfigError(f"{path}: no such file") from exc
+    except TooLarge as exc:
+        raise ModelConfigError(str(exc)) from None
+    except RecursionError:
+        raise ModelConfigError(f"{path}: nested too deep to read") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelConfigError(f"{path}: {exc}") from exc
     if not isinstance(cfg, dict):
@@ -274,7 +286,8 @@ def model_vocab_size(model_path: str | Path | None, default: int = 32000) -> int
     """``vocab_size`` from a model's config.json (also under ``text_config``), or ``default`` when
     the config cannot be read: token-id prompts draw their ids below it."""
     try:
-        cfg = json.loads((Path(model_path) / "config.json").read_text())  # type: ignore[arg-type]
+        raw = read_bytes_bounded(Path(model_path) / "config.json", MODEL_CONFIG_BYTES)  # type: ignore[arg-type]
+        cfg = json.loads(raw.decode("utf-8"))
         v = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
         return int(v) if v else default
     except Exception:  # noqa: BLE001 - unreadable config: use the default

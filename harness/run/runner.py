@@ -348,6 +348,8 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
         # a simulated server says so (harness/sim): its figures are labelled simulated like sim's
         simulated = any(e.info is not None and e.info.simulated for e in attached.endpoints.values())
     checks = builds.verify_builds(scenario, variants)  # BuildError (exit 2): nothing written, nothing started
+    if attached is None:
+        check_hosts(variants)  # ValueError (exit 2): a host that does not resolve or is not this machine's
     if options.gpus:  # ValueError (exit 2) before anything is written
         if attached is not None:
             raise ValueError("--gpus: backend external starts no server (its servers' GPUs are their own)")
@@ -939,6 +941,23 @@ def _stop_sampler(sampler) -> None:
 
 _ports_lock = threading.Lock()
 _ports_given: set[tuple[str, int]] = set()
+
+
+def check_hosts(variants) -> None:
+    """Each launched variant's ``server.host`` is an address this machine can listen on: one
+    ValueError line naming the host and the variant otherwise (``no-such-host.invalid`` and
+    ``256.256.256.256`` were a traceback, exit 3)."""
+    seen: set[str] = set()
+    for v in variants:
+        host = v.host if v.host != "0.0.0.0" else "127.0.0.1"
+        if host in seen:
+            continue
+        seen.add(host)
+        try:
+            free_port(host)
+        except OSError as exc:
+            why = exc.strerror or str(exc) or type(exc).__name__
+            raise ValueError(f"variant {v.name}: server.host {v.host!r}: cannot listen there ({why})") from None
 
 
 def _free_port(host: str) -> int:

@@ -62,6 +62,7 @@ from typing import Any, Literal
 
 import httpx
 
+from harness.core import bounds
 from harness.server import http1
 from harness.server.info import (
     MAX_PROBE_BYTES,
@@ -112,11 +113,13 @@ StreamMode = Literal["auto", "cumulative", "incremental"]
 Api = Literal["generate", "completions"]
 
 BURST_NS = 500_000  # sends of one event-loop turn (a burst of requests) before the loop polls again
-MAX_LINE_BYTES = 1 << 20  # one SSE line; sglang's largest (cumulative ids + top logprobs) are ~100s of KB
+MAX_LINE_BYTES = (
+    bounds.STREAM_LINE_BYTES
+)  # one SSE line; sglang's largest (cumulative ids + top logprobs) are ~100s of KB
 MAX_TOKEN_ID = (1 << 31) - 1  # token ids are int32 in sglang
 MAX_TOKEN_COUNT = 1 << 31  # prompt/cached/completion counts beyond this are garbage
 MAX_MESSAGE_CHARS = 300  # server-supplied strings kept in `error` / `finish_reason`
-FLUSH_S = 30.0  # one /flush_cache answer, head and body, in all
+FLUSH_S = bounds.FLUSH_ANSWER_S  # one /flush_cache answer, head and body, in all
 # Per request, from its max_new_tokens (None: unknown): more than this is not an answer to it.
 OUTPUT_SLACK = 1024  # output ids (and completion_tokens) beyond max_new_tokens
 CHUNKS_PER_TOKEN = 4  # chunks per asked token (+ OUTPUT_SLACK): empty keep-alive chunks happen

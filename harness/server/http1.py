@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import urlsplit
 
-MAX_HEAD_BYTES = 64 << 10  # status line + headers
+from harness.core import bounds
+
+MAX_HEAD_BYTES = bounds.HTTP_HEAD_BYTES  # status line + headers
 DRAIN_BYTES = 64 << 10  # read after the consumer is DONE, to keep the connection
 DRAIN_S = 5.0
 
@@ -124,7 +126,7 @@ class Exchange:
 
 
 _HEX = frozenset(b"0123456789abcdefABCDEF")
-MAX_SIZE_DIGITS = 15  # a chunk or body of up to 2**60 bytes: more digits are not a size
+MAX_SIZE_DIGITS = bounds.HTTP_SIZE_DIGITS  # a chunk or body of up to 2**60 bytes: more digits are not a size
 
 
 def _chunk_size(text: bytes) -> int | None:

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from harness.core import bounds
 from harness.store.secrets import remember_secret, scrub
 
 BAD_SERVER_ANSWER = "bad_server_answer"
@@ -44,8 +45,8 @@ SERVER_CHANGED = "server_changed"
 VOLATILE_INFO_KEYS = frozenset({"internal_states"})
 
 INFO_PATHS = ("/get_server_info", "/server_info")
-MAX_INFO_BYTES = 4 << 20  # a real answer is ~20 KB
-MAX_PROBE_BYTES = 64 << 10  # bodies read only to keep the connection (health, flush, errors)
+MAX_INFO_BYTES = bounds.SERVER_INFO_BYTES  # a real answer is ~20 KB
+MAX_PROBE_BYTES = bounds.PROBE_BODY_BYTES  # bodies read only to keep the connection (health, flush, errors)
 MAX_TOKENS = 1 << 32  # no pool or context holds 4 billion tokens: beyond is garbage
 MAX_STRING = 256
 # Ask for an uncompressed body: a compressed one could expand far past any byte bound in one read.
@@ -109,7 +110,7 @@ def loads_strict(data: bytes | bytearray | str) -> Any:
         raise ValueError("JSON nested too deep to read") from None
 
 
-MAX_JSON_DEPTH = 64  # a server info answer nests ~4 levels; deeper is not sglang's
+MAX_JSON_DEPTH = bounds.JSON_DEPTH  # a server info answer nests ~4 levels; deeper is not sglang's
 
 
 def json_depth_over(obj: Any, limit: int = MAX_JSON_DEPTH) -> bool:
@@ -349,7 +350,7 @@ def _no_answer_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:120]}" if text else type(exc).__name__
 
 
-def get_status(url: str, *, timeout_s: float = 10.0) -> int:
+def get_status(url: str, *, timeout_s: float = bounds.CONTROL_ANSWER_S) -> int:
     """GET ``url`` for its status code only (``/health_generate``), the whole answer within
     ``timeout_s``: the body is read up to :data:`MAX_PROBE_BYTES` (to keep the connection) and
     never kept; a longer body is not read further. NoAnswer when nothing answered in time."""
@@ -490,7 +491,7 @@ class ServerInfo:
         return cls.parse(obj)
 
 
-def fetch_server_info(base_url: str, timeout_s: float = 10.0) -> ServerInfo | None:
+def fetch_server_info(base_url: str, timeout_s: float = bounds.CONTROL_ANSWER_S) -> ServerInfo | None:
     """``GET /get_server_info``, else ``/server_info``. None when neither answers 200 (unknown:
     callers fall back to the server log); the first 200 decides, and a bad one raises
     ServerAnswerError (each answer — head and body — bounded to :data:`MAX_INFO_BYTES` and
@@ -506,7 +507,7 @@ def fetch_server_info(base_url: str, timeout_s: float = 10.0) -> ServerInfo | No
     return None
 
 
-async def afetch_server_info(base_url: str, timeout_s: float = 10.0) -> ServerInfo | None:
+async def afetch_server_info(base_url: str, timeout_s: float = bounds.CONTROL_ANSWER_S) -> ServerInfo | None:
     """:func:`fetch_server_info` for asyncio code (in a worker thread: the loop keeps running)."""
     return await asyncio.to_thread(fetch_server_info, base_url, timeout_s)
 
@@ -542,7 +543,7 @@ def _get(url: str, timeout_s: float) -> tuple[int, str, bytes]:
     return answer.status, answer.content_type, answer.body if answer.status == 200 else b""
 
 
-def identify_sglang(base_url: str, timeout_s: float = 10.0) -> Identified:
+def identify_sglang(base_url: str, timeout_s: float = bounds.CONTROL_ANSWER_S) -> Identified:
     """Ask ``/get_server_info`` (then ``/server_info``), falling back to ``/v1/models``, whether
     ``base_url`` is an sglang server. Raises NotSglangError naming what was seen: nothing
     listening, a 404 everywhere, an answer that is not JSON, JSON without sglang's arguments, or

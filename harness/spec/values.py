@@ -480,6 +480,8 @@ def host_problem(host: str) -> str | None:
     except ValueError:
         pass
     labels = host.rstrip(".").split(".")
+    if labels and labels[-1].isdigit():  # 256.256.256.256: no name ends in a number, and no address
+        return f"{host!r} is not an IP address (each of its four numbers is 0-255) nor a host name"
     if len(host) <= 253 and labels and all(_HOST_LABEL.match(label) for label in labels):
         return None
     return f"{host!r} is not a host name or IP address (e.g. 127.0.0.1, localhost, gpu-node-3)"

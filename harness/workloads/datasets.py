@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.core import bounds
 from harness.core.optional import require
 from harness.quality.fit import load_tokenizer
 from harness.workloads.prompts import FIRST_REGULAR_ID, derive_seed
@@ -50,7 +51,9 @@ MOONCAKE_BLOCK_TOKENS = 512  # tokens per hash id in Mooncake's traces
 MAX_FILE_BYTES = 4 << 30  # a dataset file larger than this is refused, not read into memory
 
 
-MAX_TRACE_SPAN_MS = 7 * 86_400_000  # a trace's last timestamp after its first (mooncake's span an hour)
+MAX_TRACE_SPAN_MS = (
+    bounds.TRACE_SPAN_DAYS * 86_400_000
+)  # a trace's last timestamp after its first (mooncake's span an hour)
 
 
 class DatasetError(ValueError):

@@ -135,3 +135,22 @@ def test_run_with_probe_keeps_the_probe_in_the_manifest(tmp_path, capsys, caplog
     probe = json.loads(manifest.read_text())["probe"]
     assert probe["gpu_present"] is False and probe["reason"]  # this machine has no GPU
     assert "wsl" in probe and probe["kernel_release"]
+
+
+@pytest.mark.parametrize(
+    "host, cmd, message",
+    [
+        ("256.256.256.256", "validate", "'256.256.256.256' is not an IP address (each of its four numbers is 0-255)"),
+        ("no-such-host.invalid", "run", "variant off: server.host 'no-such-host.invalid': cannot listen there ("),
+    ],
+)
+def test_a_host_that_is_no_address_or_does_not_resolve_is_one_line_exit_2(tmp_path, host, cmd, message):
+    """Both crashed `run` with a traceback, exit 3."""
+    text = sim_scenario("- name: off\n").replace("  model_path:", f"  host: {host}\n  model_path:", 1)
+    r = run_harness(cmd, write_scenario(tmp_path, text), "--results-dir", tmp_path / "results")
+    assert r.returncode == ExitCode.BAD_INPUT, r.stdout + r.stderr
+    errors = [
+        x for x in r.stderr.splitlines() if x.strip() and "plan for a verdict" not in x and "harness:   " not in x
+    ]
+    assert len(errors) == 1 and message in errors[0], errors  # the plan's lines aside, one line
+    assert "Traceback" not in r.stderr and not (tmp_path / "results").exists()

@@ -78,3 +78,33 @@ def test_ssm_state_is_float32_unless_the_config_says_so():
     assert f"{19_891 * s.mamba_bytes_per_slot(2) / 1e9:.2f}" == "32.02"
     bf16 = shape_from_dict({**s.raw, "mamba_ssm_dtype": "bfloat16"})
     assert bf16.mamba_temporal_bytes_per_slot(2) * 2 == s.mamba_temporal_bytes_per_slot(2)
+
+
+def test_a_config_that_is_a_device_a_fifo_or_huge_is_refused_naming_it(tmp_path):
+    """config.json -> /dev/zero grew the harness to 23.6 GB until the kernel killed it (and hung
+    validate); a FIFO would block; a 5 MB one is no model config."""
+    import os
+
+    from harness.core.model_config import model_vocab_size
+
+    cfg = tmp_path / "config.json"
+    cfg.symlink_to("/dev/zero")
+    with pytest.raises(ModelConfigError, match=r"config.json: not a regular file"):
+        load_model_shape(tmp_path)
+    assert model_vocab_size(tmp_path) == 32000  # the default, at once
+    cfg.unlink()
+    os.mkfifo(cfg)
+    with pytest.raises(ModelConfigError, match=r"config.json: not a regular file"):
+        load_model_shape(tmp_path)
+    cfg.unlink()
+    cfg.write_text(json.dumps({"hidden_size": 8, "pad": "x" * (5 << 20)}))
+    with pytest.raises(ModelConfigError, match=r"config.json: larger than 4,194,304 bytes"):
+        load_model_shape(tmp_path)
+
+
+@pytest.mark.parametrize("key", ["num_hidden_layers", "hidden_size", "num_attention_heads"])
+def test_an_absurd_model_shape_is_refused_naming_the_key(key):
+    """A huge layer count crashed validate (its pools and prompts sized from it)."""
+    cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, key: 10**12}
+    with pytest.raises(ModelConfigError, match=rf"{key} = 1,000,000,000,000: no model has more than"):
+        shape_from_dict(cfg)
