@@ -176,14 +176,24 @@ async def _churn(
     variant: str,
     abort: Any,
     detail: str | None = None,
+    flush: bool = False,
 ) -> dict:
     """Send ``churn.tokens`` of distinct never-seen prompts, one at a time, in requests of
     ``state["chunk"]`` tokens. A request refused with HTTP 400 (longer than the server takes,
     when its limit was unknown) halves the chunk for the rest of the pass and is sent again.
-    Returns what happened: tokens, accepted, requests, failed, error, chunk."""
+    Returns what happened: tokens, accepted, requests, failed, error, chunk.
+
+    ``flush``: the server has no host or storage tier (the OFF baseline), so the churn can only
+    make the next ask a cold prefill — which ``/flush_cache`` does at once, without the churn's
+    prefill (GPU time that measured nothing: issue 28). A refused flush falls back to the churn.
+    The result then says ``flushed: true`` and sent nothing."""
     out = {"tokens": churn.tokens, "accepted": 0, "requests": 0, "failed": 0, "error": None, "chunk": state["chunk"]}
     if churn.tokens <= 0:
         return out
+    if flush and hasattr(ctx.client, "flush_cache"):
+        _set_phase(ctx, "quality_flush", detail)
+        if await ctx.client.flush_cache():
+            return {**out, "tokens": 0, "flushed": True}
     _set_phase(ctx, "quality_churn", detail)
     left, j = churn.tokens, 0
     while left > 0:
@@ -275,6 +285,8 @@ async def run_quality(
     out: list[QualityRecord] = []
     si = as_server_info(server_info)
     has_storage = si is not None and si.hicache.storage_backend is not None
+    # a server that says it has no HiCache: nothing a churn pushes out comes back from a lower tier
+    no_lower_tier = si is not None and si.hicache.enabled is False and not has_storage and not limits.host_pool
     for role in roles:
         # only where the server has a storage tier: elsewhere churn past the host means recompute
         past_host = plan.churn_past_host and has_storage and role == "on" and bool(limits.host_pool)
@@ -299,7 +311,15 @@ async def run_quality(
             # The OFF pass left its last samples on the GPU: one churn first, so the control's
             # ask 0s are cold prefills like every other arm's.
             await _churn(
-                ctx, factory, churn, state, ("control", "start"), variant, abort, "control: before its samples"
+                ctx,
+                factory,
+                churn,
+                state,
+                ("control", "start"),
+                variant,
+                abort,
+                "control: before its samples",
+                flush=no_lower_tier,
             )
         for p in prompts:
             s = p.sample
@@ -313,7 +333,15 @@ async def run_quality(
                 detail = f"{role}: {s.task}@{s.length_target} sample {s.index} ask {ask}/{plan.reasks}"
                 if ask > 0 and role != "control":
                     sent = await _churn(
-                        ctx, factory, churn, state, (role, s.key, ask), variant, abort, f"{detail} (churn first)"
+                        ctx,
+                        factory,
+                        churn,
+                        state,
+                        (role, s.key, ask),
+                        variant,
+                        abort,
+                        f"{detail} (churn first)",
+                        flush=no_lower_tier and role == "off",
                     )
                     if abort is not None and getattr(abort, "fired", False):
                         return out

@@ -70,7 +70,7 @@ def wait(
     mem_tolerance_gib: float = 1.0,
     *,
     gpu_tolerance_mib: float | None = None,
-    poll_s: float = 0.5,
+    poll_s: float = 0.1,  # a memory read: polling faster only ends the wait sooner
     read_mem_available: Callable[[], int] = procfs.read_mem_available_kib,
     read_gpu: Callable[[], dict[int, float] | None] = nvml.read_gpu_mem_used_mib,
     sleep: Callable[[float], None] = time.sleep,

@@ -605,8 +605,11 @@ def _quality(q: Any, c: EstimateContext, baseline: bool, write_policy: str | Non
         )
     longest = max(x for x in lengths if x is not None) + q.max_new_tokens
     churn = _plan_churn(requested, c, longest, write_policy, needs_host=c.hicache and not baseline)
+    # the OFF baseline (no lower tier) flushes its cache instead of churning (harness.quality.run._churn)
+    flushed = baseline and not c.hicache
+    churn_tokens, churn_requests = (0, 0) if flushed else (churn.tokens, churn.requests)
     n_samples = per_length * len(lengths)
-    requests = n_asks + n_samples * q.reasks * churn.requests
+    requests = n_asks + n_samples * q.reasks * churn_requests
     sent = computed = expected = 0
     warn: list[str] = []
     if churn.host_ok is False:  # the arm's planner found no churn that leaves the host tier a chance
@@ -614,15 +617,15 @@ def _quality(q: Any, c: EstimateContext, baseline: bool, write_policy: str | Non
     for L in lengths:
         assert L is not None
         traffic = churn.tokens + L  # the sample's age when it is asked again
-        evicted = c.evicted(traffic)
+        evicted = flushed or c.evicted(traffic)
         host_ok, w = c.host_window(f"churn + length ({churn.tokens:,} + {L:,})", traffic)
         if churn.host_ok is not None:
             host_ok = host_ok and churn.host_ok
         if c.hicache and not baseline and churn.host_ok is not False:
             warn += w
         # the asking pass: a cold ask, then churn and a re-ask, reasks times
-        sent += per_length * (asks * L + q.reasks * churn.tokens)
-        base = per_length * (L + q.reasks * churn.tokens)
+        sent += per_length * (asks * L + q.reasks * churn_tokens)
+        base = per_length * (L + q.reasks * churn_tokens)
         computed += base + (per_length * q.reasks * L if evicted else 0)
         expected += base + (per_length * q.reasks * L if evicted and not host_ok else 0)
         if passes == 2:  # the control pass: the same asks without churn; its re-asks hit the GPU
@@ -630,9 +633,9 @@ def _quality(q: Any, c: EstimateContext, baseline: bool, write_policy: str | Non
             computed += per_length * L
             expected += per_length * L
         warn += c.too_long(L) + c.aligned("quality length", L)
-    if passes == 2 and churn.control_start:  # one churn before the control pass
-        sent, computed, expected = sent + churn.tokens, computed + churn.tokens, expected + churn.tokens
-        requests += churn.requests
+    if passes == 2 and churn.control_start:  # one churn (or flush) before the control pass
+        sent, computed, expected = sent + churn_tokens, computed + churn_tokens, expected + churn_tokens
+        requests += churn_requests
     est = _est(
         "quality",
         "quality",

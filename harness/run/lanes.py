@@ -159,6 +159,11 @@ class Lanes:
             lane.outcome, lane.unclean = self.run_one(lane)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
             lane.error = exc
+            with lane.lock:  # a harness error in this lane: its own server goes now, not with the run
+                try:
+                    lane.state.stop_processes()
+                except Exception:  # noqa: BLE001
+                    log.exception("could not stop variant %s", lane.variant.name)
         finally:
             with lane.lock:
                 lane.state.vpaths = lane.state.status = None  # finished: an interrupt must not relabel it

@@ -679,7 +679,7 @@ def run_variant(
             break
         status.set_aside_failed_attempt(attempt)  # a retry follows
     if not ready.ready:
-        clock.enter(gpu_time.COOLDOWN)
+        clock.enter(gpu_time.COOLDOWN, "stop")
         unclean = _cooldown(scenario, baseline, progress, status, check_host=not shared)
         return _finish(vpaths, status, STARTUP_FAILED, ready.cause, state.redactor), unclean
 
@@ -689,7 +689,7 @@ def run_variant(
     progress.note(f"{variant.name}: ready in {ready.seconds:.1f} s ({startup_phases.summary_line(status.startup)})")
 
     def fail_ready_server(cause: str, detail: dict) -> tuple[VariantOutcome, bool]:
-        clock.enter(gpu_time.COOLDOWN)
+        clock.enter(gpu_time.COOLDOWN, "stop")
         progress.phase("stopping")
         status.stop = dataclasses.asdict(server.stop())
         state.server = None
@@ -727,7 +727,7 @@ def run_variant(
     window = serving_window.run_window(
         scenario, variant, spec, server, sampler, vpaths, progress, pools, info, clock=clock
     )
-    clock.enter(gpu_time.COOLDOWN)
+    clock.enter(gpu_time.COOLDOWN, "stop")
     progress.phase("stopping")
     stop = server.stop()
     status.stop = dataclasses.asdict(stop)
@@ -974,6 +974,8 @@ def _free_port(host: str) -> int:
 def _cooldown(
     scenario, baseline, progress: Progress, status: VariantStatus, sampler=None, check_host: bool = True
 ) -> bool:
+    if status.clock is not None:
+        status.clock.enter(gpu_time.COOLDOWN, "cooldown_wait")
     if sampler is not None:
         sampler.set_phase("cooldown")
     progress.phase("cooldown")

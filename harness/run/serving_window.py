@@ -236,11 +236,14 @@ def run_window(
 
     def phase(name: str, detail: str | None = None) -> None:
         """``name`` labels the samples; ``detail`` (e.g. a quality question's task) only the console line."""
+        if clock.current == gpu_time.QUALITY:  # the churn is a wait of the quality arm's (harness.gpu_time)
+            clock.enter(gpu_time.QUALITY, "quality_churn" if name == "quality_churn" else None)
         if sampler is not None:
             sampler.set_phase(name)
         progress.phase(name if detail is None else f"{name} {detail}")
 
     window_started = time.monotonic()
+    clock.enter(gpu_time.IDLE, "idle_window")
     phase("idle")
     if not _wait_alive(server, scenario.sampling.idle_window_s if scenario.sampling.enabled else 0.0):
         return WindowResult(PARTIAL, logscan.SERVER_DIED, {"when": "idle window"})
@@ -354,7 +357,7 @@ def run_window(
     try:
         state, cause, detail = http1.run(watched_body())  # on uvloop when installed
     finally:
-        clock.enter(gpu_time.IDLE)
+        clock.enter(gpu_time.IDLE, "final_liveness")
         requests.close()
         quality_rows.close()
 

@@ -203,7 +203,7 @@ class ServerProcess:
         self,
         spec: LaunchSpec,
         log_path: Path,
-        poll_interval_s: float = 0.5,
+        poll_interval_s: float = 0.1,  # readiness: every 0.5 s cost a start 0.25 s on average, for nothing
         run_dir: Path | None = None,
         variant: str | None = None,
     ):

@@ -9,6 +9,10 @@ cooldown  stopping the server and waiting for host and GPU memory to come back
 idle      everything else the harness waits for: preflight, the idle window, asking the server
           its info, the final liveness check
 
+Inside the buckets, the harness's own waits are named (``waits_s``): the idle window, the final
+liveness wait, the server's stop, the cooldown's wait for memory, the quality arm's churn —
+what item 4 of issue 28 cuts where it buys no measurement (benchmarks/gpu_minutes.py).
+
 GPU-minutes = seconds x GPUs / 60, per bucket. :class:`PhaseClock` is switched from bucket to
 bucket by the runner and the serving window (one bucket at a time, so the buckets add up to the
 wall time exactly); its ``to_json()`` is ``status.json``'s ``timing``. :func:`run_gpu_time` adds a
@@ -48,20 +52,24 @@ class PhaseClock:
         self._lock = threading.Lock()
         self._t0 = self._last = clock()
         self._current: str | None = start
+        self._wait: str | None = None
         self.seconds = dict.fromkeys(BUCKETS, 0.0)
+        self.waits: dict[str, float] = {}
 
     @property
     def current(self) -> str | None:
         return self._current
 
-    def enter(self, bucket: str) -> None:
+    def enter(self, bucket: str, wait: str | None = None) -> None:
+        """From now on charge ``bucket``; ``wait``: the harness wait this stretch is (its seconds
+        also go to ``waits_s[wait]``)."""
         if bucket not in BUCKETS:
             raise ValueError(f"unknown bucket {bucket!r}")
         with self._lock:
             if self._current is None:  # stopped: nothing more is charged
                 return
             self._charge_locked()
-            self._current = bucket
+            self._current, self._wait = bucket, wait
 
     def stop(self) -> None:
         with self._lock:
@@ -72,6 +80,8 @@ class PhaseClock:
     def _charge_locked(self) -> None:
         now = self._clock()
         self.seconds[self._current] += now - self._last
+        if self._wait is not None:
+            self.waits[self._wait] = self.waits.get(self._wait, 0.0) + now - self._last
         self._last = now
 
     def wall_s(self) -> float:
@@ -81,10 +91,14 @@ class PhaseClock:
     def to_json(self) -> dict[str, Any]:
         """``status.json``'s ``timing``: wall seconds, seconds and GPU-minutes per bucket."""
         with self._lock:
-            seconds = dict(self.seconds)
+            seconds, waits = dict(self.seconds), dict(self.waits)
             if self._current is not None:  # still running: the open stretch counts where it is
                 seconds[self._current] += self._clock() - self._last
-        return timing_json(seconds, self.gpus, self.gpu_ids)
+                if self._wait is not None:
+                    waits[self._wait] = waits.get(self._wait, 0.0) + self._clock() - self._last
+        out = timing_json(seconds, self.gpus, self.gpu_ids)
+        out["waits_s"] = {k: round(v, 3) for k, v in waits.items()}
+        return out
 
 
 def timing_json(seconds: Mapping[str, float], gpus: int, gpu_ids: list[str] | None = None) -> dict[str, Any]:
@@ -117,12 +131,16 @@ def run_gpu_time(statuses: Mapping[str, Mapping | None], run_wall_s: float | Non
     or side by side; the wall time does not."""
     per: dict[str, Any] = {}
     total = dict.fromkeys(BUCKETS, 0.0)
+    waits: dict[str, float] = {}
     for name, st in statuses.items():
         timing = (st or {}).get("timing")
         if not isinstance(timing, Mapping):
             per[name] = None
             continue
         per[name] = dict(timing)
+        for w, s in (timing.get("waits_s") or {}).items():
+            if isinstance(s, (int, float)):
+                waits[w] = waits.get(w, 0.0) + float(s) * int(timing.get("gpus") or 0) / 60.0
         for b in BUCKETS:
             v = (timing.get("gpu_minutes") or {}).get(b)
             if isinstance(v, (int, float)):
@@ -134,6 +152,7 @@ def run_gpu_time(statuses: Mapping[str, Mapping | None], run_wall_s: float | Non
         "gpu_minutes": {b: round(v, 4) for b, v in total.items()},
         "gpu_minutes_total": round(all_minutes, 4),
         "measured_fraction": round(measured / all_minutes, 4) if all_minutes > 0 else None,
+        "waits_gpu_minutes": {w: round(v, 4) for w, v in waits.items()},
         "wall_s": None if run_wall_s is None else round(float(run_wall_s), 3),
     }
 
@@ -211,6 +230,9 @@ def table_lines(gpu_time: Mapping[str, Any]) -> list[str]:
         return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
 
     lines = ["GPU-minutes by where they went:", fmt(head), *(fmt(r) for r in rows)]
+    waits = gpu_time.get("waits_gpu_minutes") or {}
+    if waits:
+        lines.append("of them the harness's own waits: " + ", ".join(f"{w} {v:.2f}" for w, v in waits.items()))
     share = gpu_time.get("measured_fraction")
     wall = gpu_time.get("wall_s")
     tail = []

@@ -8,7 +8,7 @@ import pytest
 from harness.compare import history
 from harness.run.estimate import estimate_run
 from harness.scenario import load_scenario
-from harness.store import gpu_time
+from harness.store import gpu_time, results
 from tests.conftest import REPO, run_in_process, tiny_scenario, write_scenario
 
 
@@ -86,10 +86,23 @@ def test_a_run_records_each_variants_gpu_time(tmp_path, capsys):
         assert sum(t["seconds"].values()) == pytest.approx(t["wall_s"], abs=0.01)
         assert t["seconds"]["startup"] > 0 and t["seconds"]["work"] > 0 and t["seconds"]["quality"] > 0
         assert t["seconds"]["cooldown"] > 0  # the stop is in it
+        waits = t["waits_s"]  # the harness's own waits, named inside their buckets
+        assert set(waits) >= {"idle_window", "final_liveness", "stop", "cooldown_wait"}
+        assert waits["stop"] + waits["cooldown_wait"] == pytest.approx(t["seconds"]["cooldown"], abs=0.01)
+        assert waits.get("quality_churn", 0.0) < t["seconds"]["quality"]
+    # the OFF baseline has no lower tier: its re-asks follow a /flush_cache, not churn (nothing sent);
+    # ON still churns its samples out of the GPU pool into the host pool
+    reasks = {v.name: [q for q in results.read_jsonl(v.paths.quality) if q["ask"] > 0] for v in run.variants}
+    assert reasks["off"] and all(q["churn"]["flushed"] is True and q["churn"]["requests"] == 0 for q in reasks["off"])
+    assert reasks["off"][0]["cached_tokens"] == 0  # a cold prefill, as after churn
+    assert all(not q["churn"].get("flushed") and q["churn"]["accepted"] > 0 for q in reasks["on-r2"])
+    assert run.variants[0].status["timing"]["waits_s"].get("quality_churn", 0.0) == 0.0
     total = gpu_time.run_folder_gpu_time(run.paths)
     assert set(total["variants"]) == {"off", "on-r2"}
     assert total["wall_s"] is not None
-    assert "GPU-minutes by where they went" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "GPU-minutes by where they went" in err and "of them the harness's own waits: idle_window" in err
+    assert total["waits_gpu_minutes"]["final_liveness"] > 0
     # history shows them over nights, lower is better
     values = gpu_time.history_values(run.variants[0].status)
     assert values["gpu_time.gpu_minutes_total"] == run.variants[0].status["timing"]["gpu_minutes_total"]
