@@ -15,7 +15,7 @@ is the simulator's own), its cost model slowed so that the work takes about as l
 ``--scale`` multiplies the start-up and the cost model (not the harness's own waits, which are
 what is measured). ``--python`` / ``--pythonpath``: the harness to run (a checkout before a
 change, for the before/after). Prints one row per night: wall time, GPU-minutes per bucket
-(harness.gpu_time), the share measured, the verdict, and GPU-minutes per decided night; writes
+(harness.store.gpu_time), the share measured, the verdict, and GPU-minutes per decided night; writes
 OUT/gpu_minutes.json. The figures recorded: docs/nightly.md ("GPU time per night").
 """
 
@@ -115,7 +115,7 @@ def night(path: Path, out: Path, python: str, pythonpath: str, gpus: str | None)
     (run,) = set(results_dir.glob("gpu_minutes/*")) - before
     verdict = results.read_json(run / "verdict.json")
     gt = gpu_time.run_folder_gpu_time(results.RunPaths(run))
-    # a harness from before harness.gpu_time has no timing: its GPU-minutes are its variants' spans x 1 GPU
+    # a harness from before harness.store.gpu_time has no timing: its GPU-minutes are its variants' spans x 1 GPU
     if not any(gt["variants"].values()):
         spans = []
         for st_path in run.glob("*/status.json"):

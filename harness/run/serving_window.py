@@ -236,7 +236,7 @@ def run_window(
 
     def phase(name: str, detail: str | None = None) -> None:
         """``name`` labels the samples; ``detail`` (e.g. a quality question's task) only the console line."""
-        if clock.current == gpu_time.QUALITY:  # the churn is a wait of the quality arm's (harness.gpu_time)
+        if clock.current == gpu_time.QUALITY:  # the churn is a wait of the quality arm's (harness.store.gpu_time)
             clock.enter(gpu_time.QUALITY, "quality_churn" if name == "quality_churn" else None)
         if sampler is not None:
             sampler.set_phase(name)
