@@ -15,7 +15,6 @@ from tests.conftest import write_scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 MODELS = ROOT / "scenarios" / "models"
-PLANNER = estimate._churn_planner is not None  # the quality arm's churn planner is in this tree
 
 # P = 10,000 tokens, ratio 2 -> H = 20,001. Every number in the tests below is worked out by hand
 # in the comments next to it.
