@@ -222,6 +222,8 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
             "counts": ", ".join(f"{k} {v}" for k, v in counts.items() if v) if isinstance(counts, dict) else "",
             "reasons": reasons[:MAX_COMPARISON_REASONS] + ([f"(+{more} more)"] if more > 0 else []),
             "n_reasons": len(reasons),
+            # INCONCLUSIVE: what would decide it, the line the console, Markdown and JUnit end with
+            "advice": str(c.get("advice") or ""),
             # what differs between the two nights (harness.compare.changes), where the comparison flagged a change
             "changes": _flagged_changes(c),
         }

@@ -775,3 +775,15 @@ def test_without_a_hicache_variant_there_is_no_effect_box(golden_run, tmp_path):
     (run / "manifest.json").write_text(json.dumps(m))
     html = write_report(run, tmp_path / "reports").read_text()
     assert 'id="hicache-effect"' not in html
+
+
+def test_the_banner_says_what_the_console_says(golden_run, tmp_path):
+    """An INCONCLUSIVE comparison's one line on what would decide it is on the report's banner,
+    word for word as comparison.json (and so the console, Markdown and JUnit) give it."""
+    run = golden_run("regressed")
+    comparison = json.loads((GOLDEN_EXPECTED / "regressed_vs_healthy.comparison.json").read_text())
+    assert comparison["verdict"] == "INCONCLUSIVE"
+    comparison["advice"] = "to decide, add: repeats: 7 (or repeats: auto) — on-r2 w.p.ttft_ms needs 7 requests a side"
+    (run / "comparison.json").write_text(json.dumps(comparison))
+    html = write_report(run, tmp_path / "reports").read_text()
+    assert '<p id="comparison-advice"><b>to decide, add: repeats: 7 (or repeats: auto)' in html
