@@ -177,3 +177,26 @@ def test_a_round_decides_what_the_night_could_not(tmp_path):
     assert any(n.startswith(f"round 2: {RUNS[2]} pooled with the candidate (repeats") for n in second.notes)
     with pytest.raises(results.ResultsError, match="verdict.rounds allows 2"):
         compare_runs(results.load_run(base), results.load_run(night), rounds=[results.load_run(more)] * 3)
+
+
+def test_power_at_and_max_spread_agree_with_units_needed():
+    from harness.compare.power import max_spread, power_at
+
+    for n, thr in ((3, 0.05), (8, 0.05), (24, 0.10)):
+        sd = max_spread(n, thr)
+        assert power_at(n, sd, thr) == pytest.approx(0.95, abs=0.005)
+        assert units_needed(sd * 0.99, thr) <= n < units_needed(sd * 1.05, thr) + 1
+    assert max_spread(1, 0.05) is None and power_at(1, 0.01, 0.05) == 0.0
+
+
+def test_dry_run_prints_the_plan(tmp_path, capsys):
+    """`harness run --dry-run` ends with the plan, and a gate it cannot decide says so."""
+    path, text = _scenario(tmp_path, "gate: [cold_prefill.cold.ttft_ms]\n")
+    for i, rid in enumerate(RUNS[:2]):
+        nights = {v: cold_records(noisy(100, 2, sd=0.08, seed=i), variant=v) for v in ("off", "on")}
+        write_run(tmp_path / "results", rid, nights, text=text)
+    assert harness(["run", str(path), "--dry-run", "--results-dir", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    assert "# plan for a verdict (power 95% at a 5% false alarm" in out
+    assert "# " + "  on: cold_prefill.cold.ttft_ms (threshold 5%, one request per unit): spread ±" in out
+    assert "CANNOT DECIDE at repeats 1" in out
