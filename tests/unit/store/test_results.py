@@ -140,7 +140,7 @@ def _locked(root: Path) -> bool:
 
 def _hold_in_another_process(root: Path) -> subprocess.Popen:
     code = (
-        "import sys, time; from harness import results; lock = results.hold_run_lock(sys.argv[1]); "
+        "import sys, time; from harness.store import results; lock = results.hold_run_lock(sys.argv[1]); "
         "print('held', flush=True); time.sleep(60)"
     )
     proc = subprocess.Popen(
@@ -180,7 +180,7 @@ def test_run_lock_is_reentrant_within_a_process_and_released_by_the_last_hold(tm
         [
             sys.executable,
             "-c",
-            "import sys; from harness import results; results.hold_run_lock(sys.argv[1])",
+            "import sys; from harness.store import results; results.hold_run_lock(sys.argv[1])",
             str(tmp_path),
         ],
         capture_output=True,
