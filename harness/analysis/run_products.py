@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.attribution import attribute
 from harness.analysis.summary import summarize, summary_rows
 from harness.analysis.verdict import Outcome, Reason, RunVerdict, VerdictPolicy, run_verdict, variant_verdict
 from harness.core.yaml_lines import YamlLoadError, load_yaml_text
@@ -72,12 +73,15 @@ def measured_summary(
     tiers: frozenset[str] | None = None,
     platform: Platform | None = None,
     pools: TierPools | None = None,
+    declined_load_backs: int = 0,
 ) -> dict:
     """The summary of a variant whose server served: per workload/phase statistics, its state and
     cause, the quality-row count and the sampling summary; with ``tiers`` (its cache tiers) the
     phases that missed the tier they exist to hit (``unexercised``); with ``platform`` each phase
     with host or storage hits gets its ``roofline`` (`harness.measures.roofline`); with ``pools`` the tier
-    hits they predict for its own sends (``tier_prediction``, `harness.measures.tier_model`). A failed variant that
+    hits they predict for its own sends (``tier_prediction``, `harness.measures.tier_model`); each hit
+    phase's time split and "reported but recomputed" (``attribution``, `harness.analysis.attribution`;
+    ``declined_load_backs``: the server log's declined load-backs). A failed variant that
     measured nothing has ``workloads: null``, never zeros (P10)."""
     summary = summarize(requests, workload_kinds, workload_configs, tiers, platform, pools)
     summary.update(schema_version=results.SCHEMA_VERSION, variant=name, state=state, cause=cause)
@@ -85,6 +89,10 @@ def measured_summary(
         summary["workloads"] = None
     summary["quality"] = {"n_records": n_quality_records} if n_quality_records else None
     summary["sampling"] = sampling
+    if summary.get("workloads"):
+        found = attribute(summary, pools.unit if pools is not None else 1, declined_load_backs)
+        if found:
+            summary["attribution"] = found
     return summary
 
 

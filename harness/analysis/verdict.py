@@ -221,7 +221,19 @@ def variant_verdict(
     """The verdict of one variant from its stored status, summary and expectation rows, with its
     warnings (`unexercised_warnings`)."""
     judged = _variant_outcome(name, status, summary, list(expectation_rows), policy)
-    return replace(judged, warnings=unexercised_warnings(name, summary) + shortfall_warnings(name, summary))
+    return replace(
+        judged,
+        warnings=unexercised_warnings(name, summary)
+        + shortfall_warnings(name, summary)
+        + recomputed_warnings(name, summary),
+    )
+
+
+def recomputed_warnings(name: str, summary: Mapping[str, Any] | None) -> tuple[Reason, ...]:
+    """A variant's hit phases that reported host/storage hits and recomputed them (its summary's
+    ``attribution``, `harness.analysis.attribution`), as warnings."""
+    found = (summary or {}).get("attribution") or []
+    return tuple(Reason("hit_recomputed", str(a["text"]), name) for a in found if a.get("text"))
 
 
 def shortfall_warnings(name: str, summary: Mapping[str, Any] | None) -> tuple[Reason, ...]:

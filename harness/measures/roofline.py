@@ -198,6 +198,12 @@ def phase_roofline(
         if cold_rate:
             recompute.append(sum((M.prompt_token_count(r) or 0) for r in unit) / cold_rate)
     a50, f50, c50 = _median(achieved), _median(floors), _median(recompute)
+    # sglang 0.5.17 reports a declined load-back's host hit all the same (host = host_hit_length)
+    # while cached_tokens counts only what it reused: the breakdown's excess was recomputed
+    recomputed = [
+        max(0, (r.cached_device or 0) + (r.cached_host or 0) + (r.cached_storage or 0) - (r.cached_tokens or 0))
+        for r in hit
+    ]
     return {
         "tier": tier,
         "concurrent": bool(groups),
@@ -211,6 +217,8 @@ def phase_roofline(
         "ratio": _median(ratios),
         "recompute_ms": _ms(c50),
         "vs_recompute": (a50 / c50) if a50 is not None and c50 else None,
+        "recomputed_tokens": sum(recomputed),
+        "recomputed_requests": sum(1 for x in recomputed if x > 0),
         "cold_tok_s": cold_rate,
         "cold_source": cold_source if cold_rate else None,
         **{k: v for k, v in platform.to_json().items() if k != "kv_bytes_per_token"},

@@ -746,7 +746,8 @@ def run_variant(
         results.read_json(run.manifest).get("probe"), status.preflight, info.raw if info is not None else None
     )
     tier_pools = _tier_pools(variant, status, info)
-    summary = _window_summary(scenario, variant, window, sampling, platform, tier_pools)
+    declined = len(logscan.declined_load_backs(server.read_log()))
+    summary = _window_summary(scenario, variant, window, sampling, platform, tier_pools, declined)
     if window.state != OK:
         status.cause_detail = window.detail
         status.log_excerpt = _log_excerpt_for_death(server)
@@ -856,10 +857,12 @@ def _window_summary(
     sampling: dict | None,
     platform: roofline.Platform | None = None,
     pools: tier_model.TierPools | None = None,
+    declined_load_backs: int = 0,
 ) -> dict:
     """summary.json of a variant whose serving window ran (launched or external); ``platform``:
     what its hits' roofline floors are made of (`harness.measures.roofline.platform_for`); ``pools``: what
-    its tier hits are predicted from (`harness.measures.tier_model.pools_for`)."""
+    its tier hits are predicted from (`harness.measures.tier_model.pools_for`); ``declined_load_backs``:
+    the load-backs its server log says sglang declined (`logscan.declined_load_backs`)."""
     return run_products.measured_summary(
         variant.name,
         window.state,
@@ -872,6 +875,7 @@ def _window_summary(
         variant.cache_tiers,
         platform,
         pools,
+        declined_load_backs,
     )
 
 

@@ -293,6 +293,16 @@ def parse_pools(
     return PoolSizes(max_total, tuple(pools.values()), mamba_device, refused)
 
 
+# sglang 0.5.17 HiRadixCache.load_back, when the device has no room for a host hit even after eviction
+_DECLINED_LOAD_BACK = re.compile(r"load_back: FAILED to load (\d+) tokens for node \d+ even after eviction")
+
+
+def declined_load_backs(log_text: str) -> list[int]:
+    """The token counts of the load-backs sglang declined for want of device room (its warning
+    line; the other declines — under 10 tokens, over the quota — log nothing)."""
+    return [int(m.group(1)) for m in _DECLINED_LOAD_BACK.finditer(log_text)]
+
+
 def is_ready_line_present(log_text: str) -> bool:
     return READY_LINE in log_text
 

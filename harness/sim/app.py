@@ -62,7 +62,7 @@ def _error(message: str, status: int = 400) -> JSONResponse:
 
 def _meta(req: SimRequest, storage_backend: str | None = None) -> dict[str, Any]:
     details: dict[str, Any] | None = None
-    if req.cached_tokens:
+    if req.cached_tokens or req.cached_host:  # a declined load-back's host hit is reported all the same
         details = {"device": req.cached_device, "host": req.cached_host}
         if storage_backend is not None:
             details.update(storage=req.cached_storage, storage_backend=storage_backend)

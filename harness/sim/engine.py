@@ -232,6 +232,7 @@ class SimRequest:
     cached_device: int = 0
     cached_host: int = 0
     cached_storage: int = 0
+    reported_cached: int | None = None  # declined_host_load: cached_tokens is this, not the breakdown's sum
     storage_bytes: int = 0  # prefetched from storage at admission (costed in its first batch)
     reserved: int = 0
     load_bytes: int = 0
@@ -249,6 +250,8 @@ class SimRequest:
 
     @property
     def cached_tokens(self) -> int:
+        if self.reported_cached is not None:
+            return self.reported_cached
         return self.cached_device + self.cached_host + self.cached_storage
 
     @property
@@ -427,6 +430,10 @@ class Engine:
         share = self.cfg.faults.get(Fault.partial_host_hits)
         if share is not None and m.host and not req.internal:
             m = self._partial_host(m, float(share))
+        declined = 0
+        if Fault.declined_host_load in self.cfg.faults and m.host and not req.internal:
+            declined = m.host_tokens  # reported as host hits, recomputed (sglang's declined load_back)
+            m = Match(device=m.device, host=[], page_size=m.page_size)
         self.cache.lock(m.pages)
         storage_tokens = 0
         if m.storage_tokens >= max(1, self.cfg.prefetch_threshold):
@@ -444,6 +451,15 @@ class Engine:
         req.prefilled = m.tokens
         req.cached_device, req.cached_host = m.device_tokens, m.host_tokens - storage_tokens
         req.cached_storage = storage_tokens
+        if declined:  # sglang's breakdown: host = host_hit_length, device = max(0, prefix - host)
+            req.reported_cached = m.device_tokens
+            req.cached_device, req.cached_host = max(0, m.device_tokens - declined), declined
+            log.warning(
+                "load_back: FAILED to load %d tokens for node %d even after eviction (evictable_size=%d)",
+                declined,
+                self._request_count,
+                self.cache.device_capacity * self.cache.page_size,
+            )
         req.storage_bytes = storage_tokens * self.cfg.kv_bytes_per_token
         req.load_bytes = m.host_tokens * self.cfg.kv_bytes_per_token
         if self.cfg.hybrid and m.host_tokens:

@@ -137,6 +137,16 @@ class Fault(Enum):
             "every batch takes 1 + R x n times as long"
         ),
     )
+    declined_host_load = (
+        ArgType.NONE,
+        (
+            "a prefix match's host pages are reported (`cached_tokens_details.host`) but not loaded back: "
+            "recomputed, as sglang 0.5.17 reports a declined `load_back` (host_hit_length is reported "
+            "whatever `HiRadixCache.load_back` returned); `cached_tokens` counts only the device pages, "
+            "the device share reads max(0, device - host), no load-back counter moves, and the server "
+            "logs sglang's `load_back: FAILED to load N tokens for node M even after eviction` line"
+        ),
+    )
     partial_host_hits = (
         ArgType.SHARE,
         (

@@ -127,8 +127,8 @@ BAD_STREAMS = {
     "negative_cached": ("cached_tokens is -5, not a token count", ["cached_tokens", "cached_host"]),
     "cached_over_prompt": ("cached_tokens 1000000 exceeds prompt_tokens 64", ["cached_tokens", "cached_host"]),
     "absurd_cached": ("cached_tokens is 64000000000, not a token count", ["cached_tokens", "cached_host"]),
-    "tiers_over_cached": (
-        "cached_tokens_details sum to 60, more than cached_tokens 32",
+    "tiers_over_prompt": (
+        "cached_tokens_details sum to 80, more than prompt_tokens 64",
         ["cached_device", "cached_host", "cached_storage"],
     ),
     "string_prompt_tokens": ("prompt_tokens is '64', not a token count", ["prompt_tokens"]),

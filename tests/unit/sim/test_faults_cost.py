@@ -181,3 +181,24 @@ def test_late_token_flips_change_late_tokens_of_host_hits_only():
     assert healthy.output_ids == cold.output_ids
     short_cold, short = host_hit({Fault.late_token_flips: 1}, new=LATE_FLIP_FROM)
     assert short.output_ids == short_cold.output_ids  # answers shorter than the start never flip
+
+
+def test_declined_host_load_reports_the_host_hit_and_recomputes_it(caplog):
+    _, full = host_hit(None)
+    with caplog.at_level("WARNING", logger="sglang.sim.scheduler"):
+        e = engine({Fault.declined_host_load: None}, host_tokens=3 * POOL, page_size=16)
+        ids = prompt(1000, 100_000)
+
+        async def go():
+            await send(e, ids, 4)
+            for i in range(3):
+                await send(e, prompt(1500, 200_000 + 10_000 * i), 1)
+            return await send(e, ids, 4)
+
+        again = run(e, go())
+    # sglang's breakdown of a declined load_back: host = the host hit, cached_tokens only what was reused
+    assert again.cached_host == full.cached_host > 0 and again.cached_device == 0
+    assert again.cached_tokens == 0 < full.cached_tokens
+    assert again.output_ids == full.output_ids  # recomputed: answers stay right
+    assert f"load_back: FAILED to load {full.cached_host} tokens" in caplog.text
+    assert "sglang:load_back_tokens_total{" not in e.metrics.render().decode()  # never incremented

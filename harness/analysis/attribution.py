@@ -1,0 +1,122 @@
+"""Pure: where a host or storage hit's time went, from what sglang 0.5.17 emits, and the hits it
+reported but recomputed.
+
+Read from sglang 0.5.17's source (the wheel's ``srt/mem_cache/hiradix_cache.py``,
+``srt/managers/schedule_batch.py``, ``srt/observability/metrics_collector.py`` and
+``req_time_stats.py``):
+
+- host → device: ``sglang:load_back_tokens_total`` and the ``sglang:load_back_duration_seconds``
+  histogram (one observation per finished load-back, `HiRadixCache` on its ack) — the sampler's
+  per-phase deltas give the phase's loaded-back tokens and seconds;
+- storage read: ``sglang:prefetched_tokens_total`` and the ``sglang:prefetch_bandwidth`` histogram
+  (GB/s per prefetch) — the sampler's ``storage.prefetch_gbs``;
+- queueing: sglang puts ``queue_time`` (forward entry − wait-queue entry) and
+  ``forward_entry_time`` / ``prefill_finished_time`` into a request's ``meta_info`` only with
+  ``--enable-metrics``; the harness does not record them yet, so queueing is stated as not
+  recorded, never guessed;
+- no HiCache trace events are emitted per request (``--enable-trace`` spans the scheduler, not a
+  load-back), and nothing says why a load-back was declined except one log line.
+
+"Hit reported, tokens recomputed": `ScheduleBatch.prepare_for_extend` reports
+``cached_tokens_details.host = host_hit_length`` whatever `HiRadixCache.load_back` did, while
+``cached_tokens`` counts only the prefix it really reused. load_back declines (returns None) when
+the host hit is under ``load_back_threshold`` (10 tokens), over the memory quota, or when the device
+has no room even after eviction — the one that logs
+``load_back: FAILED to load N tokens for node M even after eviction`` (`logscan.declined_load_backs`).
+A phase whose requests' breakdown exceeds their cached tokens by more than a page recomputed what it
+reported; the load-back counter's tokens are shown beside it (``not_loaded_per_counters``) but not
+judged: the sampler's per-phase deltas can land in a neighbouring phase when a phase is shorter than
+its interval.
+
+`attribute(summary)` gives each hit phase (one with a ``roofline``) its split and those flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+QUEUE_NOT_RECORDED = (
+    "not recorded: sglang 0.5.17 reports meta_info.queue_time only with --enable-metrics, and the harness does "
+    "not keep it"
+)
+
+
+def _delta(deltas: Mapping[str, float], prefix: str) -> float | None:
+    """A counter's delta over the phase; 0 where /metrics was sampled but the counter is absent
+    (sglang's labelled counters appear only after their first increment); None without /metrics."""
+    vals = [v for k, v in deltas.items() if k.startswith(prefix + "{") or k == prefix]
+    if vals:
+        return float(sum(vals))
+    return 0.0 if any(k.startswith("sglang:") for k in deltas) else None
+
+
+def phase_attribution(
+    roof: Mapping[str, Any], sampled: Mapping[str, Any] | None, unit: int = 1, declined_in_log: int = 0
+) -> dict[str, Any]:
+    """One hit phase's split (ms per hit request, medians of the roofline and the phase's counter
+    means) and its "reported but recomputed" figures."""
+    deltas = (sampled or {}).get("counter_deltas") or {}
+    n = max(1, int(roof.get("hit_requests") or 1))
+    loaded = _delta(deltas, "sglang:load_back_tokens_total")
+    lb_s = _delta(deltas, "sglang:load_back_duration_seconds_sum")
+    load_ms = lb_s * 1e3 / n if lb_s is not None else None
+    storage_ms = None
+    st = (sampled or {}).get("storage") or {}
+    gbs, bpt = st.get("prefetch_gbs"), roof.get("kv_bytes_per_token")
+    if roof.get("storage_tokens") and gbs and bpt:
+        storage_ms = roof["storage_tokens"] * bpt / (gbs * 1e9) * 1e3 / n
+    achieved = roof.get("achieved_ms")
+    rest = None
+    if achieved is not None and (load_ms is not None or storage_ms is not None):
+        rest = max(0.0, achieved - (load_ms or 0.0) - (storage_ms or 0.0))
+    reported = int(roof.get("host_tokens") or 0) + int(roof.get("storage_tokens") or 0)
+    not_loaded = reported - int(loaded) if loaded is not None else None
+    recomputed = int(roof.get("recomputed_tokens") or 0)
+    # judged on the records alone: the sampler's per-phase counter deltas can fall in a neighbouring
+    # phase when a phase is shorter than the sampling interval, so the counters are shown, not judged
+    flag = recomputed > unit
+    return {
+        "achieved_ms": achieved,
+        "queue_ms": None,
+        "queue": QUEUE_NOT_RECORDED,
+        "storage_read_ms": storage_ms,
+        "host_to_device_ms": load_ms,
+        "rest_ms": rest,  # suffix prefill, scheduling and the first token
+        "reported_hit_tokens": reported,
+        "loaded_back_tokens": int(loaded) if loaded is not None else None,
+        "not_loaded_per_counters": not_loaded,
+        "recomputed_tokens": recomputed,
+        "declined_in_log": declined_in_log,
+        "hit_recomputed": flag,
+        "load_back_source": "sampled /metrics deltas" if loaded is not None else "not sampled (no /metrics)",
+    }
+
+
+def attribute(summary: Mapping[str, Any], unit: int = 1, declined_in_log: int = 0) -> list[dict[str, Any]]:
+    """Every hit phase's attribution (`phase_attribution`), with its workload and phase; a flagged
+    one carries ``text`` (what the verdict warns)."""
+    phases_sampled = ((summary.get("sampling") or {}).get("phases")) or {}
+    out = []
+    for wl, w in (summary.get("workloads") or {}).items():
+        for phase, p in (w.get("phases") or {}).items():
+            roof = p.get("roofline")
+            if not roof:
+                continue
+            sampled = phases_sampled.get(f"{wl}/{phase}")
+            a = {"workload": wl, "phase": phase, **phase_attribution(roof, sampled, unit, declined_in_log)}
+            if a["hit_recomputed"]:
+                loaded = a["loaded_back_tokens"]
+                a["text"] = (
+                    f"hit reported, tokens recomputed: {wl}/{phase} reported {a['reported_hit_tokens']:,} host/storage "
+                    f"tokens, of which {a['recomputed_tokens']:,} were not in cached_tokens"
+                    + (f" and sglang loaded back {loaded:,}" if loaded is not None else "")
+                    + (
+                        f"; the server log has {declined_in_log} declined load-back(s) "
+                        "('load_back: FAILED to load ... even after eviction': no device room)"
+                        if declined_in_log
+                        else "; sglang declines a load-back under 10 tokens, over its memory quota, or without device room"
+                    )
+                )
+            out.append(a)
+    return out
