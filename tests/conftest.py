@@ -222,7 +222,7 @@ def run_in_process(scenario_path: Path, tmp_path: Path) -> tuple[RunOutcome, res
     ``tmp_path/results``, no report, no live progress); return the outcome and the loaded run."""
     outcome = run_scenario(
         load_scenario(scenario_path),
-        RunOptions(results_dir=Path(tmp_path) / "results", write_report=False, live_progress=False),
+        RunOptions(results_dir=Path(tmp_path) / "results", live_progress=False),
     )
     return outcome, results.load_run(outcome.run_dir)
 

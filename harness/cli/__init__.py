@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.analysis.verdict import Outcome
+from harness.core.errors import BadInput, Broken
 from harness.core.exit_codes import ExitCode
 from harness.core.optional import MissingExtra, require_extra
 from harness.run.estimate import design_warning_lines, design_warnings, estimate_run
@@ -116,6 +117,12 @@ def _bad(message: str) -> int:
     return ExitCode.BAD_INPUT
 
 
+def _draw_report(run_root: Path, reports_dir: Path) -> Path:
+    from harness.report.html import write_report  # heavy (matplotlib, jinja2): only when a report is drawn
+
+    return write_report(run_root, reports_dir)
+
+
 def cmd_run(args) -> int:
     """A fresh run, or with --resume the rest of an interrupted one; --dry-run prints what would start."""
     from harness.compare.planning import resolve_repeats
@@ -143,7 +150,7 @@ def cmd_run(args) -> int:
         results_dir=Path(args.results_dir),
         only=args.only,
         preflight_mode=args.preflight,
-        write_report=write_report,
+        draw_report=_draw_report if write_report else None,
         reports_dir=Path(args.reports_dir),
         shard=_parse_shard(args.shard),
         live_progress=None,
@@ -181,7 +188,7 @@ def cmd_run(args) -> int:
             return ExitCode.OK
         else:
             outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)
-    except ValueError as exc:  # e.g. --only naming no variant, a resume refused, a run locked
+    except BadInput as exc:  # e.g. --only naming no variant, a resume refused, a run locked
         return _bad(str(exc))
     return _report_run(outcome, args)
 
@@ -454,10 +461,15 @@ def main(argv: list[str] | None = None) -> int:
     except MissingExtra as exc:  # an optional extra this command needs: one line, never a traceback
         print(exc, file=sys.stderr)
         return ExitCode.BAD_INPUT
+    except BadInput as exc:  # the user's input: one line, never a traceback
+        return _bad(str(exc))
+    except Broken as exc:  # raised on purpose: what broke, in one line
+        logging.getLogger("harness").error("harness %s: %s", args.command, exc)
+        return ExitCode.BROKEN
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else ExitCode.BAD_INPUT
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
-    except Exception:  # noqa: BLE001 - a harness bug or a broken environment, not a regression (exit 1)
+    except Exception:  # noqa: BLE001 - a harness bug: its traceback, exit 3 (never read as bad input)
         logging.getLogger("harness").exception("harness %s failed", args.command)
         return ExitCode.BROKEN

@@ -6,7 +6,7 @@ or repeats: `harness.compare.statistics.per_unit`) a side needs so that a change
 threshold is significant with ``POWER`` (95 %) at ``ALPHA`` (5 %) false alarm — the test compare
 runs at that n (`units_needed`: Welch's t on logs below 8 values, then Mann-Whitney, whose
 efficiency on log-normal data is 3/π of the t-test's) — the repeats that gives at the row's units
-per repeat, and the GPU-minutes of those repeats (`harness.estimate`'s minutes of the workloads
+per repeat, and the GPU-minutes of those repeats (`harness.run.estimate`'s minutes of the workloads
 involved). A row whose shipped repeats fall short cannot decide: `ScenarioPlan.lines` says so
 plainly, with the count that would. The quality-parity gate gets the same: how many host-hit
 re-asks its test needs to reach its alpha (`parity_plan`).
@@ -253,7 +253,7 @@ def _nights(n: int) -> str:
 
 
 def workload_minutes(scenario: Any, variants: Sequence[Any]) -> dict[str, float] | None:
-    """{workload: GPU-minutes of one repeat of it over the variants} from `harness.estimate`
+    """{workload: GPU-minutes of one repeat of it over the variants} from `harness.run.estimate`
     (None without a prefill speed)."""
     from harness.run.estimate import estimate_run
 

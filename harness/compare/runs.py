@@ -28,6 +28,7 @@ from harness.analysis.run_products import (
     stored_scenario,
 )
 from harness.analysis.verdict import Outcome, VerdictPolicy
+from harness.core.errors import BadInput
 from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.store import results
 from harness.store.records import RequestRecord
@@ -37,7 +38,7 @@ COMPARISON_FILE = "comparison.json"
 ACCEPTED_FILE = "accepted.json"
 
 
-class BaselineMismatch(Exception):
+class BaselineMismatch(BadInput):
     """The baseline measured another scenario: nothing in it can be compared (exit 2)."""
 
 

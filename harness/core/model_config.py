@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.bounds import MAX_HIDDEN, MAX_LAYERS, MODEL_CONFIG_BYTES, TooLarge, read_bytes_bounded
+from harness.core.errors import BadInput
 
 # torch dtype name -> bytes per element.  Fractional entries are packed formats.
 DTYPE_BYTES: dict[str, float] = {
@@ -72,7 +73,7 @@ _MAMBA_LAYER_TYPES = {"linear_attention", "mamba", "mamba2", "gdn", "linear"}
 _FULL_LAYER_TYPES = {"full_attention", "attention", "full"}
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(BadInput, ValueError):
     """config.json is missing, unreadable or lacks a field the shape needs."""
 
 

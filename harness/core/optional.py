@@ -18,6 +18,8 @@ import importlib
 import importlib.util
 from types import ModuleType
 
+from harness.core.errors import BadInput
+
 DISTRIBUTION = "hicache-harness"
 
 # extra → the modules it provides (import names). One home: pyproject.toml's extras list the
@@ -30,7 +32,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 }
 
 
-class MissingExtra(ImportError):
+class MissingExtra(BadInput, ImportError):
     """A module of an optional extra is not installed; ``str(exc)`` is the line to print."""
 
     def __init__(self, what: str, extra: str, module: str):

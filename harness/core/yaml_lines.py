@@ -31,6 +31,8 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from harness.core.errors import BadInput
+
 MAX_BYTES = 1 << 20  # 1 MiB: a scenario is a few KiB
 MAX_NODES = 100_000  # expanded node count (after aliases); a scenario has a few hundred
 MAX_DEPTH = 64  # nesting levels; a scenario has fewer than 10
@@ -47,7 +49,7 @@ _T_MAP = "tag:yaml.org,2002:map"
 _T_MERGE = "tag:yaml.org,2002:merge"
 
 
-class YamlLoadError(Exception):
+class YamlLoadError(BadInput):
     """A file that cannot be loaded. ``line`` is 1-based (None when unknown)."""
 
     def __init__(self, file: str, line: int | None, message: str, path: str = ""):

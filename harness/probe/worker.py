@@ -20,6 +20,7 @@ import time
 import traceback
 from typing import Any, Callable
 
+from harness.core.errors import Broken
 from harness.host import nvml
 
 # cudaDeviceAttr / CUdevice_attribute numbers (identical in the runtime and the driver API).
@@ -44,7 +45,7 @@ extern "C" __global__ void harness_fill_pattern(unsigned long long dst_addr,
 """
 
 
-class ProbeFailure(Exception):
+class ProbeFailure(Broken):
     """A probe step failed; `stage` names the step (register, launch, sync, verify, ...)."""
 
     def __init__(self, stage: str, message: str):

@@ -32,10 +32,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import median
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from harness.quality.parity import PairComparison
+from harness.quality.pairs import PairComparison
 
 TEST_NAME = "paired sign test (exact binomial, one-sided): ON-vs-OFF vs OFF-vs-OFF per (sample, ask)"
 DLOGPROB_TOL = 1e-3

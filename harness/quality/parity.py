@@ -63,42 +63,13 @@ from harness.quality.floor import (
     rate_test,
     real_divergence,
 )
+from harness.quality.pairs import Kind, PairComparison
 from harness.store.quality_record import QualityRecord
 
 Verdict = Literal["PASS", "WARN", "FAIL", "NOT_EXERCISED", "INCONCLUSIVE"]
-Kind = Literal["equal", "tie_flip", "divergence"]
 VERDICTS: tuple[str, ...] = ("PASS", "WARN", "FAIL", "NOT_EXERCISED", "INCONCLUSIVE")
 ALPHA = 0.01  # significance a FAIL needs: ~1% false FAILs on a healthy nondeterministic server
 _SEVERITY = {"equal": 0, "tie_flip": 1, "divergence": 2}
-
-
-@dataclass(frozen=True)
-class PairComparison:
-    """One sample and ask: the reference (OFF) output against the candidate (ON or control)."""
-
-    task: str
-    length_target: int
-    index: int
-    seed: int
-    ask: int
-    token_equal: bool
-    compared_tokens: int
-    first_divergence: int | None
-    ref_token: int | None
-    cand_token: int | None
-    cand_in_ref_topk: bool | None
-    ref_in_cand_topk: bool | None
-    ref_margin: float | None
-    tie_flip: bool
-    max_abs_dlogprob: float | None
-    kind: Kind
-    ref_correct: bool | None
-    cand_correct: bool | None
-    cand_cached_host: int | None = None
-    noise: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.core.tokenizers import load_tokenizer
 from harness.quality.churn import ChurnPlan, plan_churn
 from harness.quality.fit import (
     FittedPrompt,
     fit_sample,
-    load_tokenizer,
     model_vocab_size,
     token_id_prompt,
 )

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness.core.errors import BadInput
 from harness.host import fingerprint
 from harness.server.process import SGLANG_MODULE, SIM_MODULE, build_launch_spec, source_package_dir
 from harness.sim.args import sim_version
@@ -43,7 +44,7 @@ _IMPORT_CODE = "import sglang; print(sglang.__file__); print(getattr(sglang, '__
 _IMPORT_ENV_PREFIXES = ("PYTHON", "VIRTUAL_ENV", "CONDA_PREFIX", "HARNESS_SIM_VERSION")
 
 
-class BuildError(ValueError):
+class BuildError(BadInput, ValueError):
     """One or more builds are not what the scenario says; the message lists every problem."""
 
 

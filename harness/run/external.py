@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 import httpx
 import psutil
 
+from harness.core.errors import BadInput
 from harness.scenario.models import HiCache, Variant
 from harness.server.info import (
     MAX_INFO_BYTES,
@@ -42,7 +43,7 @@ SERVER_HOST = "the server's host"
 _NOT_ARGS = ("internal_states",)
 
 
-class EndpointRefused(ValueError):
+class EndpointRefused(BadInput, ValueError):
     """A variant's URL is not a usable sglang server, or the servers cannot give what the scenario
     asks (parity without an OFF and an ON server). A ValueError: bad input, exit 2."""
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.analysis.run_products import write_summary_csv
+from harness.core.errors import BadInput
 from harness.store import results
 from harness.store.secrets import Redactor
 from harness.store.variant_status import FINAL_STATES, variant_state
@@ -41,7 +42,7 @@ from harness.store.variant_status import FINAL_STATES, variant_state
 PARITY_SCOPE = "per-shard: each arm's parity verdict was computed against the baseline run on its own host"
 
 
-class MergeRefused(Exception):
+class MergeRefused(BadInput):
     """The inputs cannot be merged (the message says why)."""
 
 

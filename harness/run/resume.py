@@ -29,6 +29,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.core.errors import BadInput
 from harness.host import fingerprint
 from harness.run.shard import select_run_variants
 from harness.scenario import variant_config_hash
@@ -37,7 +38,7 @@ from harness.store import results
 from harness.store.variant_status import FINAL_STATES, VariantOutcome, read_status, variant_state
 
 
-class ResumeRefused(ValueError):
+class ResumeRefused(BadInput, ValueError):
     """The run cannot be resumed with this scenario (the message says why)."""
 
 

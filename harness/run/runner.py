@@ -29,7 +29,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,7 +91,9 @@ class RunOptions:
     results_dir: Path = Path("results")
     only: list[str] | None = None
     preflight_mode: str | None = None  # overrides scenario.preflight.mode
-    write_report: bool = True
+    # draws a COMPLETE run's HTML report into reports_dir (the CLI passes the report's writer:
+    # the report is a later stage, so the runner is handed it rather than importing it); None: no report
+    draw_report: Callable[[Path, Path], Path] | None = None
     reports_dir: Path = Path("reports")
     shard: tuple[int, int] | None = None
     live_progress: bool | None = None
@@ -495,9 +497,9 @@ def _execute_locked(
             raise
         finally:
             progress.close()
-        if options.write_report:
+        if options.draw_report is not None:
             try:
-                outcome.report_path = _write_report(run.root, options.reports_dir)
+                outcome.report_path = _write_report(options.draw_report, run.root, options.reports_dir)
             except KeyboardInterrupt:  # the run is COMPLETE; only its report is missing
                 signals.hold()
                 outcome.report_interrupted = True
@@ -1009,12 +1011,10 @@ def finish_run(scenario, run: results.RunPaths, interrupted: bool = False) -> Ru
     return verdict
 
 
-def _write_report(run_root: Path, reports_dir: Path) -> Path | None:
+def _write_report(draw: Callable[[Path, Path], Path], run_root: Path, reports_dir: Path) -> Path | None:
     """The HTML report; a report that cannot be drawn never loses the run (it is already COMPLETE)."""
-    from harness.report.html import write_report  # heavy (matplotlib, jinja2): only when a report is drawn
-
     try:
-        return write_report(run_root, reports_dir)
+        return draw(run_root, reports_dir)
     except Exception:  # noqa: BLE001 - logged; `harness report RUN` can redo it
         log.exception("could not write the report of %s; run `harness report %s` to retry", run_root, run_root)
         return None

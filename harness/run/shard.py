@@ -29,7 +29,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.core.errors import BadInput
+
 RULE = "cost-desc,name; snake; baseline-per-shard"
+
+
+class SelectionError(BadInput, ValueError):
+    """``--only`` / ``--shard`` that select no variant, or variants that cannot be dealt out."""
 
 
 def _name(v: Any) -> str:
@@ -56,12 +62,12 @@ def assign_shards(
     names are sorted.
     """
     if n < 1:
-        raise ValueError(f"shard count must be >= 1, got {n}")
+        raise SelectionError(f"shard count must be >= 1, got {n}")
     items = list(variants)
     names = [_name(v) for v in items]
     if len(set(names)) != len(names):
         dup = sorted({x for x in names if names.count(x) > 1})
-        raise ValueError(f"duplicate variant names: {', '.join(dup)}")
+        raise SelectionError(f"duplicate variant names: {', '.join(dup)}")
 
     def cost_of(v: Any) -> float:
         if cost is None:
@@ -116,7 +122,7 @@ def needs_baseline(scenario: Any, variants: Iterable[Any], baseline: str | None)
 def plan_shard(scenario: Any, variants: list[Any], index: int, count: int) -> ShardPlan:
     """Shard ``index`` (1-based) of ``count`` over ``variants`` (already filtered by --only)."""
     if not (count >= 1 and 1 <= index <= count):
-        raise ValueError(f"--shard: expected 1 <= I <= N, got {index}/{count}")
+        raise SelectionError(f"--shard: expected 1 <= I <= N, got {index}/{count}")
     n_workloads = len(getattr(scenario, "workloads", []) or [])
     repeats = int(getattr(scenario, "repeats", 1) or 1)
     quality = bool(scenario.quality.enabled)
@@ -147,7 +153,7 @@ def select_variants(variants: list[Any], only: list[str] | None) -> list[Any]:
     names = {v.name for v in variants}
     unknown = [o for o in only if o not in names]
     if unknown:
-        raise ValueError(f"--only: no variant named {', '.join(unknown)} (have: {', '.join(sorted(names))})")
+        raise SelectionError(f"--only: no variant named {', '.join(unknown)} (have: {', '.join(sorted(names))})")
     return [v for v in variants if v.name in only]
 
 

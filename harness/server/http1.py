@@ -38,6 +38,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from harness.core import bounds
+from harness.core.errors import Broken
 
 MAX_HEAD_BYTES = bounds.HTTP_HEAD_BYTES  # status line + headers
 DRAIN_BYTES = 64 << 10  # read after the consumer is DONE, to keep the connection
@@ -84,7 +85,7 @@ class Consumer(Protocol):
     def on_end(self, t_ns: int) -> None: ...
 
 
-class HttpError(Exception):
+class HttpError(Broken):
     """A request that got no (complete) answer. `kind`: "connection" (refused, reset, closed) or
     "timeout" (connect), or "protocol" (a malformed response head or framing)."""
 

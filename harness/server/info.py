@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from harness.core import bounds
+from harness.core.errors import Broken
 from harness.store.secrets import remember_secret, scrub
 
 BAD_SERVER_ANSWER = "bad_server_answer"
@@ -79,7 +80,7 @@ def request_headers(url: str) -> dict[str, str]:
     return {**IDENTITY, **auth_headers(url)}
 
 
-class ServerAnswerError(Exception):
+class ServerAnswerError(Broken):
     """A server answered, but not with something the harness can use. `reason` says what was
     wrong (one line, clipped)."""
 
@@ -197,7 +198,7 @@ async def aread_limited(resp: httpx.Response, limit: int, deadline_s: float | No
     return bytes(body.buf)
 
 
-class NoAnswer(Exception):
+class NoAnswer(Broken):
     """A control request that got no (complete) answer: nothing listening, reset, a time bound
     passed, a malformed head. `reason`: one line."""
 
@@ -520,7 +521,7 @@ SGLANG_ARG_KEYS = ("model_path", "tp_size", "page_size", "max_total_num_tokens",
 MODELS_PATH = "/v1/models"
 
 
-class NotSglangError(Exception):
+class NotSglangError(Broken):
     """The endpoint answered (or did not), but not as an sglang server: ``reason`` says what was
     seen at each path asked, in one line."""
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import psutil
 
+from harness.core.errors import BadInput
 from harness.host import nvml
 from harness.server import logscan
 from harness.server.info import NoAnswer, get_status
@@ -423,7 +424,7 @@ class ExternalServer:
         return {"url": self.base_url, "external": True}
 
 
-class GpuBusy(ValueError):
+class GpuBusy(BadInput, ValueError):
     """A GPU this run would use holds another run's server (the message names it)."""
 
 

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from harness.core.errors import Broken
 from harness.host import procfs
 from harness.host.nvml import GpuReader, GpuSelection
 from harness.server.info import (
@@ -188,7 +189,7 @@ def checked_metric_values(values: dict[str, float]) -> dict[str, float]:
     return out
 
 
-class MetricsUnavailable(Exception):
+class MetricsUnavailable(Broken):
     """/metrics did not answer with a page: not up yet, refused, metrics off (a status), the
     connection dropped. Expected while a server starts or stops: counted, not logged."""
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from pydantic_core import PydanticCustomError
 
+from harness.core.errors import BadInput
+
 
 @dataclass(frozen=True)
 class ErrorItem:
@@ -21,7 +23,7 @@ class ErrorItem:
         return f"{where} {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 
-class ScenarioError(Exception):
+class ScenarioError(BadInput):
     """A scenario that cannot be used. ``errors`` is a list of ``FILE:LINE KEY.PATH: message``."""
 
     def __init__(self, items: list[ErrorItem] | list[str] | str):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from harness.core.errors import BadInput
 from harness.store.names import safe_name  # re-exported: the run store's folder names
 
 SCHEMA_VERSION = 1
@@ -48,7 +49,7 @@ ATTEMPTS_DIR = ".attempts"  # earlier attempts of variants that --resume reran (
 log = logging.getLogger(__name__)
 
 
-class ResultsError(Exception):
+class ResultsError(BadInput):
     """A run folder or file that cannot be read as a run (the message names the file)."""
 
 
@@ -368,7 +369,7 @@ class VariantPaths:
         return sorted(p for p in self.root.glob("server*.log") if p.is_file())
 
 
-class RunLocked(ValueError):
+class RunLocked(BadInput, ValueError):
     """Another harness process is writing the run folder (the message says which)."""
 
 

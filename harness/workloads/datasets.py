@@ -23,7 +23,7 @@ Formats (`load_dataset(fmt, path)` → `DatasetRequest` list, in file order):
   hash ids share that prefix (`trace_input_ids`). Sorted by timestamp (stable).
 
 Tokenizers: `load_text_tokenizer(path)` reads a ``tokenizer.json`` (the ``tokenizers`` package,
-the ``[text]`` extra) or a Hugging Face model folder (through `harness.quality.fit.load_tokenizer`),
+the ``[text]`` extra) or a Hugging Face model folder (through `harness.core.tokenizers.load_tokenizer`),
 local files only; `WordIds` makes token ids from the words of a text when there is no tokenizer
 (deterministic, lengths approximate) — the workload says so on the console when it does.
 """
@@ -42,8 +42,9 @@ from typing import Any
 import numpy as np
 
 from harness.core import bounds
+from harness.core.errors import BadInput
 from harness.core.optional import require
-from harness.quality.fit import load_tokenizer
+from harness.core.tokenizers import load_tokenizer
 from harness.workloads.prompts import FIRST_REGULAR_ID, derive_seed
 
 FORMATS = ("sharegpt", "doc_qa", "mooncake")
@@ -56,7 +57,7 @@ MAX_TRACE_SPAN_MS = (
 )  # a trace's last timestamp after its first (mooncake's span an hour)
 
 
-class DatasetError(ValueError):
+class DatasetError(BadInput, ValueError):
     """A dataset file that cannot be read as its format; the message names the file (and row)."""
 
 

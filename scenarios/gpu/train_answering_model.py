@@ -9,7 +9,7 @@ What it writes to OUT_DIR (what sglang 0.5.17 loads, and what the harness reads)
   config.json + model.safetensors + generation_config.json   (HF ``LlamaForCausalLM``, bf16)
   tokenizer.json     a byte-level BPE (vocab 1024) trained here on the tasks' own text. sglang is
                      still started with ``--skip-tokenizer-init``: the harness's quality ``mode:
-                     text`` reads this file (``harness.quality.fit.load_tokenizer``), fits every
+                     text`` reads this file (``harness.core.tokenizers.load_tokenizer``), fits every
                      sample to its token budget, sends ``input_ids`` and decodes/scores the output
                      ids itself. (``mode: token_ids`` sends random ids with no answer at all: it
                      can never be scored, whatever the model.)
@@ -323,7 +323,8 @@ def greedy_on_scenario(model, tok, plan: Plan, device) -> dict:
     """The scenario's own samples, fitted by the harness, greedy-decoded, scored by the harness."""
     import torch
 
-    from harness.quality.fit import as_tokenizer, fit_sample
+    from harness.core.tokenizers import as_tokenizer
+    from harness.quality.fit import fit_sample
     from harness.quality.scoring import score_answer
 
     adapter = as_tokenizer(tok)

@@ -119,11 +119,22 @@ def test_compare(golden_cwd, candidate, exit_code):
         assert text == (GOLDEN_EXPECTED / name).read_text(), name
 
 
-@pytest.mark.parametrize("run", ["healthy", "merged"])
-def test_load_frames(run):
+FRAMES_RUNS = ["healthy", "merged"]
+
+
+def frames_csv(run: str) -> dict[str, str]:
+    """{expected file name: text} of a golden run's request and sample tables."""
     requests_df, samples_df = load_frames(GOLDEN_RUNS / run)
-    assert requests_df.to_csv(index=False) == (GOLDEN_EXPECTED / f"{run}_requests.csv").read_text()
-    assert samples_df.to_csv(index=False) == (GOLDEN_EXPECTED / f"{run}_samples.csv").read_text()
+    return {
+        f"{run}_requests.csv": requests_df.to_csv(index=False),
+        f"{run}_samples.csv": samples_df.to_csv(index=False),
+    }
+
+
+@pytest.mark.parametrize("run", FRAMES_RUNS)
+def test_load_frames(run):
+    for name, text in frames_csv(run).items():
+        assert text == (GOLDEN_EXPECTED / name).read_text(), name
 
 
 def test_history(tmp_path):
@@ -165,8 +176,9 @@ def _drop_p95(workloads: dict) -> None:
                     s.pop("p95", None)
 
 
-def regenerate() -> None:
-    """Rewrite tests/golden/expected/{*_vs_healthy.*, history.json} through the real CLI."""
+def regenerate(expected: Path = GOLDEN_EXPECTED) -> None:
+    """Rewrite every file of tests/golden/expected (or of ``expected``): the comparisons through the
+    real CLI, the history, the request and sample tables."""
     import tempfile
 
     for var in _ENV:
@@ -180,11 +192,27 @@ def regenerate() -> None:
                 code, files = run_compare(candidate)
                 print(f"{candidate}: exit {code}", file=sys.stderr)
                 for name, text in files.items():
-                    (GOLDEN_EXPECTED / name).write_text(text)
+                    (expected / name).write_text(text)
         finally:
             os.chdir(here)
     with tempfile.TemporaryDirectory() as tmp:
-        (GOLDEN_EXPECTED / "history.json").write_text(golden_history(Path(tmp)))
+        (expected / "history.json").write_text(golden_history(Path(tmp)))
+    for run in FRAMES_RUNS:
+        for name, text in frames_csv(run).items():
+            (expected / name).write_text(text)
+
+
+def test_regeneration_rebuilds_every_expected_file(tmp_path, monkeypatch):
+    """`python -m tests.golden.test_golden` writes each file of tests/golden/expected, as it is."""
+    monkeypatch.chdir(tmp_path)
+    for var in _ENV:
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "expected"
+    out.mkdir()
+    regenerate(out)
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in GOLDEN_EXPECTED.iterdir())
+    for p in GOLDEN_EXPECTED.iterdir():
+        assert (out / p.name).read_text() == p.read_text(), p.name
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def test_tokenizer_round_trips_and_splits_symbols(tok, train):
 def test_training_target_is_what_the_harness_scores_correct(tok, train, task):
     """The answer the model is taught, decoded the way run_quality decodes (skip special tokens,
     with the </s> tail and anything after it), scores 1.0 with the harness's own scorer."""
-    from harness.quality.fit import as_tokenizer
+    from harness.core.tokenizers import as_tokenizer
     from harness.quality.scoring import score_answer
     from harness.quality.tasks import generate
 
@@ -139,7 +139,8 @@ def test_curriculum_and_lr(train):
 def test_harness_reads_the_model_folder_in_text_mode(tok, train, tmp_path):
     """What run_quality does with the trained model's folder: finds tokenizer.json, reads the
     vocab from config.json, fits every sample to the scenario's length."""
-    from harness.quality.fit import load_tokenizer, model_vocab_size
+    from harness.core.tokenizers import load_tokenizer
+    from harness.quality.fit import model_vocab_size
     from harness.quality.run import build_prompts, plan_quality
 
     tok.save(str(tmp_path / "tokenizer.json"))
@@ -281,7 +282,8 @@ def test_tiny_training_saves_a_model_transformers_reloads_and_decodes(train, tmp
     import torch
     from transformers import AutoModelForCausalLM
 
-    from harness.quality.fit import fit_sample, load_tokenizer
+    from harness.core.tokenizers import load_tokenizer
+    from harness.quality.fit import fit_sample
     from harness.quality.tasks import generate
 
     out = tmp_path / "m"

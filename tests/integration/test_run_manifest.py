@@ -73,9 +73,7 @@ def test_manifest_fingerprint_and_no_secret_in_any_file(tmp_path, monkeypatch):
           env: {SGLANG_TEST_TOKEN: also_secret, SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB: "1"}
         """),
     )
-    outcome = run_scenario(
-        load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
-    )
+    outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results", live_progress=False))
     manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
     assert manifest["schema_version"] == results.SCHEMA_VERSION and manifest["simulated"] is True
     assert manifest["scenario"]["hash"] and "variants:" in manifest["scenario"]["text"]
@@ -105,9 +103,7 @@ def test_preflight_strict_refuses_before_launch_with_numbers(tmp_path):
     )
     scenario = load_scenario(path)
     scenario.preflight.mode = "strict"
-    outcome = run_scenario(
-        scenario, RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
-    )
+    outcome = run_scenario(scenario, RunOptions(results_dir=tmp_path / "results", live_progress=False))
     status = json.loads((outcome.run_dir / "huge" / "status.json").read_text())
     assert status["state"] == "refused" and status["cause"] == "preflight"
     assert status["cause_detail"]["requested_gb"] > status["cause_detail"]["budget_gb"]
@@ -130,9 +126,7 @@ def test_unclean_cooldown_marks_the_next_variant(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cooldown, "wait", first_unclean)
     path = write_scenario(tmp_path, sim_scenario("- name: a\n- name: b\n"))
-    outcome = run_scenario(
-        load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False)
-    )
+    outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results", live_progress=False))
     a = json.loads((outcome.run_dir / "a" / "status.json").read_text())
     b = json.loads((outcome.run_dir / "b" / "status.json").read_text())
     assert a["env_not_clean"] is False and b["env_not_clean"] is True
@@ -163,7 +157,7 @@ def test_preflight_mode_option_overrides_the_scenario(tmp_path):
     assert scenario.preflight.mode == "warn"
     outcome = run_scenario(
         scenario,
-        RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False, preflight_mode="strict"),
+        RunOptions(results_dir=tmp_path / "results", live_progress=False, preflight_mode="strict"),
     )
     status = json.loads((outcome.run_dir / "huge" / "status.json").read_text())
     assert status["state"] == "refused" and status["cause"] == "preflight"
@@ -197,7 +191,7 @@ def test_a_preflight_that_does_not_fit_is_said_before_launch(tmp_path, capsys):
     root = Path(__file__).resolve().parents[2]
     outcome = run_scenario(
         load_scenario(root / "scenarios" / "sim_smoke.yaml"),
-        RunOptions(results_dir=tmp_path / "r", only=["on-200gb"], write_report=False, live_progress=False),
+        RunOptions(results_dir=tmp_path / "r", only=["on-200gb"], live_progress=False),
     )
     err = capsys.readouterr().err
     said, started = err.find("preflight: on-200gb: does not fit"), err.find("starting (attempt 1)")

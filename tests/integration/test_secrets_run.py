@@ -99,7 +99,7 @@ def test_no_secret_value_in_any_file_of_a_run_its_report_or_a_comparison(tmp_pat
     ]
     outcome = run_scenario(
         scenario,
-        RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False),
+        RunOptions(results_dir=tmp_path / "results", live_progress=False),
         harness_argv=["harness", "run", "secrets.yaml", "--api-key", SECRETS["argv"]],
     )
     run = outcome.run_dir
@@ -166,7 +166,7 @@ def test_an_interrupted_variant_s_log_is_scrubbed_too(tmp_path, monkeypatch, pla
     path = _scenario(tmp_path)
     outcome = run_scenario(
         load_scenario(path),
-        RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False, only=["off"]),
+        RunOptions(results_dir=tmp_path / "results", live_progress=False, only=["off"]),
     )
     assert outcome.interrupted
     log = (outcome.run_dir / "off" / "server.log").read_text()

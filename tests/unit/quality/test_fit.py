@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.quality.fit import as_tokenizer, fit_sample, load_tokenizer, model_vocab_size, token_id_prompt
+from harness.core.tokenizers import as_tokenizer, load_tokenizer
+from harness.quality.fit import fit_sample, model_vocab_size, token_id_prompt
 from harness.quality.tasks import TASKS, filler_corpus, generate
 
 tokenizers = pytest.importorskip("tokenizers")

@@ -184,7 +184,7 @@ def test_text_mode_scores_with_tokenizer():
     class TCtx(Ctx):
         tokenizer: object = None
 
-    from harness.quality.fit import as_tokenizer
+    from harness.core.tokenizers import as_tokenizer
 
     ctx = TCtx(TinyServer(4000, True), 4000, tokenizer=as_tokenizer(tok))
     recs = run(ctx, {**CFG, "tasks": ["needle"], "reasks": 1, "control": False}, "on")

@@ -180,7 +180,7 @@ def test_two_builds_in_one_run_record_two_versions_and_the_matrix_crosses_them(t
     assert list(by_name) == ["on-stock-r2", "on-patched-r2"]
     assert [v.build for v in by_name.values()] == ["stock", "patched"]
     assert by_name["on-patched-r2"].matrix_values == {"build": "patched", "hicache.ratio": 2}
-    outcome = run_scenario(scn, RunOptions(results_dir=tmp_path / "results", write_report=False))
+    outcome = run_scenario(scn, RunOptions(results_dir=tmp_path / "results"))
     assert outcome.exit_code == ExitCode.OK, outcome.verdict.lines()
     manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
     got = {e["name"]: e["build"] for e in manifest["variants"]}
@@ -212,7 +212,7 @@ def test_a_server_that_reports_another_version_fails_its_variant(tmp_path, monke
 
     monkeypatch.setattr(builds, "verify_builds", claims_patched)
     path = write_scenario(tmp_path, sim_scenario("- name: a\n- name: b\n", time_scale=0.01, startup_s=0))
-    outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results", write_report=False))
+    outcome = run_scenario(load_scenario(path), RunOptions(results_dir=tmp_path / "results"))
     assert outcome.exit_code == ExitCode.FAILED
     status = {v.name: v for v in outcome.variants}
     assert status["a"].state == "ok"

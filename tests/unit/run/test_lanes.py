@@ -130,7 +130,7 @@ def test_a_run_on_two_gpus_runs_variants_at_once_each_with_its_own(tmp_path):
     path.write_text(path.read_text().replace("sampling: {enabled: false, cooldown_timeout_s: 1}", sampled))
     outcome = run_scenario(
         load_scenario(path),
-        RunOptions(results_dir=tmp_path / "results", write_report=False, live_progress=False, gpus=["0", "1"]),
+        RunOptions(results_dir=tmp_path / "results", live_progress=False, gpus=["0", "1"]),
     )
     assert outcome.exit_code == ExitCode.OK, outcome.verdict
     run = results.load_run(outcome.run_dir)
