@@ -14,6 +14,8 @@ import os
 import stat
 from pathlib import Path
 
+from harness.core.errors import BadInput
+
 # ----------------------------------------------------------------------------- from servers
 HTTP_HEAD_BYTES = 64 << 10  # a response's status line and headers (http1.MAX_HEAD_BYTES)
 HTTP_SIZE_DIGITS = 15  # a chunk size or content-length: at most 15 digits, no sign (http1)
@@ -31,7 +33,7 @@ MAX_HIDDEN = 1 << 20  # hidden_size, heads, head_dim: beyond is no model
 TRACE_SPAN_DAYS = 7  # a trace's last timestamp after its first (datasets.MAX_TRACE_SPAN_MS)
 
 
-class TooLarge(ValueError):
+class TooLarge(BadInput, ValueError):
     """A file over its bound, or not a regular file (a device, a FIFO): the message names it."""
 
 

@@ -12,6 +12,7 @@ traceback, never "bad input".
     │   ├── ScenarioError     harness/spec/errors.py      a scenario, one FILE:LINE KEY.PATH line each
     │   ├── YamlLoadError     harness/core/yaml_lines.py  a file that is not safe, loadable YAML
     │   ├── ModelConfigError  harness/core/model_config.py  a model's config.json
+    │   ├── TooLarge          harness/core/bounds.py      a file over its bound, or not a regular file
     │   ├── MissingExtra      harness/core/optional.py    an optional extra the command needs
     │   ├── ResultsError      harness/store/results.py    a folder that is not a readable run
     │   ├── RunLocked         harness/store/results.py    another harness process writes this run
@@ -31,7 +32,7 @@ traceback, never "bad input".
         ├── MetricsUnavailable harness/server/sampling.py  no /metrics to read
         └── ProbeFailure      harness/probe/worker.py     a platform probe that could not run
 
-The classes that were a ``ValueError`` (``ModelConfigError``, ``RunLocked``, ``DatasetError``,
+The classes that were a ``ValueError`` (``ModelConfigError``, ``TooLarge``, ``RunLocked``, ``DatasetError``,
 ``GpuBusy``, ``SelectionError``, ``BuildError``, ``EndpointRefused``, ``ResumeRefused``) still are
 one, and ``MissingExtra`` still is an ``ImportError``, so that the handlers written against those
 keep working; the command line maps only these classes, never a bare ``ValueError``.
