@@ -335,13 +335,13 @@ def plan_scenario(scenario: Any, results_dir: Path | None, runs: Sequence[Any] |
                 (wl, "*", m) for wl, m in derived_values_from_records(lv, kinds)
             ]
             break
-        if not keys:  # nothing measured: plan the gate's rows by name, unmeasured
-            keys = [
-                (parts[0], "*" if len(parts) == 2 else parts[1], parts[-1])
-                for g in gates
-                if g.metric != "quality.parity" and g.variant in (None, v.name)
-                for parts in [g.metric.split(".")]
-            ]
+        # and the gate's rows by name (unmeasured, or rows compare builds beyond the samples: tails, drift)
+        keys += [
+            (parts[0], "*" if len(parts) == 2 else parts[1], parts[-1])
+            for g in gates
+            if g.metric != "quality.parity" and g.variant in (None, v.name)
+            for parts in [g.metric.split(".")]
+        ]
         for wl, ph, metric in dict.fromkeys(keys):
             if not _gate_names(SimpleNamespace(variant=v.name, workload=wl, phase=ph, metric=metric), gates):
                 continue
