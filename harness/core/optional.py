@@ -3,7 +3,7 @@ when a command needs one that is not installed.
 
 The core install (``pip install hicache-harness``) is what ``harness run`` needs against a real
 sglang server. The rest comes in extras (pyproject.toml): ``[report]`` (matplotlib, jinja2: the
-HTML report and history page), ``[sim]`` (starlette, uvicorn: the simulated server), ``[stats]``
+HTML report and history page), ``[sim]`` (starlette, uvicorn, prometheus-client: the simulated server), ``[stats]``
 (scipy: the significance tests of ``harness compare``), ``[text]`` (tokenizers: quality prompts
 as text). A command that needs an extra calls :func:`require_extra` (or :func:`require` for one
 module) before it imports anything heavy; a missing module raises :class:`MissingExtra`, whose
@@ -26,7 +26,7 @@ DISTRIBUTION = "hicache-harness"
 # distributions; tests/rules/test_packaging.py checks the two agree.
 EXTRAS: dict[str, tuple[str, ...]] = {
     "report": ("matplotlib", "jinja2"),
-    "sim": ("starlette", "uvicorn"),
+    "sim": ("starlette", "uvicorn", "prometheus_client"),
     "stats": ("scipy",),
     "text": ("tokenizers",),
 }

@@ -41,7 +41,44 @@ IMPORT_NAME = {
     "uvicorn": "uvicorn",
     "scipy": "scipy",
     "tokenizers": "tokenizers",
+    "prometheus-client": "prometheus_client",
 }
+# the import name of each core dependency (its distribution's name where they differ)
+CORE_IMPORT = {"pyyaml": "yaml", "nvidia-ml-py": "pynvml", "prometheus-client": "prometheus_client"}
+
+
+def _imports(path: Path) -> set[str]:
+    import ast
+
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_a_core_dependency_is_used_outside_the_simulator():
+    """Core is what `harness run` needs against a real sglang: a package only the simulator
+    imports belongs in [sim] (prometheus-client was core)."""
+    users: dict[str, set[str]] = {}
+    for path in (ROOT / "harness").rglob("*.py"):
+        for name in _imports(path):
+            users.setdefault(name, set()).add(path.relative_to(ROOT).parts[1])
+    for dep in (dist_name(r) for r in pyproject()["project"]["dependencies"]):
+        where = users.get(CORE_IMPORT.get(dep, dep), set())
+        assert where - {"sim"}, f"{dep}: imported only by {sorted(where) or 'nothing'}"
+
+
+def test_every_requirement_has_an_upper_bound():
+    """docs/install.md's policy: each dependency bounded below the next untested major."""
+    project = pyproject()["project"]
+    reqs = list(project["dependencies"]) + [
+        r for rs in project["optional-dependencies"].values() for r in rs if not r.startswith("hicache-harness")
+    ]
+    unbounded = [r for r in reqs if "<" not in r.split(";")[0] and "==" not in r]
+    assert unbounded == []
 
 
 def test_extras_in_pyproject_are_the_ones_the_code_asks_for():
