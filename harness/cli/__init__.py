@@ -182,7 +182,10 @@ def cmd_run(args) -> int:
                 for line in design_warning_lines(design_warnings(scenario, variants)):
                     print(line)
             else:  # the estimate's table lists each variant's design warnings
-                print("\n".join(estimate_run(scenario, variants).to_lines()))
+                est = estimate_run(scenario, variants)
+                print("\n".join(est.to_lines()))
+                if options.gpus:
+                    print(est.side_by_side_line(options.gpus))
             for line in plan_lines:
                 print(f"# {line}")
             return ExitCode.OK

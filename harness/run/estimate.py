@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from harness.core.model_config import ModelConfigError, ModelShape, load_model_shape
+from harness.run import lanes
 from harness.run.hostpool import (
     DEFAULT_RESERVE_GIB,
     check_budget,
@@ -271,6 +272,20 @@ class RunEstimate:
             )
         d["gpu_minutes"] = self.gpu_minutes
         return d
+
+    def side_by_side_line(self, gpu_ids: Sequence[str]) -> str:
+        """``--dry-run --gpus``: the expected wall time with the variants side by side on
+        ``gpu_ids`` (`harness.run.lanes`' rule), next to one after another; the GPU-minutes do not
+        change (each variant holds its GPUs as long)."""
+        spans = [(v.expected_seconds, v.gpus) for v in self.variants]
+        if any(s is None for s, _ in spans):
+            return f"side by side on GPUs {','.join(gpu_ids)}: no speed given, no wall time"
+        wall = lanes.planned_wall_s(spans, gpu_ids)  # type: ignore[arg-type]
+        seq = sum(s for s, _ in spans)  # type: ignore[misc]
+        return (
+            f"side by side on GPUs {','.join(gpu_ids)}: expected wall {wall / 60:.1f} min "
+            f"(one after another {seq / 60:.1f} min); GPU-minutes unchanged"
+        )
 
     def to_lines(self) -> list[str]:
         """A text table (one row per variant, then the total) and each variant's warnings.

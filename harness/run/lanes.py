@@ -78,6 +78,42 @@ def check_fits(variants: Sequence[Any], gpu_ids: Sequence[str]) -> None:
             )
 
 
+def take(needs: Sequence[int], free: Sequence[str], gpu_ids: Sequence[str]) -> list[tuple[int, list[str]]]:
+    """The scheduling rule (pure): which of the waiting variants (their GPU counts ``needs``, in
+    the run's order) start now on the ``free`` GPUs, and on which — each in turn that fits, the
+    lowest free ids of the set first. A later, smaller variant takes GPUs an earlier one is too
+    wide for yet."""
+    left = [g for g in gpu_ids if g in free]
+    out = []
+    for i, need in enumerate(needs):
+        if need <= len(left):
+            out.append((i, left[:need]))
+            left = left[need:]
+    return out
+
+
+def planned_wall_s(variants: Sequence[tuple[float, int]], gpu_ids: Sequence[str]) -> float:
+    """The wall time of variants (``(seconds, gpus)`` each, in the run's order) run side by side
+    on ``gpu_ids`` by :func:`take` (``--dry-run --gpus``)."""
+    queue = list(range(len(variants)))
+    free = list(gpu_ids)
+    running: list[tuple[float, int, list[str]]] = []  # (ends at, index, gpus)
+    now = 0.0
+    while queue or running:
+        for i, ids in take([variants[j][1] for j in queue], free, gpu_ids):
+            j = queue[i]
+            running.append((now + variants[j][0], j, ids))
+            free = [g for g in free if g not in ids]
+        queue = [j for j in queue if not any(r[1] == j for r in running)]
+        if not running:  # nothing fits at all (check_fits refuses this before a run)
+            raise ValueError("a variant needs more GPUs than the set has")
+        running.sort()
+        end, _, ids = running.pop(0)
+        now = end
+        free += ids
+    return now
+
+
 def current_spawn_guard():
     """The running lane's :meth:`Lane.spawning` in a lane's thread, else None (the main thread
     defers signals instead)."""
@@ -176,19 +212,18 @@ class Lanes:
         free = list(self.gpu_ids)
         done: list[Lane] = []
         while (queue or self.running) and not self.cancelled.is_set():
-            for item in list(queue):
+            started: list = []
+            for k, ids in take([gpus_needed(v) for _, v in queue], free, self.gpu_ids):
+                item = queue[k]
                 i, v = item
-                need = gpus_needed(v)
-                if need > len(free):
-                    continue
-                ids = [g for g in self.gpu_ids if g in free][:need]
                 free = [g for g in free if g not in ids]
                 lane = Lane(i, v, ids, self.make_state(), env_not_clean=any(g in self.unclean_gpus for g in ids))
-                queue.remove(item)
+                started.append(item)
                 self.on_start(lane)
                 lane.thread = threading.Thread(target=self._thread, args=(lane,), name=f"variant-{v.name}", daemon=True)
                 self.running.append(lane)
                 lane.thread.start()
+            queue = [item for item in queue if item not in started]
             for lane in list(self.running):
                 lane.thread.join(timeout=self.poll_s / max(1, len(self.running)))
                 if lane.thread.is_alive():

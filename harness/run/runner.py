@@ -657,9 +657,7 @@ def run_variant(
             server.start()
             status.server = server.identity()
             status.write(vpaths.status)
-        sampler = _start_sampler(scenario, server, vpaths)
-        if sampler is not None:
-            sampler.system_shared = shared
+        sampler = _start_sampler(scenario, server, vpaths, shared=shared)
         state.sampler = sampler
         ready = server.wait_ready(variant.startup_timeout_s)
         ready_at = time.time()
@@ -902,7 +900,7 @@ def _finish(
     return status.outcome()
 
 
-def _start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, endpoint=None):
+def _start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, endpoint=None, shared: bool = False):
     """The variant's sampler: its server's process tree, GPUs and /metrics. An external server
     (``endpoint``) has no process here: this machine's memory, its GPUs only when the server
     runs on this machine (all of them: which ones it uses is unknown), /metrics where they answer."""
@@ -933,6 +931,7 @@ def _start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, end
             launch_argv=server.spec.argv,
         )  # its GPUs only
     sampler._harness_writer = writer  # closed with the sampler
+    sampler.system_shared = shared  # before its first sample: side by side, every one is labelled
     return sampler.start()
 
 

@@ -210,7 +210,7 @@ def table_lines(gpu_time: Mapping[str, Any]) -> list[str]:
         rows.append(
             (
                 name,
-                ",".join(t["gpu_ids"]) if t.get("gpu_ids") else str(t.get("gpus", "")),
+                f"{t.get('gpus')} ({','.join(t['gpu_ids'])})" if t.get("gpu_ids") else str(t.get("gpus", "")),
                 *(f"{float(gm.get(b, 0.0)):.2f}" for b in BUCKETS),
                 f"{float(t.get('gpu_minutes_total', 0.0)):.2f}",
             )

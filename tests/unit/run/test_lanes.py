@@ -203,3 +203,26 @@ def test_an_interrupt_stops_every_concurrent_server_and_marks_them(tmp_path):
     for name in ("off", "on-r2"):
         assert json.loads((run / name / "status.json").read_text())["state"] == "interrupted"
     wait_for(lambda: not [p for p in servers if alive(p)], 20, "every server stopped")
+
+
+def test_the_rule_and_the_planned_wall_time_agree_with_the_scheduler():
+    """take() is the scheduler's rule; planned_wall_s replays it on estimated durations (--dry-run --gpus)."""
+    assert lanes.take([1, 2, 1, 1], ["0", "1"], ["0", "1"]) == [(0, ["0"]), (2, ["1"])]
+    assert lanes.take([2], ["1"], ["0", "1"]) == []
+    # a (10 s) and c (5 s) first; d backfills c's GPU at 5 s; b (both GPUs) once a and d end at 10 s
+    assert lanes.planned_wall_s([(10, 1), (20, 2), (5, 1), (5, 1)], ["0", "1"]) == 30
+    assert lanes.planned_wall_s([(10, 1)] * 3, ["0", "1", "2"]) == 10
+    assert lanes.planned_wall_s([(10, 1)] * 3, ["0"]) == 30
+
+
+def test_dry_run_says_the_wall_time_side_by_side(monkeypatch):
+    from harness.run.estimate import estimate_run
+    from tests.conftest import REPO
+
+    monkeypatch.setenv("MODEL_PATH", "/nonexistent")
+    est = estimate_run(load_scenario(REPO / "scenarios" / "wsl_tp2.yaml"))
+    seq = sum(v.expected_seconds for v in est.variants) / 60
+    line = est.side_by_side_line(["0", "1", "2", "3"])  # TP2 variants: two at a time
+    assert line.startswith("side by side on GPUs 0,1,2,3: expected wall ")
+    wall = float(line.split("expected wall ")[1].split(" min")[0])
+    assert seq / 2 <= wall + 0.05 < seq and f"one after another {seq:.1f} min" in line
