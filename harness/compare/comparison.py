@@ -34,7 +34,7 @@ from harness.compare.curves import (
     knee_below,
     load_points,
 )
-from harness.compare.power import comparison_advice, pooled_log_spread, units_needed
+from harness.compare.power import comparison_advice, next_round, pooled_log_spread, units_needed
 from harness.compare.runs import (
     BaselineChoice,
     build_change,
@@ -997,11 +997,17 @@ def compare_runs(
                 comp.metrics.append(row)
     judge(comp, exp.gate, exp.quality_baseline, alpha)
     if comp.outcome == Outcome.INCONCLUSIVE.value:
-        comp.advice = comparison_advice(comp.metrics, cand.manifest.get("repeats"), bool(exp.gate))
-        if comp.advice and allowed > len(rounds):
+        done = sum(int(r.manifest.get("repeats") or 1) for r in (cand, *rounds))
+        comp.advice = comparison_advice(comp.metrics, done, bool(exp.gate))
+        more = next_round(comp.metrics, done)
+        if more is not None and allowed > len(rounds) and more[0] > done:
+            scenario_path = (cand.manifest.get("scenario") or {}).get("path") or "SCENARIO"
+            only = " ".join(f"--only {v}" for v in more[1])
+            added = " ".join(f"--round {r.paths.root}" for r in rounds)
             comp.advice += (
-                f"; as round {len(rounds) + 2} of at most {allowed + 1} (verdict.rounds), run those repeats as a "
-                f"new run and add it: harness compare {cand.paths.root} --round NEW_RUN"
+                f"; round {len(rounds) + 2} of at most {allowed + 1} (verdict.rounds): harness run {scenario_path} "
+                f"--repeats {more[0] - done} --no-quality {only}, then harness compare {cand.paths.root} "
+                f"--baseline {(comp.baseline or {}).get('path', 'latest')} {added} --round NEW_RUN".replace("  ", " ")
             )
     for c in comp.curves:  # a point gates when one of its metric rows does
         c.gating = any(

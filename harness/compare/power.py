@@ -103,6 +103,17 @@ def pooled_log_spread(base: np.ndarray, cand: np.ndarray) -> float | None:
     return float(math.sqrt(np.sum(dev**2) / dof)) if dof > 0 else None
 
 
+def next_round(rows: Sequence[Any], repeats: int) -> tuple[int, list[str]] | None:
+    """(the repeats a night needs in all, the variants) for its inconclusive gating rows to
+    decide at the spread measured — the row that needs the most decides the count — or None
+    when no such row has a plan. ``repeats``: what the night (with its rounds) has. Pure."""
+    stuck = [r for r in rows if r.gating and r.state == "inconclusive" and r.units_needed is not None]
+    plans = [(math.ceil(r.units_needed / (r.n_candidate / repeats)), r) for r in stuck if r.n_candidate]
+    if not plans:
+        return None
+    return max(n for n, _ in plans), sorted({r.variant for _, r in plans})
+
+
 def comparison_advice(rows: Sequence[Any], repeats: Any, gated: bool) -> str:
     """One line for an INCONCLUSIVE comparison: the repeats its gating rows need to decide at the
     spread this comparison measured (the worst row named), or that a side needs a second unit

@@ -169,6 +169,8 @@ def test_a_round_decides_what_the_night_could_not(tmp_path):
     more = write_run(tmp_path, RUNS[2], {"on": cold_records(noisy(115, 8, sd=0.03, seed=3))}, text=text)
     first = compare_runs(results.load_run(base), results.load_run(night))
     assert first.outcome == "INCONCLUSIVE" and "--round NEW_RUN" in first.advice
+    assert "round 2 of at most 3 (verdict.rounds): harness run scenarios/synth.yaml --repeats " in first.advice
+    assert "--no-quality --only on, then harness compare" in first.advice
     assert any("look 1 of at most 3" in n and "alpha 0.0167" in n for n in first.notes)
     second = compare_runs(results.load_run(base), results.load_run(night), rounds=[results.load_run(more)])
     assert second.outcome == "FAIL"
