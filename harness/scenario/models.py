@@ -49,6 +49,7 @@ from harness.spec.values import (
     host_problem,
     no_bool,
     parse_extra_args,
+    ranged,
     show_value,
     url_problem,
 )
@@ -74,7 +75,7 @@ Workload = Annotated[
 class SimOptions(ScenarioModel):
     """``server.sim``: knobs of the simulated server (backend sim only)."""
 
-    time_scale: PosFloat = 1.0
+    time_scale: ranged(float, 1e-4, 1e4, "x the cost model's time") = 1.0
     host_mem_scale: Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=1)] = 0.0625
     mem_available_gib: PosFloat | None = None
     startup_s: NonNegFloat = 1.0
@@ -133,7 +134,7 @@ class Server(ScenarioModel):
     # Required to launch a server; with backend: external optional, a local copy of the served
     # model's folder (its config.json sizes token-id prompts).
     model_path: str | None = None
-    tp_size: PosInt = 1
+    tp_size: ranged(int, 1, 1024, "GPUs") = 1
     host: str = "127.0.0.1"
     args: ArgsDict = {}
     # One string of extra sglang flags, split like a shell would (e.g. ``${SGLANG_EXTRA_ARGS:-}``),
@@ -222,7 +223,7 @@ class HiCache(ScenarioModel):
     """A variant's HiCache block (its presence turns HiCache on). None fields are not passed:
     sglang's own default applies (ratio 2.0, write_through, kernel; layout depends on version)."""
 
-    ratio: PosFloat | None = None
+    ratio: ranged(float, 0.01, 1000, "x the device KV pool") | None = None
     size_gb: PosFloat | None = None
     mem_layout: Literal[MEM_LAYOUTS] | None = None  # type: ignore[valid-type]
     write_policy: Literal[WRITE_POLICIES] | None = None  # type: ignore[valid-type]
@@ -343,7 +344,7 @@ class MatrixEntry(VariantFields):
 
 class Sampling(ScenarioModel):
     enabled: bool = True
-    interval_s: PosFloat = 0.5
+    interval_s: ranged(float, 0.01, 3600, "s") = 0.5
     idle_window_s: NonNegFloat = 5.0
     gpu: GpuMode = "auto"
     server_metrics: bool = True
@@ -518,7 +519,7 @@ class Scenario(ScenarioModel):
 
     name: ScenarioName
     description: str = ""
-    seed: NonNegInt = 0
+    seed: ranged(int, 0, 2**63 - 1, "") = 0
     # ``auto``: the count harness.compare.planning plans from the earlier runs' spread (bounded by
     # verdict.budget_minutes), resolved by the command that reads the scenario (run, validate);
     # until then (and for every other reader) AUTO_REPEATS.

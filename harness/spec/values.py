@@ -60,8 +60,23 @@ MAX_TOKENS = 1_000_000_000  # longer than any model's context
 MAX_POOL_FRACTION = 100.0
 Count = Annotated[int, BeforeValidator(no_bool), Field(ge=1, le=MAX_COUNT)]
 NonNegInt = Annotated[int, BeforeValidator(no_bool), Field(ge=0)]
-PosFloat = Annotated[float, BeforeValidator(no_bool), Field(gt=0)]
-NonNegFloat = Annotated[float, BeforeValidator(no_bool), Field(ge=0)]
+# Every float key is finite and at most MAX_FLOAT (1e300 validated as a time scale that then ran
+# forever). Keys with a narrower sense take `ranged` (bounds and unit declared beside the key;
+# `harness schema` shows both): 1e-300 validated as a HiCache ratio.
+MAX_FLOAT = 1e12
+PosFloat = Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=MAX_FLOAT, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, BeforeValidator(no_bool), Field(ge=0, le=MAX_FLOAT, allow_inf_nan=False)]
+
+
+def ranged(kind: type, lo: float, hi: float, unit: str) -> Any:
+    """A number key of ``kind`` (int or float) in ``[lo, hi]`` with its unit, declared beside
+    the key: `validate` refuses a value outside (naming the key and the range), `harness schema`
+    shows ``minimum``, ``maximum`` and ``unit``."""
+    extra = {"unit": unit} if unit else None
+    if kind is int:
+        return Annotated[int, BeforeValidator(no_bool), Field(ge=lo, le=hi, json_schema_extra=extra)]
+    return Annotated[float, BeforeValidator(no_bool), Field(ge=lo, le=hi, allow_inf_nan=False, json_schema_extra=extra)]
+
 
 _NAME_RE = re.compile(r"^\w[\w.+@-]*$")
 _SCENARIO_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

@@ -50,7 +50,7 @@ def scn_hash_of(*sets: str) -> str:
         ("workloads.cold_prefill.n=abc", "--set workloads.cold_prefill.n=abc workloads[0].n: expected an integer"),
         (
             "variants.on-r2.hicache.ratio=0",
-            "--set variants.on-r2.hicache.ratio=0 variants[1].hicache.ratio: must be > 0",
+            "--set variants.on-r2.hicache.ratio=0 variants[1].hicache.ratio: must be >= 0.01",
         ),
         ("quality.bogus=1", "--set quality.bogus=1 quality.bogus: unknown key 'bogus'"),
         ("variants.nope.x=1", "--set variants.nope.x=1: variants has no element named 'nope'"),

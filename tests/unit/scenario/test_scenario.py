@@ -89,7 +89,7 @@ def one_error(tmp_path, body, env=None):
             "server.args.--max-total-tokens",
             "duplicate key '--max-total-tokens' (first at line 6)",
         ),
-        ("bad_ratio.yaml", 9, "variants[1].hicache.ratio", "must be > 0, got 0"),
+        ("bad_ratio.yaml", 9, "variants[1].hicache.ratio", "must be >= 0.01, got 0"),
         ("bad_length.yaml", 11, "workloads[1].output_tokens", "must be >= 1, got -5"),
         ("bad_nonutf8.yaml", 2, None, "not valid UTF-8: byte 0xe9 at offset"),
         ("bad_empty.yaml", 1, None, "empty document"),
@@ -175,7 +175,7 @@ def test_bomb_is_refused_before_it_expands():
         ("repeats: 0\n", 7, "repeats", "must be >= 1"),
         ("repeats: true\n", 7, "repeats", "expected a number, got true"),
         ("seed: -1\n", 7, "seed", "must be >= 0"),
-        ("sampling:\n  interval_s: 0\n", 8, "sampling.interval_s", "must be > 0"),
+        ("sampling:\n  interval_s: 0\n", 8, "sampling.interval_s", "must be >= 0.01"),
         ("sampling:\n  gpu: maybe\n", 8, "sampling.gpu", "expected auto, true or false"),
         ("preflight:\n  mode: loud\n", 8, "preflight.mode", "expected one of warn, strict, off, got 'loud'"),
         ("quality:\n  tasks: [needle, haystack]\n", 8, "quality.tasks[1]", "expected one of needle"),
@@ -233,7 +233,7 @@ def test_inline_bad(tmp_path, extra, line, path, msg):
         (BASE + "  - name: ''\n", 7, "variants[1].name", "must not be empty"),
         (BASE + "  - name: a/b\n", 7, "variants[1].name", "not a valid name"),
         (BASE + "  - name: 'a:b'\n", 7, "variants[1].name", "not a valid name"),
-        (BASE + "  - name: on\n    hicache: {ratio: -1}\n", 8, "variants[1].hicache.ratio", "must be > 0"),
+        (BASE + "  - name: on\n    hicache: {ratio: -1}\n", 8, "variants[1].hicache.ratio", "must be >= 0.01"),
         (BASE + "  - name: on\n    hicache: {size_gb: 0}\n", 8, "variants[1].hicache.size_gb", "must be > 0"),
         (BASE + "  - name: on\n    hicache: {ratio: .inf}\n", 8, "variants[1].hicache.ratio", "finite"),
         (
@@ -436,7 +436,7 @@ matrix:
 def test_matrix_bad_axis_value_points_at_value(tmp_path):
     body = BASE + "matrix:\n  - prefix: on\n    axes:\n      hicache.ratio:\n        - 1\n        - 0\n"
     line, path, msg = one_error(tmp_path, body)
-    assert (line, path) == (12, 'matrix[0].axes["hicache.ratio"][1]') and "must be > 0" in msg
+    assert (line, path) == (12, 'matrix[0].axes["hicache.ratio"][1]') and "must be >= 0.01" in msg
 
 
 def test_matrix_bad_axis_path(tmp_path):

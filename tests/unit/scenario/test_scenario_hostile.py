@@ -88,6 +88,31 @@ CASES = {
         "did you mean 'crash_at_request'",
     ),
     "unknown workload kind": (_sub("kind: cold_prefill", "kind: cold_prefil"), "workloads[0].kind", "unknown kind"),
+    # absurd numbers that validated (issue 26): each refused naming the key and its range
+    "ratio 1e-300": (
+        _sub("- name: off", "- name: off\n    hicache: {ratio: 1e-300}"),
+        "variants[0].hicache.ratio",
+        "0.01",
+    ),
+    "ratio 1e300": (
+        _sub("- name: off", "- name: off\n    hicache: {ratio: 1e300}"),
+        "variants[0].hicache.ratio",
+        "1000",
+    ),
+    "ratio .inf": (
+        _sub("- name: off", "- name: off\n    hicache: {ratio: .inf}"),
+        "variants[0].hicache.ratio",
+        "finite",
+    ),
+    "time_scale 1e300": (
+        _sub("  args:", "  sim: {time_scale: 1e300}\n  args:"),
+        "server.sim.time_scale",
+        "10000",
+    ),
+    "tp_size 1e6": (_sub("  args:", "  tp_size: 1000000\n  args:"), "server.tp_size", "1024"),
+    "seed 2**70": (BASE + "seed: 1180591620717411303424\n", "seed", "9223372036854775807"),
+    "sampler 1 ns": (BASE + "sampling: {interval_s: 1e-9}\n", "sampling.interval_s", "0.01"),
+    "huge layer count": (_sub("models/llama-tiny", "models/huge"), "server.model_path", "no model has more than"),
 }
 
 
@@ -100,6 +125,8 @@ def models(tmp_path_factory) -> Path:
     cfg = json.loads((ROOT / "scenarios" / "models" / "llama-tiny" / "config.json").read_text())
     (d / "zero").mkdir()
     (d / "zero" / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 0}))
+    (d / "huge").mkdir()
+    (d / "huge" / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 10**15}))
     return d
 
 
