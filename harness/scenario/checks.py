@@ -133,6 +133,16 @@ EXTERNAL_REFUSED_SERVER = (
     "startup_retries",
     "sim",
 )
+# ... and what does apply to it: every other ``server`` field, each with what it does there
+# (tests/unit/scenario/test_external_fields.py: every field of `Server` is in exactly one of the two).
+EXTERNAL_APPLIES_SERVER = {
+    "backend": "selects backend: external itself",
+    "model_path": "the model's files, read here (tokenizer, config.json sizes)",
+    "request_timeout_s": "each request's limit",
+    "liveness_idle_s": "the idle wait and final /health_generate after the last response (P6)",
+    "watchdog": "the hang check of a server that stops answering",
+    "api_key_env": "the variable holding the running servers' API key",
+}
 EXTERNAL_REFUSED_VARIANT = ("hicache", "args", "env", "model_path", "sim_faults", "expect_cause")
 EXTERNAL_REFUSED_SAMPLING = ("cooldown_timeout_s", "cooldown_mem_tolerance_gib")
 _EXTERNAL_WHY = "does not apply to backend: external (the harness starts no server)"

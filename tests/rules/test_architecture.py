@@ -190,3 +190,19 @@ def test_architecture_doc_lists_every_module():
     assert missing == [], "docs/architecture.md's module table lacks: " + ", ".join(missing)
     gone = sorted(p for p in listed if not (ROOT / p).exists())
     assert gone == [], "docs/architecture.md names modules that do not exist: " + ", ".join(gone)
+
+
+def test_architecture_doc_lists_each_module_in_its_packages_section():
+    """Each module's row is under the section of its package: a heading naming `harness/<package>/`
+    (a top-level module: its own path)."""
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    modules = doc[doc.index("## Modules") : doc.index("\n## ", doc.index("## Modules") + 1)]
+    misplaced = []
+    for section in re.split(r"(?m)^### ", modules)[1:]:
+        heading = section.splitlines()[0]
+        for path in re.findall(r"(?m)^\| `(harness/[\w/]+\.py)` \|", section):
+            parts = path.split("/")
+            home = f"`harness/{parts[1]}/" if len(parts) > 2 else f"`{path}`"
+            if home not in heading:
+                misplaced.append(f"{path} under '{heading}'")
+    assert misplaced == []
