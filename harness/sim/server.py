@@ -459,6 +459,8 @@ async def _serve(plan: Plan) -> int:
         prefetch_threshold=plan.prefetch_threshold,
     )
     metrics = SimMetrics(plan.served_model_name, plan.storage_backend if a["enable_metrics"] else None)
+    # outputs are drawn from the vocabulary text can be decoded from: the tokenizer's, when loaded
+    tokenizer = SimTokenizer(shape.vocab_size, a["tokenizer_path"] or a["model_path"])
     engine = Engine(
         cfg,
         cache,
@@ -472,10 +474,9 @@ async def _serve(plan: Plan) -> int:
             args.storage_read_gbs,
             args.storage_write_gbs,
         ),
-        TokenModel(shape.vocab_size, shape.eos_token_ids),
+        TokenModel(tokenizer.vocab_size, shape.eos_token_ids),
         metrics,
     )
-    tokenizer = SimTokenizer(shape.vocab_size, a["tokenizer_path"] or a["model_path"])
     state = AppState(
         engine=engine,
         server_info=_server_info(plan),

@@ -161,6 +161,8 @@ class SimTokenizer:
             else:
                 self._tok = Tokenizer.from_file(str(file))
                 self.kind = f"tokenizer.json ({file})"
+                # generated ids must decode: a tokenizer smaller than config.json's vocab bounds them
+                self.vocab_size = max(min(self.vocab_size, self._tok.get_vocab_size()), 300)
 
     def encode(self, text: str) -> list[int]:
         if self._tok is not None:

@@ -96,13 +96,20 @@ def test_a_bad_chat_request_is_a_400_the_client_raises(sim):
         _client(sim).chat.completions.create(model="tiny-sim", messages=[], max_tokens=2)
 
 
-def _tiny_tokenizer(folder: Path) -> None:
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+def _tiny_tokenizer(folder: Path) -> int:
+    """A byte-level BPE tokenizer trained on the test's text, saved as the folder's
+    tokenizer.json; its vocabulary size (a few hundred: smaller than config.json's 32000)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator([PROSE, chat_prompt(MESSAGES)], trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<s>", "</s>", "<unk>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator([PROSE, chat_prompt(MESSAGES)], trainer)
     tok.save(str(folder / "tokenizer.json"))
+    return tok.get_vocab_size()
 
 
 def test_the_model_folder_s_tokenizer_counts_the_text(tmp_path):
@@ -110,7 +117,8 @@ def test_the_model_folder_s_tokenizer_counts_the_text(tmp_path):
     folder = tmp_path / "llama-tiny-tok"
     folder.mkdir()
     shutil.copy(MODELS / "llama-tiny" / "config.json", folder / "config.json")
-    _tiny_tokenizer(folder)
+    vocab = _tiny_tokenizer(folder)
+    assert 300 < vocab < VOCAB
     expected = SimTokenizer(VOCAB, folder)
     assert expected.kind.startswith("tokenizer.json")
     n = len(expected.encode(chat_prompt(MESSAGES)))
@@ -120,3 +128,8 @@ def test_the_model_folder_s_tokenizer_counts_the_text(tmp_path):
         assert r.usage.prompt_tokens == n
         info = httpx.get(sim.url + "/get_model_info", timeout=10).json()
         assert info["simulated_tokenizer"].startswith("tokenizer.json")
+        # what it generates decodes: ids within the tokenizer's vocabulary, not config.json's
+        out = httpx.post(
+            sim.url + "/generate", json={"input_ids": [5] * 40, "sampling_params": {"max_new_tokens": 64}}, timeout=30
+        ).json()
+        assert len(out["output_ids"]) == 64 and max(out["output_ids"]) < vocab
