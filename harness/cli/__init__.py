@@ -369,7 +369,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("compare", help="compare a run with a baseline run; exit 1 on a regression")
     s.add_argument("run", help="candidate run folder")
     s.add_argument("--baseline", required=True, help="baseline run folder, or 'latest' (last good run)")
-    s.add_argument("--results-dir", default="results", help="where to look for 'latest' (default: results)")
+    s.add_argument(
+        "--results-dir",
+        default=None,
+        help="where to look for 'latest' (default: the results folder the candidate run is in)",
+    )
     s.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
     s.add_argument(
         "--markdown",

@@ -99,7 +99,9 @@ def _compare(args) -> int:
     pool = int(getattr(args, "pool", 1) or 1)
     if pool < 1:
         raise results.ResultsError(f"--pool {pool}: pool at least one run")
-    choice = load_baseline(args.baseline, Path(args.results_dir), cand, pool)
+    # results/<scenario>/<run_id>: a run made with --results-dir X finds its 'latest' under X
+    results_dir = Path(args.results_dir) if args.results_dir else Path(args.run).resolve().parent.parent
+    choice = load_baseline(args.baseline, results_dir, cand, pool)
     for line in choice.lines():
         print(f"harness compare: {line}", file=sys.stderr)
     rounds = [read_run(Path(r)) for r in getattr(args, "round", None) or ()]

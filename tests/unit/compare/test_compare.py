@@ -39,7 +39,7 @@ def args(run: Path, baseline: str | Path, results_dir: Path, junit=None, markdow
         run=str(run),
         pool=pool,
         baseline=str(baseline),
-        results_dir=str(results_dir),
+        results_dir=None if results_dir is None else str(results_dir),
         junit=None if junit is None else str(junit),
         markdown=None if markdown is None else str(markdown),
     )
@@ -660,6 +660,17 @@ def test_latest_is_the_newest_passing_run_of_the_same_config(tmp_path, capsys):
     ):
         assert f"{run.name} ({why}" in err
     assert data["baseline_choice"][0].startswith(f"baseline {good.name}")
+
+
+def test_latest_is_looked_for_beside_the_candidate_when_no_results_dir_is_given(tmp_path, monkeypatch):
+    """A run made with `harness run --results-dir X` finds its baseline under X: `compare RUN
+    --baseline latest` looked under ./results whatever the candidate's folder, and said 'no baseline'."""
+    good = write_run(tmp_path / "elsewhere", A, {"on": cold_records(noisy(100, 8))})
+    write_verdict(good, "PASS")
+    cand = write_run(tmp_path / "elsewhere", B, {"on": cold_records(noisy(100, 8, seed=4))})
+    monkeypatch.chdir(tmp_path)  # no ./results here
+    assert cli_main(args(cand, "latest", None)) == ExitCode.OK
+    assert comparison(cand)["baseline"]["run_id"] == good.name
 
 
 def test_latest_judges_a_run_without_verdict_json(tmp_path):
