@@ -20,9 +20,9 @@ cmp n2-vs-n1 "$N2" "$N1"          # two healthy nights
 cmp n3slow-vs-n2 "$N3" "$N2"      # the slow build against the night before
 cmp n3slow-vs-n1 "$N3" "$N1"      # ... and against the first night
 # as a nightly job sees them: the nights in one results folder (night 3's interrupted first try
-# too), the slow night against the latest good night(s)
+# too), the slow night against the latest good night(s); --pool 3 is nightly-gpu.yml's own
 L=$W/nights; mkdir -p "$L/h200_nightly_load"; cp -r "$N"/* "$N3" "$L/h200_nightly_load/"
-for k in 1 2; do
+for k in 1 2 3; do
   "$PY" -m harness compare "$L/h200_nightly_load/$(basename "$N3")" --baseline latest --pool $k --results-dir "$L" \
     --markdown "$OUTD/compare-n3slow-vs-latest-pool$k.md" > "$OUTD/compare-n3slow-vs-latest-pool$k.txt" 2>&1
   echo "compare n3slow-vs-latest-pool$k: exit $? ($(grep -m1 -o 'PASS\|FAIL\|INCONCLUSIVE' "$OUTD/compare-n3slow-vs-latest-pool$k.md"))"
