@@ -241,6 +241,12 @@ def late_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) 
             q.baseline_variant = off.name
     if q.enabled and q.baseline_variant in by_name and by_name[q.baseline_variant].expect != "ok":
         add(("quality", "baseline_variant"), f"baseline {q.baseline_variant!r} is expected to fail at startup")
+    elif q.enabled and q.baseline_variant in by_name and by_name[q.baseline_variant].hicache is not None:
+        # corrupt against corrupt passes: the baseline must be the cache's absence
+        add(
+            ("quality", "baseline_variant"),
+            f"baseline_variant {q.baseline_variant} must be a variant with HiCache off (it has a hicache block)",
+        )
     for i, c in enumerate(scn.expectations.checks):
         if c.variant is not None and c.variant not in by_name:
             close = get_close_matches(c.variant, names, n=1)

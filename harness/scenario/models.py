@@ -42,6 +42,7 @@ from harness.spec.values import (
     ScenarioName,
     ThresholdT,
     TokenSize,
+    TokenSizeOrZeroT,
     TokenSizeT,
     field_error,
     flag_problem,
@@ -373,7 +374,7 @@ class Quality(ScenarioModel):
     lengths: Annotated[list[TokenSizeT], Field(min_length=1)] = [TokenSize(tokens=8000)]
     samples_per_task: Count = 2
     max_new_tokens: PosInt = 32
-    churn_tokens: TokenSizeT = TokenSize(pool_fraction=1.5)
+    churn_tokens: TokenSizeOrZeroT = TokenSize(pool_fraction=1.5)  # 0: no churn (parity NOT_EXERCISED)
     reasks: Count = 2
     top_logprobs: PosInt = 5
     tie_epsilon: NonNegFloat = 0.05

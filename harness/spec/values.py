@@ -205,6 +205,31 @@ TokenSizeT = Annotated[
     ),
 ]
 
+
+def _size_or_zero(v: Any) -> TokenSize:
+    """A `TokenSize`, or 0 (the key's "none": ``quality.churn_tokens: 0`` turns churn off)."""
+    if type(v) is int and v == 0:
+        return TokenSize(tokens=0)
+    return TokenSize.parse(v)
+
+
+# A token size that may also be 0 (off): quality.churn_tokens (docs/quality.md: parity then
+# NOT_EXERCISED, every re-ask a GPU hit).
+TokenSizeOrZeroT = Annotated[
+    TokenSize,
+    PlainValidator(as_validator(_size_or_zero)),
+    PlainSerializer(lambda t: t.to_json()),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*(\d+\s*[kK]?|(\d+(\.\d*)?|\.\d+)\s*x\s*pool)\s*$"},
+            ],
+            "description": 'tokens (int, or "8k"; 0: none) or a fraction of the GPU pool: "0.4x pool"',
+        }
+    ),
+]
+
 _OPS = (">=", "<=", "==", "!=", ">", "<")
 
 

@@ -181,6 +181,13 @@ def test_bomb_is_refused_before_it_expands():
         ("quality:\n  tasks: [needle, haystack]\n", 8, "quality.tasks[1]", "expected one of needle"),
         ("quality:\n  lengths: []\n", 8, "quality.lengths", "at least 1"),
         ("quality:\n  enabled: true\n  baseline_variant: of\n", 9, "quality.baseline_variant", "no variant named 'of'"),
+        # a HiCache variant as the parity baseline: corrupt against corrupt was a PASS
+        (
+            "  - name: on\n    hicache: {ratio: 2}\nquality:\n  enabled: true\n  baseline_variant: on\n",
+            11,
+            "quality.baseline_variant",
+            "baseline_variant on must be a variant with HiCache off (it has a hicache block)",
+        ),
         ("expectations:\n  thresholds:\n    ttft_p50: 5\n", 9, "expectations.thresholds.ttft_p50", "percentage"),
         ('expectations:\n  checks:\n    - "on: ttft_p50 ~ 3"\n', 9, "expectations.checks[0]", "cannot parse check"),
         (
@@ -763,3 +770,12 @@ gate:
         {},
     )
     assert [(g.variant, g.metric) for g in good.gate] == [(None, "cold_prefill.cold.ttft_ms")]
+
+
+def test_churn_tokens_zero_is_churn_off_as_docs_quality_says(tmp_path):
+    """docs/quality.md: `churn_tokens: 0` makes every re-ask a device hit (parity NOT_EXERCISED);
+    validate refused it ("must be >= 1 token"). -1 is still refused."""
+    s = load_scenario_text(SGLANG_BASE + "quality:\n  enabled: true\n  churn_tokens: 0\n", "c.yaml", env={})
+    assert s.quality.churn_tokens.resolve(4096) == 0
+    line, path, msg = one_error(tmp_path, BASE + "quality:\n  enabled: true\n  churn_tokens: -1\n")
+    assert path == "quality.churn_tokens" and "must be >= 1 token" in msg
