@@ -844,6 +844,37 @@ def pooled_baseline(
     return (frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)), derived
 
 
+def pool_drift(
+    name: str,
+    nights: Sequence[tuple[str, results.LoadedVariant]],
+    kinds: Mapping[str, str],
+    rows: Sequence[MetricRow],
+) -> list[str]:
+    """Drift inside a baseline pool: for each gating row of variant ``name`` measured per request
+    or group, its nights' medians (``nights`` newest first); a note when they moved by at least
+    the row's threshold from the oldest night to the newest. The pool's spread includes that
+    drift; the note says it is there."""
+    if len(nights) < 3:
+        return []
+    per_night = [metric_samples(variant_requests(v), dict(kinds)) for _, v in nights]
+    out = []
+    for r in rows:
+        if not r.gating or r.phase == "*" or r.variant != name:
+            continue
+        key = (r.workload, r.phase, r.metric)
+        meds = [float(np.median(s[key].evidence())) for s in reversed(per_night) if key in s and s[key].values.size]
+        if len(meds) < 3 or meds[0] == 0:
+            continue
+        moved = (meds[-1] - meds[0]) / abs(meds[0])
+        if abs(moved) >= r.threshold:
+            shown = ", ".join(f"{m:.4g}" for m in meds)
+            out.append(
+                f"baseline pool drifts: {name} {r.name} night medians {shown} (oldest to newest), "
+                f"{moved * 100:+.1f}% over {len(meds)} nights"
+            )
+    return out
+
+
 def _same_variant(
     runs: Sequence[results.LoadedRun], name: str, config_hash: str | None = None
 ) -> list[tuple[str, results.LoadedVariant]]:
@@ -996,6 +1027,11 @@ def compare_runs(
                 row.threshold_source = "parity verdict"
                 comp.metrics.append(row)
     judge(comp, exp.gate, exp.quality_baseline, alpha)
+    if pool:
+        for v in comp.variants:
+            if v.state == "compared" and v.variant in base_v:
+                nights = [(base.run_id, base_v[v.variant]), *_same_variant(pool, v.variant)]
+                comp.notes += pool_drift(v.variant, nights, base_kinds, comp.metrics)
     if comp.outcome == Outcome.INCONCLUSIVE.value:
         done = sum(int(r.manifest.get("repeats") or 1) for r in (cand, *rounds))
         comp.advice = comparison_advice(comp.metrics, done, bool(exp.gate))

@@ -902,3 +902,33 @@ def test_ci_outputs_are_regular_files_never_a_device_fifo_or_link(golden_run, tm
         assert code in (ExitCode.OK, ExitCode.INCONCLUSIVE)
         assert f"GITHUB_STEP_SUMMARY {step}: {kind}, not a regular file; not written" in capsys.readouterr().err
     assert target.read_text() == "keep"
+
+
+def test_a_pool_says_when_its_nights_drift(tmp_path):
+    """Three baseline nights at 100, 104 and 108 ms pooled: the comparison notes the drift
+    inside its baseline (+8 % over 3 nights, beyond the 5 % threshold); flat nights say nothing."""
+    runs = [
+        write_run(tmp_path / "d", rid, {"on": cold_records(noisy(level, 8, seed=i))})
+        for i, (rid, level) in enumerate(((A, 100), (B, 104), (C3, 108)))
+    ]
+    for run in runs:
+        write_verdict(run, "PASS")
+    cand = write_run(tmp_path / "d", D, {"on": cold_records(noisy(108, 8, seed=9))})
+    assert cli_main(args(cand, "latest", tmp_path / "d", pool=3)) in (
+        ExitCode.OK,
+        ExitCode.INCONCLUSIVE,
+        ExitCode.FAILED,
+    )
+    notes = comparison(cand)["notes"]
+    assert any(
+        n.startswith("baseline pool drifts: on cold_prefill.cold.ttft_ms night medians") and "over 3 nights" in n
+        for n in notes
+    )
+    flat = [
+        write_run(tmp_path / "f", rid, {"on": cold_records(noisy(100, 8, seed=i))}) for i, rid in enumerate((A, B, C3))
+    ]
+    for run in flat:
+        write_verdict(run, "PASS")
+    cand2 = write_run(tmp_path / "f", D, {"on": cold_records(noisy(100, 8, seed=9))})
+    cli_main(args(cand2, "latest", tmp_path / "f", pool=3))
+    assert not any("drifts" in n for n in comparison(cand2)["notes"])
