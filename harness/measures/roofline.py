@@ -233,9 +233,10 @@ def workload_rooflines(
     filler: Iterable[str] = (),
 ) -> dict[str, dict[str, Any]]:
     """{phase: its roofline} of one workload's phases that got host or storage hits (filler left
-    out), with the workload's own cold rate (else the variant's)."""
+    out), with the workload's own cold rate (its uncached non-filler requests; else the variant's)."""
     skip = set(filler)
-    own = cold_prefill_rate(r for p, rs in by_phase.items() for r in rs)
+    # filler (eviction traffic) is never a figure's reference: its prefills evict as they go
+    own = cold_prefill_rate(r for p, rs in by_phase.items() if p not in skip for r in rs)
     rate, source = (own, "this workload's uncached requests") if own else (variant_cold_rate, "the variant's")
     out = {}
     for phase, rs in by_phase.items():

@@ -128,6 +128,9 @@ def batch_deadline(
 # The pinned H2D bandwidth of the host the simulator pretends to be (what ``harness probe`` would
 # measure there); the ``kernel`` io backend reaches it, ``direct`` and layer_first less (below).
 PLATFORM_H2D_BYTES_S = 55e9
+# the fault slow_page_first_direct: page_first_direct's load-back as a share of the link, measured
+# with sglang 0.5.17 on an H200 (1.46 GB/s of a probed 55.4 GB/s pinned H2D, docs/gpu.md)
+PAGE_FIRST_DIRECT_SHARE = 1.46 / 55.4
 
 
 @dataclass(frozen=True)
@@ -273,6 +276,7 @@ class EngineConfig:
     random_seed: int
     storage_backend: str | None = None  # --hicache-storage-backend (None: no L3 tier)
     prefetch_threshold: int = 256  # tokens: fewer storage hits are not prefetched (sglang's default)
+    layout: str | None = None  # the host pool's layout as resolved (page_first + direct: page_first_direct)
 
 
 class Engine:
@@ -285,6 +289,8 @@ class Engine:
         self.cache = cache
         slow = cfg.faults.get(Fault.slow_host_load)  # a slower host-to-device load-back
         self.cost = cost if not slow else replace(cost, h2d_bytes_s=cost.h2d_bytes_s / slow)
+        if Fault.slow_page_first_direct in cfg.faults and cfg.layout == "page_first_direct":
+            self.cost = replace(self.cost, h2d_bytes_s=PLATFORM_H2D_BYTES_S * PAGE_FIRST_DIRECT_SHARE)
         self.model = model
         self.metrics = metrics
         if Fault.missing_storage_pages in cfg.faults:

@@ -137,6 +137,15 @@ class Fault(Enum):
             "every batch takes 1 + R x n times as long"
         ),
     )
+    slow_page_first_direct = (
+        ArgType.NONE,
+        (
+            "the `page_first_direct` layout (asked for, or `page_first` + `--hicache-io-backend direct`, "
+            "which the simulator switches as sglang does) loads back at 2.6 % of the pretend host's pinned "
+            "H2D (1.46 of 55.4 GB/s: sglang 0.5.17's one copy per token page per layer, measured on the "
+            "H200); other layouts are untouched"
+        ),
+    )
     declined_host_load = (
         ArgType.NONE,
         (

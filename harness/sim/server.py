@@ -457,6 +457,7 @@ async def _serve(plan: Plan) -> int:
         random_seed=a["random_seed"] if a["random_seed"] is not None else 0,
         storage_backend=plan.storage_backend,
         prefetch_threshold=plan.prefetch_threshold,
+        layout=plan.layout if plan.hicache else None,
     )
     metrics = SimMetrics(plan.served_model_name, plan.storage_backend if a["enable_metrics"] else None)
     # outputs are drawn from the vocabulary text can be decoded from: the tokenizer's, when loaded

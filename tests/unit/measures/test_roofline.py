@@ -198,3 +198,64 @@ def test_on_the_simulator_a_slow_load_back_is_far_above_its_floor_and_worse_than
     html = page.read_text()
     assert html.index('id="worse-than-off"') < html.index('<section id="hicache">') < html.index('id="roofline"')
     assert "on-slow: worse than off: repeat_prefill/repeat_after_evict" in html
+
+
+H200_SHAPE = """\
+name: h200_shape
+server:
+  backend: sim
+  model_path: models/llama3-8b
+  args: {--max-total-tokens: 70000, --skip-tokenizer-init: true, --context-length: 65536, --page-size: 64}
+  startup_timeout_s: 30
+  request_timeout_s: 60
+  liveness_idle_s: 0.1
+  sim: {time_scale: 1, startup_s: 0, host_mem_scale: 0.0005, mem_available_gib: 200}
+sampling: {enabled: false}
+variants:
+  - name: "off"
+  - name: on-layer_first-direct
+    hicache: {ratio: 2, mem_layout: layer_first, io_backend: direct, write_policy: write_back}
+    sim_faults: [slow_page_first_direct]
+  - name: on-page_first-direct
+    description: switched to page_first_direct, as sglang 0.5.17 does; loads back at 2.6 % of the link
+    hicache: {ratio: 2, mem_layout: page_first, io_backend: direct, write_policy: write_back}
+    sim_faults: [slow_page_first_direct]
+workloads:
+  - kind: repeat_prefill
+    n: 1
+    prompt_tokens: 32768
+    eviction_tokens: "1.1x pool"
+"""
+
+
+@pytest.mark.slow  # the real-time cost model (time scale 1), so the modelled times dwarf a loaded box's noise
+def test_the_h200_case_on_the_simulator_page_first_direct_is_worse_than_off_layer_first_is_near_its_floor(
+    tmp_path, capsys
+):
+    """The H200's 8B shape (32K prompts; a 70K-token pool, half the H200's, to halve the eviction): the same fault on both direct variants acts
+    only on the layout sglang switches page_first + direct to; that one comes out worse than off,
+    layer_first within a few times its floor (the H200: 4.2 s vs a 2.6 s recompute; 201 ms, 92 %)."""
+    import shutil
+
+    from tests.conftest import MODELS
+
+    shutil.copytree(MODELS / "llama3-8b", tmp_path / "models" / "llama3-8b")
+    (tmp_path / "h200_shape.yaml").write_text(H200_SHAPE)
+    rc = main(["run", str(tmp_path / "h200_shape.yaml"), "--results-dir", str(tmp_path / "r"), "--no-report"])
+    out = capsys.readouterr().out
+    (run,) = (tmp_path / "r" / "h200_shape").iterdir()
+
+    def roof(v):
+        s = json.loads((run / v / "summary.json").read_text())
+        return s["workloads"]["repeat_prefill"]["phases"]["repeat_after_evict"]["roofline"]
+
+    good, bad = roof("on-layer_first-direct"), roof("on-page_first-direct")
+    assert good["kv_bytes_per_token"] == 131072 and good["host_tokens"] == 32704  # 32,767 down to 64-token pages
+    # 4.29 GB at 1.46 GB/s is 2.94 s of modelled load-back over a 78 ms floor (55 GB/s): >= 37x
+    assert bad["ratio"] > 30 and bad["ratio"] > 2 * good["ratio"]
+    assert bad["vs_recompute"] > 1.5 > 1 > good["vs_recompute"]
+    verdict = json.loads((run / "verdict.json").read_text())
+    worse = [w for w in verdict["warnings"] if w["code"] == "worse_than_off"]
+    assert [w["variant"] for w in worse] == ["on-page_first-direct"]
+    assert "warning: on-page_first-direct: worse than off: repeat_prefill/repeat_after_evict" in out
+    assert rc == 0

@@ -37,7 +37,9 @@ class Recorder(Engine):
         await asyncio.sleep(0)
 
 
-def engine(faults: dict | None = None, *, host_tokens: int = 0, page_size: int = 1) -> Recorder:
+def engine(
+    faults: dict | None = None, *, host_tokens: int = 0, page_size: int = 1, layout: str | None = None
+) -> Recorder:
     cfg = EngineConfig(
         max_total_tokens=POOL,
         chunked_prefill_size=8192,
@@ -49,6 +51,7 @@ def engine(faults: dict | None = None, *, host_tokens: int = 0, page_size: int =
         deterministic=True,
         faults=faults or {},
         random_seed=0,
+        layout=layout,
     )
     cost = CostModel(
         prefill_tok_s=1e5,
@@ -202,3 +205,13 @@ def test_declined_host_load_reports_the_host_hit_and_recomputes_it(caplog):
     assert again.output_ids == full.output_ids  # recomputed: answers stay right
     assert f"load_back: FAILED to load {full.cached_host} tokens" in caplog.text
     assert "sglang:load_back_tokens_total{" not in e.metrics.render().decode()  # never incremented
+
+
+def test_slow_page_first_direct_loads_back_at_its_measured_share_of_the_link_on_that_layout_only():
+    from harness.sim.engine import PAGE_FIRST_DIRECT_SHARE, PLATFORM_H2D_BYTES_S
+
+    fault = {Fault.slow_page_first_direct: None}
+    slow = engine(fault, host_tokens=3 * POOL, layout="page_first_direct")
+    assert slow.cost.h2d_bytes_s == PLATFORM_H2D_BYTES_S * PAGE_FIRST_DIRECT_SHARE  # 1.46 GB/s
+    assert engine(fault, host_tokens=3 * POOL, layout="page_first").cost.h2d_bytes_s == 1e9  # untouched
+    assert engine(None, host_tokens=3 * POOL, layout="page_first_direct").cost.h2d_bytes_s == 1e9
