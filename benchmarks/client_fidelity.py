@@ -256,8 +256,9 @@ def client_reference(port: int, streams: int, chunks: int, rounds: int) -> dict:
 
 
 def client_harness(port: int, streams: int, chunks: int, rounds: int, loop: str = "asyncio") -> dict:
-    from harness.server.client import GenerateRequest, Labels, StreamingClient
+    from harness.server.client import StreamingClient
     from harness.server.http1 import run
+    from harness.server.request import GenerateRequest, Labels
 
     async def go():
         async with StreamingClient(f"http://127.0.0.1:{port}", timeout_s=300.0) as client:

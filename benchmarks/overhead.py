@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from harness.run import cooldown, runner  # noqa: E402
 from harness.run.progress import Progress  # noqa: E402
+from harness.run.sampler import Sampler  # noqa: E402
 from harness.server import process as server_mod  # noqa: E402
 from harness.server.client import StreamingClient  # noqa: E402
-from harness.server.sampling import Sampler  # noqa: E402
 
 CATEGORIES = ("server", "requests", "waits")
 clock = time.perf_counter_ns

@@ -105,8 +105,8 @@ def _sample_line(i: int, n: int) -> str:
 
 
 def build(root: Path, n_requests: int, n_samples: int) -> Path:
+    from harness.analysis.samples import summarize_samples
     from harness.analysis.summary import summarize
-    from harness.server.sampling import summarize_samples
     from harness.store.records import RequestRecord
 
     run = root / "scale" / "20260101T000000Z-000000"

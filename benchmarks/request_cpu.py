@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.server import http1  # noqa: E402
-from harness.server.client import GenerateRequest, Labels, StreamingClient  # noqa: E402
+from harness.server.client import StreamingClient  # noqa: E402
+from harness.server.request import GenerateRequest, Labels  # noqa: E402
 from harness.server.schedule import send_schedule  # noqa: E402
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"

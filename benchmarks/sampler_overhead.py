@@ -2,7 +2,7 @@
 
 By default starts the simulated server (`python -m harness.sim`, llama-tiny, HiCache on,
 `--enable-metrics`), sends a few requests so its histograms and labelled counters exist, then
-runs `harness.server.sampling.Sampler` for `--seconds` and prints the sampling thread's CPU time
+runs `harness.run.sampler.Sampler` for `--seconds` and prints the sampling thread's CPU time
 (`time.thread_time` inside the thread) as a fraction of one core. `--url URL --pid PID` attaches
 to a server that is already running instead (e.g. a real sglang).
 
@@ -26,7 +26,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.server.sampling import Sampler  # noqa: E402
+from harness.run.sampler import Sampler  # noqa: E402
 from harness.sim.testing import SimProcess  # noqa: E402
 
 

@@ -107,8 +107,9 @@ def drive(
     import functools
 
     import harness.server.client
-    from harness.server.client import GenerateRequest, Labels, StreamingClient
+    from harness.server.client import StreamingClient
     from harness.server.http1 import run
+    from harness.server.request import GenerateRequest, Labels
     from harness.server.schedule import offsets_ns, schedule_lag, send_schedule, sleep_until_ns
 
     if spin_ns is not None:  # the harness's own spin otherwise (harness.server.schedule.SPIN_NS)

@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.attribution import attribute
+from harness.analysis.samples import summarize_samples
 from harness.analysis.summary import summarize, summary_rows
 from harness.analysis.verdict import Outcome, Reason, RunVerdict, VerdictPolicy, run_verdict, variant_verdict
 from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.measures.roofline import Platform, worse_than_off
 from harness.measures.tier_model import TierPools
 from harness.quality.parity import evaluate_parity
-from harness.server.sampling import summarize_samples
 from harness.store import results
 from harness.store.records import RequestRecord
 

@@ -46,7 +46,7 @@ second_pass_speedup, ...; not those that count the hits themselves) are listed w
 checks and gates on them are inconclusive (`harness.analysis.expectations`, `harness.compare`). A host or
 storage phase on a variant without that tier (HiCache off) is expected to miss: not listed.
 
-Server-counter deltas per phase come from `harness.server.sampling.summarize_samples` (the sampler's
+Server-counter deltas per phase come from `harness.analysis.samples.summarize_samples` (the sampler's
 samples carry the same phase labels, `workloads.context.phase_label`), not from here.
 """
 

@@ -37,47 +37,39 @@ Exit codes of ``harness compare`` (`harness.core.exit_codes.ExitCode`): 0 PASS, 
 harness broke, 4 INCONCLUSIVE.
 """
 
-from harness.compare.comparison import (
-    Comparison,
-    MetricRow,
-    VariantRow,
-    compare_runs,
-    gate_matches,
-    parity_row,
-    variant_state,
-)
-from harness.compare.render import to_junit, to_markdown
-from harness.compare.runs import (
-    COMPARISON_FILE,
-    BaselineChoice,
-    BaselineMismatch,
-    choose_latest,
-    find_latest_good,
-    load_baseline,
-    read_run,
-    write_comparison,
-)
-from harness.compare.statistics import DEFAULT_THRESHOLD, decide, threshold_for
+import importlib
+from typing import Any
 
-__all__ = [
-    "COMPARISON_FILE",
-    "DEFAULT_THRESHOLD",
-    "BaselineChoice",
-    "BaselineMismatch",
-    "Comparison",
-    "MetricRow",
-    "VariantRow",
-    "choose_latest",
-    "compare_runs",
-    "decide",
-    "find_latest_good",
-    "gate_matches",
-    "load_baseline",
-    "parity_row",
-    "read_run",
-    "threshold_for",
-    "to_junit",
-    "to_markdown",
-    "variant_state",
-    "write_comparison",
-]
+# Public names, loaded on first use: `harness validate` plans repeats with harness.compare.planning
+# and must not load the comparison (pandas) or the run store's readers (httpx) to do it.
+_HOME = {
+    "Comparison": "harness.compare.comparison",
+    "MetricRow": "harness.compare.comparison",
+    "VariantRow": "harness.compare.comparison",
+    "compare_runs": "harness.compare.comparison",
+    "gate_matches": "harness.compare.comparison",
+    "parity_row": "harness.compare.comparison",
+    "variant_state": "harness.compare.comparison",
+    "to_junit": "harness.compare.render",
+    "to_markdown": "harness.compare.render",
+    "COMPARISON_FILE": "harness.compare.runs",
+    "BaselineChoice": "harness.compare.runs",
+    "BaselineMismatch": "harness.compare.runs",
+    "choose_latest": "harness.compare.runs",
+    "find_latest_good": "harness.compare.runs",
+    "load_baseline": "harness.compare.runs",
+    "read_run": "harness.compare.runs",
+    "write_comparison": "harness.compare.runs",
+    "DEFAULT_THRESHOLD": "harness.compare.statistics",
+    "decide": "harness.compare.statistics",
+    "threshold_for": "harness.compare.statistics",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        value = getattr(importlib.import_module(_HOME[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

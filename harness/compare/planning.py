@@ -277,11 +277,12 @@ def workload_minutes(scenario: Any, variants: Sequence[Any]) -> dict[str, float]
 def earlier_runs(results_dir: Path, scenario_name: str, limit: int = PLAN_NIGHTS) -> list[Any]:
     """The newest ``limit`` complete, unsharded runs of a scenario whose own comparison did not
     FAIL (or that were accepted): what a baseline would be drawn from."""
-    from harness.compare.runs import accepted, compared_outcome, read_run
     from harness.store import results
 
     out = []
     for p in reversed(results.list_runs(Path(results_dir), scenario_name)):
+        from harness.compare.runs import accepted, compared_outcome, read_run  # only when there is a run
+
         try:
             run = read_run(p)
         except results.ResultsError:
@@ -299,8 +300,6 @@ def earlier_runs(results_dir: Path, scenario_name: str, limit: int = PLAN_NIGHTS
 def plan_scenario(scenario: Any, results_dir: Path | None, runs: Sequence[Any] | None = None) -> ScenarioPlan:
     """The plan of a loaded scenario from its earlier runs under ``results_dir`` (or ``runs``,
     newest first)."""
-    from harness.compare.comparison import derived_values_from_records, metric_samples
-    from harness.compare.runs import run_workload_kinds, variant_requests
     from harness.quality.parity import ALPHA as PARITY_ALPHA
 
     if runs is None:
@@ -330,6 +329,11 @@ def plan_scenario(scenario: Any, results_dir: Path | None, runs: Sequence[Any] |
             lv = next((x for x in run.variants if x.name == v.name and (x.status or {}).get("state") == "ok"), None)
             if lv is None:
                 continue
+            # an earlier run's rows (pandas, the run readers): loaded only when there is one, so
+            # `harness validate` of a scenario that never ran loads neither
+            from harness.compare.comparison import derived_values_from_records, metric_samples
+            from harness.compare.runs import run_workload_kinds, variant_requests
+
             kinds = run_workload_kinds(run.manifest)
             keys = list(metric_samples(variant_requests(lv), kinds)) + [
                 (wl, "*", m) for wl, m in derived_values_from_records(lv, kinds)

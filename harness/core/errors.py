@@ -29,7 +29,7 @@ traceback, never "bad input".
         ├── NotSglangError    harness/server/info.py      an endpoint that is not sglang
         ├── NoAnswer          harness/server/info.py      a control request that got no (complete) answer
         ├── HttpError         harness/server/http1.py     a broken HTTP/1.1 exchange
-        ├── MetricsUnavailable harness/server/sampling.py  no /metrics to read
+        ├── MetricsUnavailable harness/server/metrics_page.py  no /metrics to read
         └── ProbeFailure      harness/probe/worker.py     a platform probe that could not run
 
 The classes that were a ``ValueError`` (``ModelConfigError``, ``TooLarge``, ``RunLocked``, ``DatasetError``,
@@ -39,7 +39,7 @@ keep working; the command line maps only these classes, never a bare ``ValueErro
 
 Signals that never leave their module are not errors and stay outside the root:
 ``StopSending`` (harness/workloads/context.py: stop a workload's sending) and the client's
-``_Bad`` (harness/server/client.py: one bad answer, turned into the record's error).
+``_Bad`` (harness/server/stream.py: one bad answer, turned into the record's error).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The one reader of /proc: pure parsers for /proc/meminfo, /proc/vmstat and /proc/cpuinfo,
 vmstat-style rates from two readings, and the read_* helpers every other module calls.
 
-Nothing here samples on a schedule; `harness.server.sampling` does that. The read_* helpers only open a
+Nothing here samples on a schedule; `harness.run.sampler` does that. The read_* helpers only open a
 file and hand its text to the parsers, so tests feed captured text straight in.
 """
 

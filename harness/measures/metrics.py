@@ -36,10 +36,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # frames are handed in; `harness validate` loads no pandas
+    import pandas as pd
 
 from harness.store.records import RequestRecord
 

@@ -28,8 +28,8 @@ from harness.quality.fit import (
 from harness.quality.parity import ParityReport, evaluate_parity
 from harness.quality.scoring import score_answer
 from harness.quality.tasks import TASKS, generate
-from harness.server.client import GenerateRequest, Labels
 from harness.server.info import ServerAnswerError, ServerInfo, afetch_server_info
+from harness.server.request import GenerateRequest, Labels
 from harness.spec.values import resolve_tokens
 from harness.store.quality_record import QualityRecord
 from harness.workloads.prompts import PromptFactory, derive_seed
@@ -245,7 +245,7 @@ async def run_quality(
     churn sizing), ``seed``, and ``record_quality`` or ``record`` (callable taking a
     QualityRecord; writes quality.jsonl — ``record_quality`` wins when both exist). Optional:
     ``set_phase``, ``variant``, ``model_path`` (tokenizer files for text mode; vocab size),
-    ``tokenizer`` (an override), ``vocab_size``, ``abort`` (`harness.server.client.Abort`),
+    ``tokenizer`` (an override), ``vocab_size``, ``abort`` (`harness.server.request.Abort`),
     ``confirm_death`` (async; stops the pass when the server is gone after a failed request) and
     ``base_url`` (to read /get_server_info when ``server_info`` is not given).
     ``arm_role``: ``"on"`` or ``"off"`` (the baseline; also runs the control pass if

@@ -35,7 +35,7 @@ from harness.server.info import (
     request_headers,
     use_api_key,
 )
-from harness.server.sampling import checked_metric_values, parse_metrics_text
+from harness.server.metrics_page import checked_metric_values, parse_metrics_text
 
 THIS_MACHINE = "this machine"
 SERVER_HOST = "the server's host"

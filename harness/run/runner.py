@@ -45,13 +45,13 @@ from harness.probe.run import run_probes
 from harness.run import builds, cooldown, external, hostpool, lanes, serving_window
 from harness.run.estimate import design_warning_lines, design_warnings, request_counts
 from harness.run.progress import Progress, plural
+from harness.run.sampler import Sampler
 from harness.run.shard import select_run_variants
 from harness.scenario import scenario_hash, variant_config_hash
 from harness.server import logscan, startup_phases
 from harness.server.client import client_stack
 from harness.server.info import BAD_SERVER_ANSWER, SERVER_CHANGED, ServerAnswerError, fetch_server_info
 from harness.server.process import ExternalServer, ServerProcess, build_launch_spec, clear_orphans, free_port
-from harness.server.sampling import Sampler
 from harness.sim.cli import unmodelled_flags
 from harness.store import gpu_time, results
 from harness.store.secrets import Redactor

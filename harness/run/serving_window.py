@@ -34,8 +34,9 @@ from pathlib import Path
 from harness.core.model_config import model_vocab_size
 from harness.quality import run as quality_run
 from harness.server import http1, logscan
-from harness.server.client import GenerateRequest, Labels, StreamingClient
+from harness.server.client import StreamingClient
 from harness.server.info import NoAnswer, ServerInfo, get_status
+from harness.server.request import GenerateRequest, Labels
 from harness.store import gpu_time, results
 from harness.store.records import RequestRecord
 from harness.store.variant_status import FAILED, OK, PARTIAL

@@ -18,13 +18,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
 
-from harness.server.client import Abort, GenerateRequest, Labels, StreamingClient
+from harness.server.request import Abort, GenerateRequest, Labels
 from harness.spec.values import resolve_tokens
 from harness.store.records import RequestRecord
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.prompts import PromptFactory
+
+if TYPE_CHECKING:  # the client (httpx) is loaded by whoever runs workloads, not by their declarations
+    from harness.server.client import StreamingClient
 
 
 class StopSending(Exception):

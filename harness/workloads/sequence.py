@@ -14,7 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from harness.server.client import Abort
+from harness.server.request import Abort
 from harness.workloads import kinds
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import StopSending, WorkloadContext

@@ -16,11 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.analysis.samples import summarize_samples
 from harness.core.model_config import load_model_shape
 from harness.host.procfs import read_mem_available_kib
 from harness.run import cooldown
 from harness.run.hostpool import check_budget, predict_host_pool
-from harness.server.sampling import Sampler, summarize_samples
+from harness.run.sampler import Sampler
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "scenarios" / "models" / "llama-tiny"
@@ -172,7 +173,7 @@ def test_preflight_matches_sim_refusal_and_success(sims):
     assert info["max_total_num_tokens"] == 40000
     text = httpx.get(ok.url + "/metrics", timeout=5).text
     if "sglang:hicache_host_total_tokens" in text:
-        from harness.server.sampling import parse_metrics_text
+        from harness.server.metrics_page import parse_metrics_text
 
         total = _metric(parse_metrics_text(text), "sglang:hicache_host_total_tokens")
         assert total == small.kv_host_tokens

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from harness.analysis.bandwidth import storage_fraction
+from harness.analysis.samples import storage_io, summarize_samples
 from harness.measures.metrics import METRICS
 from harness.probe.disk import disk_bandwidth
 from harness.probe.run import run_probes
@@ -18,7 +19,6 @@ from harness.quality.run import run_quality
 from harness.scenario import ScenarioError, load_scenario_text
 from harness.server.client import StreamingClient
 from harness.server.process import build_launch_spec
-from harness.server.sampling import storage_io, summarize_samples
 from harness.sim.testing import MODELS, SimProcess
 from harness.store.records import RequestRecord
 from tests.conftest import write_scenario

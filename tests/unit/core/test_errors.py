@@ -16,7 +16,7 @@ from harness.core.exit_codes import ExitCode
 from harness.run.shard import SelectionError
 
 # Signals caught inside their own module, never an error a user sees.
-SIGNALS = {"harness.workloads.context.StopSending", "harness.server.client._Bad"}
+SIGNALS = {"harness.workloads.context.StopSending", "harness.server.stream._Bad"}
 
 
 def _harness_modules():

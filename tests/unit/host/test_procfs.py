@@ -100,7 +100,7 @@ def test_cpu_model(tmp_path):
 def test_picking_fields_by_name_gives_what_the_full_parsers_give():
     """The sampler reads its meminfo fields and vmstat counters by name (`pick_fields`); on every
     captured /proc text and on odd ones, those equal the full parsers' values."""
-    from harness.server.sampling import MEMINFO_FIELDS, VMSTAT_FIELDS
+    from harness.run.sampler import MEMINFO_FIELDS, VMSTAT_FIELDS
 
     odd_meminfo = "MemAvailable: 5 kB\nSwapCached: 7 kB\nCached: x kB\nMemFree:\nShmem: 3 kB"
     for text in [*(p.read_text() for p in FIX.glob("meminfo_*.txt")), odd_meminfo]:

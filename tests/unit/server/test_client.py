@@ -15,7 +15,9 @@ from typing import NamedTuple
 
 import pytest
 
-from harness.server.client import Abort, GenerateRequest, Labels, StreamAccumulator, StreamingClient, input_hash
+from harness.server.client import StreamingClient
+from harness.server.request import Abort, GenerateRequest, Labels, input_hash
+from harness.server.stream import StreamAccumulator
 
 
 def sse(objs, done=True):

@@ -1,7 +1,7 @@
 """Hostile or broken server answers never crash the harness nor become silent garbage.
 
 The real client (`harness.server.client`), the server-info reader (`harness.server.info`) and the
-sampler's /metrics reader (`harness.server.sampling`) against `tests/hostile_server.py` (run as its own
+sampler's /metrics reader (`harness.server.metrics_page`) against `tests/hostile_server.py` (run as its own
 process, so this process's memory is the harness's alone): each bad answer is a per-request error
 `protocol: <what was wrong>` with the request's timestamps kept and the bad figures None, or a
 `ServerAnswerError(reason)`, or a skipped sample with a reason; an endless line costs bounded memory.
@@ -23,10 +23,11 @@ import psutil
 import pytest
 
 from harness.measures.metrics import METRICS
+from harness.run.sampler import Sampler
 from harness.run.serving_window import final_liveness, probe_health
 from harness.server import client as client_module
 from harness.server import info as server_info_module
-from harness.server.client import MAX_LINE_BYTES, GenerateRequest, Labels, StreamingClient
+from harness.server.client import StreamingClient
 from harness.server.info import (
     NoAnswer,
     NotSglangError,
@@ -37,7 +38,9 @@ from harness.server.info import (
     identify_sglang,
     use_api_key,
 )
-from harness.server.sampling import MetricsPage, MetricsUnavailable, Sampler, checked_metric_values
+from harness.server.metrics_page import MetricsPage, MetricsUnavailable, checked_metric_values
+from harness.server.request import GenerateRequest, Labels
+from harness.server.stream import MAX_LINE_BYTES
 
 HERE = Path(__file__).parents[2]
 GOLDEN_INFOS = sorted((HERE / "golden" / "runs").glob("*/*/server_info.json"))

@@ -13,16 +13,11 @@ import types
 
 import pytest
 
+from harness.analysis.samples import summarize_samples
 from harness.host import nvml
 from harness.run import cooldown
-from harness.server.sampling import (
-    Sampler,
-    is_counter_key,
-    metric_key,
-    parse_metrics_text,
-    process_tree_rss_kib,
-    summarize_samples,
-)
+from harness.run.sampler import Sampler, process_tree_rss_kib
+from harness.server.metrics_page import is_counter_key, metric_key, parse_metrics_text
 
 SAMPLE_FIELDS = {
     "t_ns",
@@ -366,7 +361,7 @@ def test_aset_phase_from_event_loop(metrics_server):
 
 
 def test_process_tree_rss_cache_picks_up_late_children():
-    from harness.server.sampling import ProcessTreeRss
+    from harness.run.sampler import ProcessTreeRss
 
     tree = ProcessTreeRss(os.getpid(), min_rescan_s=0.1, max_rescan_s=0.4)
     first = tree.read_kib()
@@ -703,7 +698,7 @@ def test_metrics_page_keeps_one_connection_and_reopens_one_the_server_closed(chu
     """The sampler reads /metrics every 0.5 s: over one kept-alive connection (a new TCP
     connection per sample would cost more than the page), also for a chunked answer; when the
     server has closed the idle connection, the next reading reopens it without an error."""
-    from harness.server.sampling import MetricsPage
+    from harness.server.metrics_page import MetricsPage
 
     page = ("\n".join(f'sglang:c{i}_total{{a="1"}} {i}' for i in range(300)) + "\n").encode()
     srv = _CountingMetricsServer(page, chunked=chunked)
@@ -724,7 +719,7 @@ def test_metrics_page_keeps_one_connection_and_reopens_one_the_server_closed(chu
 def test_metrics_page_not_there_is_unavailable_not_a_bad_answer():
     """A status other than 200 (metrics off: 404) or no server is `MetricsUnavailable` (expected
     while a server starts; counted, not logged), not a bad answer."""
-    from harness.server.sampling import MetricsPage, MetricsUnavailable
+    from harness.server.metrics_page import MetricsPage, MetricsUnavailable
 
     srv = _CountingMetricsServer(b"sglang:x_total 1\n")
     try:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from harness.analysis.samples import storage_io
 from harness.core.model_config import load_model_shape
-from harness.server.sampling import parse_metrics_text, storage_io
+from harness.server.metrics_page import parse_metrics_text
 from harness.sim.cache import TwoTierCache
 from harness.sim.engine import CostModel
 from harness.sim.testing import MODELS, SimProcess, generate
