@@ -477,6 +477,13 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else ExitCode.BAD_INPUT
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except OSError as exc:
+        if exc.filename is None:  # not a file's: a harness bug
+            logging.getLogger("harness").exception("harness %s failed", args.command)
+            return ExitCode.BROKEN
+        # a file system that refuses (read-only, full, no such folder, no permission): the file
+        # and why, in one line, never a traceback
+        return _bad(f"{exc.filename}: {exc.strerror or type(exc).__name__}")
     except Exception:  # noqa: BLE001 - a harness bug: its traceback, exit 3 (never read as bad input)
         logging.getLogger("harness").exception("harness %s failed", args.command)
         return ExitCode.BROKEN

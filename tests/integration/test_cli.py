@@ -154,3 +154,16 @@ def test_a_host_that_is_no_address_or_does_not_resolve_is_one_line_exit_2(tmp_pa
     ]
     assert len(errors) == 1 and message in errors[0], errors  # the plan's lines aside, one line
     assert "Traceback" not in r.stderr and not (tmp_path / "results").exists()
+
+
+def test_a_results_folder_the_file_system_refuses_is_one_line_exit_2(tmp_path):
+    """A results folder under a regular file (and, alike, one read-only or on a full disk): the
+    file and why in one line, exit 2 — a traceback, exit 3, before."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    text = sim_scenario("- name: off\n")
+    r = run_harness("run", write_scenario(tmp_path, text), "--results-dir", blocker / "results", "--no-report")
+    assert r.returncode == ExitCode.BAD_INPUT, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"harness: {blocker / 'results'}") and last.endswith(": Not a directory"), r.stderr[-1500:]
