@@ -47,7 +47,7 @@ import os
 import random
 import sys
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -296,6 +296,7 @@ class Engine:
         if Fault.missing_storage_pages in cfg.faults:
             cache.storage_keeps_writes = False  # writes acknowledged, files never land
         self._storage_written_exported = 0
+        self._mamba_states: OrderedDict[int, Page] = OrderedDict()  # mamba_states_at_most: newest last
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.chunked: SimRequest | None = None
@@ -651,6 +652,19 @@ class Engine:
         if retiring:
             self.update_gauges()
 
+    def _keep_mamba_states(self, path: list[Page]) -> None:
+        """mamba_states_at_most=N: the newest N prompts keep their Mamba state (the deepest
+        checkpoint of each inserted path); an older one's is dropped, so it matches nothing."""
+        cap = self.cfg.faults.get(Fault.mamba_states_at_most)
+        last = next((p for p in reversed(path) if p.ckpt), None)
+        if cap is None or last is None:
+            return
+        self._mamba_states.pop(id(last), None)
+        self._mamba_states[id(last)] = last
+        while len(self._mamba_states) > int(cap):
+            _, old = self._mamba_states.popitem(last=False)
+            old.ckpt = False
+
     def _insert_finished(self, req: SimRequest) -> None:
         self.cache.reserved_tokens -= req.reserved
         req.reserved = 0
@@ -660,7 +674,9 @@ class Engine:
                 upto = max((c for c in req.ckpts if c <= len(req.input_ids)), default=0)
             else:
                 upto = len(seq)
-            _, written = self.cache.insert(seq, upto, req.ckpts if self.cfg.hybrid else None)
+            path, written = self.cache.insert(seq, upto, req.ckpts if self.cfg.hybrid else None)
+            if self.cfg.hybrid:
+                self._keep_mamba_states(path)
             nbytes = written * self.cache.page_size * self.cfg.kv_bytes_per_token
             self._pending_backup_bytes += nbytes
             self.metrics.inc("backup_tokens", written * self.cache.page_size)

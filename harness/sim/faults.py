@@ -137,6 +137,14 @@ class Fault(Enum):
             "every batch takes 1 + R x n times as long"
         ),
     )
+    mamba_states_at_most = (
+        ArgType.INT_FROM_1,
+        (
+            "a hybrid model keeps Mamba states for at most N cached prompts (least recently inserted "
+            "dropped first), whatever `--max-mamba-cache-size` and the pools it reports say: a prompt "
+            "whose state was dropped matches nothing usable and is recomputed (a Mamba pool too small)"
+        ),
+    )
     slow_page_first_direct = (
         ArgType.NONE,
         (

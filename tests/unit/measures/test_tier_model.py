@@ -147,3 +147,25 @@ def test_seed_004s_shape_on_the_simulator_is_a_named_shortfall_in_the_verdict_an
     assert on2["tier_prediction"]["shortfalls"] == []
     ph = on2["tier_prediction"]["phases"]["repeat_prefill"]["repeat_after_evict"]
     assert ph["predicted"]["host"] == ph["achieved"]["host"] == 2 * 1088
+
+
+def test_a_mamba_pool_too_small_on_the_simulator_is_a_named_shortfall(tmp_path, capsys):
+    """The server reports 8 Mamba slots (``--max-mamba-cache-size``) but keeps one prompt's state
+    (9 as it logs them; the simulator's ``mamba_states_at_most=1``): the model, reading the reported pools, predicts
+    the repeats' hits; the server gave none."""
+    shutil.copytree(MODELS / "qwen3next-tiny", tmp_path / "models" / "qwen3next-tiny")
+    text = SCENARIO.replace("{L}", "1100").replace(
+        "    hicache: {ratio: 2}\n", "    hicache: {ratio: 2}\n    sim_faults: [mamba_states_at_most=1]\n"
+    )
+    path = tmp_path / "unexercised.yaml"
+    path.write_text(text)
+    main(["run", str(path), "--results-dir", str(tmp_path / "r"), "--no-report"])
+    out = capsys.readouterr().out
+    (run,) = (tmp_path / "r" / "unexercised").iterdir()
+    on = json.loads((run / "on" / "summary.json").read_text())
+    short = {s["phase"]: s for s in on["tier_prediction"]["shortfalls"]}
+    assert short["repeat_device"]["predicted_total"] == 2 * 1088 and short["repeat_device"]["achieved_total"] == 0
+    assert (
+        "Mamba slots 9 device" in short["repeat_device"]["pools"]
+    )  # 8 + 1 as sglang logs them; and short["repeat_device"]["why"] is None
+    assert "warning: on: tier-hit shortfall: repeat_prefill/repeat_device got 0 cached tokens, 2,176 short" in out

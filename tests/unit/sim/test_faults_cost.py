@@ -38,7 +38,12 @@ class Recorder(Engine):
 
 
 def engine(
-    faults: dict | None = None, *, host_tokens: int = 0, page_size: int = 1, layout: str | None = None
+    faults: dict | None = None,
+    *,
+    host_tokens: int = 0,
+    page_size: int = 1,
+    layout: str | None = None,
+    hybrid: bool = False,
 ) -> Recorder:
     cfg = EngineConfig(
         max_total_tokens=POOL,
@@ -47,7 +52,7 @@ def engine(
         context_len=POOL,
         kv_bytes_per_token=1024,
         mamba_bytes_per_slot=0,
-        hybrid=False,
+        hybrid=hybrid,
         deterministic=True,
         faults=faults or {},
         random_seed=0,
@@ -64,7 +69,7 @@ def engine(
         backup_visible=0.0,
         time_scale=1.0,
     )
-    cache = TwoTierCache(POOL, host_tokens, page_size=page_size)
+    cache = TwoTierCache(POOL, host_tokens, page_size=page_size, hybrid=hybrid)
     return Recorder(cfg, cache, cost, TokenModel(32000), SimMetrics("m"))
 
 
@@ -215,3 +220,22 @@ def test_slow_page_first_direct_loads_back_at_its_measured_share_of_the_link_on_
     assert slow.cost.h2d_bytes_s == PLATFORM_H2D_BYTES_S * PAGE_FIRST_DIRECT_SHARE  # 1.46 GB/s
     assert engine(fault, host_tokens=3 * POOL, layout="page_first").cost.h2d_bytes_s == 1e9  # untouched
     assert engine(None, host_tokens=3 * POOL, layout="page_first_direct").cost.h2d_bytes_s == 1e9
+
+
+def test_mamba_states_at_most_drops_the_oldest_prompts_state_so_its_repeat_matches_nothing():
+    def repeat_of_first(faults):
+        e = engine(faults, hybrid=True)
+        a, b = prompt(1100, 100_000), prompt(1100, 200_000)
+
+        async def go():
+            await send(e, a, 1)
+            await send(e, b, 1)
+            return await send(e, a, 1), await send(e, b, 1)
+
+        return run(e, go())
+
+    first, second = repeat_of_first(None)
+    assert first.cached_tokens == second.cached_tokens == 1088  # the last 64-token checkpoint
+    first, second = repeat_of_first({Fault.mamba_states_at_most: 1})
+    assert first.cached_tokens == 0  # its state went when b was cached
+    assert second.cached_tokens == 0  # and b's when a was cached again
