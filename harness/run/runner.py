@@ -38,6 +38,7 @@ from harness import __version__
 from harness.analysis import run_products
 from harness.analysis.expectations import evaluate_run_expectations
 from harness.analysis.verdict import Outcome, RunVerdict, VerdictPolicy
+from harness.core.errors import BadInput
 from harness.core.exit_codes import ExitCode
 from harness.host import fingerprint, nvml
 from harness.measures import roofline, tier_model
@@ -351,7 +352,7 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
         simulated = any(e.info is not None and e.info.simulated for e in attached.endpoints.values())
     checks = builds.verify_builds(scenario, variants)  # BuildError (exit 2): nothing written, nothing started
     if attached is None:
-        check_hosts(variants)  # ValueError (exit 2): a host that does not resolve or is not this machine's
+        check_hosts(variants)  # BadInput (exit 2): a host that does not resolve or is not this machine's
     if options.gpus:  # ValueError (exit 2) before anything is written
         if attached is not None:
             raise ValueError("--gpus: backend external starts no server (its servers' GPUs are their own)")
@@ -950,7 +951,7 @@ _ports_given: set[tuple[str, int]] = set()
 
 def check_hosts(variants) -> None:
     """Each launched variant's ``server.host`` is an address this machine can listen on: one
-    ValueError line naming the host and the variant otherwise (``no-such-host.invalid`` and
+    BadInput line (exit 2) naming the host and the variant otherwise (``no-such-host.invalid`` and
     ``256.256.256.256`` were a traceback, exit 3)."""
     seen: set[str] = set()
     for v in variants:
@@ -962,7 +963,7 @@ def check_hosts(variants) -> None:
             free_port(host)
         except OSError as exc:
             why = exc.strerror or str(exc) or type(exc).__name__
-            raise ValueError(f"variant {v.name}: server.host {v.host!r}: cannot listen there ({why})") from None
+            raise BadInput(f"variant {v.name}: server.host {v.host!r}: cannot listen there ({why})") from None
 
 
 def _free_port(host: str) -> int:
