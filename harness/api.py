@@ -50,6 +50,7 @@ from harness.analysis.run_products import PARITY_FILE
 from harness.compare.runs import COMPARISON_FILE
 from harness.store import results
 from harness.store.names import safe_name
+from harness.store.stats import STAT_KEYS
 
 __all__ = ["Comparison", "History", "Run", "RUN_TABLES", "load_comparison", "load_run", "load_runs"]
 
@@ -122,14 +123,7 @@ PARITY_COLUMNS = {
 }
 SUMMARY_COLUMNS = {
     **METRIC_KEYS,
-    "n": _INT,
-    "mean": float,
-    "p50": float,
-    "p90": float,
-    "p95": float,
-    "p99": float,
-    "min": float,
-    "max": float,
+    **{k: (_INT if k == "n" else float) for k in STAT_KEYS},
     "n_errors": _INT,
 }
 DERIVED_COLUMNS = {"variant": _STR, "workload": _STR, "name": _STR, "value": float}

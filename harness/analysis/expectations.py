@@ -40,8 +40,7 @@ from typing import Any
 from harness.analysis.summary import unexercised_figures
 from harness.spec.values import Check, Gate, Threshold
 from harness.store import results
-
-STATS = ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")
+from harness.store.stats import STAT_KEYS
 
 
 class _AnyEnv(Mapping):
@@ -172,7 +171,7 @@ def lookup_metric(metric: str, summary: dict | None, status: dict | None) -> Any
         stat = "p50"
         if name not in metrics:
             base, _, suffix = name.rpartition("_")
-            if suffix in STATS and base in metrics:
+            if suffix in STAT_KEYS and base in metrics:
                 name, stat = base, suffix
         s = metrics.get(name)
         return s.get(stat) if s else None

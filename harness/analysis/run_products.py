@@ -35,6 +35,7 @@ from harness.measures.tier_model import TierPools
 from harness.quality.parity import evaluate_parity
 from harness.store import results
 from harness.store.records import RequestRecord
+from harness.store.stats import STAT_KEYS
 
 PARITY_FILE = "parity.json"
 VERDICT_FILE = "verdict.json"
@@ -46,14 +47,7 @@ CSV_COLUMNS = [
     "metric",
     "unit",
     "higher_is_better",
-    "n",
-    "mean",
-    "p50",
-    "p90",
-    "p95",
-    "p99",
-    "min",
-    "max",
+    *STAT_KEYS,
     "n_errors",
 ]
 

@@ -64,10 +64,10 @@ from harness.measures import metrics as M
 from harness.measures.roofline import Platform, cold_prefill_rate, workload_rooflines
 from harness.measures.tier_model import TierPools, phase_predictions, shortfalls
 from harness.store.records import RequestRecord
+from harness.store.stats import STAT_KEYS
 from harness.workloads import derived_figures, kinds
 
 SUMMARY_VERSION = 1
-STAT_KEYS = ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")
 
 
 def stats(values: Iterable[float | None]) -> dict[str, float | int] | None:

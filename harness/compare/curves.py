@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.store.stats import PERCENTILES
 from harness.workloads import kind_of
 
 CURVE_METRICS = ("ttft_ms", "itl_ms", "tpot_ms")
-PERCENTILES = ("p50", "p90", "p95", "p99")
 _WORST = ("regression", "not_comparable", "inconclusive", "improved", "unchanged")
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.core.sglang_defaults import SGLANG_DEFAULT_HICACHE_RATIO
 from harness.core.tokenizers import load_tokenizer
 from harness.quality.churn import ChurnPlan, plan_churn
 from harness.quality.fit import (
@@ -159,7 +160,7 @@ def server_limits(
         elif hc.enabled is False:
             host = 0
         elif hc.enabled and device and not hc.size_gb:
-            host = int(device * (hc.ratio or 2.0))
+            host = int(device * (hc.ratio or SGLANG_DEFAULT_HICACHE_RATIO))
     max_req = None
     if si is not None:
         max_req = si.max_req_input_len or (si.context_length - 1 if si.context_length else None)

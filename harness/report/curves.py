@@ -21,9 +21,9 @@ from typing import Any
 
 from harness.report.view import RunView
 from harness.server.schedule import LAG_LIMIT_MS
+from harness.store.stats import PERCENTILES
 
 CURVE_METRICS = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"))
-PERCENTILES = ("p50", "p90", "p95", "p99")
 SLO_LIMITS = ("ttft_ms", "tpot_ms", "e2e_ms")
 
 

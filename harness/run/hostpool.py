@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, Mapping, Protocol
 
 from harness.core.model_config import KV_CACHE_DTYPE_BYTES, ModelShape, load_model_shape
+from harness.core.sglang_defaults import SGLANG_DEFAULT_HICACHE_RATIO
 from harness.host import nvml, procfs
 from harness.server import logscan
 
@@ -155,7 +156,7 @@ def predict_host_pool(
 
     size_gb = float(_hicache_field(variant_hicache, "size_gb") or 0.0)
     ratio_raw = _hicache_field(variant_hicache, "ratio")
-    ratio = float(ratio_raw) if ratio_raw is not None else 2.0  # sglang's default
+    ratio = float(ratio_raw) if ratio_raw is not None else SGLANG_DEFAULT_HICACHE_RATIO
     source: Literal["ratio", "size_gb"] = "size_gb" if size_gb > 0 else "ratio"
     notes: list[str] = []
 

@@ -15,6 +15,7 @@ from harness.measures.metrics import GATEABLE, METRICS
 from harness.scenario.models import DEFAULT_BUILD, HiCache, Scenario, Variant, VariantFields
 from harness.spec.errors import ErrorItem
 from harness.spec.values import Check, env_problem, flag_problem
+from harness.store.stats import STAT_KEYS
 from harness.workloads import kinds
 
 _AXIS_ROOTS = ("hicache.", "env.", "args.")
@@ -301,7 +302,6 @@ def gate_problem(scn: Scenario, metric: str) -> str | None:
 # ``.n_warmup`` / ``.hits.<key>``; ``quality.parity``; ``sampling.<phase>.<key>``; ``pools.<key>``;
 # ``status.<key>``. Phase names and the keys under sampling/pools/status/hits are not declared
 # anywhere, so only their shape is checked.
-CHECK_STATS = ("n", "mean", "p50", "p90", "p95", "p99", "min", "max")
 PHASE_COUNTS = ("n", "n_errors", "n_warmup")
 CHECK_ROOTS = ("quality", "sampling", "pools", "status")
 
@@ -350,10 +350,10 @@ def check_metric_problem(metric: str, workloads: Mapping[str, str], quality_enab
     if name in PHASE_COUNTS or name in METRICS:
         return None
     base, _, stat = name.rpartition("_")
-    if stat in CHECK_STATS and base in METRICS:
+    if stat in STAT_KEYS and base in METRICS:
         return None
     if base in METRICS:
-        return f"unknown statistic {stat!r} of {base} in {metric!r} (statistics: {', '.join(CHECK_STATS)})"
+        return f"unknown statistic {stat!r} of {base} in {metric!r} (statistics: {', '.join(STAT_KEYS)})"
     known = [*METRICS, *PHASE_COUNTS]
     return f"no metric {name!r} in {metric!r}" + _did_you_mean(base if base in known else name, known)
 

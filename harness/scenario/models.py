@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from harness.core.sglang_defaults import SGLANG_DEFAULT_HICACHE_RATIO
 from harness.server import logscan
 from harness.spec.values import (
     MAX_REPEATS,
@@ -61,7 +62,6 @@ WRITE_POLICIES = ("write_through", "write_back", "write_through_selective")
 IO_BACKENDS = ("kernel", "direct")
 CAUSES = logscan.STARTUP_CAUSES  # what expect_cause may name: harness/server/logscan.py declares them
 QUALITY_TASKS = ("needle", "multi_needle", "variable_tracking", "aggregation", "ordered_codes")
-SGLANG_DEFAULT_HICACHE_RATIO = 2.0
 # The build a variant runs when it names none: the ``server`` block's own python, sglang_source,
 # env and args (harness/run/builds.py).
 DEFAULT_BUILD = "default"

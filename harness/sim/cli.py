@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Sequence
 
+from harness.core.sglang_defaults import SGLANG_DEFAULT_HICACHE_RATIO
 from harness.sim.args import (
     DEFAULT_STEP_MS_PER_REQUEST,
     DEFAULT_STORAGE_GB,
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--enable-torch-compile", action="store_true")
     # --- HiCache
     a("--enable-hierarchical-cache", "--enable-hicache", dest="enable_hierarchical_cache", action="store_true")
-    a("--hicache-ratio", type=_positive(float), default=2.0)
+    a("--hicache-ratio", type=_positive(float), default=SGLANG_DEFAULT_HICACHE_RATIO)
     a("--hicache-size", type=float, default=0)
     a("--hicache-mem-layout", choices=HICACHE_LAYOUTS, default="page_first")
     a("--hicache-write-policy", choices=WRITE_POLICIES, default="write_through")
