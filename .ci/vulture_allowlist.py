@@ -95,3 +95,4 @@ planted_env  # unused variable (tests/integration/test_secrets_run.py:93)
 planted_env  # unused variable (tests/integration/test_secrets_run.py:141)
 prefetch_timeout_base  # HiCacheStorage field, read by name into the extra-config JSON (harness/scenario/models.py)
 prefetch_timeout_per_ki_token  # likewise
+pytest_terminal_summary  # a pytest hook: the random order's seed under -q (tests/conftest.py)

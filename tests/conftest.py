@@ -495,7 +495,7 @@ def golden_run(tmp_path):
 # ------------------------------------------------------------------------- replaying the order
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config):
+def pytest_terminal_summary(terminalreporter, config):
     """The random order's seed, printed at every verbosity (README's command runs with -q, which
     hides pytest-randomly's header line): the line to replay this run's order."""
     if not config.pluginmanager.hasplugin("randomly") or hasattr(config, "workerinput"):
