@@ -37,8 +37,7 @@ Exit codes of ``harness compare`` (`harness.core.exit_codes.ExitCode`): 0 PASS, 
 harness broke, 4 INCONCLUSIVE.
 """
 
-import importlib
-from typing import Any
+from harness.core.lazy import lazy_getattr
 
 # Public names, loaded on first use: `harness validate` plans repeats with harness.compare.planning
 # and must not load the comparison (pandas) or the run store's readers (httpx) to do it.
@@ -67,9 +66,4 @@ _HOME = {
 __all__ = sorted(_HOME)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        value = getattr(importlib.import_module(_HOME[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(globals(), _HOME)

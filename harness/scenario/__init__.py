@@ -22,8 +22,7 @@ that ``harness.spec.values`` (which workload configs import) pulls in nothing el
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from harness.core.lazy import lazy_getattr
 
 _HOME = {
     "ErrorItem": "harness.spec.errors",
@@ -60,9 +59,4 @@ _HOME = {
 __all__ = sorted(_HOME)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        value = getattr(importlib.import_module(_HOME[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(globals(), _HOME)
