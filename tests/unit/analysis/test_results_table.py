@@ -152,3 +152,20 @@ def test_a_run_ends_with_its_table(tmp_path, capsys):
     (line,) = [ln for ln in out.splitlines() if ln.startswith("off ")]
     assert line.split()[:3] == ["off", "PASS", f"{cold:.3g}" if cold < 100 else f"{cold:,.0f}"]
     assert out.index("verdict: PASS") < out.index("cold TTFT ms") < out.index("results: ")
+
+
+def test_a_sweep_s_knee_and_goodput_show_where_one_ran(golden_run):
+    run = golden_run("healthy")
+    s = _summary(run, "on-r2")
+    s["workloads"]["decode"]["derived"].update(knee_rate=6.0, goodput_rps=5.5)
+    results.write_json_atomic(run / "on-r2" / "summary.json", s)
+    table = results_table(run)
+    on = next(r for r in table.rows if r.variant == "on-r2")
+    assert (on.cells["knee"].value, on.cells["knee"].unit) == (6.0, "req/s")
+    assert on.cells["goodput_rps"].value == 5.5 and on.cells["goodput_rps"].source == "decode.goodput_rps"
+    text = to_text(table)
+    assert "knee" in text.splitlines()[1] and "goodput req/s" in text.splitlines()[1]
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("on-r2 ")]
+    assert "6 req/s" in line and "5.5" in line.split()
+    # a run with no sweep has no knee column
+    assert "knee" not in to_text(results_table(golden_run("regressed"))).splitlines()[1]
