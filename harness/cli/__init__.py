@@ -161,7 +161,7 @@ def cmd_run(args) -> int:
 
         try:
             options.gpus = lanes.parse_gpus(args.gpus) or lanes.host_gpus()
-        except ValueError as exc:
+        except BadInput as exc:
             return _bad(str(exc))
     try:
         if args.resume:

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.core.errors import BadInput
+
 log = logging.getLogger(__name__)
 
 JOIN_AFTER_INTERRUPT_S = 30.0  # how long an interrupted run waits for its variants' threads to unwind
@@ -36,21 +38,21 @@ _local = threading.local()
 
 def parse_gpus(text: str) -> list[str] | None:
     """``--gpus``: ``auto`` (None: ask the host) or a comma-separated list of GPU ids as
-    ``CUDA_VISIBLE_DEVICES`` takes them (indices or UUIDs), no repeats. ValueError on anything else."""
+    ``CUDA_VISIBLE_DEVICES`` takes them (indices or UUIDs), no repeats. BadInput on anything else."""
     text = (text or "").strip()
     if text == "auto":
         return None
     ids = [x.strip() for x in text.split(",")]
     if not ids or any(not x or any(c.isspace() for c in x) for x in ids):
-        raise ValueError(f"--gpus {text!r}: give GPU ids separated by commas (0,1,2,3) or auto")
+        raise BadInput(f"--gpus {text!r}: give GPU ids separated by commas (0,1,2,3) or auto")
     if len(set(ids)) != len(ids):
-        raise ValueError(f"--gpus {text!r}: a GPU is named twice")
+        raise BadInput(f"--gpus {text!r}: a GPU is named twice")
     return ids
 
 
 def host_gpus(environ: dict[str, str] | None = None, inventory: Callable[[], list[dict]] | None = None) -> list[str]:
     """``--gpus auto``: the GPUs this harness may use — its own ``CUDA_VISIBLE_DEVICES`` when
-    set, else every GPU NVML lists. ValueError when there is none."""
+    set, else every GPU NVML lists. BadInput when there is none."""
     from harness.host import nvml
 
     env = os.environ if environ is None else environ
@@ -60,7 +62,7 @@ def host_gpus(environ: dict[str, str] | None = None, inventory: Callable[[], lis
     else:
         ids = [str(g["index"]) for g in (inventory or nvml.gpu_inventory)()]
     if not ids:
-        raise ValueError("--gpus auto: no GPU found (NVML lists none); give the ids, e.g. --gpus 0,1")
+        raise BadInput("--gpus auto: no GPU found (NVML lists none); give the ids, e.g. --gpus 0,1")
     return ids
 
 
@@ -69,10 +71,10 @@ def gpus_needed(variant: Any) -> int:
 
 
 def check_fits(variants: Sequence[Any], gpu_ids: Sequence[str]) -> None:
-    """ValueError (exit 2, before anything starts) naming a variant that needs more GPUs than the set has."""
+    """BadInput (exit 2, before anything starts) naming a variant that needs more GPUs than the set has."""
     for v in variants:
         if gpus_needed(v) > len(gpu_ids):
-            raise ValueError(
+            raise BadInput(
                 f"variant {v.name} needs {gpus_needed(v)} GPUs (tp_size) but --gpus gives {len(gpu_ids)}: "
                 + ",".join(gpu_ids)
             )
@@ -106,7 +108,7 @@ def planned_wall_s(variants: Sequence[tuple[float, int]], gpu_ids: Sequence[str]
             free = [g for g in free if g not in ids]
         queue = [j for j in queue if not any(r[1] == j for r in running)]
         if not running:  # nothing fits at all (check_fits refuses this before a run)
-            raise ValueError("a variant needs more GPUs than the set has")
+            raise BadInput("a variant needs more GPUs than the set has")
         running.sort()
         end, _, ids = running.pop(0)
         now = end

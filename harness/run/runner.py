@@ -353,9 +353,9 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
     checks = builds.verify_builds(scenario, variants)  # BuildError (exit 2): nothing written, nothing started
     if attached is None:
         check_hosts(variants)  # BadInput (exit 2): a host that does not resolve or is not this machine's
-    if options.gpus:  # ValueError (exit 2) before anything is written
+    if options.gpus:  # BadInput (exit 2) before anything is written
         if attached is not None:
-            raise ValueError("--gpus: backend external starts no server (its servers' GPUs are their own)")
+            raise BadInput("--gpus: backend external starts no server (its servers' GPUs are their own)")
         lanes.check_fits(variants, options.gpus)
     with Signals() as signals:
         # GpuBusy (exit 2) before anything is written; an external run starts no server: none to clear

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import psutil
 import pytest
 
+from harness.core.errors import BadInput
 from harness.core.exit_codes import ExitCode
 from harness.run import lanes
 from harness.run.runner import RunOptions, run_scenario
@@ -32,11 +33,11 @@ def test_parse_and_resolve_the_gpu_set():
     assert lanes.parse_gpus("0,1, 3") == ["0", "1", "3"]
     assert lanes.parse_gpus("auto") is None
     for bad in ("", "0,,1", "0,0", "0 1"):
-        with pytest.raises(ValueError):
+        with pytest.raises(BadInput):
             lanes.parse_gpus(bad)
     assert lanes.host_gpus({"CUDA_VISIBLE_DEVICES": "2,5"}, lambda: []) == ["2", "5"]
     assert lanes.host_gpus({}, lambda: [{"index": 0}, {"index": 1}]) == ["0", "1"]
-    with pytest.raises(ValueError, match="no GPU"):
+    with pytest.raises(BadInput, match="no GPU"):
         lanes.host_gpus({}, lambda: [])
 
 
@@ -100,7 +101,7 @@ def test_the_scheduler_fills_free_gpus_in_order_and_backfills():
 
 
 def test_a_variant_wider_than_the_set_is_refused_before_anything_starts():
-    with pytest.raises(ValueError, match="needs 4 GPUs"):
+    with pytest.raises(BadInput, match="needs 4 GPUs"):
         lanes.check_fits([V("a"), V("big", 4)], ["0", "1"])
 
 
@@ -226,3 +227,17 @@ def test_dry_run_says_the_wall_time_side_by_side(monkeypatch):
     assert line.startswith("side by side on GPUs 0,1,2,3: expected wall ")
     wall = float(line.split("expected wall ")[1].split(" min")[0])
     assert seq / 2 <= wall + 0.05 < seq and f"one after another {seq:.1f} min" in line
+
+
+def test_the_cli_refuses_a_bad_gpu_set_in_one_line_exit_2(tmp_path):
+    from tests.conftest import run_harness
+
+    text = sim_scenario('- name: "off"\n').replace(
+        "  model_path: models/llama-tiny", "  model_path: models/llama-tiny\n  tp_size: 2"
+    )
+    path = write_scenario(tmp_path, text)
+    for gpus, says in (("0", "needs 2 GPUs (tp_size) but --gpus gives 1"), ("0,0", "a GPU is named twice")):
+        r = run_harness("run", path, "--results-dir", tmp_path / "results", "--no-report", "--gpus", gpus)
+        assert r.returncode == ExitCode.BAD_INPUT, r.stderr
+        assert says in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "results").exists() or not run_dirs(tmp_path / "results")  # nothing written
