@@ -713,12 +713,7 @@ def parity_row(
 
 def gate_matches(gate: Gate, row: MetricRow) -> bool:
     """Whether ``gate`` (``[variant:] workload[.phase].metric`` or ``quality.parity``) names ``row``."""
-    if gate.variant is not None and gate.variant != row.variant:
-        return False
-    parts = gate.metric.split(".")
-    if len(parts) == 2:
-        return row.workload == parts[0] and row.metric == parts[1]
-    return (row.workload, row.phase, row.metric) == tuple(parts)
+    return gate.names(row.variant, row.workload, row.phase, row.metric)
 
 
 def gate_targets(gate: Gate, variants: Sequence[VariantRow], quality_baseline: str | None) -> list[str]:

@@ -194,9 +194,7 @@ class ScenarioPlan:
 
 
 def _gate_names(row: SimpleNamespace, gates: Sequence[Any]) -> bool:
-    from harness.compare.comparison import gate_matches
-
-    return not gates or any(gate_matches(g, row) for g in gates)  # type: ignore[arg-type]
+    return not gates or any(g.names(row.variant, row.workload, row.phase, row.metric) for g in gates)
 
 
 def measured_spread(
@@ -206,6 +204,8 @@ def measured_spread(
     earlier runs (newest first): every run's unit values (`harness.compare.comparison.RowSample`),
     each night's centred on its own median when a night has 3 or more (the spread within a
     night), else the nights' values together (the spread between nights, drift included)."""
+    if not runs:  # a scenario that never ran: nothing to read, and no frames to load for it
+        return None, None, "no earlier run has this row", "request"
     from harness.compare.comparison import RowSample, derived_values_from_records, metric_samples
     from harness.compare.runs import run_workload_kinds, variant_requests
 

@@ -337,6 +337,16 @@ class Gate:
     def __str__(self) -> str:
         return self.text
 
+    def names(self, variant: str, workload: str, phase: str | None, metric: str) -> bool:
+        """Whether this gate names the row ``variant`` / ``workload`` / ``phase`` / ``metric``
+        (a two-part gate, ``workload.metric``, names the metric in every phase)."""
+        if self.variant is not None and self.variant != variant:
+            return False
+        parts = self.metric.split(".")
+        if len(parts) == 2:
+            return workload == parts[0] and metric == parts[1]
+        return (workload, phase, metric) == tuple(parts)
+
 
 GateT = Annotated[
     Gate,
