@@ -96,3 +96,4 @@ planted_env  # unused variable (tests/integration/test_secrets_run.py:141)
 prefetch_timeout_base  # HiCacheStorage field, read by name into the extra-config JSON (harness/scenario/models.py)
 prefetch_timeout_per_ki_token  # likewise
 pytest_terminal_summary  # a pytest hook: the random order's seed under -q (tests/conftest.py)
+storage_source  # Platform field: written positionally by platform_for, read by name through to_json (harness/measures/roofline.py)
