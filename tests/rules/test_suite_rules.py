@@ -173,3 +173,13 @@ def test_the_random_order_s_seed_is_printed_under_q(pytester):
     assert "random order: replay it with --randomly-seed=4711" in result.stdout.str()
     quiet = pytester.runpytest_inprocess("-q", "-p", "no:randomly", "-p", "no:cacheprovider")
     assert "random order" not in quiet.stdout.str()  # no random order, no seed line
+
+
+def test_every_test_file_the_docs_name_exists():
+    """README.md and docs/ name test files by path (`tests/unit/run/test_estimate.py`); each exists
+    (a test moved or renamed leaves no dangling name behind)."""
+    named = set()
+    for doc in [REPO / "README.md", *(REPO / "docs").glob("*.md")]:
+        named |= {(doc.name, m) for m in re.findall(r"\btests/[\w/]*test_\w+\.py\b", doc.read_text(encoding="utf-8"))}
+    assert len(named) >= 3
+    assert sorted((d, p) for d, p in named if not (REPO / p).exists()) == []
