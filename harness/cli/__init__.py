@@ -138,10 +138,8 @@ def cmd_run(args) -> int:
         return _bad("--preflight does not apply to backend: external (the harness starts no server)")
     if scenario.server.backend == "sim" and not args.dry_run:
         require_extra("sim", "harness run with backend: sim")
+    # what this night can decide: the runner prints it on stderr once the run's inputs are accepted
     plan_lines = [] if args.resume else resolve_repeats(scenario, Path(args.results_dir))
-    if not args.dry_run:  # the start of a run: what this night can decide, on stderr
-        for line in plan_lines:
-            print(f"harness: {line}", file=sys.stderr)
     write_report = not args.no_report and not args.dry_run
     if write_report and (gone := _missing_report_extra()):
         print(f"harness: no report at the end of this run: {gone}", file=sys.stderr)
@@ -155,6 +153,7 @@ def cmd_run(args) -> int:
         shard=_parse_shard(args.shard),
         live_progress=None,
         probe=args.probe,
+        start_lines=plan_lines,
     )
     if args.gpus is not None:
         from harness.run import lanes

@@ -100,6 +100,9 @@ class RunOptions:
     live_progress: bool | None = None
     probe: bool = False  # run the platform probes (quick) first and keep them in the manifest
     gpus: list[str] | None = None  # --gpus: run variants side by side, each on its own of these (harness.run.lanes)
+    # printed on stderr once the run's inputs are accepted (servers identified, builds, hosts),
+    # before its folder is made: the CLI's plan for a verdict; a refused run prints its one line alone
+    start_lines: list[str] = field(default_factory=list)
 
 
 def describe_launch(scenario, variant, port: int = 30000, redactor: Redactor | None = None) -> dict:
@@ -357,6 +360,8 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
         if attached is not None:
             raise BadInput("--gpus: backend external starts no server (its servers' GPUs are their own)")
         lanes.check_fits(variants, options.gpus)
+    for line in options.start_lines:
+        print(f"harness: {line}", file=sys.stderr)
     with Signals() as signals:
         # GpuBusy (exit 2) before anything is written; an external run starts no server: none to clear
         orphans = clear_orphans(options.results_dir) if attached is None else []
