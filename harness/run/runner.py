@@ -923,6 +923,7 @@ def _start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, end
             gpu=cfg.gpu if endpoint.local else False,
             server_metrics=cfg.server_metrics and endpoint.metrics_problem is None,
             phase=ATTACHED.first_sample_phase,
+            on_stop=writer.close,
         )
     else:
         sampler = Sampler(
@@ -935,8 +936,8 @@ def _start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, end
             phase=LAUNCHED.first_sample_phase,
             launch_env=server.spec.full_env(),
             launch_argv=server.spec.argv,
+            on_stop=writer.close,  # the samples' file is closed with the sampler
         )  # its GPUs only
-    sampler._harness_writer = writer  # closed with the sampler
     sampler.system_shared = shared  # before its first sample: side by side, every one is labelled
     return sampler.start()
 
@@ -945,9 +946,6 @@ def _stop_sampler(sampler) -> None:
     if sampler is None:
         return
     sampler.stop()
-    writer = getattr(sampler, "_harness_writer", None)
-    if writer is not None:
-        writer.close()
 
 
 _ports_lock = threading.Lock()

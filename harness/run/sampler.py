@@ -143,10 +143,12 @@ class Sampler:
         vmstat_path: str = "/proc/vmstat",
         launch_env: Mapping[str, str] | None = None,
         launch_argv: Sequence[str] | None = None,
+        on_stop: Callable[[], object] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.pid = pid
+        self.on_stop = on_stop  # called once sampling stopped (the runner: close the samples' writer)
         self.base_url = base_url.rstrip("/") if base_url else None
         self._write = write
         self.interval_s = float(interval_s)
@@ -238,15 +240,19 @@ class Sampler:
         return self
 
     def stop(self, timeout_s: float = 5.0) -> bool:
-        """Stop sampling; True when the thread ended within `timeout_s`."""
-        if self._thread is None:
-            return True
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout_s)
-        if self._stopped_wall is None:
-            self._stopped_wall = time.monotonic()
-        return not self._thread.is_alive()
+        """Stop sampling, then call ``on_stop`` (once); True when the thread ended within `timeout_s`."""
+        ended = True
+        if self._thread is not None:
+            self._stop.set()
+            self._wake.set()
+            self._thread.join(timeout_s)
+            if self._stopped_wall is None:
+                self._stopped_wall = time.monotonic()
+            ended = not self._thread.is_alive()
+        on_stop, self.on_stop = self.on_stop, None
+        if on_stop is not None:
+            on_stop()
+        return ended
 
     @property
     def running(self) -> bool:

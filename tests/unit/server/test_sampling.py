@@ -729,3 +729,21 @@ def test_metrics_page_not_there_is_unavailable_not_a_bad_answer():
         srv.stop()
     with pytest.raises(MetricsUnavailable):
         MetricsPage(srv.url, 0.5, 1 << 20, 1.0).fetch()  # the server is gone: connection refused
+
+
+def test_on_stop_is_called_once_after_the_last_sample(tmp_path):
+    """The runner hands the sampler its samples' writer's close (no attribute set on it from
+    outside): called once, after the thread wrote its last sample, however often stop() is called."""
+    events: list[str] = []
+    s = Sampler(
+        None,
+        None,
+        lambda sample: events.append("sample"),
+        interval_s=0.05,
+        gpu=False,
+        server_metrics=False,
+        on_stop=lambda: events.append("closed"),
+    ).start()
+    time.sleep(0.15)
+    assert s.stop(timeout_s=5) and s.stop(timeout_s=5)
+    assert events.count("closed") == 1 and events[-1] == "closed" and "sample" in events
