@@ -16,7 +16,10 @@ Rejected, each with file:line and a clear message:
 
 Scalars are resolved with the YAML 1.2 core schema, not PyYAML's YAML 1.1 one: only
 ``true``/``false`` (any case form of those two) are booleans, so ``off``, ``on``, ``yes``, ``no``
-stay strings (``name: off`` is the string "off"); ``010`` is ten, not octal; dates stay strings.
+stay strings (``name: off`` is the string "off"); dates stay strings. A number written in hex
+(``0x10``), octal (``0o17``, or ``010``, which YAML 1.1 reads as 8), or with ``_`` (``1_000``) is
+loaded as its value in a ``Numeral`` (an int or float that keeps ``written``): the scenario's
+number types refuse it naming the key (``hicache.ratio: 0x10`` is 16, not a ratio anyone meant).
 Merge keys (``<<: *base``) are supported; explicit keys win over merged ones.
 """
 
@@ -126,6 +129,45 @@ _Loader.add_implicit_resolver(_T_NULL, re.compile(r"^(?:~|null|Null|NULL|)$"), [
 _Loader.add_implicit_resolver(_T_MERGE, re.compile(r"^(?:<<)$"), ["<"])
 
 
+class NumeralInt(int):
+    """An int written in hex, octal, with a leading zero or with ``_``; ``written`` is its text."""
+
+    written: str
+
+
+class NumeralFloat(float):
+    """A float written with ``_``; ``written`` is its text."""
+
+    written: str
+
+
+def numeral_problem(v: Any) -> str | None:
+    """Why a number loaded from YAML is not written plainly in decimal, or None."""
+    written = getattr(v, "written", None) if isinstance(v, (NumeralInt, NumeralFloat)) else None
+    if written is None:
+        return None
+    s = written.lstrip("+-")
+    if s[:2] in ("0x", "0X"):
+        how = "a hex numeral"
+    elif s[:2] in ("0o", "0O"):
+        how = "an octal numeral"
+    elif "_" not in s:
+        how = "a numeral with a leading zero (octal in YAML 1.1)"
+    else:
+        how = "a numeral with '_'"
+    return f"{written} is {how}: write the number in plain decimal ({v!r}), or quote it for a string"
+
+
+def _numeral(value: int | float, written: str) -> Any:
+    s = written.lstrip("+-")
+    plain = "_" not in s and s[:2].lower() not in ("0x", "0o") and not (s[:1] == "0" and s[1:2].isdigit())
+    if plain:
+        return value
+    out = NumeralInt(value) if isinstance(value, int) else NumeralFloat(value)
+    out.written = written
+    return out
+
+
 def _scalar(node: ScalarNode, file: str) -> Any:
     tag, v = node.tag, node.value
     line = node.start_mark.line + 1
@@ -145,19 +187,17 @@ def _scalar(node: ScalarNode, file: str) -> Any:
             sign = -1 if s.startswith("-") else 1
             s = s.lstrip("+-")
             if s[:2] in ("0x", "0X"):
-                return sign * int(s[2:], 16)
+                return _numeral(sign * int(s[2:], 16), v)
             if s[:2] in ("0o", "0O"):
-                return sign * int(s[2:], 8)
-            if s[:2] in ("0b", "0B"):
-                return sign * int(s[2:], 2)
-            return sign * int(s, 10)
+                return _numeral(sign * int(s[2:], 8), v)
+            return _numeral(sign * int(s, 10), v)
         if tag == _T_FLOAT:
             s = v.replace("_", "").lower()
             if s.lstrip("+-") == ".inf":
                 return -math.inf if s.startswith("-") else math.inf
             if s == ".nan":
                 return math.nan
-            return float(s)
+            return _numeral(float(s), v)
     except ValueError:
         raise YamlLoadError(file, line, f"{v!r} is not a valid {tag.rsplit(':', 1)[-1]}") from None
     raise YamlLoadError(
@@ -339,6 +379,13 @@ def load_yaml_text(text: str | bytes, file: str = "<string>") -> LoadedYaml:
             f"the document must be a mapping (key: value lines), got {_kind(data)}",
         )
     return LoadedYaml(data=data, lines=lines, text=text, file=file)
+
+
+def load_yaml_value(text: str) -> Any:
+    """One value written as YAML (a ``--set KEY=VALUE``'s VALUE), read with the same resolver and
+    bounds as a file's values: ``off`` stays a string, ``0x10`` is marked as a numeral."""
+    indented = "".join("  " + ln for ln in text.splitlines(keepends=True))
+    return load_yaml_text("v:\n" + indented, "<value>").data["v"]
 
 
 def load_yaml(path: str | Path) -> LoadedYaml:

@@ -26,9 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from harness.core.yaml_lines import YamlLoadError, format_path, load_yaml
+from harness.core.yaml_lines import YamlLoadError, format_path, load_yaml, load_yaml_value, numeral_problem
 from harness.scenario.loading import load_scenario, load_scenario_text
 from harness.scenario.models import Scenario
 from harness.spec.errors import ErrorItem, ScenarioError
@@ -59,11 +57,22 @@ def parse_override(text: str) -> Override:
         pos = m.end()
     if pos != len(key) or not segments:
         raise ValueError(f"--set {text}: cannot read the key {key!r} (dotted, e.g. workloads.0.n)")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ValueError(f"--set {text}: the value is not YAML: {str(exc).splitlines()[0]}") from None
+    try:  # the file's resolver: 0x10 marked for the number keys to refuse, `off` a string
+        value = load_yaml_value(raw) if raw.strip() else ""
+    except YamlLoadError as exc:
+        raise ValueError(f"--set {text}: the value is not YAML: {exc.message}") from None
+    problem = _numeral_in(value)
+    if problem:  # the scenario is read back from JSON, where 0x10 is 16: refused here
+        raise ValueError(f"--set {text}: {problem}")
     return Override(text, tuple(segments), value)
+
+
+def _numeral_in(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return next((p for p in map(_numeral_in, value) if p), None)
+    return numeral_problem(value)
 
 
 def _index(items: list, segment: str, where: tuple) -> int:

@@ -1,6 +1,7 @@
 """Scenario value types: token sizes, checks, thresholds, names, flags and env values.
 
-A leaf module (imports nothing else of the harness but the scenario's errors): workload configs
+A leaf module (imports nothing else of the harness but the scenario's errors, the simulator's
+fault names and the YAML loader's numeral check): workload configs
 and the scenario models both build on it.
 """
 
@@ -25,6 +26,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from harness.core.yaml_lines import numeral_problem
 from harness.sim.faults import fault_problem
 from harness.spec.errors import field_error
 
@@ -45,8 +47,13 @@ def as_validator(parse: Callable[[Any], T]) -> Callable[[Any], T]:
 
 
 def no_bool(v: Any) -> Any:
+    """Every number key's first check: not a boolean, and written plainly in decimal (the YAML
+    loader marks ``0x10``, ``0o17``, ``010`` and ``1_000``: see ``numeral_problem``)."""
     if isinstance(v, bool):
         raise field_error(f"expected a number, got {str(v).lower()}")
+    problem = numeral_problem(v)
+    if problem:
+        raise field_error(problem)
     return v
 
 

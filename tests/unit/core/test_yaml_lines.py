@@ -11,6 +11,7 @@ from harness.core.yaml_lines import (
     line_for,
     load_yaml,
     load_yaml_text,
+    numeral_problem,
 )
 
 
@@ -53,6 +54,14 @@ def test_yaml12_core_scalars():
         "m": "12",
         "n": None,
     }
+    # written otherwise than in plain decimal: the value, marked for the number keys to refuse
+    assert [numeral_problem(y.data[k]) for k in "fgh"] == [
+        "010 is a numeral with a leading zero (octal in YAML 1.1): write the number in plain decimal (10), "
+        "or quote it for a string",
+        "0x10 is a hex numeral: write the number in plain decimal (16), or quote it for a string",
+        "1_000 is a numeral with '_': write the number in plain decimal (1000), or quote it for a string",
+    ]
+    assert [numeral_problem(y.data[k]) for k in "ijm"] == [None, None, None]
 
 
 def test_merge_keys_explicit_wins():

@@ -56,6 +56,12 @@ def scn_hash_of(*sets: str) -> str:
         ("variants.nope.x=1", "--set variants.nope.x=1: variants has no element named 'nope'"),
         ("repeats.x=1", "--set repeats.x=1: repeats is a value (1), not a mapping or a list"),
         ("seed", "harness: --set seed: expected KEY=VALUE"),
+        # read as a file's value is: PyYAML's 1.1 resolver made 0x10 the ratio 16
+        (
+            "variants.on-r2.hicache.ratio=0x10",
+            "--set variants.on-r2.hicache.ratio=0x10: 0x10 is a hex numeral: write the number in plain decimal (16)",
+        ),
+        ("repeats=1_0", "--set repeats=1_0: 1_0 is a numeral with '_'"),
     ],
 )
 def test_a_bad_override_is_refused_naming_its_key(value, message, capsys):

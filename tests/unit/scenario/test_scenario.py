@@ -173,6 +173,12 @@ def test_bomb_is_refused_before_it_expands():
         ),
         ("workloads:\n  - kind: decode\n  - kind: decode\n", 9, "workloads[1]", "duplicate workload name 'decode'"),
         ("repeats: 0\n", 7, "repeats", "must be >= 1"),
+        # hex, octal and '_' numerals: the loader turned 0x10 into 16 and it validated as a ratio
+        ("  - name: on\n    hicache: {ratio: 0x10}\n", 8, "variants[1].hicache.ratio", "0x10 is a hex numeral"),
+        ("  - name: on\n    hicache: {ratio: 0o3}\n", 8, "variants[1].hicache.ratio", "0o3 is an octal numeral"),
+        ("repeats: 010\n", 7, "repeats", "010 is a numeral with a leading zero (octal in YAML 1.1)"),
+        ("seed: 1_000\n", 7, "seed", "1_000 is a numeral with '_': write the number in plain decimal (1000)"),
+        ("sampling:\n  interval_s: 0_5.0\n", 8, "sampling.interval_s", "0_5.0 is a numeral with '_'"),
         ("repeats: true\n", 7, "repeats", "expected a number, got true"),
         ("seed: -1\n", 7, "seed", "must be >= 0"),
         ("sampling:\n  interval_s: 0\n", 8, "sampling.interval_s", "must be >= 0.01"),
