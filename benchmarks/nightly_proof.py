@@ -11,8 +11,9 @@ its outcome and the gating rows that regressed.
 - ``<fault>``: one healthy night, then ``--nights`` nights of a build with the fault
   (``HARNESS_SIM_BUILD="--sim-fault NAME=ARG"``: a build flag, so the variants' config hashes
   stay the same, as a slower build's would). The claim: FAIL on every night, the first and each
-  one after, by the gate row meant to catch it (``FAULTS`` below). ``--baseline-from RUN``: a
-  healthy night already run is copied in as the first night instead.
+  one after, by the gate row meant to catch it (``FAULTS`` below).
+``--baseline-from RUN``: a healthy night already run is copied into each series as its first
+night instead of running one (so the fault series share one healthy baseline).
 
 Every run folder and log goes under ``--out`` (default under /tmp), never into the repository;
 the harness is the one of this checkout (PYTHONPATH). ``--time-scale`` is passed as a build flag
@@ -52,7 +53,7 @@ FAULTS: dict[str, tuple[str, str]] = {
     "partial_host_hits": ("partial_host_hits=0.6", "on-r1.3:host_reuse.repeat_after_evict.host_hit_fraction"),
     "stall_every": ("stall_every=20", "short_tail.alone.ttft_ms_p99"),
     "slow_decode": ("slow_decode=1.15", "decode_bs1.decode.tpot_ms"),
-    "slowdown_per_request": ("slowdown_per_request=0.0005", "short_tail.alone.ttft_ms_drift"),
+    "slowdown_per_request": ("slowdown_per_request=0.003", "short_tail.alone.ttft_ms_drift"),
     "late_token_flips": ("late_token_flips=200", "on-r1.3:quality.parity"),
     "slow_when_concurrent": ("slow_when_concurrent=1.3", "decode_bs4.decode.ttft_ms"),
 }
@@ -179,7 +180,7 @@ def run_series(name: str, scenario: Path, out: Path, args: argparse.Namespace) -
     s = Series(name, fault, meant)
     hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(args.burn if fault is None else 0)]
     try:
-        if args.baseline_from is not None and fault is not None:  # a healthy night already run: its copy
+        if args.baseline_from is not None:  # a healthy night already run: its copy is the first night
             dest = folder / "results" / args.baseline_from.parent.name / args.baseline_from.name
             if not dest.exists():
                 shutil.copytree(args.baseline_from, dest)
