@@ -731,7 +731,9 @@ def run_variant(
         )
 
     window = serving_window.run_window(
-        scenario, variant, spec, server, sampler, vpaths, progress, pools, info, clock=clock
+        serving_window.WindowInputs(scenario, variant, spec, server, sampler, vpaths, progress, pools),
+        info,
+        clock=clock,
     )
     clock.enter(gpu_time.COOLDOWN, "stop")
     progress.phase("stopping")
@@ -807,7 +809,9 @@ def run_external_variant(
     sampler = _start_sampler(scenario, server, vpaths, endpoint)
     state.sampler = sampler
     window = serving_window.run_window(
-        scenario, variant, server, server, sampler, vpaths, progress, pools, info, clock=status.clock
+        serving_window.WindowInputs(scenario, variant, server, server, sampler, vpaths, progress, pools),
+        info,
+        clock=status.clock,
     )
     _stop_sampler(sampler)
     state.sampler = None

@@ -30,6 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.core.model_config import model_vocab_size
 from harness.quality import run as quality_run
@@ -42,6 +43,12 @@ from harness.store.records import RequestRecord
 from harness.store.variant_status import FAILED, OK, PARTIAL
 from harness.workloads.context import WorkloadContext
 from harness.workloads.sequence import run_workloads
+
+if TYPE_CHECKING:
+    from harness.run.progress import Progress
+    from harness.run.sampler import Sampler
+    from harness.scenario.models import Scenario, Variant
+    from harness.server.process import ExternalServer, LaunchSpec, ServerProcess
 
 log = logging.getLogger(__name__)
 
@@ -218,21 +225,30 @@ async def _smoke_request(client: StreamingClient, variant: str, vocab: int, reco
     return rec
 
 
+@dataclass(frozen=True)
+class WindowInputs:
+    """What a serving window works on: one variant's ready server and where its figures go."""
+
+    scenario: Scenario
+    variant: Variant
+    spec: LaunchSpec | ExternalServer  # the launch spec (a launched server) or the attached server
+    server: ServerProcess | ExternalServer
+    sampler: Sampler | None
+    vpaths: results.VariantPaths
+    progress: Progress
+    pools: dict  # the server's pools (max_total_num_tokens, ...), from its log or its info
+
+
 def run_window(
-    scenario,
-    variant,
-    spec,
-    server,
-    sampler,
-    vpaths,
-    progress,
-    pools,
+    inputs: WindowInputs,
     info: ServerInfo | None = None,
     clock: gpu_time.PhaseClock | None = None,
 ) -> WindowResult:
     """Idle window, workloads, quality arm, final liveness on a ready server; never stops it.
     ``info``: the server's validated /get_server_info (the quality arm sizes its churn from it);
     ``clock``: the variant's GPU time, switched to work, quality and idle as the window goes."""
+    scenario, variant, spec, server = inputs.scenario, inputs.variant, inputs.spec, inputs.server
+    sampler, vpaths, progress, pools = inputs.sampler, inputs.vpaths, inputs.progress, inputs.pools
     clock = clock or gpu_time.PhaseClock(0)
 
     def phase(name: str, detail: str | None = None) -> None:
