@@ -21,8 +21,10 @@ paired sign test of "ON strays further than the control does".
   test (hypergeometric tail): it needs no partner per key, and a handful of keys decide when
   ON diverges everywhere and the control nowhere (5 and 5: p = 1/252).
 - Exact control (`exact_control`): an OFF-vs-OFF control with pairs and none differing is what a
-  deterministic server gives; then nothing is noise, and any real divergence at a host-hit key is
-  a defect whatever the count of keys (`exact_divergences`).
+  deterministic server gives; then nothing is noise, and any divergence that is no near-tie flip
+  at a host-hit key is a defect whatever the count of keys, inside the other side's top-k or
+  not (`exact_divergences`: a corrupted host tier on the H200 diverged inside the top-5 at 5 of
+  5 host-hit keys, first at tokens 0-19, while the control was bit-identical).
 """
 
 from __future__ import annotations
@@ -169,9 +171,11 @@ def exact_control(control: Iterable[Any], tol: float = DLOGPROB_TOL) -> bool:
 
 
 def exact_divergences(on: Iterable[Any]) -> list[Any]:
-    """The ON pairs that, next to an exact control, are a defect on their own: a real
-    divergence (outside top-k) at a key whose ON ask came back through the host tier."""
-    return [c for c in on if (c.cand_cached_host or 0) > 0 and real_divergence(c)]
+    """The ON pairs that, next to an exact control, are a defect on their own: a divergence that
+    is no near-tie flip (inside the other side's top-k or not) at a key whose ON ask came back
+    through the host tier. Near-tie flips stay excused: they are what an ON server that runs
+    without deterministic inference beside a deterministic OFF shows (the reason says so)."""
+    return [c for c in on if (c.cand_cached_host or 0) > 0 and c.kind == "divergence"]
 
 
 @dataclass(frozen=True)

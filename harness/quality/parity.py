@@ -532,8 +532,8 @@ def evaluate_parity(
     elif exact_bad:
         overall = "FAIL"
         reason = (
-            f"the OFF-vs-OFF control is exact (0 of {test.control.pairs} pairs differ), yet ON diverges outside "
-            f"the top-k at {len(exact_bad)} of {host_keys_all} host-hit key(s): {_first_real(exact_bad)}; {line}"
+            f"the OFF-vs-OFF control is exact (0 of {test.control.pairs} pairs differ), yet ON diverges (no "
+            f"near-tie flip) at {len(exact_bad)} of {host_keys_all} host-hit key(s): {_first_real(exact_bad)}; {line}"
         )
     elif rate_fail:
         overall = "FAIL"

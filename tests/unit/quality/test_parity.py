@@ -3,6 +3,7 @@ on synthetic arms (with a seed sweep of a nondeterministic server), NOT_EXERCISE
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -133,9 +134,28 @@ def test_an_exact_control_makes_any_real_divergence_at_a_host_hit_key_a_fail():
     assert r.to_dict()["control_exact"] is True
 
 
-def test_an_exact_control_does_not_fail_what_is_not_a_real_divergence_at_a_host_hit():
-    flipped = TOK[:3] + [TOK[3] + 100] + TOK[4:]  # inside OFF's top-5: not outside the top-k
-    assert evaluate_parity(*h200_case(flipped, top=top_for(flipped, second=TOK[3]))).verdict != "FAIL"
+def test_an_exact_control_fails_a_divergence_inside_the_top_k_at_a_host_hit():
+    """The H200 corrupted build at one sample and one re-ask a task: ON differs from OFF at every
+    host-hit key, inside each other's top-5 and no near-tie, while the control is bit-identical.
+    The rate test counts only divergences outside the top-k (none here): this was a false PASS."""
+    flipped = TOK[:3] + [TOK[3] + 100] + TOK[4:]  # ON's token is OFF's runner-up, 1 nat behind
+    off_top = top_for(TOK[:3] + [TOK[3]] + TOK[4:])
+    off_top[3][1] = [TOK[3] + 100, -1.1]
+    on, off, ctrl = h200_case(flipped, top=top_for(flipped, second=TOK[3]))
+    off = [dataclasses.replace(r, top_logprobs=off_top) for r in off]
+    r = evaluate_parity(on, off, ctrl)
+    assert r.control_exact and r.rate.on_divergent == 0  # nothing outside the top-k
+    assert r.verdict == "FAIL", r.reason
+    assert "no near-tie flip" in r.reason and "6 of 6 host-hit key(s)" in r.reason and "token 3" in r.reason
+
+
+def test_an_exact_control_does_not_fail_a_near_tie_flip_or_a_miss():
+    flipped = TOK[:3] + [TOK[3] + 100] + TOK[4:]
+    off_top = top_for(TOK)
+    off_top[3][1] = [TOK[3] + 100, -0.11]  # OFF's top two 0.01 nat apart: a near-tie
+    on, off, ctrl = h200_case(flipped, top=top_for(flipped, second=TOK[3]))
+    off = [dataclasses.replace(r, top_logprobs=off_top) for r in off]
+    assert evaluate_parity(on, off, ctrl).verdict != "FAIL"
     assert evaluate_parity(*h200_case(BAD, host=0)).verdict != "FAIL"  # no host hit: not this rule
     assert evaluate_parity(*h200_case(TOK)).verdict == "PASS"
 
