@@ -430,13 +430,16 @@ def load_back(view: RunView, name: str) -> dict[str, Any]:
 
 def roofline_rows(view: RunView, name: str) -> list[dict[str, Any]]:
     """Each hit phase's roofline (summary ``phases.<phase>.roofline``, `harness.measures.roofline`): the
-    floor its KV bytes and uncached suffix allow, what it took, and recomputing it."""
+    floor its KV bytes and uncached suffix allow, what it took, and recomputing it; with its
+    attribution (summary ``attribution``, `harness.analysis.attribution`) under ``split``."""
+    summary = view.summary(name)
+    split = {(a.get("workload"), a.get("phase")): a for a in summary.get("attribution") or []}
     out = []
-    for wl, w in (view.summary(name).get("workloads") or {}).items():
+    for wl, w in (summary.get("workloads") or {}).items():
         for phase, p in (w.get("phases") or {}).items():
             roof = p.get("roofline")
             if roof:
-                out.append({"variant": name, "workload": wl, "phase": phase, **roof})
+                out.append({"variant": name, "workload": wl, "phase": phase, **roof, "split": split.get((wl, phase))})
     return out
 
 

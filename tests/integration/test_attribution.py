@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.analysis.attribution import QUEUE_NOT_RECORDED
 from harness.cli import main
 from harness.server.logscan import declined_load_backs
@@ -48,7 +50,8 @@ def test_the_log_line_of_a_declined_load_back_is_counted():
 
 def test_a_declined_load_back_is_a_hit_reported_and_recomputed(tmp_path, capsys):
     path = write_scenario(tmp_path, SCENARIO)
-    main(["run", str(path), "--results-dir", str(tmp_path / "r"), "--no-report"])
+    pytest.importorskip("jinja2")
+    main(["run", str(path), "--results-dir", str(tmp_path / "r"), "--reports-dir", str(tmp_path / "rep")])
     out = capsys.readouterr().out
     (run,) = (tmp_path / "r" / "attribution").iterdir()
     on = json.loads((run / "on" / "summary.json").read_text())
@@ -78,3 +81,8 @@ def test_a_declined_load_back_is_a_hit_reported_and_recomputed(tmp_path, capsys)
     verdict = json.loads((run / "verdict.json").read_text())
     assert [w["variant"] for w in verdict["warnings"] if w["code"] == "hit_recomputed"] == ["on-declined"]
     assert "warning: on-declined: hit reported, tokens recomputed: repeat_prefill/repeat_after_evict" in out
+    # the report: the split beside the roofline, the recomputed tokens marked
+    (page,) = (tmp_path / "rep").rglob("index.html")
+    html = page.read_text()
+    assert html.index('id="roofline"') < html.index('id="attribution"')
+    assert 'class="num fail">3998</td>' in html  # the recomputed tokens, marked
