@@ -131,6 +131,8 @@ def cmd_run(args) -> int:
 
     if args.scenario is None and not args.url:
         return _bad("run: give a SCENARIO file, or --url URL to measure a running server")
+    if args.decide and (args.shard or args.resume):
+        return _bad("run --decide: not with --shard or --resume (a round is a run of the whole night's variants)")
     scenario = _load_scenario_or_exit(args.scenario, args.url, _overrides(args))
     for u in scenario.unrun_checks:
         print(f"harness: not evaluated: {u['check']!r}: {u['reason']}", file=sys.stderr)
@@ -192,7 +194,46 @@ def cmd_run(args) -> int:
             outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)
     except BadInput as exc:  # e.g. --only naming no variant, a resume refused, a run locked
         return _bad(str(exc))
-    return _report_run(outcome, args)
+    code = _report_run(outcome, args)
+    if not args.decide or outcome.verdict is None or outcome.verdict.outcome is Outcome.INTERRUPTED:
+        return code
+    return _decide(args, scenario, options, outcome.run_dir, code)
+
+
+def _decide(args, scenario, options, night: Path, night_code: int) -> int:
+    """``--decide``: the rounds the comparison with ``--baseline`` advises (harness/cli/rounds.py);
+    the exit code is the final comparison's, or the night's own where the comparison PASSes and
+    the night's verdict did not."""
+    import dataclasses
+
+    from harness.cli import compare
+    from harness.cli.rounds import decide
+    from harness.run import runner
+
+    def run_round(repeats: int, variants: list[str]):
+        args_round = argparse.Namespace(**{**vars(args), "repeats": repeats, "no_quality": True})
+        round_scenario = _load_scenario_or_exit(args.scenario, args.url, _overrides(args_round))
+        round_options = dataclasses.replace(options, only=list(variants), draw_report=None, start_lines=[])
+        try:
+            out = runner.run_scenario(round_scenario, round_options, harness_argv=sys.argv)
+        except BadInput as exc:
+            print(f"harness: round refused: {exc}", file=sys.stderr)
+            return None, ExitCode.BAD_INPUT
+        return out.run_dir, out.exit_code
+
+    budget = scenario.verdict.budget_minutes
+    baseline, rounds = decide(night, args.baseline, Path(args.results_dir), run_round, budget)
+    look = argparse.Namespace(
+        run=str(night),
+        baseline=baseline,
+        results_dir=args.results_dir,
+        pool=1,
+        round=[str(r) for r in rounds],
+        junit=None,
+        markdown=None,
+    )
+    code = compare.cli_main(look)  # the final look: comparison.json, the Markdown, the exit code
+    return night_code if code == ExitCode.OK and night_code != ExitCode.OK else code
 
 
 def _missing_report_extra() -> str | None:
@@ -353,6 +394,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--resume", metavar="RUN_DIR", help="continue an interrupted run: skip complete variants, rerun the rest"
     )
+    s.add_argument(
+        "--decide",
+        action="store_true",
+        help="then compare with --baseline and, while INCONCLUSIVE, run the rounds the comparison advises "
+        "(verdict.rounds, within verdict.budget_minutes), every round pooled; exit: the final comparison's",
+    )
+    s.add_argument("--baseline", default="latest", metavar="RUN|latest", help="--decide's baseline (default: latest)")
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("show", help="print a run's results table (per variant: TTFT, speedup, tier share, parity)")

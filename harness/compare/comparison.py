@@ -168,6 +168,19 @@ class VariantRow:
         }
 
 
+@dataclass(frozen=True)
+class NextRound:
+    """The extra round an INCONCLUSIVE look advises: its number (2 = the first extra round), the
+    most the scenario allows, the repeats it adds, the variants it runs, and the inconclusive
+    gating rows it is for ("variant workload.phase.metric: why")."""
+
+    number: int
+    most: int
+    repeats: int
+    variants: list[str]
+    rows: list[str]
+
+
 @dataclass
 class Comparison:
     outcome: str = Outcome.INCONCLUSIVE.value  # PASS | FAIL | INCONCLUSIVE
@@ -183,6 +196,9 @@ class Comparison:
     candidate: dict = field(default_factory=dict)
     baseline: dict | None = None
     changes: list[dict] = field(default_factory=list)  # what differs between the nights (compare.changes)
+    # INCONCLUSIVE with a round left (verdict.rounds): the round the advice names (not stored:
+    # `harness run --decide` runs it, harness/cli/rounds.py)
+    next_round: NextRound | None = None
 
     @property
     def flagged(self) -> bool:
@@ -1032,6 +1048,12 @@ def compare_runs(
         comp.advice = comparison_advice(comp.metrics, done, bool(exp.gate))
         more = next_round(comp.metrics, done)
         if more is not None and allowed > len(rounds) and more[0] > done:
+            rows = [
+                f"{r.variant} {r.workload}.{r.phase}.{r.metric}: {r.note or 'inconclusive'}"
+                for r in comp.metrics
+                if r.gating and r.state == "inconclusive" and r.variant in more[1]
+            ]
+            comp.next_round = NextRound(len(rounds) + 2, allowed + 1, more[0] - done, more[1], rows)
             scenario_path = (cand.manifest.get("scenario") or {}).get("path") or "SCENARIO"
             only = " ".join(f"--only {v}" for v in more[1])
             added = " ".join(f"--round {r.paths.root}" for r in rounds)

@@ -1,0 +1,93 @@
+"""``harness run SCENARIO --decide --baseline RUN`` on the simulator (harness/cli/rounds.py): a
+gated row the night cannot decide gets the round the comparison advises, run as a new run folder
+and pooled, until the comparison decides; the budget stops the loop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from tests.conftest import write_scenario
+
+# every second request stalls (its first token takes twice as long): a spread of about ±50 % a
+# request that the night's 2 requests cannot judge at a 100 % threshold, and ~8 repeats can
+SCENARIO = """\
+name: decide
+server:
+  backend: sim
+  model_path: models/llama-tiny
+  args: {--max-total-tokens: 4096, --skip-tokenizer-init: true}
+  startup_timeout_s: 30
+  request_timeout_s: 10
+  liveness_idle_s: 0.1
+  sim: {time_scale: 0.5, startup_s: 0}
+variants:
+  - name: "off"
+    sim_faults: [stall_every=2]
+workloads:
+  - kind: cold_prefill
+    n: 2
+    prompt_tokens: 1024
+    warmup: 0
+sampling: {enabled: false}
+gate: [cold_prefill.cold.ttft_ms]
+expectations:
+  thresholds: {ttft_ms: 100%}
+verdict: {rounds: 2{budget}}
+"""
+
+
+def _runs(results: Path) -> set[Path]:
+    return set((results / "decide").iterdir()) if (results / "decide").exists() else set()
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> tuple[Path, Path]:
+    """(the results folder, a baseline of 12 repeats: 24 requests)."""
+    tmp = tmp_path_factory.mktemp("decide")
+    scenario = write_scenario(tmp, SCENARIO.replace("{budget}", ""))
+    results = tmp / "r"
+    assert main(["run", str(scenario), "--results-dir", str(results), "--no-report", "--repeats", "12"]) == 0
+    (base,) = _runs(results)
+    return results, base
+
+
+def _decide(tmp_path: Path, results: Path, base: Path, budget: str, capsys) -> tuple[int, str, set[Path]]:
+    scenario = write_scenario(tmp_path, SCENARIO.replace("{budget}", budget))
+    before = _runs(results)
+    argv = ["run", str(scenario), "--results-dir", str(results), "--no-report", "--decide", "--baseline", str(base)]
+    rc = main(argv)
+    return rc, capsys.readouterr().out, _runs(results) - before
+
+
+def test_an_inconclusive_night_gets_the_round_it_needs_and_decides(tmp_path, baseline, capsys):
+    results, base = baseline
+    rc, out, new = _decide(tmp_path, results, base, "", capsys)
+    lines = [line for line in out.splitlines() if line.startswith("harness: ")]
+    assert lines[0].startswith("harness: look 1: INCONCLUSIVE; round 2 of at most 3: "), out
+    assert "more repeats of off without quality, for off cold_prefill.cold.ttft_ms: " in lines[0]
+    assert lines[1].startswith("harness: round 2: ") and "pooled with the night" in lines[1]
+    assert lines[-1] == "harness: look 2: PASS: decided", out
+    assert rc == 0 and len(new) == 2  # the night and its round, each its own run folder
+    night = min(new)
+    rnd = max(new)
+    manifest = json.loads((rnd / "manifest.json").read_text())
+    assert manifest["repeats"] > 1 and [v["name"] for v in manifest["variants"]] == ["off"]
+    comparison = json.loads((night / "comparison.json").read_text())
+    assert comparison["verdict"] == "PASS" and comparison["candidate"]["rounds"] == [rnd.name]
+    (row,) = [m for m in comparison["metrics"] if m["gating"]]
+    assert row["state"] == "unchanged" and row["n_candidate"] == 2 + 2 * manifest["repeats"]
+    assert "## HiCache harness compare: decide" in out and "PASS" in out
+
+
+def test_the_budget_stops_the_rounds(tmp_path, baseline, capsys):
+    """verdict.budget_minutes below what the night measured: no round, INCONCLUSIVE (exit 4)."""
+    results, base = baseline
+    rc, out, new = _decide(tmp_path, results, base, ", budget_minutes: 0.001", capsys)
+    assert rc == 4 and len(new) == 1, out
+    assert "round 2 not run: " in out and "verdict.budget_minutes 0.001 spent" in out
+    (night,) = new
+    assert json.loads((night / "comparison.json").read_text())["verdict"] == "INCONCLUSIVE"
