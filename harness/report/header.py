@@ -18,6 +18,7 @@ from harness.analysis.run_products import judge_run
 from harness.analysis.verdict import RunVerdict
 from harness.report.formatting import KIB_PER_GIB
 from harness.report.view import RunView
+from harness.store import results
 from harness.store.variant_status import origin_of_status
 
 # the css class of each outcome: green, red, grey, "cannot tell", neutral
@@ -187,8 +188,9 @@ def _flagged_changes(c: dict) -> list[str]:
 
 def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
     """The verdict banner: the run's outcome and reasons (`judge_run`), each variant's outcome, a
-    comparison's verdict (labelled as such) and notes (not finished; a stored verdict.json that
-    states another outcome than today's rules)."""
+    comparison's verdict (labelled as such) and notes (a stored verdict.json that states another
+    outcome than today's rules). A run with neither COMPLETE nor INTERRUPTED has no verdict yet:
+    INCOMPLETE, saying whether a process still holds its .lock (live) or none does (killed)."""
     verdict: RunVerdict = judge_run(view.root, list(expectation_rows))
     variants = [
         {
@@ -200,8 +202,18 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
         for v in verdict.variants
     ]
     notes = []
-    if not view.complete and not view.interrupted:
-        notes.append("the run has no COMPLETE marker: it did not finish (or is still running)")
+    outcome, css, exit_code = verdict.outcome.value, OUTCOME_CSS[verdict.outcome.value], int(verdict.exit_code)
+    run_reasons = [r.line() for r in verdict.reasons]
+    if not view.complete and not view.interrupted:  # no verdict yet: never PASS (or FAIL) plus a note
+        holder = results.run_lock_holder(view.root)
+        outcome, css, exit_code = "INCOMPLETE", "INCOMPLETE", None
+        run_reasons.insert(
+            0,
+            f"still running ({holder} holds its .lock): this page shows what it has written so far"
+            if holder
+            else "did not finish: no COMPLETE marker and no process holds its .lock (killed, or its machine "
+            f"went down); `harness run --resume {view.root}` runs what is missing",
+        )
     stored = (view.stored_verdict or {}).get("outcome")
     if stored is not None and stored != verdict.outcome.value:
         notes.append(
@@ -228,10 +240,10 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
             "changes": _flagged_changes(c),
         }
     return {
-        "outcome": verdict.outcome.value,
-        "css": OUTCOME_CSS[verdict.outcome.value],
-        "exit_code": int(verdict.exit_code),
-        "reasons": [r.line() for r in verdict.reasons],
+        "outcome": outcome,
+        "css": css,
+        "exit_code": exit_code,  # None: the run has not finished, so it has no exit code yet
+        "reasons": run_reasons,
         # a hit slower than recomputing it (harness.measures.roofline.worse_than_off): the headline's warning
         "worse_than_off": [w.line() for w in verdict.warnings if w.code == "worse_than_off"],
         # fewer cached tokens than the pools predict (harness.measures.tier_model): beside it

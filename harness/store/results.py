@@ -435,6 +435,29 @@ def hold_run_lock(root: Path) -> RunLock:
     return RunLock(key)
 
 
+def run_lock_holder(root: Path) -> str | None:
+    """Who holds ``<run>/.lock`` now (its holder line, or "lock held"), None when nobody does.
+    Takes nothing and creates nothing: a shared try-lock on its own descriptor, let go at once
+    (a hold of this very process counts as held too: flock is per open file)."""
+    try:
+        fd = os.open(RunPaths(Path(root)).lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None  # no lock file: nothing ever held it
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+            except OSError:
+                holder = ""
+            return holder.splitlines()[0] if holder else "lock held"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def create_run_dir(results_dir: Path, scenario_name: str, run_id: str | None = None) -> RunPaths:
     root = Path(results_dir) / safe_name(scenario_name) / (run_id or new_run_id())
     root.mkdir(parents=True, exist_ok=False)

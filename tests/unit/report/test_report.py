@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import fcntl
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -298,6 +300,31 @@ def test_interrupted_run_reports_what_it_has(golden_run, tmp_path):
     assert '<td class="fail">interrupted</td>' in html
     assert "samples until it stopped" in html
     assert '<td class="fail">not_run: not reached: the run was interrupted</td>' in html
+
+
+def test_a_run_still_being_written_is_incomplete_not_pass(golden_run, tmp_path):
+    """A report drawn while the run is live (no COMPLETE, its .lock held) said PASS plus a note."""
+    run = golden_run("healthy")
+    (run / "COMPLETE").unlink()
+    fd = os.open(run / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, b"pid 4242 on box since 2026-12-01T23:00:00Z\n")
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as the running harness holds it
+        live = write_report(run, tmp_path / "live").read_text()
+    finally:
+        os.close(fd)
+    assert banner_of(live) == (
+        "INCOMPLETE",
+        [
+            "still running (pid 4242 on box since 2026-12-01T23:00:00Z holds its .lock): this page shows what it "
+            "has written so far"
+        ],
+    )
+    assert "(exit 0)" not in live and "(not finished)" in live
+    # nobody holds the lock now: killed, or stopped without a marker
+    (dead,) = banner_of(write_report(run, tmp_path / "dead").read_text())[1]
+    assert dead.startswith("did not finish: no COMPLETE marker and no process holds its .lock")
+    assert f"harness run --resume {run}" in dead
 
 
 def test_a_stored_verdict_that_disagrees_is_named(golden_run, tmp_path):
