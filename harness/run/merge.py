@@ -21,8 +21,11 @@ any other run. Rules (docs/sharding.md):
   systems), so the shard runs must be treated as read-only afterwards (resume moves folders aside,
   it never writes into old files).
 * ``COMPLETE`` is written only when every input was complete, every shard 1..N of the count is
-  present and every variant of the scenario has a complete copy. Exit 0 then (1 when a variant
-  missed its expectation); 1 with the folder written but incomplete; 2 on a refusal.
+  present and every variant of the scenario has a complete copy; before it, as a finished run
+  has them, ``expectations.json`` (the scenario's within-run checks over the merged arms) and
+  ``verdict.json``. An incomplete merge has neither (no verdict yet: its report says INCOMPLETE).
+  Exit 0 then (1 when a variant missed its expectation); 1 with the folder written but
+  incomplete; 2 on a refusal.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.analysis import run_products
+from harness.analysis.expectations import evaluate_run_expectations
 from harness.analysis.run_products import write_summary_csv
 from harness.core.errors import BadInput
 from harness.store import results
@@ -270,7 +275,12 @@ def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] = ()) -> Pa
     )
     results.write_json_atomic(run.manifest, manifest)
     write_summary_csv(run, plan.order)  # parity stays as each shard judged it on its own host
-    if plan.complete:
+    if plan.complete:  # what a finished run writes (runner.finish_run), then its COMPLETE marker
+        rows = evaluate_run_expectations(run.root)
+        results.write_json_atomic(
+            run.root / run_products.EXPECTATIONS_FILE, {"schema_version": results.SCHEMA_VERSION, "checks": rows}
+        )
+        run_products.write_verdict(run, run_products.judge_run(run.root, rows))
         results.write_json_atomic(run.complete, {"at": results.utc_now_iso(), "merged": True})
     return run.root
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.run_products import judge_run
 from harness.cli import main
 from harness.run.merge import MergeRefused, merge_runs
 from harness.store import results
@@ -109,6 +110,10 @@ def test_merges_shards_keeping_assigned_baseline(tmp_path, capsys):
     # hard links (same file system): no copy of the data
     assert os.stat(run.variant("on-b").paths.requests).st_ino == os.stat(s2 / "on-b" / "requests.jsonl").st_ino
     assert all(len(run.requests(n)) == 2 for n in ALL)
+    # its verdict, as a run writes one (a merged run had no verdict.json: compare judged it again)
+    verdict = json.loads((run.paths.root / "verdict.json").read_text())
+    assert {k: v for k, v in verdict.items() if k != "schema_version"} == judge_run(run.paths.root).to_json()
+    assert json.loads((run.paths.root / "expectations.json").read_text())["checks"] == []
 
 
 def test_refuses_different_scenarios(tmp_path, capsys):
@@ -164,12 +169,16 @@ def test_incomplete_inputs_give_an_incomplete_merge(tmp_path, capsys):
     root = next((tmp_path / "out" / "tiny").iterdir())
     assert not (root / results.COMPLETE_MARKER).exists()
     assert json.loads((root / "manifest.json").read_text())["merge"]["complete"] is False
+    assert not (root / "verdict.json").exists()  # no verdict until every variant is there: INCOMPLETE
 
 
 def test_unmet_expectation_exits_1(tmp_path):
     a = make_run(tmp_path / "in", "r1", {"off": "ok", "on-a": "failed"})
     assert merge_cli(a, "--results-dir", tmp_path / "out") == 1
-    assert results.load_run(next((tmp_path / "out" / "tiny").iterdir())).complete
+    root = next((tmp_path / "out" / "tiny").iterdir())
+    assert results.load_run(root).complete
+    verdict = json.loads((root / "verdict.json").read_text())
+    assert verdict["outcome"] == "FAIL" and verdict["exit_code"] == 1, verdict
 
 
 @pytest.mark.parametrize(
