@@ -755,11 +755,33 @@ def run_variant(
     )
     tier_pools = _tier_pools(variant, status, info)
     declined = len(logscan.declined_load_backs(server.read_log()))
+    window = _death_with_its_cause(window, server)
     summary = _window_summary(scenario, variant, window, sampling, platform, tier_pools, declined)
     if window.state != OK:
         status.cause_detail = window.detail
         status.log_excerpt = _log_excerpt_for_death(server)
     return _finish(vpaths, status, window.state, window.cause, state.redactor, summary=summary), unclean
+
+
+def _death_with_its_cause(window, server: ServerProcess):
+    """A server that died mid-window with a known cause in its log (a CUDA fault, out of memory,
+    an assertion: `logscan.classify_failure`) is recorded as that cause, the death beside it in
+    the detail (``died``, ``exit_code``, the log line); a death with no cause in its log stays
+    ``server_died``."""
+    if window.cause != logscan.SERVER_DIED:
+        return window
+    found = logscan.classify_failure(server.read_log())
+    if found is None:
+        return window
+    detail = {
+        **window.detail,
+        **found.detail,
+        "died": logscan.SERVER_DIED,
+        "exit_code": server.exit_code(),
+        "log_line_number": found.line_number,
+        "log_line": found.line,
+    }
+    return dataclasses.replace(window, cause=found.cause, detail=detail)
 
 
 def run_external_variant(

@@ -152,7 +152,12 @@ def test_p5_death_mid_workload_is_partial_rows_kept_next_variant_runs(tmp_path):
     )
     outcome, loaded = run_in_process(path, tmp_path)
     crashed = loaded.variant("crashes")
-    assert crashed.status["state"] == "partial" and crashed.status["cause"] == logscan.SERVER_DIED
+    # the sim prints sglang's `illegal memory access` traceback and exits 1: recorded as that
+    # cause (it was `server_died`, the fault's line only in the excerpt), the death beside it
+    assert crashed.status["state"] == "partial" and crashed.status["cause"] == logscan.CUDA_FAULT
+    assert crashed.status["cause_detail"]["died"] == logscan.SERVER_DIED
+    assert crashed.status["cause_detail"]["exit_code"] == 1
+    assert "illegal memory access" in crashed.status["cause_detail"]["log_line"]
     rows = loaded.requests("crashes")
     ok_rows = [r for r in rows if r["error"] is None]
     died = [r for r in rows if r["error"] == "server_died"]
