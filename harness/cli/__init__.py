@@ -165,7 +165,20 @@ def cmd_run(args) -> int:
         except BadInput as exc:
             return _bad(str(exc))
     try:
-        if args.resume:
+        if args.resume and resume.holds_only_its_lock(Path(args.resume)):
+            resume.check_fresh_start(scenario, Path(args.resume))
+            print(
+                f"harness: {args.resume} holds only its .lock (the harness stopped before writing its "
+                "manifest; nothing was measured): the run starts again in it",
+                file=sys.stderr,
+            )
+            if args.dry_run:
+                variants, _ = select_run_variants(scenario, options.only, options.shard)
+                sys.stdout.write(runner.dry_run_text(scenario, variants))
+                return ExitCode.OK
+            options.into = Path(args.resume)
+            outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)
+        elif args.resume:
             plan = resume.check_resume(scenario, Path(args.resume), options.only, options.shard)
             if args.dry_run:
                 print(plan.describe())

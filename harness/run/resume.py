@@ -62,6 +62,26 @@ class ResumePlan:
         return "\n".join(lines)
 
 
+def holds_only_its_lock(run_dir: Path) -> bool:
+    """A folder whose harness was killed between taking the run's lock and writing its manifest:
+    nothing in it but ``.lock``, so nothing measured to keep (the run starts again in it)."""
+    try:
+        return [p.name for p in Path(run_dir).iterdir()] == [results.LOCK_FILE]
+    except OSError:
+        return False
+
+
+def check_fresh_start(scenario, run_dir: Path) -> None:
+    """A lock-only folder is started in only where this scenario's runs live (``<results>/<its
+    name>/<run id>``); ResumeRefused otherwise."""
+    want = results.safe_name(scenario.name)
+    if Path(run_dir).resolve().parent.name != want:
+        raise ResumeRefused(
+            f"cannot resume {run_dir}: it holds only a .lock and is not under a folder named {want} "
+            f"(where runs of scenario {scenario.name} go); start a new run instead"
+        )
+
+
 def plan_resume(run_dir: Path, scenario, variants: list | None = None) -> ResumePlan:
     """Compare the run's manifest with the scenario now and sort its variants into skip/rerun.
 

@@ -103,6 +103,8 @@ class RunOptions:
     # printed on stderr once the run's inputs are accepted (servers identified, builds, hosts),
     # before its folder is made: the CLI's plan for a verdict; a refused run prints its one line alone
     start_lines: list[str] = field(default_factory=list)
+    # --resume of a folder that holds only its .lock (killed before its manifest): the run starts in it
+    into: Path | None = None
 
 
 def describe_launch(scenario, variant, port: int = 30000, redactor: Redactor | None = None) -> dict:
@@ -365,7 +367,10 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
     with Signals() as signals:
         # GpuBusy (exit 2) before anything is written; an external run starts no server: none to clear
         orphans = clear_orphans(options.results_dir) if attached is None else []
-        run = results.create_run_dir(options.results_dir, scenario.name)
+        if options.into is not None:
+            run = results.RunPaths(Path(options.into))
+        else:
+            run = results.create_run_dir(options.results_dir, scenario.name)
         with results.hold_run_lock(run.root):  # from the first file on: a live run is never an orphan
             try:
                 manifest = build_manifest(scenario, variants, harness_argv, simulated, redactor, attached, checks)

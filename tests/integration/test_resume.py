@@ -188,6 +188,34 @@ def test_refuses_changed_scenario_and_other_shard(tmp_path, capsys):
     assert "scenario changed since the run" in capsys.readouterr().err
 
 
+def test_a_folder_holding_only_its_lock_is_run_again_in_place(tmp_path, capsys):
+    """Killed between taking the run's lock and writing its manifest: the folder holds only its
+    .lock. --resume refused it as no run folder; nothing was measured, so the run starts in it."""
+    path = write_scenario(tmp_path, tiny_scenario(n_on=0))
+    scn = load_scenario(path)
+    run = tmp_path / "out" / scn.name / "20261201T230000Z-abcdef"
+    run.mkdir(parents=True)
+    (run / ".lock").write_text("pid 4242 on box since 2026-12-01T23:00:00+00:00\n")
+    assert cli.main(["run", str(path), "--resume", str(run), "--no-report"]) == 0
+    err = capsys.readouterr().err
+    assert f"{run} holds only its .lock" in err
+    assert only_run(tmp_path / "out") == run and (run / results.COMPLETE_MARKER).exists()
+    assert status_state(run, "off") == "ok"
+    # a folder with anything else in it is still no run to resume
+    other = tmp_path / "out" / scn.name / "20261201T230001Z-abcdef"
+    other.mkdir()
+    (other / ".lock").write_text("")
+    (other / "notes.txt").write_text("mine")
+    assert cli.main(["run", str(path), "--resume", str(other), "--no-report"]) == 2
+    assert (other / "notes.txt").read_text() == "mine" and not (other / "manifest.json").exists()
+    # nor is one where runs of another scenario live
+    stray = tmp_path / "out" / "elsewhere" / "20261201T230002Z-abcdef"
+    stray.mkdir(parents=True)
+    (stray / ".lock").write_text("")
+    assert cli.main(["run", str(path), "--resume", str(stray), "--no-report"]) == 2
+    assert "not under a folder named tiny" in capsys.readouterr().err and not (stray / "manifest.json").exists()
+
+
 def test_refuses_a_live_run(scenario, tmp_path):
     proc = start_harness("run", scenario, "--results-dir", tmp_path, "--no-report")
     try:
