@@ -16,7 +16,7 @@ from pathlib import Path
 from harness import __version__
 from harness.analysis.verdict import Outcome
 from harness.core.errors import BadInput, Broken
-from harness.core.exit_codes import ExitCode
+from harness.core.exit_codes import ExitCode, restore_handlers, terminations_interrupt
 from harness.core.optional import MissingExtra, require_extra
 from harness.run.estimate import design_warning_lines, design_warnings, estimate_run
 from harness.run.progress import plural
@@ -523,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    handlers = terminations_interrupt()  # a console script's main: from here on, as `python -m harness` is
     try:
         return args.func(args)
     except MissingExtra as exc:  # an optional extra this command needs: one line, never a traceback
@@ -547,3 +548,5 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 - a harness bug: its traceback, exit 3 (never read as bad input)
         logging.getLogger("harness").exception("harness %s failed", args.command)
         return ExitCode.BROKEN
+    finally:
+        restore_handlers(handlers)

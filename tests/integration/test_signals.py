@@ -10,8 +10,11 @@ set (`-m slow`) covers 24 instants over two variants.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -21,7 +24,7 @@ import pytest
 
 from harness.core.exit_codes import ExitCode
 from harness.store import results
-from tests.conftest import MODELS, alive, start_harness
+from tests.conftest import MODELS, alive, harness_command, harness_env, start_harness
 
 DATASETS = Path(__file__).parents[1] / "fixtures" / "datasets"
 
@@ -265,3 +268,32 @@ def test_sigterm_inside_a_clocked_point_keeps_its_rows(tmp_path, index):
 )
 def test_sigterm_at_many_instants_inside_clocked_points_keeps_their_rows(tmp_path, index):
     _rows_case(tmp_path, *ROW_INSTANTS[index])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_outside_a_run_exits_130(tmp_path, sig):
+    """SIGTERM or SIGHUP while a command that is not a run waits (here validate, reading a
+    scenario from a FIFO nobody writes to) killed the harness: exit -15, no line. Now 130."""
+    fifo = tmp_path / "scenario.yaml"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen(harness_command("validate", fifo), env=harness_env(), stderr=subprocess.PIPE, text=True)
+    fd = None
+    try:
+        while fd is None and proc.poll() is None:  # the harness has the FIFO open for reading
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                time.sleep(0.05)
+        time.sleep(0.3)  # now blocked reading it
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
