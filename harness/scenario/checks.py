@@ -14,7 +14,7 @@ from harness.core.yaml_lines import format_path, line_for
 from harness.measures.metrics import GATEABLE, METRICS
 from harness.scenario.models import DEFAULT_BUILD, HiCache, Scenario, Variant, VariantFields
 from harness.spec.errors import ErrorItem
-from harness.spec.values import Check, env_problem, flag_problem
+from harness.spec.values import Check, env_problem, flag_problem, flag_value_problem
 from harness.store.stats import STAT_KEYS
 from harness.workloads import kinds
 
@@ -68,7 +68,7 @@ def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
     blocks: list[tuple[tuple, VariantFields]] = [(("variants", i), v) for i, v in enumerate(scn.variants)]
     blocks += [(("matrix", i), m) for i, m in enumerate(scn.matrix)]
     for flag in scn.server.args:
-        p = flag_problem(flag)
+        p = flag_problem(flag) or flag_value_problem(flag, scn.server.args[flag])
         if p:
             add(("server", "args", flag), p)
     for name in scn.server.env:
@@ -78,7 +78,7 @@ def semantic(scn: Scenario, lines: dict, file: str) -> list[ErrorItem]:
     _build_problems(scn, blocks, add)
     for base, v in blocks:
         for flag in v.args:
-            p = flag_problem(flag)
+            p = flag_problem(flag) or flag_value_problem(flag, v.args[flag])
             if p:
                 add(base + ("args", flag), p)
         for name in v.env:

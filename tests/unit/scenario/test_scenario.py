@@ -180,6 +180,26 @@ def test_bomb_is_refused_before_it_expands():
         ("seed: 1_000\n", 7, "seed", "1_000 is a numeral with '_': write the number in plain decimal (1000)"),
         ("sampling:\n  interval_s: 0_5.0\n", 8, "sampling.interval_s", "0_5.0 is a numeral with '_'"),
         ("repeats: true\n", 7, "repeats", "expected a number, got true"),
+        # sglang flags the harness reads as numbers: .inf was an OverflowError (exit 3) in validate's plan
+        (
+            "  - name: on\n    args: {--max-total-tokens: .inf}\n",
+            8,
+            "variants[1].args.--max-total-tokens",
+            "inf is not a whole number",
+        ),
+        ("  - name: on\n    args: {--page-size: 0}\n", 8, "variants[1].args.--page-size", "0 is out of range (1 to"),
+        (
+            "  - name: on\n    args: {--mem-fraction-static: 1.5}\n",
+            8,
+            "variants[1].args.--mem-fraction-static",
+            "1.5 is out of range ((0, 1])",
+        ),
+        (
+            "  - name: on\n    args: {--chunked-prefill-size: 0}\n",
+            8,
+            "variants[1].args.--chunked-prefill-size",
+            "out of range (-1 to",
+        ),
         ("seed: -1\n", 7, "seed", "must be >= 0"),
         ("sampling:\n  interval_s: 0\n", 8, "sampling.interval_s", "must be >= 0.01"),
         ("sampling:\n  gpu: maybe\n", 8, "sampling.gpu", "expected auto, true or false"),
