@@ -14,7 +14,8 @@ from harness.core.yaml_lines import format_path, line_for
 from harness.measures.metrics import GATEABLE, METRICS
 from harness.scenario.models import DEFAULT_BUILD, HiCache, Scenario, Variant, VariantFields
 from harness.spec.errors import ErrorItem
-from harness.spec.values import Check, env_problem, flag_problem, flag_value_problem
+from harness.spec.server_flags import flag_value_problem
+from harness.spec.values import Check, env_problem, flag_problem
 from harness.store.stats import STAT_KEYS
 from harness.workloads import kinds
 
