@@ -13,7 +13,9 @@ from harness.cli import main
 from tests.conftest import write_scenario
 
 # every second request stalls (its first token takes twice as long): a spread of about ±50 % a
-# request that the night's 2 requests cannot judge at a 100 % threshold, and ~8 repeats can
+# request. The night sends one request, so its gated row cannot be judged whatever the box's
+# speed (a side needs 2+ values; with 2 a night an idle box sometimes decided it at once and the
+# budget test saw no INCONCLUSIVE night); the rounds' repeats can
 SCENARIO = """\
 name: decide
 server:
@@ -29,7 +31,7 @@ variants:
     sim_faults: [stall_every=2]
 workloads:
   - kind: cold_prefill
-    n: 2
+    n: 1
     prompt_tokens: 1024
     warmup: 0
 sampling: {enabled: false}
@@ -46,7 +48,7 @@ def _runs(results: Path) -> set[Path]:
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory) -> tuple[Path, Path]:
-    """(the results folder, a baseline of 12 repeats: 24 requests)."""
+    """(the results folder, a baseline of 12 repeats: 12 requests)."""
     tmp = tmp_path_factory.mktemp("decide")
     scenario = write_scenario(tmp, SCENARIO.replace("{budget}", ""))
     results = tmp / "r"
@@ -79,7 +81,7 @@ def test_an_inconclusive_night_gets_the_round_it_needs_and_decides(tmp_path, bas
     comparison = json.loads((night / "comparison.json").read_text())
     assert comparison["verdict"] == "PASS" and comparison["candidate"]["rounds"] == [rnd.name]
     (row,) = [m for m in comparison["metrics"] if m["gating"]]
-    assert row["state"] == "unchanged" and row["n_candidate"] == 2 + 2 * manifest["repeats"]
+    assert row["state"] == "unchanged" and row["n_candidate"] == 1 + manifest["repeats"]
     assert "## HiCache harness compare: decide" in out and "PASS" in out
 
 
