@@ -214,13 +214,13 @@ def cmd_run(args) -> int:
 
 
 def _decide(args, scenario, options, night: Path, night_code: int) -> int:
-    """``--decide``: the rounds the comparison with ``--baseline`` advises (harness/cli/rounds.py);
+    """``--decide``: the rounds the comparison with ``--baseline`` advises (harness/compare/rounds.py);
     the exit code is the final comparison's, or the night's own where the comparison PASSes and
     the night's verdict did not."""
     import dataclasses
 
     from harness.cli import compare
-    from harness.cli.rounds import decide
+    from harness.compare.rounds import decide
     from harness.run import runner
 
     def run_round(repeats: int, variants: list[str]):

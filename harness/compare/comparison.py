@@ -197,7 +197,7 @@ class Comparison:
     baseline: dict | None = None
     changes: list[dict] = field(default_factory=list)  # what differs between the nights (compare.changes)
     # INCONCLUSIVE with a round left (verdict.rounds): the round the advice names (not stored:
-    # `harness run --decide` runs it, harness/cli/rounds.py)
+    # `harness run --decide` runs it, harness/compare/rounds.py)
     next_round: NextRound | None = None
 
     @property

@@ -38,6 +38,7 @@ from harness.core.errors import BadInput
 from harness.host import nvml
 from harness.server import logscan
 from harness.server.info import NoAnswer, get_status
+from harness.sim.args import SOURCE_ENV as SIM_SOURCE_ENV
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,8 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
     if variant.sglang_source:  # the simulator imports no sglang, but its build is checked alike
         pkg = source_package_dir(Path(variant.sglang_source))
         env["PYTHONPATH"] = _prepend_path(str(pkg), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
+        if simulated:  # the checkout is the simulated code under test: its declared --sim-* flags
+            env[SIM_SOURCE_ENV] = str(pkg)
     argv = [*variant.command_prefix, python, "-m", module, *core, *flags, *sim_flags]
     return LaunchSpec(tuple(argv), env, variant.host, port, simulated)
 

@@ -25,6 +25,11 @@ SIM_VERSION = "0.5.17-sim"
 # *build*, like $HARNESS_SIM_BUILD, so two sim builds of one run can report two versions
 # (harness/run/builds.py checks the reported one against what the build declares).
 VERSION_ENV = "HARNESS_SIM_VERSION"
+# The package folder of a sim build's ``sglang_source`` (set by the launcher, harness/server/process.py):
+# the checkout is the simulated code under test, its ``sglang/__init__.py`` may declare more
+# ``--sim-*`` flags (``harness.sim.cli.source_build_flags``), so a git history of such checkouts is
+# a history of simulated builds (``harness bisect``).
+SOURCE_ENV = "HARNESS_SIM_SOURCE"
 
 
 def sim_version(environ: Mapping[str, str]) -> str:

@@ -12,11 +12,13 @@ it parses, then hands the SimArgs to ``server.run``.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shlex
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Sequence
 
 from harness.core.sglang_defaults import SGLANG_DEFAULT_HICACHE_RATIO
@@ -25,6 +27,7 @@ from harness.sim.args import (
     DEFAULT_STORAGE_GB,
     DEFAULT_STORAGE_READ_GBS,
     DEFAULT_STORAGE_WRITE_GBS,
+    SOURCE_ENV,
     SimArgs,
 )
 from harness.sim.faults import Fault, FaultArg, FaultError, parse_fault
@@ -302,10 +305,43 @@ def build_flags(environ: Mapping[str, str]) -> list[str]:
     return flags
 
 
+# The name a sim build's checkout assigns its flags to, in its sglang/__init__.py.
+SOURCE_BUILD_NAME = "HARNESS_SIM_BUILD"
+_SOURCE_INIT_MAX_BYTES = 1 << 20
+
+
+def source_build_flags(environ: Mapping[str, str]) -> list[str]:
+    """The ``--sim-*`` flags the checkout at ``$HARNESS_SIM_SOURCE`` declares: a string literal
+    assigned to ``HARNESS_SIM_BUILD`` in its ``sglang/__init__.py`` (read with ``ast``, never
+    imported); none when the variable is unset, the file has no such assignment or cannot be read.
+    Anything but a ``--sim-*`` flag there is an argparse error, like ``$HARNESS_SIM_BUILD``'s."""
+    folder = environ.get(SOURCE_ENV)
+    if not folder:
+        return []
+    init = Path(folder) / "sglang" / "__init__.py"
+    try:
+        with open(init, "rb") as fh:
+            tree = ast.parse(fh.read(_SOURCE_INIT_MAX_BYTES))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    value = None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == SOURCE_BUILD_NAME for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            value = node.value.value  # the last assignment counts, as on import
+    if value is None:
+        return []
+    return build_flags({BUILD_ENV: value})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the simulated server; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv + build_flags(os.environ))
+    args = parse_args(argv + source_build_flags(os.environ) + build_flags(os.environ))
     from harness.sim.server import run  # late import: --help and flag errors stay fast
 
     return run(args)

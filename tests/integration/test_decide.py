@@ -1,4 +1,4 @@
-"""``harness run SCENARIO --decide --baseline RUN`` on the simulator (harness/cli/rounds.py): a
+"""``harness run SCENARIO --decide --baseline RUN`` on the simulator (harness/compare/rounds.py): a
 gated row the night cannot decide gets the round the comparison advises, run as a new run folder
 and pooled, until the comparison decides; the budget stops the loop."""
 

@@ -6,7 +6,8 @@ import re
 
 import httpx
 
-from harness.sim.cli import BUILD_ENV, build_flags
+from harness.sim.args import SOURCE_ENV
+from harness.sim.cli import BUILD_ENV, build_flags, source_build_flags
 from harness.sim.testing import SimProcess, generate, run_sim
 
 POOL = 2048
@@ -62,3 +63,23 @@ def test_the_build_variable_takes_only_sim_flags(monkeypatch):
     monkeypatch.setenv(BUILD_ENV, "--sim-time-scale 2 --max-total-tokens 10")
     p = run_sim([])
     assert p.returncode == 2 and f"{BUILD_ENV} may hold only --sim-* flags, got --max-total-tokens" in p.stdout
+
+
+def test_a_source_checkout_declares_its_simulated_build(tmp_path, monkeypatch):
+    """A sim build's ``sglang_source`` is the code under test: the flags its sglang/__init__.py
+    assigns to HARNESS_SIM_BUILD (read, never imported) reach the server, before the variable's."""
+    pkg = tmp_path / "python"
+    (pkg / "sglang").mkdir(parents=True)
+    init = pkg / "sglang" / "__init__.py"
+    assert source_build_flags({SOURCE_ENV: str(pkg)}) == []  # no file: nothing
+    init.write_text('raise SystemExit("never imported")\nHARNESS_SIM_BUILD = "--sim-fault slow_prefill=3"\n')
+    assert source_build_flags({}) == []  # not a sim build's source: nothing read
+    assert source_build_flags({SOURCE_ENV: str(pkg)}) == ["--sim-fault", "slow_prefill=3"]
+    monkeypatch.setenv(SOURCE_ENV, str(pkg))
+    monkeypatch.setenv(BUILD_ENV, "--sim-fault slow_decode=2")
+    with SimProcess([]) as sim:
+        faults = httpx.get(sim.url + "/get_server_info", timeout=10).json()["sim"]["faults"]
+    assert {"name": "slow_prefill", "arg": 3} in faults and {"name": "slow_decode", "arg": 2} in faults
+    init.write_text('HARNESS_SIM_BUILD = "--max-total-tokens 10"\n')
+    p = run_sim([])
+    assert p.returncode == 2 and "may hold only --sim-* flags" in p.stdout
