@@ -4,7 +4,8 @@ whether the comparison can tell at all.
 Two run folders → a `Comparison` with an outcome PASS / FAIL / INCONCLUSIVE. The package:
 `statistics` (decide, significance, minimum detectable effect, threshold_for: pure), `runs`
 (reading and checking the two run folders, choosing the baseline, writing comparison.json),
-`comparison` (variant states, metric rows, parity rows, the gate, the outcome), `render`
+`comparison` (the stored rows, variant states, the outcome), `rows` (metric rows, parity rows),
+`gating` (the gate, the outcome), `two_runs` (`compare_runs`), `render`
 (Markdown, JUnit XML, console text). The ``harness compare`` command is
 `harness.cli.compare`; docs/reports.md states the rules for people.
 
@@ -45,9 +46,9 @@ _HOME = {
     "Comparison": "harness.compare.comparison",
     "MetricRow": "harness.compare.comparison",
     "VariantRow": "harness.compare.comparison",
-    "compare_runs": "harness.compare.comparison",
-    "gate_matches": "harness.compare.comparison",
-    "parity_row": "harness.compare.comparison",
+    "compare_runs": "harness.compare.two_runs",
+    "gate_matches": "harness.compare.gating",
+    "parity_row": "harness.compare.rows",
     "variant_state": "harness.compare.comparison",
     "to_junit": "harness.compare.render",
     "to_markdown": "harness.compare.render",

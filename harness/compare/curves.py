@@ -4,7 +4,7 @@ pairwise only where both runs swept the same grid. Pure: summaries and metric ro
 
 Each point carries both runs' latency percentiles (TTFT, ITL, TPOT at p50/p90/p95/p99), goodput
 and achieved rate from the summaries, and a state: the worst state of the point's compared metric
-rows (its per-request ``ttft_ms`` / ``tpot_ms`` rows, which `harness.compare.comparison` tested
+rows (its per-request ``ttft_ms`` / ``tpot_ms`` rows, which `harness.compare.rows` tested
 and the gate names as ``<workload>.<phase>.<metric>``). Where the grids differ, no point is
 compared: each is ``not_comparable`` ("rate grids differ"), and so are the metric rows of those
 phases (a point at 8 req/s against one at 10 is no comparison, and must not pass a gate).
@@ -12,7 +12,7 @@ The knee and the best goodput are derived figures (`harness.workloads.slo`), com
 repeat like every derived figure and gateable as ``<workload>.knee_rate`` / ``.goodput_rps``.
 A knee that vanished — no repeat has one because even the sweep's lowest point missed the SLO at
 the percentile — is no missing value but a knee below the lowest point tried (`knee_below`):
-`harness.compare.comparison` judges it against the other run's knee on the same grid.
+`harness.compare.rows` judges it against the other run's knee on the same grid.
 """
 
 from __future__ import annotations

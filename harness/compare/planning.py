@@ -201,12 +201,12 @@ def measured_spread(
     runs: Sequence[Any], variant: str, key: tuple[str, str, str]
 ) -> tuple[float | None, float | None, str, str]:
     """(sd of one unit's log value, units per repeat, where from, the unit) of one row over the
-    earlier runs (newest first): every run's unit values (`harness.compare.comparison.RowSample`),
+    earlier runs (newest first): every run's unit values (`harness.compare.rows.RowSample`),
     each night's centred on its own median when a night has 3 or more (the spread within a
     night), else the nights' values together (the spread between nights, drift included)."""
     if not runs:  # a scenario that never ran: nothing to read, and no frames to load for it
         return None, None, "no earlier run has this row", "request"
-    from harness.compare.comparison import RowSample, derived_values_from_records, metric_samples
+    from harness.compare.rows import RowSample, derived_values_from_records, metric_samples
     from harness.compare.runs import run_workload_kinds, variant_requests
 
     wl, ph, metric = key
@@ -331,7 +331,7 @@ def plan_scenario(scenario: Any, results_dir: Path | None, runs: Sequence[Any] |
                 continue
             # an earlier run's rows (pandas, the run readers): loaded only when there is one, so
             # `harness validate` of a scenario that never ran loads neither
-            from harness.compare.comparison import derived_values_from_records, metric_samples
+            from harness.compare.rows import derived_values_from_records, metric_samples
             from harness.compare.runs import run_workload_kinds, variant_requests
 
             kinds = run_workload_kinds(run.manifest)

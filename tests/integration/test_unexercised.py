@@ -194,7 +194,8 @@ def test_warnings_are_stated_with_the_verdict_and_change_no_outcome():
 
 
 def test_compare_makes_a_gated_figure_of_recompute_inconclusive():
-    from harness.compare.comparison import MetricRow, unexercised_rows
+    from harness.compare.comparison import MetricRow
+    from harness.compare.rows import unexercised_rows
 
     def row(metric: str, phase: str = "*") -> MetricRow:
         return MetricRow(

@@ -21,7 +21,7 @@ from harness import compare as C
 from harness.analysis.frames import requests_frame
 from harness.cli import main as harness
 from harness.cli.compare import cli_main
-from harness.compare.comparison import metric_samples
+from harness.compare.rows import metric_samples
 from harness.compare.runs import run_workload_kinds
 from harness.compare.statistics import MIN_MANN_WHITNEY
 from harness.core.exit_codes import ExitCode
@@ -754,7 +754,7 @@ def test_a_concurrent_pass_is_one_observation(tmp_path):
     """Two healthy nights of one pass of 8 requests whose levels differ by chance: tested as 8
     independent requests it is a significant regression; by its unit (the concurrency group)
     it is 1 vs 1 observation: inconclusive, and the row says which unit it counted."""
-    from harness.compare.comparison import compare_variant
+    from harness.compare.rows import compare_variant
 
     (tmp_path / "b").mkdir()
     (tmp_path / "c").mkdir()
@@ -772,7 +772,7 @@ def test_a_concurrent_pass_is_one_observation(tmp_path):
 def test_passes_are_counted_by_repeat(tmp_path):
     """With 12 passes a side the row is tested on 12 values (the passes), not 96: a 30 %
     regression is found, a healthy pair is not a false alarm, and n says 12."""
-    from harness.compare.comparison import compare_variant
+    from harness.compare.rows import compare_variant
 
     for d in ("b", "c", "h"):
         (tmp_path / d).mkdir()

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.compare.comparison import RowSample, tail_and_drift_rows
+from harness.compare.rows import RowSample, tail_and_drift_rows
 from harness.compare.tails import decide_drift, decide_tail, tail_min_values
 from harness.measures.metrics import GATEABLE, METRICS
 
@@ -96,7 +96,7 @@ def test_host_hit_fraction_is_judged_where_either_run_hit_the_host_tier(tmp_path
     back to no checkpoint) is a regression from the baseline's share, not a row that vanished; a
     phase neither run served from the host has no such row."""
     from harness.analysis.frames import requests_frame
-    from harness.compare.comparison import compare_variant
+    from harness.compare.rows import compare_variant
     from tests.factories import make_record
 
     def frame(name, host, phase="repeat_after_evict"):
