@@ -36,9 +36,10 @@ from harness.report.curves import (
 from harness.report.failures import failures
 from harness.report.formatting import failure_text, fmt_num
 from harness.report.header import banner, header, hicache_effect, judged_expectations, probe_rows, variant_rows
+from harness.report.hicache_table import hicache_table, load_back, roofline_rows, tier_prediction_rows
+from harness.report.memory_table import memory_table
 from harness.report.quality_view import parity_groups, worst_samples
 from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
-from harness.report.tables import hicache_table, load_back, memory_table, roofline_rows, tier_prediction_rows
 from harness.report.view import load_view
 from harness.server.schedule import LAG_LIMIT_MS
 from harness.server.startup_phases import PHASES as STARTUP_PHASES

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from harness.report.formatting import KIB_PER_GIB
-from harness.report.tables import gpu_selection_words, gpus_sampled
+from harness.report.memory_table import gpu_selection_words, gpus_sampled
 from harness.report.view import RunView
 from harness.workloads.kind import PhaseStat
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from harness.core.exit_codes import ExitCode
-from harness.report.tables import memory_table
+from harness.report.memory_table import memory_table
 from harness.report.view import load_view
 from harness.run import external
 from harness.scenario import ScenarioError, load_scenario_text, variant_config_hash

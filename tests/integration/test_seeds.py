@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.report.tables import memory_table
+from harness.report.memory_table import memory_table
 from harness.report.view import load_view
 from harness.scenario import load_scenario
 from tests.conftest import only_run, run_harness

@@ -284,7 +284,7 @@ def test_sim_storage_scenario_end_to_end_with_the_disk_fraction(tmp_path):
     import sys
     from pathlib import Path
 
-    from harness.report.tables import hicache_table
+    from harness.report.hicache_table import hicache_table
     from harness.report.view import load_view
 
     root = Path(__file__).resolve().parents[2]

@@ -29,8 +29,9 @@ import harness.workloads
 from harness.analysis.run_products import judge_run
 from harness.report import html as report_html
 from harness.report.header import header
+from harness.report.hicache_table import hicache_table
 from harness.report.html import SECTIONS, write_report
-from harness.report.tables import delta, delta_test, hicache_table
+from harness.report.tables import delta, delta_test
 from harness.report.view import RunView, load_view
 from harness.store import results
 from harness.workloads import kinds

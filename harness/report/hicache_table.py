@@ -1,0 +1,291 @@
+"""The report's HiCache table, one column per variant: the rows each workload's kind declares
+(`WorkloadKind.report_rows`, in scenario order), then quality parity, load-back and the storage
+tier's bandwidth; deltas against the HiCache-off baseline tested (`harness.report.tables`).
+The baseline's cell of a figure read from phases where a HiCache variant got host-tier hits is
+labelled as the no-HiCache baseline: OFF recomputes there what ON loads back, so its figure is the
+reference, not a competitor. Also the roofline and tier-prediction rows the report lists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.analysis.bandwidth import load_back_fraction, storage_fraction
+from harness.analysis.frames import groups_frame
+from harness.analysis.summary import unexercised_figures
+from harness.measures.metrics import METRICS
+from harness.report.tables import Row, Samples, finite_values, sampling_phases, table_row
+from harness.report.view import RunView, baseline_variant
+from harness.workloads.kind import PhaseStat, ReportRow
+
+
+def report_value(summary: dict, workload: str, value: str | PhaseStat) -> float | None:
+    """A report row's figure from a variant summary: a phase statistic, or a derived figure."""
+    w = (summary.get("workloads") or {}).get(workload) or {}
+    if isinstance(value, PhaseStat):
+        return value.of(w.get("phases") or {})
+    return (w.get("derived") or {}).get(value)
+
+
+def _phase_values(view: RunView, name: str, workload: str, stat: PhaseStat, groups: dict[str, pd.DataFrame]) -> Samples:
+    """The per-request values of a phase statistic's metric (per concurrency group for a group
+    metric), measured and error-free, all repeats pooled (what the summary's statistic covers)."""
+    df = view.requests.get(name)
+    metric = METRICS.get(stat.metric)
+    if df is None or df.empty or metric is None:
+        return Samples(np.array([], float), "req")
+    if metric.per == "group":
+        if name not in groups:
+            groups[name] = groups_frame(df)
+        g = groups[name]
+        sel = g[(g["workload"] == workload) & (g["phase"] == stat.phase)] if not g.empty else g
+        return Samples(
+            finite_values(sel[stat.metric].to_numpy(dtype=float)) if stat.metric in sel else np.array([]), "group"
+        )
+    sel = df[(df["workload"] == workload) & (df["phase"] == stat.phase) & (df["warmup"] != True) & df["error"].isna()]
+    return Samples(finite_values(sel[stat.metric].to_numpy(dtype=float)) if stat.metric in sel else np.array([]), "req")
+
+
+def repeat_values(summary: Mapping, workload: str, derived: str) -> list[float]:
+    """A derived figure's per-repeat values from summary ``workloads[wl].derived_by_repeat``
+    ({figure: [values]} or {figure: {repeat: value}}, or per repeat {repeat: {figure: value}} /
+    [{figure: value}]); [] when the summary has none."""
+    w = (summary.get("workloads") or {}).get(workload) or {}
+    by = w.get("derived_by_repeat")
+    vals: list[Any] = []
+    if isinstance(by, Mapping):
+        own = by.get(derived)
+        if isinstance(own, Mapping):
+            vals = list(own.values())
+        elif isinstance(own, (list, tuple)):
+            vals = list(own)
+        else:
+            vals = [r.get(derived) for r in by.values() if isinstance(r, Mapping)]
+    elif isinstance(by, (list, tuple)):
+        vals = [r.get(derived) for r in by if isinstance(r, Mapping)]
+    return [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+def _derived_values(summary: Mapping, workload: str, derived: str) -> Samples:
+    """A derived figure's per-repeat values; without them, its one value for the run (no test)."""
+    per_repeat = repeat_values(summary, workload, derived)
+    if per_repeat:
+        return Samples(np.asarray(per_repeat), "repeat")
+    v = report_value(summary, workload, derived)
+    return Samples(np.asarray([v] if isinstance(v, (int, float)) else [], float), "run")
+
+
+def host_hit_phases(view: RunView, workload: str, base: str | None) -> set[str]:
+    """Phases of a workload where a variant other than the baseline got host-tier hits."""
+    out: set[str] = set()
+    for n in view.names:
+        if n == base or not view.ok(n):
+            continue
+        w = (view.summary(n).get("workloads") or {}).get(workload) or {}
+        for ph, d in (w.get("phases") or {}).items():
+            if ((d or {}).get("hits") or {}).get("host_tokens"):
+                out.add(ph)
+    return out
+
+
+def _reads_phases(view: RunView, workload: str, r: ReportRow) -> tuple[str, ...]:
+    if isinstance(r.value, PhaseStat):
+        return (r.value.phase,)
+    kind = view.kind(workload)
+    return next((d.needs for d in (kind.derived if kind else ()) if d.name == r.value), ())
+
+
+def workload_rows(view: RunView, workload: str, declared: tuple[ReportRow, ...], base: str | None) -> list[Row]:
+    """The HiCache-table rows a workload's kind declares, ``{workload}`` filled in; each delta
+    tested on the phase's per-request values or the derived figure's per-repeat values."""
+    groups: dict[str, pd.DataFrame] = {}
+    host = host_hit_phases(view, workload, base)
+    rows = []
+    for r in declared:
+        if isinstance(r.value, PhaseStat):
+            samples = lambda n, r=r: _phase_values(view, n, workload, r.value, groups)
+        else:
+            samples = lambda n, r=r: _derived_values(view.summary(n), workload, r.value)
+        hit = sorted(host.intersection(_reads_phases(view, workload, r)))
+        baseline_note = (
+            f"no HiCache: the no-cache baseline — it recomputed in {', '.join(hit)} what "
+            f"the HiCache variants loaded back from the host tier"
+            if hit
+            else ""
+        )
+        rows.append(
+            table_row(
+                view,
+                r.label.replace("{workload}", workload),
+                r.unit,
+                lambda n, r=r: report_value(view.summary(n), workload, r.value),
+                r.higher_is_better,
+                base,
+                note=r.note.replace("{workload}", workload),
+                samples=samples,
+                baseline_note=baseline_note,
+            )
+        )
+        if not isinstance(r.value, PhaseStat):
+            mark_unexercised(view, workload, r.value, rows[-1])
+    return rows
+
+
+def mark_unexercised(view: RunView, workload: str, figure: str, row: Row) -> None:
+    """Mark the cells of a derived figure that a variant measured on a cache phase without a hit
+    of the tier it exists to measure (summary ``unexercised``): the number is recompute's."""
+    for n, cell in zip(view.names, row.cells):
+        why = unexercised_figures(view.summary(n)).get((workload, figure))
+        if why is not None:
+            cell.css, cell.sub, cell.title = "warn", "⚠ no tier hit: measured recompute", why
+
+
+def load_back(view: RunView, name: str) -> dict[str, Any]:
+    """Load-back bytes and seconds over the workload phases (sampling counter deltas) and the
+    fraction of the probed pinned H2D bandwidth. Bytes come from ``load_back_bytes_total``,
+    else ``load_back_tokens_total`` × the preflight's KV bytes per token."""
+    b = s = tok = 0.0
+    have_b = have_s = have_t = False
+    for d in sampling_phases(view, name).values():
+        for k, v in (d.get("counter_deltas") or {}).items():
+            if k.startswith("sglang:load_back_bytes_total"):
+                b += v
+                have_b = True
+            elif k.startswith("sglang:load_back_duration_seconds_sum"):
+                s += v
+                have_s = True
+            elif k.startswith("sglang:load_back_tokens_total"):
+                tok += v
+                have_t = True
+    source = "bytes counter"
+    if not have_b and have_t:
+        pred = (view.status(name).get("preflight") or {}).get("prediction") or {}
+        per_tok = pred.get("kv_bytes_per_token")
+        if per_tok:
+            b, have_b, source = tok * float(per_tok), True, "tokens × KV bytes/token"
+    bw = None
+    if view.probe:
+        bw = (view.probe.get("bandwidth_gbs") or {}).get("pinned_h2d")
+    frac = load_back_fraction(b if have_b else None, s if have_s else None, bw)
+    return {
+        "bytes": b if have_b else None,
+        "seconds": s if have_s else None,
+        "tokens": tok if have_t else None,
+        "pinned_h2d_gbs": bw,
+        "fraction": frac,
+        "source": source,
+        "gbs": (b / s / 1e9) if have_b and have_s and s > 0 else None,
+    }
+
+
+def roofline_rows(view: RunView, name: str) -> list[dict[str, Any]]:
+    """Each hit phase's roofline (summary ``phases.<phase>.roofline``, `harness.measures.roofline`): the
+    floor its KV bytes and uncached suffix allow, what it took, and recomputing it; with its
+    attribution (summary ``attribution``, `harness.analysis.attribution`) under ``split``."""
+    summary = view.summary(name)
+    split = {(a.get("workload"), a.get("phase")): a for a in summary.get("attribution") or []}
+    out = []
+    for wl, w in (summary.get("workloads") or {}).items():
+        for phase, p in (w.get("phases") or {}).items():
+            roof = p.get("roofline")
+            if roof:
+                out.append({"variant": name, "workload": wl, "phase": phase, **roof, "split": split.get((wl, phase))})
+    return out
+
+
+def tier_prediction_rows(view: RunView, name: str) -> list[dict[str, Any]]:
+    """Each phase's predicted vs achieved tier tokens (summary ``tier_prediction``,
+    `harness.measures.tier_model`), where either is nonzero."""
+    tp = view.summary(name).get("tier_prediction") or {}
+    short = {(s.get("workload"), s.get("phase")) for s in tp.get("shortfalls") or []}
+    out = []
+    for wl, phases in (tp.get("phases") or {}).items():
+        for phase, p in phases.items():
+            if p.get("predicted_total") or p.get("achieved_cached"):
+                out.append({"variant": name, "workload": wl, "phase": phase, "short": (wl, phase) in short, **p})
+    return out
+
+
+def storage_bandwidth(view: RunView, name: str) -> dict[str, Any]:
+    """The storage tier's (L3) I/O over a variant's phases (sampling's ``storage``): prefetch and
+    backup GB/s (sglang's per-operation bandwidth histograms, mean over operations) and each as a
+    fraction of the probed disk's read / write bandwidth (``probe.disk``)."""
+    acc = {"prefetch": [0.0, 0.0], "backup": [0.0, 0.0]}  # [sum of GB/s over ops, ops]
+    for d in sampling_phases(view, name).values():
+        st = d.get("storage") or {}
+        for op, tot in acc.items():
+            ops, gbs = st.get(f"{op}_ops") or 0.0, st.get(f"{op}_gbs")
+            if ops > 0 and gbs is not None:
+                tot[0] += gbs * ops
+                tot[1] += ops
+    disk = (view.probe or {}).get("disk") or {}
+    out: dict[str, Any] = {"disk_read_gbs": disk.get("read_gbs"), "disk_write_gbs": disk.get("write_gbs")}
+    for op, disk_key in (("prefetch", "disk_read_gbs"), ("backup", "disk_write_gbs")):
+        total, ops = acc[op]
+        gbs = total / ops if ops > 0 else None
+        out[f"{op}_gbs"] = gbs
+        out[f"{op}_fraction"] = storage_fraction(gbs, out[disk_key])
+    return out
+
+
+def hicache_table(view: RunView) -> tuple[list[Row], str | None]:
+    """Seed 000's HiCache table: the rows each workload's kind declares (workloads in scenario
+    order), then quality parity and load-back; ON-vs-OFF deltas against the baseline."""
+    base = baseline_variant(view)
+    rows: list[Row] = []
+    for wl in view.workload_names():
+        kind = view.kind(wl)
+        if kind is not None:
+            rows += workload_rows(view, wl, kind.report_rows, base)
+    has_parity = any((view.summary(n).get("quality") or {}).get("parity") for n in view.names)
+    rows.append(
+        table_row(
+            view,
+            "quality parity",
+            "",
+            lambda n: (
+                "reference"
+                if n == base and has_parity
+                else ((view.summary(n).get("quality") or {}).get("parity") or {}).get("verdict")
+            ),
+            None,
+            base,
+            note="ON vs OFF against OFF vs OFF (see Quality)",
+        )
+    )
+    rows.append(
+        table_row(
+            view,
+            "load-back, fraction of pinned H2D",
+            "",
+            lambda n: load_back(view, n)["fraction"],
+            True,
+            None,
+            note="needs probe results and load-back counters",
+        )
+    )
+    for op, label, disk in (("prefetch", "storage prefetch", "read"), ("backup", "storage backup", "write")):
+        rows.append(
+            table_row(
+                view, f"{label} GB/s", "GB/s", lambda n, op=op: storage_bandwidth(view, n)[f"{op}_gbs"], True, None
+            )
+        )
+        rows.append(
+            table_row(
+                view,
+                f"{label}, fraction of disk {disk}",
+                "",
+                lambda n, op=op: storage_bandwidth(view, n)[f"{op}_fraction"],
+                True,
+                None,
+                note=f"sglang's {op} bandwidth / the probed disk's sequential {disk} (harness probe)",
+            )
+        )
+    # drop rows where no variant has a number (e.g. a phase the workload's config left out)
+    rows = [r for r in rows if any(c.value is not None for c in r.cells) or r.label == "quality parity"]
+    return rows, base

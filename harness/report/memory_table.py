@@ -1,0 +1,184 @@
+"""The report's host-memory table, one column per variant: pools, MemAvailable, page cache, pinned,
+swap-in, GPU memory, the preflight's prediction against the outcome; and which GPUs were sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from harness.report.formatting import KIB_PER_GIB, failure_text, fmt_num
+from harness.report.tables import Cell, Row, sampling_phases
+from harness.report.view import RunView
+from harness.store.variant_status import ATTACHED, LAUNCHED
+
+# Sampler phases the runner sets around the workloads (not load); the quality arm's phases
+# start with "quality".
+NON_LOAD_PHASES = frozenset(
+    {LAUNCHED.first_sample_phase, ATTACHED.first_sample_phase, "idle", "cooldown", "final_check"}
+)
+
+
+def _agg(phases: dict[str, dict], key: str, how, which=None) -> float | None:
+    vals = [d.get(key) for ph, d in phases.items() if (which is None or which(ph)) and d.get(key) is not None]
+    return how(vals) if vals else None
+
+
+def _gpu_peak(phases: dict[str, dict]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for d in phases.values():
+        for idx, v in (d.get("peak_gpu_mem_used_mib") or {}).items():
+            out[idx] = max(out.get(idx, -1.0), v)
+    return out
+
+
+def _idx(i: str) -> tuple[int, str]:
+    return (int(i), "") if str(i).isdigit() else (1 << 30, str(i))
+
+
+def gpus_sampled(phases: Mapping[str, Mapping]) -> list[str]:
+    """The GPU indices a variant's samples read (phase summaries' ``gpus_sampled``; for a run
+    recorded before that field, the GPUs its peaks name)."""
+    seen: set[str] = set()
+    for d in phases.values():
+        seen.update(str(i) for i in (d.get("gpus_sampled") or d.get("peak_gpu_mem_used_mib") or {}))
+    return sorted(seen, key=_idx)
+
+
+def gpu_selection_words(phases: Mapping[str, Mapping]) -> str:
+    """How the sampled GPUs were chosen (the last ``gpu_selection`` recorded), or why unknown."""
+    sel = next((d.get("gpu_selection") for d in reversed(list(phases.values())) if d.get("gpu_selection")), None)
+    if isinstance(sel, Mapping) and sel.get("how"):
+        return str(sel["how"])
+    return "how the GPUs were chosen is not recorded (a run from before per-variant GPU selection read every GPU)"
+
+
+def memory_table(view: RunView) -> list[Row]:
+    """Seed 000's ratio table: pools, MemAvailable, page cache, pinned, swap-in, GPU memory,
+    preflight prediction vs outcome."""
+    rows: list[Row] = []
+    pools = lambda n, k: (view.status(n).get("pools") or {}).get(k)
+    gib = lambda v: None if v is None else v / KIB_PER_GIB
+    load = lambda ph: ph not in NON_LOAD_PHASES and not ph.startswith("quality")
+
+    def plain(label, unit, get, digits=3, note=""):
+        cells = []
+        for n in view.names:
+            v = get(n)
+            if isinstance(v, Cell):
+                cells.append(v)
+            elif v is None:
+                cells.append(Cell("n/a", None, css="na"))
+            elif isinstance(v, str):
+                cells.append(Cell(v, v))
+            else:
+                cells.append(Cell(fmt_num(v, digits), v))
+        rows.append(Row(label, unit, cells, note))
+
+    plain("device pool", "tokens", lambda n: pools(n, "max_total_num_tokens"))
+    plain("host pool", "tokens", lambda n: pools(n, "host_pool_tokens") if view.hicache(n) else "off")
+    plain(
+        "host pool (pinned)",
+        "GB",
+        lambda n: pools(n, "host_pool_gb") if view.hicache(n) else "off",
+        note="per rank, from the server log",
+    )
+
+    def mamba(n):
+        p = view.status(n).get("pools") or {}
+        dev, host = p.get("mamba_device_slots"), p.get("mamba_host_slots")
+        if dev is None and host is None:
+            return None
+        refused_pool = p.get("refused_pool") or {}
+        if host is None and refused_pool.get("kind") == "mamba":
+            host = refused_pool.get("tokens")
+        refused = host is not None and p.get("mamba_host_slots") is None
+        text = f"{'?' if dev is None else dev} / {'?' if host is None else host}" + (" refused" if refused else "")
+        pred = (((view.status(n).get("preflight") or {}).get("prediction")) or {}).get("mamba_host_slots")
+        off = pred is not None and host is not None and pred != host
+        text += f" (preflight: {pred})" if off else ""
+        return Cell(text, host, css="bad" if off or refused else "")
+
+    plain(
+        "mamba slots (device / host)",
+        "slots",
+        mamba,
+        note="hybrid models, from the server log; host slots from its GB and the model's bytes per slot",
+    )
+    sampling = {n: view.summary(n).get("sampling") or {} for n in view.names}
+    if any(s.get("host") for s in sampling.values()):  # external servers: whose host the rows below show
+        plain(
+            "host memory sampled on",
+            "",
+            lambda n: (
+                Cell(sampling[n]["host"], None, css="bad")
+                if sampling[n].get("server_host_sampled") is False
+                else sampling[n].get("host")
+            ),
+            note="a remote server: MemAvailable, swap and page cache are this machine's, not the server's host",
+        )
+    plain("MemAvailable min", "GiB", lambda n: gib(_agg(sampling_phases(view, n), "min_mem_available_kib", min)))
+    plain(
+        "MemAvailable min while idle",
+        "GiB",
+        lambda n: gib(_agg(sampling_phases(view, n), "min_mem_available_kib", min, lambda p: p == "idle")),
+    )
+    plain("page cache (Cached) min", "GiB", lambda n: gib(_agg(sampling_phases(view, n), "min_cached_kib", min)))
+    plain("Mlocked max", "GiB", lambda n: gib(_agg(sampling_phases(view, n), "max_mlocked_kib", max)))
+    for label, which in (("idle", lambda p: p == "idle"), ("under load", load)):
+
+        def swap(n, which=which):
+            ph = sampling_phases(view, n)
+            mean = _agg(ph, "mean_pswpin_kib_s", max, which)
+            mx = _agg(ph, "max_pswpin_kib_s", max, which)
+            if mean is None and mx is None:
+                return None
+            css = "bad" if (mx or 0) > 0 else ""
+            return Cell(f"{fmt_num(mean)} / {fmt_num(mx)}", mx, css=css)
+
+        plain(f"swap-in (si) {label}, mean / max", "KB/s", swap, note="pswpin, per phase")
+    plain("server RSS max", "GiB", lambda n: gib(_agg(sampling_phases(view, n), "max_server_rss_kib", max)))
+
+    def gpu(n):
+        peak = _gpu_peak(sampling_phases(view, n))
+        if not peak:
+            return None
+        return Cell(
+            ", ".join(f"GPU{i}: {v / 1024:.1f}" for i, v in sorted(peak.items(), key=lambda kv: _idx(kv[0]))),
+            max(peak.values()),
+            title=gpu_selection_words(sampling_phases(view, n)),
+        )
+
+    plain("GPU memory peak", "GiB", gpu, note="the GPUs the variant's server uses (hover: how they were chosen)")
+
+    def predicted(n):
+        pf = view.status(n).get("preflight") or {}
+        if not pf:
+            return None
+        fits = pf.get("fits")
+        req = pf.get("requested_gb")
+        budget = pf.get("budget_gb")
+        if fits is None:
+            return Cell("not predicted", None, css="na", title=str(pf.get("reason") or ""))
+        text = f"{fmt_num(req)} of {fmt_num(budget)} GB: {'fits' if fits else 'does not fit'}"
+        return Cell(text, req, title=str(pf.get("reason") or ""))
+
+    plain("preflight prediction", "", predicted, note="host pool per rank vs (MemAvailable − reserve) / ranks")
+
+    def outcome(n):
+        st = view.status(n)
+        pf = st.get("preflight") or {}
+        fits = pf.get("fits")
+        state, cause = st.get("state"), st.get("cause")
+        if fits is None:
+            return Cell(failure_text(st), state)
+        host_refused = state == "startup_failed" and cause in ("host_memory", "preflight")
+        if fits and state == "ok" or (not fits and host_refused):
+            return Cell(f"{failure_text(st)} — as predicted", state, css="good")
+        if fits and host_refused:
+            return Cell(f"{failure_text(st)} — predicted to fit", state, css="bad")
+        if not fits and state == "ok":
+            return Cell("started — predicted not to fit", state, css="bad")
+        return Cell(f"{failure_text(st)} (not a host-memory cause)", state)
+
+    plain("outcome", "", outcome)
+    return rows
