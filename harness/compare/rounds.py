@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.compare.comparison import compare_runs
 from harness.compare.runs import load_baseline, read_run, run_policy
+from harness.compare.two_runs import compare_runs
 from harness.core.exit_codes import ExitCode
 from harness.store import results
 from harness.store.gpu_time import run_folder_gpu_time
