@@ -152,13 +152,18 @@ def write_run(
     complete: bool = True,
     expect: dict[str, str] | None = None,
     summaries: dict[str, dict] | None = None,
+    numbered: bool = False,
 ) -> Path:
     """A real run folder (manifest, status.json, summary.json from `harness.analysis.summary.summarize`,
     requests.jsonl, COMPLETE) under ``results_dir/<scenario>/<run_id>``. ``variants``: name →
     request records (state ok) or a failure cause string (state startup_failed). ``summaries``
-    overrides a variant's summary.json. Returns the run folder."""
+    overrides a variant's summary.json. ``numbered``: the folder made as a run makes it
+    (`results.create_run_dir`: numbered after the runs already there). Returns the run folder."""
     root = Path(results_dir) / scenario / run_id
-    root.mkdir(parents=True)
+    if numbered:
+        results.create_run_dir(results_dir, scenario, run_id)
+    else:
+        root.mkdir(parents=True)
     expect = expect or {}
     manifest = {
         "schema_version": 1,

@@ -32,6 +32,7 @@ from harness.core.errors import BadInput
 from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.store import results
 from harness.store.records import RequestRecord
+from harness.store.sequence import run_order
 from harness.workloads import workload_kinds
 
 COMPARISON_FILE = "comparison.json"
@@ -282,8 +283,13 @@ def choose_latest(results_dir: Path, cand: results.LoadedRun, pool: int = 1) -> 
     passed: list[str] = []
     picked: list[tuple[results.LoadedRun, str]] = []
     exclude = cand.paths.root.resolve()
+    # Earlier: numbered before it in its own folder (run ids are stamps of a clock that may have
+    # been set back); a candidate from another folder is placed by its id among these runs.
+    beside = exclude.parent == (Path(results_dir) / results.safe_name(cand.scenario_name)).resolve()
+    order = run_order if beside else (lambda p: Path(p).name)
+    cand_order = order(cand.paths.root)
     for p in reversed(results.list_runs(Path(results_dir), cand.scenario_name)):
-        if p.resolve() == exclude or p.name >= cand.run_id:
+        if p.resolve() == exclude or order(p) >= cand_order:
             continue
         try:
             run = read_run(p)

@@ -21,6 +21,7 @@ RUN_FOLDER_ENTRIES = frozenset(
         "interrupted",
         ".lock",
         ".attempts",
+        ".sequence",
         "report",
     }
 )

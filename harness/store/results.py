@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from harness.core.errors import BadInput
+from harness.store import sequence
 from harness.store.names import safe_name  # re-exported: the run store's folder names
 
 SCHEMA_VERSION = 1
@@ -459,8 +460,13 @@ def run_lock_holder(root: Path) -> str | None:
 
 
 def create_run_dir(results_dir: Path, scenario_name: str, run_id: str | None = None) -> RunPaths:
-    root = Path(results_dir) / safe_name(scenario_name) / (run_id or new_run_id())
-    root.mkdir(parents=True, exist_ok=False)
+    """A new run folder ``results_dir/<scenario>/<run_id>``, numbered (`harness.store.sequence`)."""
+    base = Path(results_dir) / safe_name(scenario_name)
+    base.mkdir(parents=True, exist_ok=True)
+    root = base / (run_id or new_run_id())
+    with sequence.numbering(base) as number:
+        root.mkdir(exist_ok=False)
+        write_text_atomic(root / sequence.SEQUENCE_FILE, f"{number}\n")
     return RunPaths(root)
 
 
@@ -586,8 +592,9 @@ def load_run(path: Path) -> LoadedRun:
 
 
 def list_runs(results_dir: Path, scenario_name: str) -> list[Path]:
-    """Run folders of a scenario, oldest first (run ids sort by time)."""
+    """Run folders of a scenario, oldest first: by the number each got when it was made
+    (`harness.store.sequence`), not by run id, a stamp of a clock that may be set back."""
     base = Path(results_dir) / safe_name(scenario_name)
     if not base.is_dir():
         return []
-    return sorted(p for p in base.iterdir() if p.is_dir() and (p / MANIFEST).exists())
+    return sorted((p for p in base.iterdir() if p.is_dir() and (p / MANIFEST).exists()), key=sequence.run_order)

@@ -8,6 +8,7 @@ whole comparisons on the golden runs and on synthetic runs built from factory re
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import json
 import shutil
 import xml.etree.ElementTree as ET
@@ -670,6 +671,24 @@ def test_latest_is_looked_for_beside_the_candidate_when_no_results_dir_is_given(
     cand = write_run(tmp_path / "elsewhere", B, {"on": cold_records(noisy(100, 8, seed=4))})
     monkeypatch.chdir(tmp_path)  # no ./results here
     assert cli_main(args(cand, "latest", None)) == ExitCode.OK
+    assert comparison(cand)["baseline"]["run_id"] == good.name
+
+
+def test_latest_after_the_clock_was_set_back(tmp_path):
+    """Runs made after the wall clock was set back (an NTP step, a box restored from a snapshot)
+    have older ids than the runs before them: `latest` found no earlier run (ids were the order),
+    and history drew the nights out of order. Runs are numbered when their folder is made."""
+    night = _dt.datetime(2026, 12, 1, 3, tzinfo=_dt.timezone.utc)
+    good = write_run(tmp_path, results.new_run_id(night), {"on": cold_records(noisy(100, 8))}, numbered=True)
+    write_verdict(good, "PASS")
+    set_back = night - _dt.timedelta(days=400)  # the next night's clock
+    cand = write_run(tmp_path, results.new_run_id(set_back), {"on": cold_records(noisy(100, 8, seed=4))}, numbered=True)
+    assert cand.name < good.name
+    choice = C.choose_latest(tmp_path, results.load_run(cand))
+    assert choice.run is not None and choice.run.paths.root == good, choice.how
+    assert results.list_runs(tmp_path, "synth") == [good, cand]  # history's order: the nights as they ran
+    assert C.choose_latest(tmp_path, results.load_run(good)).run is None  # the later night is no baseline of it
+    assert cli_main(args(cand, "latest", tmp_path)) == ExitCode.OK
     assert comparison(cand)["baseline"]["run_id"] == good.name
 
 
