@@ -33,7 +33,7 @@ from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.measures.roofline import Platform, worse_than_off
 from harness.measures.tier_model import TierPools
 from harness.quality.parity import evaluate_parity
-from harness.store import results
+from harness.store import results, versions
 from harness.store.records import RequestRecord
 from harness.store.stats import STAT_KEYS
 
@@ -78,7 +78,7 @@ def measured_summary(
     ``declined_load_backs``: the server log's declined load-backs). A failed variant that
     measured nothing has ``workloads: null``, never zeros (P10)."""
     summary = summarize(requests, workload_kinds, workload_configs, tiers, platform, pools)
-    summary.update(schema_version=results.SCHEMA_VERSION, variant=name, state=state, cause=cause)
+    summary.update(schema_version=versions.CURRENT[versions.SUMMARY], variant=name, state=state, cause=cause)
     if state != "ok" and not any(not r.warmup and r.error is None for r in requests):
         summary["workloads"] = None
     summary["quality"] = {"n_records": n_quality_records} if n_quality_records else None
@@ -93,7 +93,7 @@ def measured_summary(
 def null_summary(name: str, state: str, cause: str | None) -> dict:
     """The summary of a variant that never served: null metrics and its cause, never zeros (P10)."""
     return {
-        "schema_version": results.SCHEMA_VERSION,
+        "schema_version": versions.CURRENT[versions.SUMMARY],
         "variant": name,
         "state": state,
         "cause": cause,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.store import results
+from harness.store import results, versions
 from harness.store.gpu_time import PhaseClock
 
 # Values of ``state``.
@@ -25,6 +25,7 @@ PARTIAL = "partial"  # the server died or hung mid-workload (rows kept)
 FAILED = "failed"  # died after the last response, or a workload/quality error
 INTERRUPTED = "interrupted"  # SIGINT/SIGTERM reached the harness while this variant ran
 REFUSED = "refused"  # preflight strict: never launched
+NOT_RUN = "not_run"  # no status.json: the variant was never reached (what readers are given)
 
 # A variant in one of these states is done: resume skips it (given its summary.json), merge
 # counts it complete. partial/interrupted/running are rerun.
@@ -178,10 +179,8 @@ class VariantStatus:
 
 def read_status(path: Path) -> VariantStatus:
     """status.json as a :class:`VariantStatus`; ResultsError when missing, torn or not an object."""
-    data = results.read_json(path)
-    if not isinstance(data, dict):
-        raise results.ResultsError(f"{path}: not a JSON object")
-    return VariantStatus.from_json(data)
+    data = results.read_json_object(path)
+    return VariantStatus.from_json(versions.upgrade(Path(path), data, versions.STATUS))
 
 
 def variant_state(run: results.RunPaths, name: str) -> str:
