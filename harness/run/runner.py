@@ -167,12 +167,15 @@ class Signals:
         self._old: dict[int, object] = {}
         self._holding = False  # hold() was called: the run is being stopped
         self._noted = False  # a signal arrived while deferred
+        self._taken: tuple[int, ...] = ()  # the signals handled (not those set to be ignored)
 
     def __enter__(self) -> Signals:
         if Signals._active is not None:
             return Signals._active
         Signals._active = self
-        for sig in self.HANDLED:
+        # A signal set to be ignored stays ignored (nohup's SIGHUP, the SIGINT of a script's `cmd &`)
+        self._taken = tuple(sig for sig in self.HANDLED if signal.getsignal(sig) is not signal.SIG_IGN)
+        for sig in self._taken:
             self._old[sig] = signal.getsignal(sig)
             signal.signal(sig, self._interrupt)
         self._old[signal.SIGALRM] = signal.getsignal(signal.SIGALRM)
@@ -212,7 +215,7 @@ class Signals:
         """The interrupt was caught: later signals are only noted, and it is not raised again."""
         self._holding = True
         signal.setitimer(signal.ITIMER_REAL, 0)
-        for sig in self.HANDLED:
+        for sig in self._taken:
             signal.signal(sig, self._note)
 
     @contextmanager
@@ -226,13 +229,13 @@ class Signals:
             yield
             return
         self._noted = False
-        for sig in self.HANDLED:
+        for sig in self._taken:
             signal.signal(sig, self._note)
         try:
             yield
         finally:
             if not self._holding:
-                for sig in self.HANDLED:
+                for sig in self._taken:
                     signal.signal(sig, self._interrupt)
         if self._noted:
             raise KeyboardInterrupt(self.name)

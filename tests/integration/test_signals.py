@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -297,3 +298,87 @@ def test_a_signal_outside_a_run_exits_130(tmp_path, sig):
             proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
+
+
+# a console script as pip writes it for `[project.scripts] harness = "MODULE:FUNC"`, with an import
+# hook that sends SIGTERM the instant `harness.cli` starts being imported (a deterministic instant)
+CONSOLE_SCRIPT = """\
+import importlib.abc, os, signal, sys
+
+class SigtermOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "harness.cli":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return None
+
+sys.meta_path.insert(0, SigtermOnImport())
+from {module} import {func}
+sys.argv[0] = "harness"
+sys.exit({func}())
+"""
+
+
+def test_the_installed_command_exits_130_on_sigterm_while_the_cli_is_imported(tmp_path):
+    """The installed `harness` script was `harness.cli:main`: it imported the whole CLI before any
+    handler was set, and a SIGTERM then (a `docker stop` right after the start) ended it -15."""
+    import tomllib
+
+    entry = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]["harness"]
+    module, func = entry.split(":")
+    script = tmp_path / "harness"
+    script.write_text(CONSOLE_SCRIPT.format(module=module, func=func))
+    proc = subprocess.run(
+        [sys.executable, str(script), "--version"], env=harness_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == ExitCode.INTERRUPTED, (entry, proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
+
+
+def _ignoring(*sigs):
+    def preexec() -> None:  # as a non-interactive shell starts `harness &` (SIGINT), or nohup (SIGHUP)
+        for sig in sigs:
+            signal.signal(sig, signal.SIG_IGN)
+
+    return preexec
+
+
+def test_a_signal_set_to_be_ignored_stays_ignored_during_the_run(tmp_path):
+    """`harness run ... &` from a script starts with SIGINT ignored, `nohup harness run` with SIGHUP
+    ignored: the run's own handlers took both anyway once a run began (a hang-up ended a nohup'd
+    night with 130, while the same SIGHUP a moment earlier was ignored). Now an ignored signal stays
+    ignored all along, and SIGTERM still ends the run with 130."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(CLOCKED.format(model=MODELS / "llama-tiny", workload=CLOCKED_KINDS["open_loop"][0]))
+    results_dir = tmp_path / "results"
+    proc = subprocess.Popen(
+        harness_command("run", scenario, "--results-dir", results_dir, "--no-report"),
+        cwd=tmp_path,
+        env=harness_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=_ignoring(signal.SIGINT, signal.SIGHUP),
+    )
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if "open_loop/rate" in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if not seen.wait(180):
+        proc.kill()
+        pytest.fail(f"never reached the load point: {''.join(lines)[-2000:]}")
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        proc.send_signal(sig)
+        time.sleep(0.5)
+        assert proc.poll() is None, f"{sig.name} (ignored) ended the run: {''.join(lines)[-2000:]}"
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=90)
+    reader.join(timeout=5)
+    assert rc == ExitCode.INTERRUPTED, "".join(lines)[-2000:]
+    assert "SIGTERM" in "".join(lines)
