@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.run import cooldown, runner  # noqa: E402
+from harness.run import cooldown, external_variant, launched  # noqa: E402
 from harness.run.progress import Progress  # noqa: E402
 from harness.run.sampler import Sampler  # noqa: E402
 from harness.server import process as server_mod  # noqa: E402
@@ -100,7 +100,8 @@ def instrument() -> None:
         setattr(server_mod.ServerProcess, name, _timed_sync("server", getattr(server_mod.ServerProcess, name)))
     StreamingClient._run = _timed_async("requests", StreamingClient._run)
     StreamingClient.flush_cache = _timed_async("requests", StreamingClient.flush_cache)
-    runner.fetch_server_info = _timed_sync("requests", runner.fetch_server_info)
+    launched.fetch_server_info = _timed_sync("requests", launched.fetch_server_info)
+    external_variant.fetch_server_info = _timed_sync("requests", external_variant.fetch_server_info)
     cooldown.wait = _timed_sync("waits", cooldown.wait)
     Sampler.stop = _timed_sync("waits", Sampler.stop)
     orig_sleep, orig_asleep = time.sleep, asyncio.sleep

@@ -126,7 +126,7 @@ def _draw_report(run_root: Path, reports_dir: Path) -> Path:
 def cmd_run(args) -> int:
     """A fresh run, or with --resume the rest of an interrupted one; --dry-run prints what would start."""
     from harness.compare.planning import resolve_repeats
-    from harness.run import resume, runner
+    from harness.run import manifest, resume, runner
     from harness.run.shard import select_run_variants
 
     if args.scenario is None and not args.url:
@@ -174,7 +174,7 @@ def cmd_run(args) -> int:
             )
             if args.dry_run:
                 variants, _ = select_run_variants(scenario, options.only, options.shard)
-                sys.stdout.write(runner.dry_run_text(scenario, variants))
+                sys.stdout.write(manifest.dry_run_text(scenario, variants))
                 return ExitCode.OK
             options.into = Path(args.resume)
             outcome = runner.run_scenario(scenario, options, harness_argv=sys.argv)
@@ -188,7 +188,7 @@ def cmd_run(args) -> int:
             outcome = runner.execute_run(scenario, options, reopened.run, reopened.variants, prior=reopened.prior)
         elif args.dry_run:
             variants, _ = select_run_variants(scenario, options.only, options.shard)
-            sys.stdout.write(runner.dry_run_text(scenario, variants))
+            sys.stdout.write(manifest.dry_run_text(scenario, variants))
             if scenario.server.backend == "external":
                 pass  # no estimate: its pools and speeds are the running servers'
             elif scenario.estimate is None:

@@ -6,7 +6,7 @@ run is refused with one line naming the URL and what was seen), its own argument
 ``/metrics`` can be sampled, and whether it runs on this machine (host-memory samples are this
 machine's; for a remote server they say nothing of the server's host). Parity needs one OFF and at
 least one ON server among them. The runner then runs the workloads on each with no lifecycle: no
-start or stop, no preflight, no cooldown, no orphan handling (harness/run/runner.py).
+start or stop, no preflight, no cooldown, no orphan handling (harness/run/external_variant.py).
 """
 
 from __future__ import annotations

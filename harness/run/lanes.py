@@ -11,7 +11,7 @@ manifest's ``gpus``). Its cooldown checks its own GPUs only; MemAvailable, page 
 are the host's, shared by every variant that runs meanwhile: the samples say ``system_shared``,
 the summary's sampling says so, and the cooldown does not judge host memory.
 
-Signals stay the main thread's (`harness.run.runner.Signals`): the main thread schedules and waits;
+Signals stay the main thread's (`harness.run.signals.Signals`): the main thread schedules and waits;
 an interrupt there reaches :meth:`Lanes.interrupt`, which, for every running variant, waits for
 its thread to be out of a server spawn (:meth:`Lane.spawning`, the lane's form of
 ``Signals.defer``), stops its server and sampler and marks it ``interrupted``; then it waits a

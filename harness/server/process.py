@@ -224,7 +224,7 @@ class ServerProcess:
     # -- start ---------------------------------------------------------------------------------
     def start(self) -> None:
         """Spawn the server in its own session, marked (:data:`MARKER_ENV`). A caller that turns
-        signals into exceptions defers them around this call (``runner.Signals.deferred``), so
+        signals into exceptions defers them around this call (``harness.run.signals.Signals.deferred``), so
         that an interrupt cannot land between the fork and ``self.proc``."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = self.spec.full_env()

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from harness.core.exit_codes import ExitCode
-from harness.run.runner import Signals
+from harness.run.signals import Signals
 from harness.scenario import load_scenario
 from harness.server import logscan
 from harness.server.process import ServerProcess, build_launch_spec, free_port, port_is_bindable

@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from harness import cli
+from harness.run.manifest import build_manifest
 from harness.run.resume import check_resume, plan_resume, reopen_run
-from harness.run.runner import build_manifest
 from harness.scenario import load_scenario, variant_config_hash
 from harness.store import results
 from harness.store.variant_status import FINAL_STATES

@@ -1,0 +1,164 @@
+"""What every variant shares, launched or external: the run state an interrupt cleans up
+(`RunState`), its sampler's start and stop, the summary of its serving window, and its end
+(`finish_variant`: logs scrubbed of the run's secrets, summary.json, then its final status).
+"""
+
+from __future__ import annotations
+
+from harness.analysis import run_products
+from harness.measures import roofline, tier_model
+from harness.run import builds, external
+from harness.run.sampler import Sampler
+from harness.server.process import ExternalServer, ServerProcess
+from harness.store import results
+from harness.store.secrets import Redactor
+from harness.store.variant_status import ATTACHED, LAUNCHED, VariantOutcome, VariantStatus
+
+
+class RunState:
+    """What must be cleaned up if the run is interrupted."""
+
+    def __init__(self, redactor: Redactor, checks: dict | None = None):
+        self.redactor = redactor
+        self.checks: dict[str, builds.BuildCheck] = checks or {}  # each variant's verified build
+        self.server: ServerProcess | None = None
+        self.sampler = None
+        self.vpaths: results.VariantPaths | None = None
+        self.status: VariantStatus | None = None
+        self.attached: external.AttachedRun | None = None
+
+    def stop_processes(self) -> None:
+        if self.sampler is not None:
+            try:
+                stop_sampler(self.sampler)
+            except Exception:  # noqa: BLE001
+                pass
+            self.sampler = None
+        if self.server is not None:
+            self.server.stop(term_timeout_s=15.0, kill_timeout_s=5.0)
+            self.server = None
+
+    def interrupt(self) -> None:
+        self.stop_processes()
+        if self.vpaths is not None and self.status is not None:
+            self.status.mark_interrupted()
+            self.status.write(self.vpaths.status)
+        self.scrub_logs()
+
+    def scrub_logs(self) -> None:
+        """The current variant's server logs with the run's secrets replaced (its server stopped)."""
+        if self.vpaths is not None:
+            scrub_server_logs(self.vpaths, self.redactor)
+
+
+def scrub_server_logs(vpaths: results.VariantPaths, redactor: Redactor) -> None:
+    """Rewrite the variant's server logs (every attempt's) with the run's secret values replaced,
+    atomically; only once their server has stopped writing them."""
+    if not redactor.values:
+        return
+    for log_path in vpaths.server_logs():
+        results.rewrite_lines_atomic(log_path, redactor.text)
+
+
+def variant_tier_pools(variant, status: VariantStatus, info) -> tier_model.TierPools | None:
+    """The pools the variant's tier hits are predicted from: its status's pools and preflight, its
+    server's answer, its tiers and write policy."""
+    return tier_model.pools_for(
+        status.pools,
+        status.preflight,
+        info.raw if info is not None else None,
+        variant.cache_tiers,
+        variant.hicache.write_policy if variant.hicache is not None else None,
+    )
+
+
+def window_summary(
+    scenario,
+    variant,
+    window,
+    sampling: dict | None,
+    platform: roofline.Platform | None = None,
+    pools: tier_model.TierPools | None = None,
+    declined_load_backs: int = 0,
+) -> dict:
+    """summary.json of a variant whose serving window ran (launched or external); ``platform``:
+    what its hits' roofline floors are made of (`harness.measures.roofline.platform_for`); ``pools``: what
+    its tier hits are predicted from (`harness.measures.tier_model.pools_for`); ``declined_load_backs``:
+    the load-backs its server log says sglang declined (`logscan.declined_load_backs`)."""
+    return run_products.measured_summary(
+        variant.name,
+        window.state,
+        window.cause,
+        window.requests,
+        len(window.quality_rows),
+        sampling,
+        {w.name: w.kind for w in scenario.workloads},
+        {w.name: w for w in scenario.workloads},
+        variant.cache_tiers,
+        platform,
+        pools,
+        declined_load_backs,
+    )
+
+
+def finish_variant(
+    vpaths: results.VariantPaths,
+    status: VariantStatus,
+    state: str,
+    cause: str | None,
+    redactor: Redactor,
+    detail=None,
+    summary: dict | None = None,
+) -> VariantOutcome:
+    """The variant ended (its server stopped): its logs scrubbed of the run's secrets, its
+    summary.json (the null summary when it never served), then its final status — so a final
+    state on disk always has its summary."""
+    scrub_server_logs(vpaths, redactor)
+    status.finish(state, cause, detail)
+    if summary is None:
+        summary = run_products.null_summary(status.variant, state, cause)
+    run_products.write_variant_summary(vpaths, summary)
+    status.write(vpaths.status)
+    return status.outcome()
+
+
+def start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, endpoint=None, shared: bool = False):
+    """The variant's sampler: its server's process tree, GPUs and /metrics. An external server
+    (``endpoint``) has no process here: this machine's memory, its GPUs only when the server
+    runs on this machine (all of them: which ones it uses is unknown), /metrics where they answer."""
+    cfg = scenario.sampling
+    if not cfg.enabled:
+        return None
+    writer = results.JsonlWriter(vpaths.samples, fsync=False)
+    if endpoint is not None:
+        sampler = Sampler(
+            None,
+            server.base_url,
+            writer.append,
+            interval_s=cfg.interval_s,
+            gpu=cfg.gpu if endpoint.local else False,
+            server_metrics=cfg.server_metrics and endpoint.metrics_problem is None,
+            phase=ATTACHED.first_sample_phase,
+            on_stop=writer.close,
+        )
+    else:
+        sampler = Sampler(
+            server.pid,
+            server.spec.base_url,
+            writer.append,
+            interval_s=cfg.interval_s,
+            gpu=cfg.gpu,
+            server_metrics=cfg.server_metrics,
+            phase=LAUNCHED.first_sample_phase,
+            launch_env=server.spec.full_env(),
+            launch_argv=server.spec.argv,
+            on_stop=writer.close,  # the samples' file is closed with the sampler
+        )  # its GPUs only
+    sampler.system_shared = shared  # before its first sample: side by side, every one is labelled
+    return sampler.start()
+
+
+def stop_sampler(sampler) -> None:
+    if sampler is None:
+        return
+    sampler.stop()
