@@ -16,7 +16,8 @@ from harness.compare.runs import build_change
 from harness.core.exit_codes import ExitCode
 from harness.report.header import build_label
 from harness.run import builds
-from harness.run.runner import RunOptions, dry_run_text, run_scenario
+from harness.run.manifest import dry_run_text
+from harness.run.runner import RunOptions, run_scenario
 from harness.scenario import ScenarioError, load_scenario, load_scenario_text, variant_config_hash
 from harness.server.process import ServerProcess
 from tests.conftest import REPO, sim_scenario, write_scenario
