@@ -482,6 +482,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--results-dir", default="results", help="where the merged run goes (default: results)")
     s.set_defaults(func=cmd_merge)
 
+    from harness.cli.bisect import add_parser as add_bisect  # light: its work is imported when it runs
+
+    add_bisect(sub)
+
     s = sub.add_parser("validate", help="check a scenario without starting anything")
     s.add_argument("scenario")
     s.add_argument(

@@ -1,0 +1,199 @@
+"""``harness bisect`` on the simulator (harness/compare/bisect.py): a synthetic git history of
+simulated sglang checkouts, one of whose commits turns on the simulator's ``slow_prefill`` fault
+(its ``sglang/__init__.py`` declares ``HARNESS_SIM_BUILD``, docs/simulator.md), is bisected to
+exactly that commit; a commit that cannot build is skipped; an interrupted bisection resumes
+without redoing its steps; a step that cannot be decided is reported, not guessed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.compare import bisect as b
+from tests.conftest import write_scenario
+
+# one variant, one gated row: eight cold prefills, a regression of 8x in their TTFT against a 100 %
+# threshold (an 8-vs-8 comparison decides both ways on the simulator, even on a loaded box)
+SCENARIO = """\
+name: bisect
+server:
+  backend: sim
+  model_path: models/llama-tiny
+  args: {--max-total-tokens: 8192, --skip-tokenizer-init: true}
+  startup_timeout_s: 30
+  request_timeout_s: 20
+  liveness_idle_s: 0.1
+  sim: {time_scale: 1, startup_s: 0}
+variants:
+  - name: "off"
+workloads:
+  - kind: cold_prefill
+    n: {n}
+    prompt_tokens: 2048
+    warmup: 0
+  - kind: short_ttft
+    name: not_gated
+    n: 1
+    prompt_tokens: 16
+    long_prompt_tokens: 512
+sampling: {enabled: false}
+gate: [cold_prefill.cold.ttft_ms]
+expectations:
+  thresholds: {ttft_ms: 100%}
+verdict: {rounds: {rounds}}
+"""
+SLOW = "--sim-fault slow_prefill=8"
+
+
+def make_history(root: Path, n: int, slow_at: int, broken: tuple[int, ...] = ()) -> list[str]:
+    """A git repository of commits 0..n (0 the good one); from ``slow_at`` on the checkout's
+    simulated build has the slow prefill; a commit in ``broken`` is no sglang checkout (its
+    python/sglang/__init__.py is gone: builds.py refuses it). Returns the commits' hashes."""
+    root.mkdir(parents=True)
+
+    def git(*args: str) -> str:
+        env = {"GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+        return subprocess.run(
+            ["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**__import__("os").environ, **env},
+        ).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    init = root / "python" / "sglang" / "__init__.py"
+    out = []
+    for i in range(n + 1):
+        if i in broken:
+            init.unlink(missing_ok=True)
+        else:
+            init.parent.mkdir(parents=True, exist_ok=True)
+            build = f"HARNESS_SIM_BUILD = {SLOW!r}\n" if i >= slow_at else ""
+            init.write_text(f'__version__ = "0.5.17-sim"\n{build}')
+        (root / "CHANGES").write_text("".join(f"change {j}\n" for j in range(i + 1)))
+        git("add", "-A")
+        git("commit", "-q", "-m", f"commit {i}" + (" slows prefill" if i == slow_at else ""))
+        out.append(git("rev-parse", "HEAD"))
+    return out
+
+
+def scenario(tmp: Path, n: int = 8, rounds: int = 0) -> Path:
+    return write_scenario(tmp, SCENARIO.replace("{n}", str(n)).replace("{rounds}", str(rounds)))
+
+
+def bisect_cli(scn: Path, repo: Path, commits: list[str], folder: Path, *extra: str) -> int:
+    argv = ["bisect", str(scn), "--repo", str(repo), "--good", commits[0], "--bad", commits[-1], "--dir", str(folder)]
+    return main([*argv, *extra])
+
+
+def verdicts(folder: Path) -> dict[int, str]:
+    state = json.loads((folder / b.STATE_FILE).read_text())
+    return {state["commits"].index(c): state["steps"][c]["verdict"] for c in state["order"]}
+
+
+def test_bisect_finds_the_commit_that_turned_the_fault_on(tmp_path, capsys):
+    commits = make_history(tmp_path / "repo", 5, slow_at=3)
+    folder = tmp_path / "bis"
+    rc = bisect_cli(scenario(tmp_path), tmp_path / "repo", commits, folder)
+    out = capsys.readouterr().out
+    assert rc == 1, out  # the first bad commit found: FAIL's code
+    state = json.loads((folder / b.STATE_FILE).read_text())
+    assert state["result"]["outcome"] == "found"
+    assert state["result"]["first_bad"] == commits[3] and state["result"]["last_good"] == commits[2]
+    # good side, bad side, then 2 (good) and 3 (bad): never 1 or 4
+    assert verdicts(folder) == {0: "good", 5: "bad", 2: "good", 3: "bad"}
+    # only the gated workload ran, in the gated variant, with the commit's build recorded
+    step = state["steps"][commits[3]]
+    manifest = json.loads((Path(step["runs"][0]) / "manifest.json").read_text())
+    ran = json.loads("\n".join(x for x in manifest["scenario"]["text"].splitlines() if not x.startswith("#")))
+    assert [w["kind"] for w in ran["workloads"]] == ["cold_prefill"]
+    assert manifest["variants"][0]["build"]["git"]["commit"] == commits[3]
+    summary = (folder / b.SUMMARY_FILE).read_text()
+    assert f"first bad commit {commits[3][:10]}" in summary and "commit 3 slows prefill" in summary
+    assert "+HARNESS_SIM_BUILD = '--sim-fault slow_prefill=8'" in (folder / b.DIFF_FILE).read_text()
+    assert "### The comparison that decided it" in summary and "FAIL" in summary
+    assert summary in out  # the console prints the summary
+
+
+@pytest.mark.slow
+def test_a_commit_that_cannot_build_is_skipped(tmp_path, capsys):
+    commits = make_history(tmp_path / "repo", 5, slow_at=4, broken=(2,))
+    folder = tmp_path / "bis"
+    rc = bisect_cli(scenario(tmp_path), tmp_path / "repo", commits, folder)
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert verdicts(folder) == {0: "good", 5: "bad", 2: "skip", 3: "good", 4: "bad"}
+    state = json.loads((folder / b.STATE_FILE).read_text())
+    assert state["result"]["first_bad"] == commits[4]
+    assert "is not a checkout of sglang" in state["steps"][commits[2]]["why"]
+
+
+@pytest.mark.slow
+def test_a_skipped_commit_next_to_the_first_bad_leaves_a_range_not_a_guess(tmp_path, capsys):
+    commits = make_history(tmp_path / "repo", 4, slow_at=3, broken=(2,))
+    folder = tmp_path / "bis"
+    rc = bisect_cli(scenario(tmp_path), tmp_path / "repo", commits, folder)
+    out = capsys.readouterr().out
+    assert rc == 4, out  # INCONCLUSIVE
+    result = json.loads((folder / b.STATE_FILE).read_text())["result"]
+    assert result["outcome"] == "ambiguous" and result["candidates"] == commits[2:4]
+    assert "the first bad commit is one of" in out
+
+
+@pytest.mark.slow
+def test_an_interrupted_bisection_resumes_without_redoing_its_steps(tmp_path, capsys, monkeypatch):
+    commits = make_history(tmp_path / "repo", 5, slow_at=3)
+    folder = tmp_path / "bis"
+    scn = scenario(tmp_path)
+    from harness.cli import bisect as cli_bisect
+
+    real = cli_bisect._runner
+    calls: list[int] = []
+
+    def interrupting():
+        run = real()
+
+        def once(*args):
+            calls.append(1)
+            if len(calls) == 3:  # the first midpoint: Ctrl-C while it starts
+                raise KeyboardInterrupt
+            return run(*args)
+
+        return once
+
+    monkeypatch.setattr(cli_bisect, "_runner", interrupting)
+    assert bisect_cli(scn, tmp_path / "repo", commits, folder) == 130
+    assert f"resume: harness bisect --resume {folder}" in capsys.readouterr().out
+    assert verdicts(folder) == {0: "good", 5: "bad"}
+    monkeypatch.setattr(cli_bisect, "_runner", real)
+    done = set((folder / "results" / "bisect").iterdir())
+    assert main(["bisect", "--resume", str(folder)]) == 1
+    assert verdicts(folder) == {0: "good", 5: "bad", 2: "good", 3: "bad"}
+    new = set((folder / "results" / "bisect").iterdir()) - done
+    assert len(new) == 2  # commits 2 and 3 only: the good and bad sides were not run again
+    assert json.loads((folder / b.STATE_FILE).read_text())["result"]["first_bad"] == commits[3]
+    # a finished bisection resumed again runs nothing and says the same
+    assert main(["bisect", "--resume", str(folder)]) == 1
+    assert set((folder / "results" / "bisect").iterdir()) - done == new
+
+
+@pytest.mark.slow
+def test_an_undecidable_step_is_reported_not_guessed(tmp_path, capsys):
+    """One request a run: no comparison can decide (a side needs two values) and no round is
+    allowed: the bad side is UNDECIDED, the bisection INCONCLUSIVE (exit 4), nothing called bad."""
+    commits = make_history(tmp_path / "repo", 3, slow_at=2)
+    folder = tmp_path / "bis"
+    rc = bisect_cli(scenario(tmp_path, n=1), tmp_path / "repo", commits, folder)
+    out = capsys.readouterr().out
+    assert rc == 4, out
+    state = json.loads((folder / b.STATE_FILE).read_text())
+    assert verdicts(folder) == {0: "good", 3: "undecided"}
+    assert state["result"]["outcome"] == "bad_undecided"
+    why = state["steps"][commits[3]]["why"]
+    assert why.startswith("still INCONCLUSIVE after the night and 0 round(s): no round left to run"), why
+    assert "UNDECIDED" in out and "first bad commit" not in out
