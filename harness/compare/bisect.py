@@ -359,10 +359,10 @@ class StepRunner:
 
     def judge(self, commit: str, plan: StepScenario, baseline: Path) -> dict:
         """One commit's step against the good run: good / bad / undecided / skip."""
-        from harness.compare.comparison import compare_runs
         from harness.compare.render import to_markdown
         from harness.compare.rounds import decide, spent_minutes
         from harness.compare.runs import load_baseline, read_run, write_comparison
+        from harness.compare.two_runs import compare_runs
 
         outcome, why = self.run_commit(commit, plan)
         if outcome is None:
