@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.core import stall
 from harness.core.model_config import model_vocab_size
 from harness.quality import run as quality_run
 from harness.server import http1, logscan
@@ -70,14 +71,17 @@ def final_liveness(server, base_url: str, idle_s: float, timeout_s: float = 30.0
     it lives but does not generate — and what was seen."""
     if not _wait_alive(server, idle_s):
         return logscan.SERVER_DIED, f"server exited (code {server.exit_code()}) during the {idle_s:g}s idle check"
-    why = None
-    try:
-        status = get_status(base_url + "/health_generate", timeout_s=timeout_s)
-    except NoAnswer as exc:
-        why = f"/health_generate failed: {exc.reason}"
-    else:
-        if status != 200:
-            why = f"/health_generate answered {status}"
+    for _ in range(3):  # again when the harness itself stalled while it waited (harness.core.stall)
+        why, stalled = None, stall.stalled_s()
+        try:
+            status = get_status(base_url + "/health_generate", timeout_s=timeout_s)
+        except NoAnswer as exc:
+            why = f"/health_generate failed: {exc.reason}"
+        else:
+            if status != 200:
+                why = f"/health_generate answered {status}"
+        if why is None or stall.stalled_s() <= stalled:
+            break
     if not server.alive():
         return logscan.SERVER_DIED, why or "server exited right after /health_generate"
     if why is not None:
@@ -105,6 +109,7 @@ class HangWatch:
         on_hung: Callable[[dict], None],
         started: float | None = None,
         tick_s: float = 0.25,
+        stalled: Callable[[], float] = stall.stalled_s,
     ) -> None:
         self.cfg = cfg  # scenario.server.watchdog
         self.request_timeout_s = request_timeout_s
@@ -118,6 +123,8 @@ class HangWatch:
         self.failed_probes: list[str] = []
         self.probes_sent = 0
         self.verdict: dict | None = None
+        self.stalled = stalled  # the harness's own stalls so far (harness.core.stall): never the server's silence
+        self._stalled_seen = stalled()
 
     # -- what the requests say -------------------------------------------------------------
     def note(self, rec) -> None:
@@ -147,12 +154,19 @@ class HangWatch:
         cfg = self.cfg
         while self.verdict is None:
             now = time.monotonic()
+            stalled = self.stalled()
+            if stalled > self._stalled_seen:  # the harness was not running: not a silence of the server
+                self.last_progress = min(now, self.last_progress + stalled - self._stalled_seen)
+                self._stalled_seen = stalled
             if cfg.variant_budget_s is not None and now - self.started >= cfg.variant_budget_s:
                 self.trip("variant_budget_s", budget_s=cfg.variant_budget_s)
             elif now - self.last_progress >= cfg.probe_after_s and self.alive():
                 asked = time.monotonic()
                 self.probes_sent += 1
                 problem = await self.probe(cfg.probe_timeout_s)
+                if problem is not None and self.stalled() > stalled:
+                    problem = None  # the harness stalled while it waited: the probe says nothing
+                    self.last_progress = max(self.last_progress, time.monotonic())
                 if problem is None:
                     self.last_progress = max(self.last_progress, time.monotonic())
                     self.failed_probes.clear()

@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from harness.core import bounds
+from harness.core import bounds, stall
 from harness.server import http1
 from harness.server.info import (
     MAX_PROBE_BYTES,
@@ -308,7 +308,7 @@ class StreamingClient:
             acc.error = abort.reason or "aborted"
             return p.record(wall, sent)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + limit
+        deadline, stalled_at_start = loop.time() + limit, stall.stalled_s()
         fresh = False
         while True:
             ex = None if fresh else self._pool.start("POST", p.path, p.payload, p.reader)
@@ -325,7 +325,7 @@ class StreamingClient:
                     acc.error = "timeout" if exc.kind == "timeout" else "connection"
                     return p.record(wall, sent)
             wall, sent = ex.wall_start, ex.sent_ns
-            outcome = await self._wait(ex, loop, deadline, abort)
+            outcome = await self._wait(ex, loop, deadline, abort, stalled_at_start)
             if outcome is not None:  # the time limit or the abort signal came first
                 if not acc.done:
                     acc.error = outcome
@@ -346,24 +346,37 @@ class StreamingClient:
 
     @staticmethod
     async def _wait(
-        ex: http1.Exchange, loop: asyncio.AbstractEventLoop, deadline: float, abort: Abort | None
+        ex: http1.Exchange,
+        loop: asyncio.AbstractEventLoop,
+        deadline: float,
+        abort: Abort | None,
+        stalled_at_start: float = 0.0,
     ) -> str | None:
         """Wait for the exchange to finish; "timeout" or the abort reason if that came first
-        (then the connection is closed). Cancelling the caller closes it too."""
+        (then the connection is closed). Cancelling the caller closes it too. The limit waits out
+        the harness's own stalls inside it (`harness.core.stall`): a paused harness found every
+        deadline passed on waking, before it had read what the server had sent meanwhile."""
         fut = ex.waiter
         assert fut is not None
         if fut.done():
             return None
+        owed = [0.0]  # the harness's stall already added to the deadline
 
         def expire() -> None:
-            if not fut.done():
-                fut.set_result("timeout")
+            if fut.done():
+                return
+            stalled = stall.stalled_s() - stalled_at_start
+            if stalled > owed[0] + 0.01:
+                owed[0] = stalled
+                timer[0] = loop.call_at(deadline + stalled, expire)
+                return
+            fut.set_result("timeout")
 
         def aborted() -> None:
             if not fut.done():
                 fut.set_result((abort.reason if abort is not None else None) or "aborted")
 
-        timer = loop.call_at(deadline, expire)
+        timer = [loop.call_at(deadline, expire)]
         if abort is not None:
             abort.add_callback(aborted)
         try:
@@ -372,7 +385,7 @@ class StreamingClient:
             ex.cancel()
             raise
         finally:
-            timer.cancel()
+            timer[0].cancel()
             if abort is not None:
                 abort.remove_callback(aborted)
         if outcome is not None:

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -62,10 +63,31 @@ class Script:
         return self.answers.pop(0) if self.answers else None
 
 
-def _watch(probe=None, alive=lambda: True, **cfg) -> tuple[HangWatch, list[dict]]:
+class Stalls:
+    """The harness's own stalls as `harness.core.stall` counts them, scripted: ``pause(s)``."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def pause(self, seconds: float) -> None:
+        self.total += seconds
+
+    def __call__(self) -> float:
+        return self.total
+
+
+def _watch(probe=None, alive=lambda: True, stalls=None, **cfg) -> tuple[HangWatch, list[dict]]:
     given_up: list[dict] = []
     defaults = {"probe_after_s": 0.05, "probe_timeout_s": 1, "failed_probes": 2, "consecutive_timeouts": 3}
-    watch = HangWatch(Watchdog(**{**defaults, **cfg}), 10.0, probe or Script(), alive, given_up.append, tick_s=0.01)
+    watch = HangWatch(
+        Watchdog(**{**defaults, **cfg}),
+        10.0,
+        probe or Script(),
+        alive,
+        given_up.append,
+        tick_s=0.01,
+        stalled=stalls or Stalls(),
+    )
     return watch, given_up
 
 
@@ -107,6 +129,30 @@ def test_a_request_finishing_during_a_failed_probe_is_not_a_strike():
     watch, given_up = _watch(failed_probes=1)
     watch.probe = Script(*["no answer in 1s"] * 100, during=lambda: watch.note(_record()))
     asyncio.run(_run_for(watch, 0.5))
+    assert watch.probes_sent >= 2 and not given_up
+
+
+def test_the_harness_s_own_stall_is_no_silence_of_the_server():
+    """The harness paused (SIGSTOP, a stalled box) between two finished requests: no request had
+    finished for longer than probe_after_s by the clock, but the server was not silent for it."""
+    stalls, probe = Stalls(), Script()
+    watch, given_up = _watch(probe, stalls=stalls, probe_after_s=0.3)
+    t0 = time.monotonic()
+
+    def paused_all_along() -> None:  # every second that passes, the harness was not running
+        stalls.total = time.monotonic() - t0
+
+    asyncio.run(_run_for(watch, 0.8, every=paused_all_along))
+    assert probe.calls == 0 and not given_up
+
+
+def test_a_probe_the_harness_stalled_through_is_no_strike():
+    """The harness paused while its probe waited: the probe's time limit passed in the harness's
+    clock, not in the server's. The probe says nothing; the next one judges."""
+    stalls = Stalls()
+    watch, given_up = _watch(stalls=stalls, failed_probes=1)
+    watch.probe = Script(*["no answer in 1s"] * 3, during=lambda: stalls.pause(14))
+    asyncio.run(_run_for(watch, 0.3))
     assert watch.probes_sent >= 2 and not given_up
 
 
@@ -279,6 +325,62 @@ def test_a_sigstopped_server_is_given_up_continued_and_stopped(tmp_path):
     assert session_alive(status["server"]["sid"]) == []
     healthy = json.loads((status_path.parent.parent / "healthy" / "status.json").read_text())
     assert healthy["state"] == "ok"
+
+
+def test_a_harness_paused_longer_than_the_request_timeout_keeps_a_healthy_server(tmp_path):
+    """The harness itself SIGSTOPped (a stalled box, a debugger) for longer than the request timeout,
+    while streams are in flight, then continued: every deadline had passed in the harness's clock,
+    so every in-flight request was a "timeout" and the breaker gave a healthy server up as
+    `server_hung`. The hang detection measures the server: the harness's own stall is not its
+    silence, and a request's time limit counts the time the harness was running."""
+    path = _scenario(
+        tmp_path,
+        "- name: healthy\n",
+        """\
+        - kind: decode
+          batch: 4
+          prompt_tokens: 64
+          output_tokens: 1500
+        - kind: cold_prefill
+          n: 3
+          prompt_tokens: 256
+        """,
+        "{probe_after_s: 1, probe_timeout_s: 1, failed_probes: 1, consecutive_timeouts: 1}",
+        request_timeout_s=4,
+    )
+    proc = start_harness("run", path, "--results-dir", tmp_path / "results", "--no-report")
+    lines: list[str] = []
+    inside = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if "decode/decode" in line:
+                inside.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert inside.wait(120), "".join(lines)[-2000:]
+        time.sleep(0.3)  # inside the four streams (each about 2 s)
+        os.kill(proc.pid, signal.SIGSTOP)
+        time.sleep(6)  # longer than request_timeout_s, probe_after_s and probe_timeout_s
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.wait(timeout=120)
+        reader.join(timeout=5)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.wait()
+    out = "".join(lines)
+    (status_path,) = (tmp_path / "results").glob("hang/*/healthy/status.json")
+    status = json.loads(status_path.read_text())
+    found = list(status_path.parent.glob("requests.jsonl"))
+    rows = [json.loads(x) for x in found[0].read_text().splitlines() if x.strip()] if found else []
+    assert status["state"] == "ok", (status.get("cause"), status.get("cause_detail"), _errors(rows), out[-2000:])
+    assert rows and _errors(rows) == [None] * len(rows), _errors(rows)
+    assert proc.returncode == ExitCode.OK, out[-2000:]
 
 
 class _Proc:
