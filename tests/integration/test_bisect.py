@@ -197,3 +197,60 @@ def test_an_undecidable_step_is_reported_not_guessed(tmp_path, capsys):
     why = state["steps"][commits[3]]["why"]
     assert why.startswith("still INCONCLUSIVE after the night and 0 round(s): no round left to run"), why
     assert "UNDECIDED" in out and "first bad commit" not in out
+
+
+# -- scenarios/gpu/run_bisect_h200.sh's history, against a stand-in for the offline site (the
+# bisection itself needs real sglang: docs/gpu.md)
+
+ROOT = Path(__file__).resolve().parents[2]
+MHA = """
+import logging
+logger = logging.getLogger("fake_mha")
+
+
+class MHATokenToKVPoolHost:
+    def load_to_device_per_layer(self, device_pool, host_indices, device_indices, layer_id, io_backend):
+        pass
+"""
+
+
+def test_the_h200_script_makes_a_history_with_one_slow_commit(tmp_path):
+    site = tmp_path / "site"
+    (site / "sglang/srt/mem_cache/pool_host").mkdir(parents=True)
+    (site / "sglang/__init__.py").write_text('__version__ = "0.5.17"\n')
+    (site / "sglang/srt/mem_cache/pool_host/mha.py").write_text(MHA)
+    repo = tmp_path / "repo"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PY": __import__("sys").executable,
+        "HISTORY_ONLY": "1",
+        "SITE": str(site),
+        "REPO": str(repo),
+        "OUT": str(tmp_path / "out"),
+        "SLOW_SLEEP_MS": "35",
+    }
+    r = subprocess.run(
+        ["bash", str(ROOT / "scenarios/gpu/run_bisect_h200.sh")], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+    commits = git("rev-list", "--reverse", "HEAD").split()
+    assert len(commits) == 5
+    changed = [git("diff", "--name-only", a, c).split() for a, c in zip(commits, commits[1:])]
+    mha = "python/sglang/srt/mem_cache/pool_host/mha.py"
+    assert changed == [["BISECT_NOTES"], ["BISECT_NOTES", mha], ["BISECT_NOTES"], ["BISECT_NOTES"]]
+    # the inert block (repeat 1, sleep 0) is there from commit 0; commit 2 bakes the sleep in
+    assert '"35"' in git("show", f"{commits[2]}:{mha}") and '"35"' not in git("show", f"{commits[1]}:{mha}")
+    assert '"35"' in git("show", f"{commits[4]}:{mha}")
+    assert "__pycache__" not in git("ls-files")
+    # the scenario each step runs: the gated workload in its variant, the source at the worktree
+    plan = b.step_scenario(ROOT / "scenarios/gpu/h200_bisect.yaml", repo, None, [])
+    assert (plan.variants, plan.workloads, plan.build, plan.parity) == (["on-r2"], ["repeat_prefill"], "default", False)
+    from harness.server.process import build_launch_spec
+
+    scn = b.load_step(ROOT / "scenarios/gpu/h200_bisect.yaml", plan)
+    (variant,) = scn.expand_variants()
+    assert build_launch_spec(scn, variant, 30000).full_env()["PYTHONPATH"].split(":")[0] == str(repo / "python")
