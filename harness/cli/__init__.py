@@ -307,7 +307,8 @@ def cmd_show(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    """Merge shard runs; 1 when the merge is incomplete or a variant missed its expectation."""
+    """Merge shard runs; the exit code is the merged run's verdict's (README), 1 when the merge is
+    incomplete."""
     from harness.run.merge import MergeRefused, merge_runs
 
     try:
@@ -333,8 +334,11 @@ def cmd_merge(args) -> int:
         return ExitCode.FAILED
     if merged.unmet:
         print(f"  variants that missed their expectation: {', '.join(merged.unmet)}", file=sys.stderr)
+    if merged.verdict is None:
         return ExitCode.FAILED
-    return ExitCode.OK
+    for line in merged.verdict.lines():
+        print(line)
+    return merged.verdict.exit_code  # the merged night's verdict, as `harness run`'s (INCONCLUSIVE: 4)
 
 
 def _delegate(module: str, *extras: str):

@@ -39,6 +39,7 @@ from pathlib import Path
 from harness.analysis import run_products
 from harness.analysis.expectations import evaluate_run_expectations
 from harness.analysis.run_products import write_summary_csv
+from harness.analysis.verdict import RunVerdict
 from harness.core.errors import BadInput
 from harness.store import results
 from harness.store.secrets import Redactor
@@ -255,7 +256,7 @@ def _shard_entry(s: Source, plan: MergePlan) -> dict:
     }
 
 
-def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] = ()) -> Path:
+def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] = ()) -> tuple[Path, RunVerdict | None]:
     first = plan.sources[0]
     scenario_name = first.manifest["scenario"]["name"]
     run = results.create_run_dir(results_dir, scenario_name)
@@ -280,9 +281,11 @@ def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] = ()) -> Pa
         results.write_json_atomic(
             run.root / run_products.EXPECTATIONS_FILE, {"schema_version": results.SCHEMA_VERSION, "checks": rows}
         )
-        run_products.write_verdict(run, run_products.judge_run(run.root, rows))
+        verdict = run_products.judge_run(run.root, rows)
+        run_products.write_verdict(run, verdict)
         results.write_json_atomic(run.complete, {"at": results.utc_now_iso(), "merged": True})
-    return run.root
+        return run.root, verdict
+    return run.root, None
 
 
 @dataclass
@@ -290,6 +293,7 @@ class MergeResult:
     root: Path  # the merged run folder
     plan: MergePlan
     unmet: list[str] = field(default_factory=list)  # variants that missed their expectation (complete merges)
+    verdict: RunVerdict | None = None  # the merged run's verdict.json (complete merges): the exit code
 
 
 def merge_runs(run_dirs: list[Path], results_dir: Path, argv: list[str] = ()) -> MergeResult:
@@ -297,8 +301,8 @@ def merge_runs(run_dirs: list[Path], results_dir: Path, argv: list[str] = ()) ->
     belong together. Whether the result is complete is ``result.plan.complete`` (and its manifest's
     ``merge.complete``). ``argv``: the harness command line, kept in the manifest."""
     plan = plan_merge(load_sources([Path(d) for d in run_dirs]))
-    root = write_merged(plan, Path(results_dir), argv)
+    root, verdict = write_merged(plan, Path(results_dir), argv)
     unmet = []
     if plan.complete:
         unmet = [v.name for v in results.load_run(root).variants if v.status.get("expect_met") is False]
-    return MergeResult(root, plan, unmet)
+    return MergeResult(root, plan, unmet, verdict)

@@ -91,7 +91,7 @@ def test_merges_shards_keeping_assigned_baseline(tmp_path, capsys):
         all_variants=ALL,
         kernel="h2",
     )
-    assert merge_cli(s2, s1, "--results-dir", tmp_path / "out") == 0
+    code = merge_cli(s2, s1, "--results-dir", tmp_path / "out")
     out = capsys.readouterr().out
     assert "merged:" in out and "dropped" not in out  # a support baseline copy is expected
     run = results.load_run(next((tmp_path / "out" / "tiny").iterdir()))
@@ -113,6 +113,7 @@ def test_merges_shards_keeping_assigned_baseline(tmp_path, capsys):
     # its verdict, as a run writes one (a merged run had no verdict.json: compare judged it again)
     verdict = json.loads((run.paths.root / "verdict.json").read_text())
     assert {k: v for k, v in verdict.items() if k != "schema_version"} == judge_run(run.paths.root).to_json()
+    assert code == verdict["exit_code"]  # the exit code is the merged night's verdict's (here: no figures, 4)
     assert json.loads((run.paths.root / "expectations.json").read_text())["checks"] == []
 
 
@@ -179,6 +180,19 @@ def test_unmet_expectation_exits_1(tmp_path):
     assert results.load_run(root).complete
     verdict = json.loads((root / "verdict.json").read_text())
     assert verdict["outcome"] == "FAIL" and verdict["exit_code"] == 1, verdict
+
+
+def test_an_inconclusive_merge_exits_4(tmp_path, capsys):
+    """A merged night whose verdict is INCONCLUSIVE (an ON arm's parity NOT_EXERCISED) exited 0."""
+    a = make_run(tmp_path / "in", "r1", {"off": "ok", "on-a": "ok"})
+    summary = a / "on-a" / "summary.json"
+    data = json.loads(summary.read_text())
+    data["quality"] = {"parity": {"verdict": "NOT_EXERCISED", "reason": "no host-tier hit"}}
+    results.write_json_atomic(summary, data)
+    assert merge_cli(a, "--results-dir", tmp_path / "out") == 4
+    assert "verdict: INCONCLUSIVE (exit 4)" in capsys.readouterr().out
+    (root,) = (tmp_path / "out" / "tiny").iterdir()
+    assert json.loads((root / "verdict.json").read_text())["outcome"] == "INCONCLUSIVE"
 
 
 @pytest.mark.parametrize(
