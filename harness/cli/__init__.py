@@ -90,6 +90,10 @@ def cmd_validate(args) -> int:
     )
     for line in resolve_repeats(scenario, Path(args.results_dir)):
         print(line)
+    from harness.run.ratio_boundary import boundary_lines
+
+    for line in boundary_lines(scenario, variants):
+        print(line)
     return ExitCode.OK
 
 

@@ -164,6 +164,26 @@ def memory_table(view: RunView) -> list[Row]:
 
     plain("preflight prediction", "", predicted, note="host pool per rank vs (MemAvailable − reserve) / ranks")
 
+    def safe_limit(n):
+        b = (view.status(n).get("preflight") or {}).get("boundary")
+        if not b:
+            return None
+        unit = "ratio" if b.get("knob") == "ratio" else "GB"
+        starts, keeps = b.get("starts") or {}, b.get("keeps_page_cache") or {}
+        text = f"starts ≤ {fmt_num(starts.get('value'))}, keeps page cache ≤ {fmt_num(keeps.get('value'))} ({unit})"
+        why = (
+            f"above {starts.get('next_value')}: {starts.get('reason')}; "
+            f"above {keeps.get('next_value')}: {keeps.get('reason')}"
+        )
+        return Cell(text, b.get("safe"), title=why)
+
+    plain(
+        "safe-ratio boundary",
+        "",
+        safe_limit,
+        note="highest value that starts / that keeps the page cache (harness/run/ratio_boundary.py)",
+    )
+
     def outcome(n):
         st = view.status(n)
         pf = st.get("preflight") or {}

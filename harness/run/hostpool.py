@@ -375,6 +375,11 @@ def preflight_variant(
     server = scenario.server
     tp_size = int(getattr(server, "tp_size", 1) or 1)
     reserve_gib = float(getattr(cfg, "reserve_gib", DEFAULT_RESERVE_GIB) if cfg is not None else DEFAULT_RESERVE_GIB)
+    sim_host = (
+        getattr(getattr(server, "sim", None), "host", None) if getattr(server, "backend", None) == "sim" else None
+    )
+    if sim_host is not None and "reserve_gib" not in getattr(cfg, "model_fields_set", ()):
+        reserve_gib = float(sim_host.reserve_gib)  # the simulated build's own reserve, unless preflight says otherwise
     ranks = getattr(cfg, "ranks_on_host", None) if cfg is not None else None
     ranks_on_host = int(ranks) if ranks else tp_size
     stage = "after_ready" if device_pool_tokens is not None else "before_launch"
@@ -402,6 +407,19 @@ def preflight_variant(
         mem_available_kib = procfs.read_mem_available_kib()
     elif source == "host":
         source = "given"
+    # sglang reads MemAvailable while weights load, when it is lowest: now minus the loader's dip
+    # (preflight.load_dip_gib; the simulated host's own for the simulator; after ready: the dip read
+    # before launch, from its idle figure)
+    idle_kib = (
+        int(before.get("mem_available_idle_kib", mem_available_kib))
+        if source.endswith("before launch")
+        else mem_available_kib
+    )
+    dip_gib = getattr(cfg, "load_dip_gib", None) if cfg is not None else None
+    if dip_gib is None:
+        dip_gib = sim_host.load_dip_gib if sim_host is not None else 0.0
+    dip_kib = int(float(dip_gib) * 1024**2)
+    mem_available_kib = max(0, idle_kib - dip_kib)
 
     model_path = getattr(variant, "model_path", None) or server.model_path
     args = dict(getattr(variant, "args", None) or getattr(server, "args", None) or {})
@@ -414,7 +432,14 @@ def preflight_variant(
     if mamba_device_slots is None and server_info:
         slots = server_info.get("max_mamba_cache_size")
         mamba_device_slots = slots if isinstance(slots, int) and slots > 0 else None
-    record: dict[str, Any] = {"stage": stage, "mode": mode, "mem_available_source": source, "device_pool": device_pool}
+    record: dict[str, Any] = {
+        "stage": stage,
+        "mode": mode,
+        "mem_available_source": source,
+        "mem_available_idle_kib": idle_kib,
+        "load_dip_kib": dip_kib,
+        "device_pool": device_pool,
+    }
     try:
         shape = load_model_shape(model_path)
     except Exception as e:  # ModelConfigError or unreadable path: say so, never block the run

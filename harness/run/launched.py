@@ -14,7 +14,7 @@ from harness.analysis import run_products
 from harness.core.errors import BadInput
 from harness.host import fingerprint, nvml
 from harness.measures import roofline
-from harness.run import builds, cooldown, hostpool, serving_window
+from harness.run import builds, cooldown, hostpool, ratio_boundary, serving_window
 from harness.run.external_variant import run_external_variant
 from harness.run.progress import Progress
 from harness.run.signals import Signals
@@ -30,6 +30,7 @@ from harness.server import logscan, startup_phases
 from harness.server.info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_server_info
 from harness.server.process import ServerProcess, build_launch_spec, free_port
 from harness.sim.cli import unmodelled_flags
+from harness.sim.host import HOST_DIR_ENV as SIM_HOST_DIR_ENV
 from harness.store import gpu_time, results
 from harness.store.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
 
@@ -70,6 +71,8 @@ def run_variant(
 
     progress.phase("preflight")
     prediction = hostpool.preflight_variant(scenario, variant)
+    if prediction is not None:
+        prediction["boundary"] = ratio_boundary.for_record(scenario, variant, prediction)
     status.preflight = prediction
     line = hostpool.preflight_line(variant.name, prediction)
     if line:  # said before launch, in warn mode too: a pool that will not fit, a predicted GPU pool
@@ -94,6 +97,11 @@ def run_variant(
         spec = build_launch_spec(scenario, variant, port)
         if gpu_env:  # its GPU set, over whatever the scenario's env said
             spec = dataclasses.replace(spec, env_overrides={**spec.env_overrides, **gpu_env})
+        if spec.simulated and variant.sim is not None and variant.sim.host is not None:
+            # the simulated host's /proc files: the sampler reads them in place of the real ones
+            spec = dataclasses.replace(
+                spec, env_overrides={**spec.env_overrides, SIM_HOST_DIR_ENV: str(vpaths.root / results.SIM_HOST_DIR)}
+            )
         server = ServerProcess(spec, vpaths.server_log(attempt), run_dir=run.root, variant=variant.name)
         progress.phase(f"starting (attempt {attempt})")
         state.server = server  # before start(): a Ctrl-C right after it must still stop it (P15)
@@ -167,6 +175,7 @@ def run_variant(
             server_info=info.raw if info is not None else None,
             before=prediction,
         )
+        status.preflight["boundary"] = ratio_boundary.for_record(scenario, variant, status.preflight)
 
     window = serving_window.run_window(
         serving_window.WindowInputs(scenario, variant, spec, server, sampler, vpaths, progress, pools),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.host import fingerprint
-from harness.run import builds, external
+from harness.run import builds, external, ratio_boundary
 from harness.scenario import scenario_hash, variant_config_hash
 from harness.server.client import client_stack
 from harness.server.process import build_launch_spec
@@ -49,6 +49,7 @@ def dry_run_text(scenario, variants: list) -> str:
             )
             continue
         out.append(f"# variant {v.name}{' (simulated)' if d['simulated'] else ''}\n")
+        out.extend(f"# {line}\n" for line in ratio_boundary.boundary_lines(scenario, [v]))
         out.extend(f"{k}={val}\n" for k, val in d["env"].items())
         out.append(" ".join(shlex.quote(a) for a in d["argv"]) + "\n\n")
     return "".join(out)

@@ -10,6 +10,7 @@ from harness.measures import roofline, tier_model
 from harness.run import builds, external
 from harness.run.sampler import Sampler
 from harness.server.process import ExternalServer, ServerProcess
+from harness.sim.host import HOST_DIR_ENV as SIM_HOST_DIR_ENV
 from harness.store import results
 from harness.store.secrets import Redactor
 from harness.store.variant_status import ATTACHED, LAUNCHED, VariantOutcome, VariantStatus
@@ -142,6 +143,8 @@ def start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, endp
             on_stop=writer.close,
         )
     else:
+        sim_host = server.spec.env_overrides.get(SIM_HOST_DIR_ENV)
+        proc = {"meminfo_path": f"{sim_host}/meminfo", "vmstat_path": f"{sim_host}/vmstat"} if sim_host else {}
         sampler = Sampler(
             server.pid,
             server.spec.base_url,
@@ -153,6 +156,7 @@ def start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, endp
             launch_env=server.spec.full_env(),
             launch_argv=server.spec.argv,
             on_stop=writer.close,  # the samples' file is closed with the sampler
+            **proc,
         )  # its GPUs only
     sampler.system_shared = shared  # before its first sample: side by side, every one is labelled
     return sampler.start()

@@ -44,7 +44,13 @@ def variant_config_hash(scenario: Scenario, variant: Variant) -> str:
         "env": dict(sorted(variant.env.items())),
         "hicache": variant.hicache.model_dump() if variant.hicache is not None else None,
         "sim": (
-            {**variant.sim.model_dump(exclude=STARTUP_ONLY_SIM_KNOBS), "faults": variant.all_sim_faults()}
+            {
+                # a simulated host, when there is none, adds nothing: earlier runs keep their hashes
+                **variant.sim.model_dump(
+                    exclude=STARTUP_ONLY_SIM_KNOBS | ({"host"} if variant.sim.host is None else set())
+                ),
+                "faults": variant.all_sim_faults(),
+            }
             if sim and variant.sim is not None
             else None
         ),

@@ -73,6 +73,19 @@ Workload = Annotated[
 ]
 
 
+class SimHost(ScenarioModel):
+    """``server.sim.host``: a simulated host under the simulated server (harness/sim/host.py): its
+    memory, page cache, swap and container limit, in the /proc files the sampler reads."""
+
+    mem_total_gib: PosFloat
+    page_cache_gib: NonNegFloat = 0.0  # the file cache the host's other work keeps warm
+    swap_gib: NonNegFloat = 0.0
+    load_dip_gib: NonNegFloat = 0.0  # MemAvailable's drop while weights load (sglang's rule reads it then)
+    cgroup_limit_gib: PosFloat | None = None  # the container's memory limit (sglang does not read it)
+    # the simulated build's host-memory reserve: sglang's 10 GiB; seed 000's fork lowered it to start ratio 2
+    reserve_gib: NonNegFloat = 10.0
+
+
 class SimOptions(ScenarioModel):
     """``server.sim``: knobs of the simulated server (backend sim only)."""
 
@@ -92,6 +105,24 @@ class SimOptions(ScenarioModel):
     # hybrid models with hicache size_gb: each host pool gets the whole size, or the size is split by
     # device pool bytes as sglang 0.5.17 does (--sim-host-split)
     host_split: Literal["each", "proportional"] = "each"
+    host: SimHost | None = None  # None: the real host's /proc (and sim.mem_available_gib for the rule)
+
+    @model_validator(mode="after")
+    def _host_needs_mem_available(self) -> "SimOptions":
+        h = self.host
+        if h is None:
+            return self
+        if self.mem_available_gib is None:
+            raise field_error("sim.host needs sim.mem_available_gib (the simulated host's MemAvailable before launch)")
+        if self.mem_available_gib > h.mem_total_gib:
+            raise field_error(
+                f"sim.mem_available_gib {self.mem_available_gib:g} > host.mem_total_gib {h.mem_total_gib:g}"
+            )
+        if h.page_cache_gib > self.mem_available_gib:
+            raise field_error(
+                f"host.page_cache_gib {h.page_cache_gib:g} > sim.mem_available_gib {self.mem_available_gib:g}"
+            )
+        return self
 
 
 class Watchdog(ScenarioModel):
@@ -364,6 +395,12 @@ class Preflight(ScenarioModel):
     # one GPU's memory for the before-launch GPU pool prediction when the args do not fix the pool
     # (no --max-total-tokens): None = read it with NVML (the GPUs the variant's server will use)
     gpu_mem_gib: PosFloat | None = None
+    # the safe-ratio boundary (harness/run/ratio_boundary.py): MemAvailable's drop while weights load
+    # (None: 0 on a real host, server.sim.host's for the simulator), the page cache the host must
+    # keep (None: what it holds before launch), and the grid of the boundary and of --find-ratio
+    load_dip_gib: NonNegFloat | None = None
+    page_cache_floor_gib: NonNegFloat | None = None
+    boundary_step: ranged(float, 0.01, 64, "ratio or GB") = 0.25
 
 
 class Quality(ScenarioModel):

@@ -136,6 +136,14 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
                 sim_flags += ["--sim-" + knob.replace("_", "-"), _fmt(getattr(sim, knob))]
         if sim.host_split != "each":
             sim_flags += ["--sim-host-split", sim.host_split]
+        if sim.host is not None:  # a simulated host (harness.sim.host); its files: the runner's sim_host/
+            h = sim.host
+            sim_flags += ["--sim-host-mem-total-gib", _fmt(h.mem_total_gib)]
+            if h.reserve_gib != 10.0:
+                sim_flags += ["--sim-host-reserve-gib", _fmt(h.reserve_gib)]
+            for knob in ("page_cache_gib", "swap_gib", "load_dip_gib", "cgroup_limit_gib"):
+                if getattr(h, knob):
+                    sim_flags += ["--sim-host-" + knob.replace("_", "-"), _fmt(getattr(h, knob))]
         for fault in variant.all_sim_faults():
             sim_flags += ["--sim-fault", fault]
         env["PYTHONPATH"] = _prepend_path(str(repo_root()), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))

@@ -57,6 +57,13 @@ class SimArgs:
     capture_s: float = 0.0  # CUDA-graph capture (between "Capture cuda graph begin" and its end)
     register_s_per_gb: float = 0.0  # the host pools' cudaHostRegister, seconds per GB (all ranks)
     warmup_s: float = 0.0  # before the warm-up request
+    # a simulated host (harness.sim.host): None = the real host's MemAvailable (or mem_available_gib)
+    host_mem_total_gib: float | None = None
+    host_page_cache_gib: float = 0.0
+    host_swap_gib: float = 0.0
+    host_load_dip_gib: float = 0.0
+    host_cgroup_limit_gib: float | None = None
+    host_reserve_gib: float = 10.0  # the build's host-memory reserve (sglang's HICACHE_HOST_MEMORY_RESERVE_BYTES)
 
     def __getattr__(self, name: str) -> Any:
         # convenience: args.max_total_tokens etc. read straight from the sglang namespace

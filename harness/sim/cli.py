@@ -202,6 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="hybrid models with --hicache-size: give the KV and the mamba host pool each the whole size "
         "(each) or split it in proportion to their device pools' bytes, as sglang 0.5.17 does (proportional)",
     )
+    # a simulated host (harness.sim.host): its /proc files in $HARNESS_SIM_HOST_DIR
+    a("--sim-host-mem-total-gib", type=_positive(float), default=None, help="model a host of this MemTotal")
+    a("--sim-host-page-cache-gib", type=float, default=0.0, help="the simulated host's page cache before launch")
+    a("--sim-host-swap-gib", type=float, default=0.0, help="the simulated host's swap")
+    a("--sim-host-load-dip-gib", type=float, default=0.0, help="MemAvailable's drop while weights load")
+    a("--sim-host-cgroup-limit-gib", type=_positive(float), default=None, help="the container's memory limit")
+    a("--sim-host-reserve-gib", type=float, default=10.0, help="the build's host-memory reserve (sglang: 10 GiB)")
     a("--sim-startup-s", type=float, default=0.2, help="simulated weight-loading time (seconds)")
     a("--sim-capture-s", type=float, default=0.0, help="simulated CUDA-graph capture time (seconds)")
     a(
@@ -257,6 +264,12 @@ SIM_DESTS = (
     "sim_storage_read_gbs",
     "sim_storage_write_gbs",
     "sim_host_split",
+    "sim_host_mem_total_gib",
+    "sim_host_page_cache_gib",
+    "sim_host_swap_gib",
+    "sim_host_load_dip_gib",
+    "sim_host_cgroup_limit_gib",
+    "sim_host_reserve_gib",
 )
 
 
@@ -283,6 +296,12 @@ def parse_args(argv: Sequence[str] | None) -> SimArgs:
         storage_read_gbs=sim["sim_storage_read_gbs"],
         storage_write_gbs=sim["sim_storage_write_gbs"],
         host_split=sim["sim_host_split"],
+        host_mem_total_gib=sim["sim_host_mem_total_gib"],
+        host_page_cache_gib=max(0.0, sim["sim_host_page_cache_gib"]),
+        host_swap_gib=max(0.0, sim["sim_host_swap_gib"]),
+        host_load_dip_gib=max(0.0, sim["sim_host_load_dip_gib"]),
+        host_cgroup_limit_gib=sim["sim_host_cgroup_limit_gib"],
+        host_reserve_gib=max(0.0, sim["sim_host_reserve_gib"]),
         unmodelled={flag: value for flag, value in unmodelled.items() if value is not None},
     )
 

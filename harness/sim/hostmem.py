@@ -58,9 +58,10 @@ class HostBudget:
     mem_available_bytes: int
     ranks: int
     granted_bytes_per_rank: int = 0
+    reserve_bytes: int = RESERVE_BYTES  # a patched build may lower it (seed 000's fork did)
 
     def available_per_rank(self) -> int:
-        return (self.mem_available_bytes - RESERVE_BYTES) // max(1, self.ranks) - self.granted_bytes_per_rank
+        return (self.mem_available_bytes - self.reserve_bytes) // max(1, self.ranks) - self.granted_bytes_per_rank
 
     def claim(self, requested_bytes: int) -> None:
         """Grant ``requested_bytes`` (per rank) or raise HostMemoryError with sglang's text."""

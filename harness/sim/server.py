@@ -45,6 +45,7 @@ from harness.sim.engine import (
     crash_with_illegal_access,
 )
 from harness.sim.faults import Fault
+from harness.sim.host import CgroupOomKill, SimulatedHost
 from harness.sim.hostmem import HostBudget, HostMemoryError, TouchedBuffer, host_pool_tokens, read_mem_available_bytes
 from harness.sim.metrics import SimMetrics
 from harness.sim.tokens import SimTokenizer, TokenModel
@@ -131,6 +132,7 @@ class Plan:
     def __init__(self, args: SimArgs, shape: ModelShape) -> None:
         a = args.sglang
         self.args, self.shape = args, shape
+        self.host: SimulatedHost | None = None  # a simulated host (--sim-host-mem-total-gib), set by run()
         self.tp = a["tp_size"]
         self.page_size = a["page_size"] or 1
         total = a["max_total_tokens"] or DEFAULT_MAX_TOTAL_TOKENS
@@ -230,7 +232,9 @@ def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
     """sglang's KV host pool, then (hybrid) its mamba host pool; raises on refusal."""
     a, args = plan.args.sglang, plan.args
     avail = int(args.mem_available_gib * 1024**3) if args.mem_available_gib is not None else read_mem_available_bytes()
-    budget = HostBudget(mem_available_bytes=avail, ranks=plan.tp)
+    if plan.host is not None:  # a simulated host: the rule reads its MemAvailable while weights load
+        avail = plan.host.mem_available_at_load()
+    budget = HostBudget(mem_available_bytes=avail, ranks=plan.tp, reserve_bytes=int(args.host_reserve_gib * 1024**3))
     kv_size_gb, mamba_size_gb = _host_sizes_gb(plan)
     plan.host_tokens = host_pool_tokens(
         plan.max_total_tokens, a["hicache_ratio"], kv_size_gb, plan.kv_bytes_per_token, plan.page_size
@@ -250,6 +254,8 @@ def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
     )
     # every TP rank on this host allocates its own pool: touch tp x (scaled) bytes
     buffers.append(TouchedBuffer(int(kv_bytes * plan.tp * args.host_mem_scale)))
+    if plan.host is not None:
+        plan.host.pin(kv_bytes * plan.tp)
     time.sleep(args.register_s_per_gb * kv_bytes * plan.tp / 1e9)  # pinning: cudaHostRegister of every rank's pool
     _register(plan, kv_bytes)
     if not plan.shape.is_hybrid:
@@ -263,6 +269,8 @@ def _allocate_host_pools(plan: Plan, buffers: list[TouchedBuffer]) -> None:
     budget.claim(m_bytes)
     tplog.info("Allocating %.2f GB host memory for hierarchical Mamba cache (layout=%s).", m_bytes / 1e9, plan.layout)
     buffers.append(TouchedBuffer(int(m_bytes * plan.tp * args.host_mem_scale)))
+    if plan.host is not None:
+        plan.host.pin(m_bytes * plan.tp)
 
 
 def _per_scale(gbs: float, time_scale: float) -> float | None:
@@ -336,6 +344,10 @@ def run(args: SimArgs) -> int:
         )
         return 1
     plan = Plan(args, shape)
+    plan.host = SimulatedHost.from_args(args)
+    if plan.host is not None:
+        plan.host.set_loading(True)
+        log.info("SIMULATED host: its /proc files in %s (harness.sim.host)", plan.host.dir)
     _log_startup(plan)
 
     exit_before_ready_s = args.faults.get(Fault.exit_before_ready)
@@ -407,6 +419,11 @@ def run(args: SimArgs) -> int:
                     f"RuntimeError: {exc}",
                 )
                 return _scheduler_failed()
+            except CgroupOomKill as exc:
+                # the kernel's OOM killer: no traceback, the process is gone (the line stands in for dmesg)
+                log.error("%s", exc)
+                sys.stdout.flush()
+                os.kill(os.getpid(), signal.SIGKILL)
             except AssertionError as exc:
                 _traceback(
                     _INIT_FRAMES
@@ -427,10 +444,14 @@ def run(args: SimArgs) -> int:
             plan.context_len,
             12.34,
         )
+        if plan.host is not None:
+            plan.host.set_loading(False)
         return asyncio.run(_serve(plan))
     finally:
         for b in buffers:
             b.close()
+        if plan.host is not None:
+            plan.host.close()
 
 
 async def _serve(plan: Plan) -> int:
