@@ -31,6 +31,7 @@ from harness.server.info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_serv
 from harness.server.process import ServerProcess, build_launch_spec, free_port
 from harness.sim.cli import unmodelled_flags
 from harness.sim.host import HOST_DIR_ENV as SIM_HOST_DIR_ENV
+from harness.sim.host import HOST_DIR_NAME as SIM_HOST_DIR_NAME
 from harness.store import gpu_time, results
 from harness.store.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
 
@@ -100,7 +101,7 @@ def run_variant(
         if spec.simulated and variant.sim is not None and variant.sim.host is not None:
             # the simulated host's /proc files: the sampler reads them in place of the real ones
             spec = dataclasses.replace(
-                spec, env_overrides={**spec.env_overrides, SIM_HOST_DIR_ENV: str(vpaths.root / results.SIM_HOST_DIR)}
+                spec, env_overrides={**spec.env_overrides, SIM_HOST_DIR_ENV: str(vpaths.root / SIM_HOST_DIR_NAME)}
             )
         server = ServerProcess(spec, vpaths.server_log(attempt), run_dir=run.root, variant=variant.name)
         progress.phase(f"starting (attempt {attempt})")

@@ -36,7 +36,8 @@ from pathlib import Path
 GIB = 1024**3
 PAGE = 4096
 REFAULT_PER_S = 0.02  # share of pushed-out memory the host's other work touches again per second
-HOST_DIR_ENV = "HARNESS_SIM_HOST_DIR"  # where the files go (the runner: the variant's sim_host/)
+HOST_DIR_ENV = "HARNESS_SIM_HOST_DIR"  # where the files go
+HOST_DIR_NAME = "sim_host"  # the runner's choice: this folder in the variant's run folder
 WRITE_INTERVAL_S = 0.1
 
 

@@ -44,7 +44,6 @@ SAMPLES = "samples.jsonl"
 QUALITY = "quality.jsonl"
 SERVER_LOG = "server.log"
 SERVER_INFO = "server_info.json"
-SIM_HOST_DIR = "sim_host"  # a simulated host's meminfo and vmstat (server.sim.host; harness/sim/host.py)
 LOCK_FILE = ".lock"  # flock held while a harness process writes the run
 ATTEMPTS_DIR = ".attempts"  # earlier attempts of variants that --resume reran (never loaded)
 

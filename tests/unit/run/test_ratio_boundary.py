@@ -14,7 +14,6 @@ from harness.run.hostpool import GB, GIB, preflight_variant
 from harness.scenario import load_scenario
 
 SCENARIO = Path(__file__).resolve().parents[3] / "scenarios" / "wsl_tp2_sim.yaml"
-KIB = 1024
 
 
 @pytest.fixture(scope="module")
