@@ -208,32 +208,38 @@ def _scalar(node: ScalarNode, file: str) -> Any:
 
 
 def _check_size(root: Node, file: str) -> None:
-    """Count nodes as if every alias were expanded; fail fast on bombs and cycles."""
-    memo: dict[int, int] = {}
+    """Count nodes and nesting as if every alias were expanded; fail fast on bombs and cycles. A
+    node met again through an alias is not walked again: its size and height are remembered, and
+    its height counts from where the alias puts it (a 3 KB file of 25 aliases, each nested 60
+    levels in the next, built 1,500 levels and a RecursionError: exit 3)."""
+    memo: dict[int, tuple[int, int]] = {}  # node → (nodes, levels below it), once walked
     active: set[int] = set()
 
-    def size(n: Node, depth: int = 0) -> int:
+    def too_deep(n: Node) -> YamlLoadError:
+        return YamlLoadError(file, n.start_mark.line + 1, f"nesting too deep (limit {MAX_DEPTH} levels)")
+
+    def size(n: Node, depth: int = 0) -> tuple[int, int]:
         if depth > MAX_DEPTH:
-            raise YamlLoadError(file, n.start_mark.line + 1, f"nesting too deep (limit {MAX_DEPTH} levels)")
+            raise too_deep(n)
         k = id(n)
         if k in memo:
+            if depth + memo[k][1] > MAX_DEPTH:
+                raise too_deep(n)
             return memo[k]
         if k in active:
             raise YamlLoadError(file, n.start_mark.line + 1, "recursive alias (a node contains itself)")
         active.add(k)
-        total = 1
-        if isinstance(n, SequenceNode):
-            for c in n.value:
-                total += size(c, depth + 1)
-                if total > MAX_NODES:
-                    break
-        elif isinstance(n, MappingNode):
-            for kn, vn in n.value:
-                total += size(kn, depth + 1) + size(vn, depth + 1)
-                if total > MAX_NODES:
-                    break
+        total, height = 1, 0
+        children = n.value if isinstance(n, SequenceNode) else ()
+        if isinstance(n, MappingNode):
+            children = [c for pair in n.value for c in pair]
+        for c in children:
+            c_total, c_height = size(c, depth + 1)
+            total, height = total + c_total, max(height, c_height + 1)
+            if total > MAX_NODES:
+                break
         active.discard(k)
-        memo[k] = total
+        memo[k] = (total, height)
         if total > MAX_NODES:
             raise YamlLoadError(
                 file,
@@ -241,7 +247,7 @@ def _check_size(root: Node, file: str) -> None:
                 f"document too large after alias expansion (more than {MAX_NODES} nodes): "
                 "refusing a possible YAML bomb",
             )
-        return total
+        return total, height
 
     size(root)
 

@@ -31,8 +31,18 @@ def _sub(old: str, new: str) -> str:
     return BASE.replace(old, new)
 
 
+def _alias_nest(levels: int = 60, aliases: int = 24) -> str:
+    """About 3 KB: each anchor nests the one before it ``levels`` deep, the last under a known key
+    (1,440 levels once expanded, each line under the 64-level limit)."""
+    lines = ["l0: &l0 x"] + [
+        f"l{i}: &l{i} " + "[" * levels + f"*l{i - 1}" + "]" * levels for i in range(1, aliases + 1)
+    ]
+    return "\n".join(lines) + f"\ndescription: *l{aliases}\n"
+
+
 CASES = {
     # name: (scenario text, expected key path, words in the message)
+    "alias-amplified nesting": (BASE + _alias_nest(), "", "nesting too deep"),  # was a RecursionError, exit 3
     "deep nesting": ("name: t\nx: " + "[" * 600 + "]" * 600 + "\n", "", "nesting too deep"),
     "deep mapping": ("name: t\nx: " + "{a: " * 80 + "1" + "}" * 80 + "\n", "", "nesting too deep"),
     "bad host": (_sub("  args:", "  host: 'not a host!'\n  args:"), "server.host", "not a host name"),
