@@ -31,8 +31,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from harness.sim.engine import Engine, RequestError, SamplingParams, SimRequest
+from harness.sim.engine import Engine
 from harness.sim.faults import Fault, FaultArg
+from harness.sim.request import RequestError, SamplingParams, SimRequest
 from harness.sim.tokens import SimTokenizer, chat_prompt
 
 FLUSH_TEXT = (

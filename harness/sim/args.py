@@ -13,7 +13,7 @@ from typing import Any
 from harness.sim.faults import Fault, FaultArg
 
 # --sim-step-ms-per-request: how much each running request adds to a decode step (ms), the cost
-# model's batch-size-dependent term (harness.sim.engine.CostModel; docs/simulator.md)
+# model's batch-size-dependent term (harness.sim.cost.CostModel; docs/simulator.md)
 DEFAULT_STEP_MS_PER_REQUEST = 0.1
 # the storage tier (L3) of the cost model: an NVMe drive's order of magnitude (docs/simulator.md)
 DEFAULT_STORAGE_GB = 1000.0

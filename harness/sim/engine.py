@@ -43,223 +43,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
-import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from harness.core.model_config import ModelShape
-from harness.sim.args import DEFAULT_STEP_MS_PER_REQUEST
 from harness.sim.cache import MAMBA_TRACK_INTERVAL, Match, Page, TwoTierCache
+from harness.sim.cost import PAGE_FIRST_DIRECT_SHARE, PLATFORM_H2D_BYTES_S, CostModel, batch_deadline
+from harness.sim.fault_effects import crash_with_illegal_access, kernel_noise
 from harness.sim.faults import Fault, FaultArg
 from harness.sim.metrics import SimMetrics
+from harness.sim.request import RequestError, SimRequest
 from harness.sim.tokens import CORRUPT_SALT, Candidates, TokenModel, advance, prompt_state
 
 log = logging.getLogger("sglang.sim.scheduler")
 
-# near_tie_flips: standard deviation of the logprob noise a cached prefix gets without
-# --enable-deterministic-inference. A near-tie (gap < 0.01) flips about half the time, a 0.15 gap
-# about 4% of the time, a 0.3 gap almost never: a real server's flips, mostly near-ties, a few not.
-NEAR_TIE_NOISE_SD = 0.06
-# How far (real seconds) the virtual timeline may fall behind before it is rebased on "now": a
-# late batch is made up by the next ones, but a long overloaded stretch is not banked as credit.
-MAX_LAG_S = 0.5
 # late_token_flips: the first output position a flip may hit (answers shorter than this never flip)
 LATE_FLIP_FROM = 32
 STALL_FACTOR = 2.0  # stall_every: how much longer a stalled request's first-token batch takes
 _MIX = 0x9E37_79B9_7F4A_7C15  # a 64-bit odd constant: spreads a sequence state over its residues
-
-
-def kernel_noise(cand: Candidates, rng: random.Random, sd: float = NEAR_TIE_NOISE_SD) -> Candidates:
-    """near_tie_flips: the candidates as a numerically different kernel sees them -- every
-    logprob moved by N(0, sd), best first again. Greedy takes the new best; the reported
-    logprobs move too (|Δ logprob| against a cold prefill)."""
-    lps = [lp + rng.gauss(0.0, sd) for lp in cand.logprobs]
-    order = sorted(range(len(lps)), key=lambda i: -lps[i])
-    return Candidates(tuple(cand.tokens[i] for i in order), tuple(round(lps[i], 6) for i in order))
-
-
-ILLEGAL_ACCESS_TRACEBACK = """Scheduler hit an exception: Traceback (most recent call last):
-  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2946, in run_scheduler_process
-    scheduler.event_loop_overlap()
-  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 1012, in event_loop_overlap
-    self.process_batch_result(tmp_batch, tmp_result)
-  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler_output_processor_mixin.py", line 82, in process_batch_result_prefill
-    next_token_ids = next_token_ids.tolist()
-torch.AcceleratorError: CUDA error: an illegal memory access was encountered
-CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
-For debugging consider passing CUDA_LAUNCH_BLOCKING=1
-Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.
-"""
-
-
-def crash_with_illegal_access(where: str) -> None:
-    """Print sglang's asynchronous CUDA fault and die at once (no cleanup, like a real crash)."""
-    sys.stdout.flush()
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-    sys.stderr.write(f"[{stamp} TP0] {ILLEGAL_ACCESS_TRACEBACK}\n")
-    sys.stderr.write(
-        f"[{stamp}] Received sigquit from a child process. It usually means the child failed. ({where}, simulated)\n"
-    )
-    sys.stderr.flush()
-    os._exit(1)
-
-
-def batch_deadline(
-    now: float, duration_s: float, timeline: float | None, arrived: float | None, max_lag_s: float = MAX_LAG_S
-) -> float:
-    """When a batch of modelled ``duration_s`` (time-scaled) ends, in loop time.
-
-    It starts where the previous batch ended (``timeline``; None when the scheduler was idle),
-    not before its newest request ``arrived`` (after idling: exactly then, so the time spent
-    receiving and admitting the request is inside the batch), and never more than ``max_lag_s``
-    before ``now``: a scheduler that woke late makes the lateness up in the next batches, but a
-    long overloaded stretch is not banked as credit."""
-    if timeline is None:
-        start = now if arrived is None else arrived
-    else:
-        start = timeline if arrived is None else max(timeline, arrived)
-    return max(start, now - max_lag_s) + max(0.0, duration_s)
-
-
-# The pinned H2D bandwidth of the host the simulator pretends to be (what ``harness probe`` would
-# measure there); the ``kernel`` io backend reaches it, ``direct`` and layer_first less (below).
-PLATFORM_H2D_BYTES_S = 55e9
-# the fault slow_page_first_direct: page_first_direct's load-back as a share of the link, measured
-# with sglang 0.5.17 on an H200 (1.46 GB/s of a probed 55.4 GB/s pinned H2D, docs/gpu.md)
-PAGE_FIRST_DIRECT_SHARE = 1.46 / 55.4
-
-
-@dataclass(frozen=True)
-class CostModel:
-    prefill_tok_s: float
-    prefill_overhead_s: float
-    decode_base_s: float
-    decode_per_req_s: float
-    h2d_bytes_s: float
-    d2h_bytes_s: float
-    hbm_bytes_s: float
-    backup_visible: float
-    time_scale: float
-    storage_read_bytes_s: float = 2e9
-    storage_write_bytes_s: float = 1e9
-
-    @classmethod
-    def for_model(
-        cls,
-        shape: ModelShape,
-        tp_size: int,
-        io_backend: str,
-        mem_layout: str,
-        time_scale: float,
-        step_ms_per_request: float = DEFAULT_STEP_MS_PER_REQUEST,
-        storage_read_gbs: float = 2.0,
-        storage_write_gbs: float = 1.0,
-    ) -> "CostModel":
-        params = shape.approx_params() / max(1, tp_size)
-        h2d = (40e9 if io_backend == "direct" else PLATFORM_H2D_BYTES_S) * (0.8 if mem_layout == "layer_first" else 1.0)
-        return cls(
-            prefill_tok_s=min(80_000.0, 4e14 / (2 * params)),
-            prefill_overhead_s=0.004,
-            decode_base_s=max(0.004, 2 * params / 4e12),
-            decode_per_req_s=max(0.0, step_ms_per_request) / 1e3,
-            h2d_bytes_s=h2d,
-            d2h_bytes_s=55e9,
-            hbm_bytes_s=4e12,
-            backup_visible=0.25,
-            time_scale=time_scale,
-            storage_read_bytes_s=storage_read_gbs * 1e9,
-            storage_write_bytes_s=storage_write_gbs * 1e9,
-        )
-
-    def storage_read_s(self, nbytes: int) -> float:
-        return nbytes / self.storage_read_bytes_s
-
-    def storage_write_s(self, nbytes: int) -> float:
-        return nbytes / self.storage_write_bytes_s
-
-    def prefill_s(self, new_tokens: int, load_bytes: int, backup_bytes: int, storage_read_bytes: int = 0) -> float:
-        return (
-            self.prefill_overhead_s
-            + new_tokens / self.prefill_tok_s
-            + load_bytes / self.h2d_bytes_s
-            + self.backup_visible * backup_bytes / self.d2h_bytes_s
-            + self.storage_read_s(storage_read_bytes)
-        )
-
-    def decode_s(self, batch: int, kv_bytes_read: int, backup_bytes: int) -> float:
-        return (
-            self.decode_base_s
-            + self.decode_per_req_s * batch
-            + kv_bytes_read / self.hbm_bytes_s
-            + self.backup_visible * backup_bytes / self.d2h_bytes_s
-        )
-
-
-@dataclass
-class SamplingParams:
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    ignore_eos: bool = False
-    sampling_seed: int | None = None
-
-
-class RequestError(Exception):
-    """A request sglang would answer with HTTP 400."""
-
-
-@dataclass(eq=False)
-class SimRequest:
-    """One generation request and everything the scheduler learns about it."""
-
-    rid: str
-    input_ids: list[int]
-    sampling: SamplingParams
-    return_logprob: bool = False
-    top_logprobs_num: int = 0
-    internal: bool = False  # /health_generate and warm-up: not counted anywhere
-    crash: bool = False  # the crash_at_request fault picked this one
-    hang: bool = False  # the hang_at_request fault picked this one
-    stall: bool = False  # the stall_every fault picked this one: its first-token batch takes 2x
-    # filled by the scheduler
-    updates: asyncio.Queue = field(default_factory=asyncio.Queue)
-    created: float = field(default_factory=time.perf_counter)
-    arrived: float = 0.0  # loop time of submit(): the earliest its prefill may start
-    first_token_at: float | None = None
-    finished_at: float | None = None
-    locked: list[Page] = field(default_factory=list)
-    prefilled: int = 0
-    cached_device: int = 0
-    cached_host: int = 0
-    cached_storage: int = 0
-    reported_cached: int | None = None  # declined_host_load: cached_tokens is this, not the breakdown's sum
-    storage_bytes: int = 0  # prefetched from storage at admission (costed in its first batch)
-    reserved: int = 0
-    load_bytes: int = 0
-    admitted: bool = False
-    ckpts: set[int] = field(default_factory=set)
-    state: int = 0
-    ref_state: int | None = None  # uncorrupted state, for corrupt_host_load
-    noise: random.Random | None = None  # near_tie_flips: this request's kernel noise (cache hits only)
-    rng: random.Random | None = None
-    output_ids: list[int] = field(default_factory=list)
-    output_logprobs: list[float] = field(default_factory=list)
-    output_top: list[list[tuple[float, int]]] = field(default_factory=list)
-    finish_reason: dict | None = None
-    error: str | None = None
-
-    @property
-    def cached_tokens(self) -> int:
-        if self.reported_cached is not None:
-            return self.reported_cached
-        return self.cached_device + self.cached_host + self.cached_storage
-
-    @property
-    def done(self) -> bool:
-        return self.finish_reason is not None or self.error is not None
 
 
 @dataclass

@@ -3,7 +3,7 @@
 One job: declare each fault once -- its name, its argument and what it does -- so that the
 simulator's command line, its server and engine, docs/simulator.md (checked by a test) and the
 scenario validator all read the same declaration.  Adding a fault means one member of
-:class:`Fault` plus its behaviour where it acts (``server.py`` or ``engine.py``) and a test.
+:class:`Fault` plus its behaviour where it acts (``server.py``, ``engine.py`` or ``fault_effects.py``) and a test.
 
 A leaf on purpose: it imports nothing from the rest of harness and nothing heavy, because the
 scenario validator imports it (through :func:`fault_problem`) on every ``harness validate``.

@@ -35,19 +35,14 @@ from harness.core.model_config import KV_CACHE_DTYPE_BYTES, ModelConfigError, Mo
 from harness.sim.app import AppState, build_app, wait_done
 from harness.sim.args import SimArgs, sim_version
 from harness.sim.cache import TwoTierCache
-from harness.sim.engine import (
-    PLATFORM_H2D_BYTES_S,
-    CostModel,
-    Engine,
-    EngineConfig,
-    SamplingParams,
-    SimRequest,
-    crash_with_illegal_access,
-)
+from harness.sim.cost import PLATFORM_H2D_BYTES_S, CostModel
+from harness.sim.engine import Engine, EngineConfig
+from harness.sim.fault_effects import crash_with_illegal_access
 from harness.sim.faults import Fault
 from harness.sim.host import CgroupOomKill, SimulatedHost
 from harness.sim.hostmem import HostBudget, HostMemoryError, TouchedBuffer, host_pool_tokens, read_mem_available_bytes
 from harness.sim.metrics import SimMetrics
+from harness.sim.request import SamplingParams, SimRequest
 from harness.sim.tokens import SimTokenizer, TokenModel
 
 SITE = "/usr/local/lib/python3.12/dist-packages/sglang/srt"

@@ -217,7 +217,6 @@ NOT_YET_SPLIT = {
     "harness/scenario/models.py",
     "harness/server/http1.py",
     "harness/server/info.py",
-    "harness/sim/engine.py",
 }
 
 

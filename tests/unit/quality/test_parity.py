@@ -16,7 +16,7 @@ from harness.quality.parity import (
     host_miss_cause,
     mcnemar_exact_p,
 )
-from harness.sim.engine import kernel_noise
+from harness.sim.fault_effects import kernel_noise
 from harness.sim.tokens import CORRUPT_SALT, TokenModel, advance
 from harness.store.quality_record import QualityRecord
 

@@ -7,8 +7,10 @@ import time
 import pytest
 
 from harness.sim.cache import TwoTierCache
-from harness.sim.engine import MAX_LAG_S, CostModel, Engine, EngineConfig, SamplingParams, SimRequest, batch_deadline
+from harness.sim.cost import MAX_LAG_S, CostModel, batch_deadline
+from harness.sim.engine import Engine, EngineConfig
 from harness.sim.metrics import SimMetrics
+from harness.sim.request import SamplingParams, SimRequest
 from harness.sim.tokens import TokenModel
 
 

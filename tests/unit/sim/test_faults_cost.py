@@ -10,16 +10,11 @@ import asyncio
 import pytest
 
 from harness.sim.cache import TwoTierCache
-from harness.sim.engine import (
-    LATE_FLIP_FROM,
-    CostModel,
-    Engine,
-    EngineConfig,
-    SamplingParams,
-    SimRequest,
-)
+from harness.sim.cost import CostModel
+from harness.sim.engine import LATE_FLIP_FROM, Engine, EngineConfig
 from harness.sim.faults import Fault
 from harness.sim.metrics import SimMetrics
+from harness.sim.request import SamplingParams, SimRequest
 from harness.sim.tokens import TokenModel
 
 POOL = 4096
@@ -213,7 +208,7 @@ def test_declined_host_load_reports_the_host_hit_and_recomputes_it(caplog):
 
 
 def test_slow_page_first_direct_loads_back_at_its_measured_share_of_the_link_on_that_layout_only():
-    from harness.sim.engine import PAGE_FIRST_DIRECT_SHARE, PLATFORM_H2D_BYTES_S
+    from harness.sim.cost import PAGE_FIRST_DIRECT_SHARE, PLATFORM_H2D_BYTES_S
 
     fault = {Fault.slow_page_first_direct: None}
     slow = engine(fault, host_tokens=3 * POOL, layout="page_first_direct")

@@ -144,14 +144,16 @@ def test_short_prompt_waits_behind_long_prefill():
     failed under load (8 of a loaded suite), because the short prompt could reach the server
     only in the long one's last chunk (the gap between seeing the long one in /metrics and
     sending the short one) and the simulator's timeline takes a late wake-up out of the next
-    batches (`harness.sim.engine.batch_deadline`), so "at least one chunk longer" was not true of
+    batches (`harness.sim.cost.batch_deadline`), so "at least one chunk longer" was not true of
     a correct scheduler. Here the short prompt is submitted after the first of four chunks, at
     whatever speed the machine runs."""
     import asyncio
 
     from harness.sim.cache import TwoTierCache
-    from harness.sim.engine import CostModel, Engine, EngineConfig, SamplingParams, SimRequest
+    from harness.sim.cost import CostModel
+    from harness.sim.engine import Engine, EngineConfig
     from harness.sim.metrics import SimMetrics
+    from harness.sim.request import SamplingParams, SimRequest
     from harness.sim.tokens import TokenModel
 
     cfg = EngineConfig(

@@ -10,7 +10,7 @@ from harness.analysis.samples import storage_io
 from harness.core.model_config import load_model_shape
 from harness.server.metrics_page import parse_metrics_text
 from harness.sim.cache import TwoTierCache
-from harness.sim.engine import CostModel
+from harness.sim.cost import CostModel
 from harness.sim.testing import MODELS, SimProcess, generate
 
 pytestmark = pytest.mark.skipif(not (MODELS / "llama-tiny" / "config.json").exists(), reason="needs llama-tiny")

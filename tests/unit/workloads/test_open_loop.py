@@ -16,7 +16,7 @@ from harness.analysis.summary import summarize
 from harness.core.model_config import load_model_shape
 from harness.scenario import load_scenario_text
 from harness.sim.cli import parse_args
-from harness.sim.engine import CostModel
+from harness.sim.cost import CostModel
 from harness.sim.testing import MODELS
 from harness.workloads.arrivals import (
     Slots,
