@@ -259,6 +259,13 @@ class Bisection:
         return self.commits[min(left, key=lambda i: (abs(i - mid), i))]
 
 
+def _commit(repo: Path, ref: str, flag: str) -> str:
+    try:
+        return git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}").strip()
+    except BadInput:
+        raise BadInput(f"bisect: {flag} {ref}: no such commit in {repo}") from None
+
+
 def new_bisection(
     root: Path,
     scenario: Path,
@@ -274,8 +281,8 @@ def new_bisection(
     if (root / STATE_FILE).exists():
         raise BadInput(f"bisect: {root} already holds a bisection: harness bisect --resume {shlex.quote(str(root))}")
     repo = repo.resolve()
-    g = git(repo, "rev-parse", "--verify", "--quiet", f"{good}^{{commit}}").strip()
-    b = git(repo, "rev-parse", "--verify", "--quiet", f"{bad}^{{commit}}").strip()
+    git(repo, "rev-parse", "--git-dir")  # BadInput with git's own words: not a repository
+    g, b = (_commit(repo, ref, flag) for ref, flag in ((good, "--good"), (bad, "--bad")))
     if g == b:
         raise BadInput(f"bisect: --good {good} and --bad {bad} are the same commit")
     if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", g, b], capture_output=True).returncode:

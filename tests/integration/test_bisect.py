@@ -44,7 +44,7 @@ sampling: {enabled: false}
 gate: [cold_prefill.cold.ttft_ms]
 expectations:
   thresholds: {ttft_ms: 100%}
-verdict: {rounds: {rounds}}
+verdict: {rounds: {rounds}{budget}}
 """
 SLOW = "--sim-fault slow_prefill=8"
 
@@ -82,8 +82,9 @@ def make_history(root: Path, n: int, slow_at: int, broken: tuple[int, ...] = ())
     return out
 
 
-def scenario(tmp: Path, n: int = 8, rounds: int = 0) -> Path:
-    return write_scenario(tmp, SCENARIO.replace("{n}", str(n)).replace("{rounds}", str(rounds)))
+def scenario(tmp: Path, n: int = 8, rounds: int = 0, budget: float | None = None) -> Path:
+    text = SCENARIO.replace("{n}", str(n)).replace("{rounds}", str(rounds))
+    return write_scenario(tmp, text.replace("{budget}", "" if budget is None else f", budget_minutes: {budget}"))
 
 
 def bisect_cli(scn: Path, repo: Path, commits: list[str], folder: Path, *extra: str) -> int:
@@ -183,19 +184,25 @@ def test_an_interrupted_bisection_resumes_without_redoing_its_steps(tmp_path, ca
 
 
 @pytest.mark.slow
-def test_an_undecidable_step_is_reported_not_guessed(tmp_path, capsys):
-    """One request a run: no comparison can decide (a side needs two values) and no round is
-    allowed: the bad side is UNDECIDED, the bisection INCONCLUSIVE (exit 4), nothing called bad."""
+@pytest.mark.parametrize(
+    "rounds, budget, said",
+    [(0, None, "no round left to run"), (2, 0.0001, "verdict.budget_minutes 0.0001 spent")],
+    ids=["no-round", "budget-spent"],
+)
+def test_an_undecidable_step_is_reported_not_guessed(tmp_path, capsys, rounds, budget, said):
+    """One request a run: no comparison can decide (a side needs two values), and no round is
+    allowed or the step's budget is spent before one: the bad side is UNDECIDED, saying which, the
+    bisection INCONCLUSIVE (exit 4), nothing called bad."""
     commits = make_history(tmp_path / "repo", 3, slow_at=2)
     folder = tmp_path / "bis"
-    rc = bisect_cli(scenario(tmp_path, n=1), tmp_path / "repo", commits, folder)
+    rc = bisect_cli(scenario(tmp_path, n=1, rounds=rounds, budget=budget), tmp_path / "repo", commits, folder)
     out = capsys.readouterr().out
     assert rc == 4, out
     state = json.loads((folder / b.STATE_FILE).read_text())
     assert verdicts(folder) == {0: "good", 3: "undecided"}
     assert state["result"]["outcome"] == "bad_undecided"
     why = state["steps"][commits[3]]["why"]
-    assert why.startswith("still INCONCLUSIVE after the night and 0 round(s): no round left to run"), why
+    assert why.startswith(f"still INCONCLUSIVE after the night and 0 round(s): {said}"), why
     assert "UNDECIDED" in out and "first bad commit" not in out
 
 
