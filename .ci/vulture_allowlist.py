@@ -97,3 +97,11 @@ prefetch_timeout_base  # HiCacheStorage field, read by name into the extra-confi
 prefetch_timeout_per_ki_token  # likewise
 pytest_terminal_summary  # a pytest hook: the random order's seed under -q (tests/conftest.py)
 storage_source  # Platform field: written positionally by platform_for, read by name through to_json (harness/measures/roofline.py)
+server_rss_mib  # soak Tolerances fields, read by name (Tolerances.of: f"{series}_{unit}") (harness/workloads/kinds/soak.py)
+mlocked_mib  # likewise
+mem_available_mib  # likewise
+page_cache_floor_mib  # likewise
+swap_in_kib_s  # likewise
+gpu_memory_mib  # likewise
+host_pool_pct  # likewise
+storage_dir_mib  # likewise

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness.analysis.attribution import attribute
 from harness.analysis.samples import summarize_samples
-from harness.analysis.summary import summarize, summary_rows
+from harness.analysis.summary import add_sample_figures, summarize, summary_rows
 from harness.analysis.verdict import Outcome, Reason, RunVerdict, VerdictPolicy, run_verdict, variant_verdict
 from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.measures.roofline import Platform, worse_than_off
@@ -68,6 +68,7 @@ def measured_summary(
     platform: Platform | None = None,
     pools: TierPools | None = None,
     declined_load_backs: int = 0,
+    samples: Iterable[Mapping[str, Any]] = (),
 ) -> dict:
     """The summary of a variant whose server served: per workload/phase statistics, its state and
     cause, the quality-row count and the sampling summary; with ``tiers`` (its cache tiers) the
@@ -75,14 +76,16 @@ def measured_summary(
     with host or storage hits gets its ``roofline`` (`harness.measures.roofline`); with ``pools`` the tier
     hits they predict for its own sends (``tier_prediction``, `harness.measures.tier_model`); each hit
     phase's time split and "reported but recomputed" (``attribution``, `harness.analysis.attribution`;
-    ``declined_load_backs``: the server log's declined load-backs). A failed variant that
-    measured nothing has ``workloads: null``, never zeros (P10)."""
+    ``declined_load_backs``: the server log's declined load-backs); ``samples`` (samples.jsonl's
+    lines) feed the kinds that judge samples (``from_samples``, a soak's slopes). A failed variant
+    that measured nothing has ``workloads: null``, never zeros (P10)."""
     summary = summarize(requests, workload_kinds, workload_configs, tiers, platform, pools)
     summary.update(schema_version=versions.CURRENT[versions.SUMMARY], variant=name, state=state, cause=cause)
     if state != "ok" and not any(not r.warmup and r.error is None for r in requests):
         summary["workloads"] = None
     summary["quality"] = {"n_records": n_quality_records} if n_quality_records else None
     summary["sampling"] = sampling
+    add_sample_figures(summary, samples, workload_kinds, workload_configs)
     if summary.get("workloads"):
         found = attribute(summary, pools.unit if pools is not None else 1, declined_load_backs)
         if found:

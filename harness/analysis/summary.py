@@ -344,6 +344,28 @@ def summarize(
     return out
 
 
+def add_sample_figures(
+    summary: dict[str, Any],
+    samples: Iterable[Mapping[str, Any]],
+    workload_kinds: Mapping[str, str] | None,
+    workload_configs: Mapping[str, Any] | None,
+) -> None:
+    """Each workload whose kind declares ``sample_figures`` gets what it derives from the
+    variant's samples (in time order) under ``from_samples`` (a workload without records still
+    gets its entry: a soak that sent nothing is judged on its samples too)."""
+    workloads = summary.get("workloads")
+    if workloads is None:
+        return
+    kept: list[Mapping[str, Any]] | None = None  # read once, and only when a kind needs them
+    for wl, cfg in (workload_configs or {}).items():
+        declared = kinds().get((workload_kinds or {}).get(wl, wl))
+        if declared is None or declared.sample_figures is None or cfg is None:
+            continue
+        kept = list(samples) if kept is None else kept
+        entry = workloads.setdefault(wl, {"phases": {}, "derived": {}})
+        entry["from_samples"] = dict(declared.sample_figures(cfg, kept))
+
+
 def tier_prediction(
     records: Sequence[RequestRecord],
     pools: TierPools,

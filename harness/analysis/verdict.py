@@ -8,11 +8,12 @@ expectations' rows), so a report of an old run states the same verdict the run d
 Outcomes of a variant:
   PASS               it ran as declared; no rule below fired
   FAIL               an unexpected startup failure or death, errors beyond ``max_error_rate``,
-                     a parity FAIL, a failed expectation, or a declared startup failure that
+                     a parity FAIL, a failed expectation, a workload's FAIL finding on its
+                     samples (a soak's LEAK, `sample_findings`), or a declared startup failure that
                      did not happen (or failed for another cause)
   INCONCLUSIVE       nothing failed, but the harness cannot tell: parity NOT_EXERCISED (unless
                      the scenario allows it for this variant), an expectation whose metric was
-                     not measured, no measured request at all
+                     not measured, no measured request at all, a soak series INCONCLUSIVE
   EXPECTED_FAILURE   declared ``expect: startup_failed`` and it failed to start as declared, or
                      a negative control: parity FAIL that the variant's own check
                      ``"<variant>: quality.parity == FAIL"`` declares, nothing else failing
@@ -308,6 +309,10 @@ def _variant_outcome(
         unknowns.append(
             Reason("parity_" + pv.lower(), f"quality parity {pv}: {parity.get('reason') or ''}".rstrip(": "), name)
         )
+    for f in sample_findings(summary):  # a workload's judgement of the samples (a soak's LEAK)
+        (failures if f.get("outcome") == "FAIL" else unknowns).append(
+            Reason(str(f.get("code") or "sample_finding"), str(f.get("text") or ""), name)
+        )
     for r in expectation_rows:
         if r.get("outcome") == "fail":
             failures.append(Reason("expectation_failed", f"check {r.get('check')} failed: {r.get('reason')}", name))
@@ -326,6 +331,15 @@ def _variant_outcome(
     if expected:
         return VariantVerdict(name, Outcome.EXPECTED_FAILURE, tuple(expected))
     return VariantVerdict(name, Outcome.PASS)
+
+
+def sample_findings(summary: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """The findings each workload's ``from_samples`` holds (`harness.analysis.summary.add_sample_figures`:
+    a soak's LEAK / INCONCLUSIVE series), in order."""
+    out: list[Mapping[str, Any]] = []
+    for entry in ((summary or {}).get("workloads") or {}).values():
+        out.extend(((entry or {}).get("from_samples") or {}).get("findings") or [])
+    return out
 
 
 def declares_parity_fail(expectation_rows: Iterable[Mapping[str, Any]]) -> bool:

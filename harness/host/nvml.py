@@ -190,11 +190,16 @@ class GpuReading:
     # GPU memory of the server's own processes on this GPU (NVML's running compute processes);
     # None when not asked for, or NVML would not list them (permissions, another PID namespace).
     server_mem_mib: float | None = None
+    # NVML's total energy counter since the driver loaded (nvmlDeviceGetTotalEnergyConsumption,
+    # mJ; Volta and later); None where the GPU or driver does not report it
+    energy_mj: int | None = None
 
     def to_dict(self) -> dict:
         d = {"index": self.index, "mem_used_mib": self.mem_used_mib, "util_pct": self.util_pct}
         if self.server_mem_mib is not None:
             d["server_mem_mib"] = self.server_mem_mib
+        if self.energy_mj is not None:
+            d["energy_mj"] = self.energy_mj
         return d
 
 
@@ -304,8 +309,16 @@ class GpuReader:
                 util: float | None = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
             except Exception:
                 util = None
+            try:
+                energy: int | None = int(nv.nvmlDeviceGetTotalEnergyConsumption(h))
+            except Exception:
+                energy = None
             own = None if server_mem is None else float(server_mem.get(i, 0.0))
-            out.append(GpuReading(index=i, mem_used_mib=round(used_mib, 1), util_pct=util, server_mem_mib=own))
+            out.append(
+                GpuReading(
+                    index=i, mem_used_mib=round(used_mib, 1), util_pct=util, server_mem_mib=own, energy_mj=energy
+                )
+            )
         return out
 
     def close(self) -> None:

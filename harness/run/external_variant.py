@@ -95,7 +95,8 @@ def run_external_variant(
     platform = roofline.platform_for(
         results.read_json(run.manifest).get("probe"), None, info.raw if info is not None else None
     )
-    summary = window_summary(scenario, variant, window, sampling, platform, variant_tier_pools(variant, status, info))
+    pools = variant_tier_pools(variant, status, info)
+    summary = window_summary(scenario, variant, window, sampling, platform, pools, vpaths=vpaths)
     if after_changes:
         progress.note(f"variant {variant.name}: the attached server changed during the variant: {after_changes[0]}")
         detail = {"when": "during the variant", "url": server.base_url, "changes": after_changes[:20]}

@@ -204,7 +204,7 @@ def run_variant(
     tier_pools = variant_tier_pools(variant, status, info)
     declined = len(logscan.declined_load_backs(server.read_log()))
     window = _death_with_its_cause(window, server)
-    summary = window_summary(scenario, variant, window, sampling, platform, tier_pools, declined)
+    summary = window_summary(scenario, variant, window, sampling, platform, tier_pools, declined, vpaths)
     if window.state != OK:
         status.cause_detail = window.detail
         status.log_excerpt = _log_excerpt_for_death(server)

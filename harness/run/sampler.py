@@ -20,6 +20,7 @@ import asyncio
 import collections
 import logging
 import math
+import os
 import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ SampleWriter = Callable[[dict], Any]
 # (`procfs.vmstat_rates`); read by name, not by parsing every line (`procfs.pick_fields`).
 MEMINFO_FIELDS = ("MemAvailable", "MemFree", "Cached", "Mlocked", "Shmem", "SwapTotal", "SwapFree")
 VMSTAT_FIELDS = ("pswpin", "pswpout", "pgmajfault", "pgfault")
+STORAGE_EVERY_S = 2.0  # the storage directory's size: a walk of its files, not every tick
 
 
 # ----------------------------------------------------------------------------- process tree
@@ -103,6 +105,51 @@ class ProcessTreeRss:
         if vanished:  # the tree changed: rescan now so the next reading is whole again
             self._scanned_at = -math.inf
         return total // 1024 if root_alive else None
+
+
+# ----------------------------------------------------------------------------- storage tier
+
+FILE_BACKEND_DIR_ENV = "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"
+FILE_BACKEND_DEFAULT_DIR = "/tmp/hicache"  # sglang 0.5.17's HiCacheFile default
+
+
+def storage_dir_of(env: Mapping[str, str] | None, argv: Sequence[str] | None) -> str | None:
+    """The directory sglang's ``file`` storage backend writes (``--hicache-storage-backend file``
+    in the argv; the directory from the launch environment, else sglang's default); None for
+    another backend or none."""
+    args = list(argv or [])
+    backend = None
+    for i, a in enumerate(args):
+        if a == "--hicache-storage-backend" and i + 1 < len(args):
+            backend = args[i + 1]
+        elif a.startswith("--hicache-storage-backend="):
+            backend = a.split("=", 1)[1]
+    if backend != "file":
+        return None
+    return (env or {}).get(FILE_BACKEND_DIR_ENV) or FILE_BACKEND_DEFAULT_DIR
+
+
+def dir_size_kib(path: str, max_entries: int = 200_000) -> int | None:
+    """Disk usage of a directory tree in KiB (allocated blocks, links not followed); None when it
+    does not exist. Stops counting after ``max_entries`` entries (the figure is then a floor)."""
+    total, seen, stack = 0, 0, [path]
+    if not os.path.isdir(path):
+        return None
+    while stack and seen < max_entries:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for e in it:
+                    seen += 1
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += getattr(st, "st_blocks", 0) * 512
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+        except OSError:
+            continue
+    return total // 1024
 
 
 # ----------------------------------------------------------------------------- the sampler
@@ -188,6 +235,10 @@ class Sampler:
         self._gpu_selection_written: GpuSelection | None = None
         self._page: MetricsPage | None = None
         self._rss = ProcessTreeRss(pid) if pid is not None else None
+        # the storage tier's directory (``file`` backend), walked at most every STORAGE_EVERY_S
+        self.storage_dir = storage_dir_of(self._launch_env, self._launch_argv)
+        self._storage_kib: int | None = None
+        self._storage_at = -math.inf
 
     # -- public API ----------------------------------------------------------------------
 
@@ -437,6 +488,11 @@ class Sampler:
             "pgmajfault_s": _round(rates.pgmajfault_s) if rates else None,
             "server_rss_kib": self._rss.read_kib() if self._rss is not None else None,
         }
+        if self.storage_dir is not None:
+            if time.monotonic() - self._storage_at >= STORAGE_EVERY_S:
+                self._storage_at = time.monotonic()
+                self._storage_kib = dir_size_kib(self.storage_dir)
+            sample["storage_dir_kib"] = self._storage_kib
         if gpu is not None:
             readings = self._read_gpus(gpu)
             if readings is not None:

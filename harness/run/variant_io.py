@@ -81,11 +81,13 @@ def window_summary(
     platform: roofline.Platform | None = None,
     pools: tier_model.TierPools | None = None,
     declined_load_backs: int = 0,
+    vpaths: results.VariantPaths | None = None,
 ) -> dict:
     """summary.json of a variant whose serving window ran (launched or external); ``platform``:
     what its hits' roofline floors are made of (`harness.measures.roofline.platform_for`); ``pools``: what
     its tier hits are predicted from (`harness.measures.tier_model.pools_for`); ``declined_load_backs``:
-    the load-backs its server log says sglang declined (`logscan.declined_load_backs`)."""
+    the load-backs its server log says sglang declined (`logscan.declined_load_backs`); ``vpaths``:
+    where its samples are, for the kinds that judge them (a soak)."""
     return run_products.measured_summary(
         variant.name,
         window.state,
@@ -99,6 +101,7 @@ def window_summary(
         platform,
         pools,
         declined_load_backs,
+        results.read_jsonl(vpaths.samples) if vpaths is not None else (),  # read only by a kind that judges samples
     )
 
 

@@ -106,6 +106,7 @@ class Engine:
         self._wake = asyncio.Event()
         self._pending_backup_bytes = 0
         self._request_count = 0
+        self._leaked: list[bytes] = []  # leak_per_request: kept for the server's life
         self._decode_steps = 0
         self._hit_tokens = 0
         self._total_tokens = 0
@@ -146,6 +147,9 @@ class Engine:
                 req.crash = True  # dies when the scheduler picks it up: mid-request
             if self.cfg.faults.get(Fault.hang_at_request) == self._request_count:
                 req.hang = True  # deadlocks the scheduler when it picks it up
+            leak = self.cfg.faults.get(Fault.leak_per_request)
+            if leak:  # written, so the pages are resident: RSS grows as it would for a real leak
+                self._leaked.append(b"\x01" * int(float(leak) * 1024))
             every = self.cfg.faults.get(Fault.stall_every)
             if every is not None and self._request_count % int(every) == 0:
                 req.stall = True

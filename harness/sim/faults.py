@@ -137,6 +137,13 @@ class Fault(Enum):
             "every batch takes 1 + R x n times as long"
         ),
     )
+    leak_per_request = (
+        ArgType.RATE,
+        (
+            "every request (health checks and warm-up excluded) keeps R KiB of host memory, written and "
+            "never freed: the server's RSS grows by R KiB a request for as long as it serves (a soak's LEAK)"
+        ),
+    )
     mamba_states_at_most = (
         ArgType.INT_FROM_1,
         (

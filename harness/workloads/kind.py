@@ -143,6 +143,11 @@ class WorkloadKind:
     # the columns of the console's results table it fills (`harness.analysis.results_table.COLUMNS`' keys):
     # column -> a derived figure's name or a phase statistic
     table_cells: Mapping[str, str | PhaseStat] = field(default_factory=dict)
+    # (the workload's config, the variant's samples in time order) -> JSON-ready figures kept under
+    # the workload's "from_samples" in the summary (`harness.analysis.summary.sample_figures`); pure.
+    # Its "findings" ([{"outcome": "FAIL" | "INCONCLUSIVE", "code", "text"}]) are read by the
+    # variant's verdict (`harness.analysis.verdict`): a soak's LEAK fails the variant.
+    sample_figures: Callable[[Any, Sequence[Mapping[str, Any]]], Mapping[str, Any]] | None = None
 
     @property
     def name(self) -> str:
