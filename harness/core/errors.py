@@ -26,7 +26,7 @@ traceback, never "bad input".
     │   └── BaselineMismatch  harness/compare/runs.py     two runs that cannot be compared
     └── Broken    (exit 3)  the harness or what it talks to cannot go on
         ├── ServerAnswerError harness/server/info.py      a server answer the harness cannot use
-        ├── NotSglangError    harness/server/info.py      an endpoint that is not sglang
+        ├── NotSglangError    harness/server/identify.py  an endpoint that is not sglang
         ├── NoAnswer          harness/server/info.py      a control request that got no (complete) answer
         ├── HttpError         harness/server/http1.py     a broken HTTP/1.1 exchange
         ├── MetricsUnavailable harness/server/metrics_page.py  no /metrics to read

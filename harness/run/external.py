@@ -24,13 +24,12 @@ import psutil
 
 from harness.core.errors import BadInput
 from harness.scenario.models import HiCache, Variant
+from harness.server.identify import NotSglangError, identify_sglang
 from harness.server.info import (
     MAX_INFO_BYTES,
     HiCacheSettings,
-    NotSglangError,
     ServerAnswerError,
     ServerInfo,
-    identify_sglang,
     read_limited,
     request_headers,
     use_api_key,

@@ -38,13 +38,7 @@ import httpx
 
 from harness.core import bounds, stall
 from harness.server import http1
-from harness.server.info import (
-    MAX_PROBE_BYTES,
-    ServerAnswerError,
-    aread_limited,
-    auth_headers,
-    request_headers,
-)
+from harness.server.info import MAX_PROBE_BYTES, ServerAnswerError, aread_limited, auth_headers, request_headers
 from harness.server.request import Abort, GenerateRequest, Labels, _orjson, input_hash
 from harness.server.schedule import sleep_until_ns
 from harness.server.stream import (

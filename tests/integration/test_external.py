@@ -24,7 +24,7 @@ from harness.report.view import load_view
 from harness.run import external
 from harness.scenario import ScenarioError, load_scenario_text, variant_config_hash
 from harness.scenario.urls import parse_url_args, scenario_with_urls
-from harness.server.info import NotSglangError, identify_sglang
+from harness.server.identify import NotSglangError, identify_sglang
 from harness.sim.testing import SimProcess, free_port
 from harness.store import results
 from harness.store.secrets import is_secret_name

@@ -216,7 +216,6 @@ NOT_YET_SPLIT = {
     "harness/run/hostpool.py",
     "harness/scenario/models.py",
     "harness/server/http1.py",
-    "harness/server/info.py",
 }
 
 

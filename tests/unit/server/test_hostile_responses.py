@@ -28,16 +28,8 @@ from harness.run.serving_window import final_liveness, probe_health
 from harness.server import client as client_module
 from harness.server import info as server_info_module
 from harness.server.client import StreamingClient
-from harness.server.info import (
-    NoAnswer,
-    NotSglangError,
-    ServerAnswerError,
-    ServerInfo,
-    fetch_server_info,
-    get_status,
-    identify_sglang,
-    use_api_key,
-)
+from harness.server.identify import NotSglangError, identify_sglang
+from harness.server.info import NoAnswer, ServerAnswerError, ServerInfo, fetch_server_info, get_status, use_api_key
 from harness.server.metrics_page import MetricsPage, MetricsUnavailable, checked_metric_values
 from harness.server.request import GenerateRequest, Labels
 from harness.server.stream import MAX_LINE_BYTES
