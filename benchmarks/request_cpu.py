@@ -60,7 +60,7 @@ class _Answering:
     """A connection's transport that answers every request written to it: the head on the next
     turn of the loop, the rest on the turn after."""
 
-    def __init__(self, conn: http1._Conn) -> None:
+    def __init__(self, conn: http1.Connection) -> None:
         self.conn = conn
 
     def write(self, data: bytes) -> None:
@@ -84,11 +84,11 @@ class _Silent:
         pass
 
 
-def _connections(client: StreamingClient, n: int) -> list[http1._Conn]:
+def _connections(client: StreamingClient, n: int) -> list[http1.Connection]:
     pool = client._pool
     conns = []
     for _ in range(n):
-        conn = http1._Conn(pool)
+        conn = http1.Connection(pool)
         conn.transport = _Answering(conn)  # type: ignore[assignment]
         conn.counted = True
         pool._conns.add(conn)

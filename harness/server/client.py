@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from harness.core import bounds, stall
-from harness.server import http1
+from harness.server import http1, http1_pool
 from harness.server.info import MAX_PROBE_BYTES, ServerAnswerError, aread_limited, auth_headers, request_headers
 from harness.server.request import Abort, GenerateRequest, Labels, _orjson, input_hash
 from harness.server.schedule import sleep_until_ns
@@ -128,7 +128,7 @@ class StreamingClient:
         self._burst_start: int | None = None  # when the sends of this turn of the event loop began
         self._burst_sends = 0
         self._parked: collections.deque[asyncio.Future] = collections.deque()
-        self._pool = http1.Pool(
+        self._pool = http1_pool.Pool(
             self.base_url,
             max_connections=max_connections,
             connect_timeout_s=min(30.0, timeout_s),

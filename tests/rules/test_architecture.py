@@ -215,7 +215,6 @@ NOT_YET_SPLIT = {
     "harness/quality/parity.py",
     "harness/run/hostpool.py",
     "harness/scenario/models.py",
-    "harness/server/http1.py",
 }
 
 

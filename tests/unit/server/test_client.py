@@ -517,15 +517,15 @@ def test_requests_reuse_one_connection():
 def test_sent_ns_is_stamped_after_the_connection_is_set_up(monkeypatch):
     """Opening a connection (here made 0.3 s slow) is not server time: sent_ns is stamped when
     the request is written, so TTFT excludes it."""
-    from harness.server import http1
+    from harness.server import http1_pool
 
-    slow_connect = http1.Pool._connect
+    slow_connect = http1_pool.Pool._connect
 
     async def connect(self):
         await asyncio.sleep(0.3)
         return await slow_connect(self)
 
-    monkeypatch.setattr(http1.Pool, "_connect", connect)
+    monkeypatch.setattr(http1_pool.Pool, "_connect", connect)
     url, _, _ = serve(lambda request: Answer(200, sse(CUMULATIVE)))
 
     async def go():
@@ -625,18 +625,18 @@ def test_a_burst_of_sends_lets_the_loop_poll_between_them(burst_ns, polled_betwe
     """A concurrency group started at once: past `burst_ns` of sends in one turn of the event
     loop, the rest wait for the next turn (the loop reads and stamps the sockets in between), in
     order; every request still gets its answer."""
-    from harness.server import http1
+    from harness.server import http1_pool
 
     url, _, _ = serve(lambda request: Answer(200, sse(CUMULATIVE)))
     turns = [0]
     at_send = []
-    real_start = http1.Pool.start
+    real_start = http1_pool.Pool.start
 
     def start(self, *a, **kw):
         at_send.append(turns[0])
         return real_start(self, *a, **kw)
 
-    monkeypatch.setattr(http1.Pool, "start", start)
+    monkeypatch.setattr(http1_pool.Pool, "start", start)
 
     async def go():
         loop = asyncio.get_running_loop()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness.server import http1
+from harness.server import http1, http1_pool
 
 
 class Collect:
@@ -145,7 +145,7 @@ def test_chunked_body_split_at_every_byte_is_reassembled(raw_server):
     server = raw_server(script)
 
     async def go():
-        pool = http1.Pool(server.url)
+        pool = http1_pool.Pool(server.url)
         outs = []
         for _ in range(2):
             c = Collect()
@@ -176,7 +176,7 @@ def test_reads_are_stamped_before_any_is_parsed(raw_server):
     server = raw_server(script)
 
     async def go():
-        pool = http1.Pool(server.url)
+        pool = http1_pool.Pool(server.url)
         a, b = Collect(parse_s=0.1), Collect(parse_s=0.1)
         ta = asyncio.ensure_future(pool.request("POST", "/g", b"", a))
         tb = asyncio.ensure_future(pool.request("POST", "/g", b"", b))
@@ -205,7 +205,7 @@ def test_done_consumer_reads_the_rest_so_the_connection_is_reused(raw_server):
     server = raw_server(script)
 
     async def go():
-        pool = http1.Pool(server.url)
+        pool = http1_pool.Pool(server.url)
         results = []
         for _ in range(3):
             c = Collect(verdict_at=b"[DONE]")
@@ -238,7 +238,7 @@ def test_a_body_that_never_ends_after_done_is_dropped_after_the_drain_bound(raw_
         timers: list[float] = []
         call_later = loop.call_later
         loop.call_later = lambda delay, *a: timers.append(delay) or call_later(delay, *a)  # asyncio's loop
-        pool = http1.Pool(server.url)
+        pool = http1_pool.Pool(server.url)
         whole = await pool.request("POST", "/g", b"", Collect(verdict_at=b"[DONE]"))
         armed_for_whole = list(timers)
         # a hang guard only (the bound is 0.05 s): without a drain timer this request never returns
@@ -260,7 +260,7 @@ def test_a_connection_the_server_closed_while_idle_is_not_used(raw_server):
     server = raw_server(script)
 
     async def go():
-        pool = http1.Pool(server.url)
+        pool = http1_pool.Pool(server.url)
         outs = []
         for _ in range(3):
             c = Collect()
@@ -286,7 +286,7 @@ def test_a_reused_connection_that_closes_before_answering_is_retried_once(raw_se
     server = raw_server(script)
 
     async def go():
-        pool = http1.Pool(server.url)
+        pool = http1_pool.Pool(server.url)
         outs = []
         for _ in range(2):
             c = Collect()
@@ -310,7 +310,7 @@ def test_content_length_and_close_delimited_bodies(raw_server):
     server = raw_server(script)
 
     async def go():
-        pool = http1.Pool(server.url)
+        pool = http1_pool.Pool(server.url)
         a, b = Collect(), Collect()
         ea = await pool.request("POST", "/g", b"", a)
         eb = await pool.request("POST", "/g", b"", b)
@@ -347,7 +347,7 @@ def test_broken_answers_are_errors(raw_server, reply, kind):
     server = raw_server(script)
 
     async def go():
-        pool = http1.Pool(server.url)
+        pool = http1_pool.Pool(server.url)
         ex = await pool.request("POST", "/g", b"", Collect())
         await pool.aclose()
         return ex
@@ -365,7 +365,7 @@ def test_an_endless_head_is_bounded(raw_server):
     server = raw_server(script)
 
     async def go():
-        pool = http1.Pool(server.url)
+        pool = http1_pool.Pool(server.url)
         ex = await pool.request("POST", "/g", b"", Collect())
         await pool.aclose()
         return ex
@@ -376,7 +376,7 @@ def test_an_endless_head_is_bounded(raw_server):
 
 def test_connection_refused_and_pool_limit():
     async def refused():
-        pool = http1.Pool("http://127.0.0.1:9")
+        pool = http1_pool.Pool("http://127.0.0.1:9")
         try:
             await pool.request("POST", "/g", b"", Collect())
         finally:
@@ -386,7 +386,7 @@ def test_connection_refused_and_pool_limit():
         run(refused())
     assert err.value.kind == "connection"
     with pytest.raises(ValueError):
-        http1.Pool("ftp://host/")
+        http1_pool.Pool("ftp://host/")
 
 
 def test_at_most_max_connections_are_open(raw_server):
@@ -397,7 +397,7 @@ def test_at_most_max_connections_are_open(raw_server):
     server = raw_server(script)
 
     async def go():
-        pool = http1.Pool(server.url, max_connections=3)
+        pool = http1_pool.Pool(server.url, max_connections=3)
         exs = await asyncio.gather(*(pool.request("POST", "/g", b"", Collect()) for _ in range(12)))
         await pool.aclose()
         return exs
@@ -412,7 +412,7 @@ def test_run_uses_uvloop_when_installed_and_the_pool_works_there(raw_server):
     server = raw_server(lambda conn, head, n: conn.sendall(HEAD + body))
 
     async def go():
-        pool = http1.Pool(server.url)
+        pool = http1_pool.Pool(server.url)
         outs = [await pool.request("POST", "/g", b"", Collect(verdict_at=b"[DONE]")) for _ in range(2)]
         await pool.aclose()
         return type(asyncio.get_running_loop()), outs
