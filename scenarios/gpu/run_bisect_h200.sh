@@ -49,7 +49,7 @@ COMMITS=${COMMITS:-4}
 SLOW_AT=${SLOW_AT:-2}
 SLOW_SLEEP_MS=${SLOW_SLEEP_MS:-20}
 export MODEL_PATH=${MODEL_PATH:-/tmp/models/llama-sharp}
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+SCRIPTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)   # not HERE: .gpu/install.sh sets its own HERE
 case "$COMMITS" in ''|*[!0-9]*) echo "COMMITS must be a whole number" >&2; exit 2 ;; esac
 case "$SLOW_AT" in ''|*[!0-9]*) echo "SLOW_AT must be a whole number" >&2; exit 2 ;; esac
 [ "$SLOW_AT" -ge 1 ] && [ "$SLOW_AT" -le "$COMMITS" ] || { echo "need 1 <= SLOW_AT <= COMMITS" >&2; exit 2; }
@@ -72,11 +72,11 @@ mkdir -p "$REPO"
 g init -q -b main || exit 3
 for i in $(seq 0 "$COMMITS"); do
   if [ "$i" -eq 0 ]; then
-    bash "$HERE/make_slow_hicache.sh" "$SITE" "$REPO" 1 0 > /dev/null || { say "copy of the site failed"; exit 3; }
+    bash "$SCRIPTS/make_slow_hicache.sh" "$SITE" "$REPO" 1 0 > /dev/null || { say "copy of the site failed"; exit 3; }
     printf '*.pyc\n__pycache__/\n' > "$REPO/.gitignore"
     msg="0: the site as installed"
   elif [ "$i" -eq "$SLOW_AT" ]; then
-    bash "$HERE/make_slow_hicache.sh" "$SITE" "$REPO" 1 "$SLOW_SLEEP_MS" > /dev/null || { say "slow patch failed"; exit 3; }
+    bash "$SCRIPTS/make_slow_hicache.sh" "$SITE" "$REPO" 1 "$SLOW_SLEEP_MS" > /dev/null || { say "slow patch failed"; exit 3; }
     msg="$i: slow host load-back (HICACHE_SLOW_LOAD, sleep ${SLOW_SLEEP_MS} ms a layer)"
   else
     msg="$i: a harmless change (BISECT_NOTES)"
