@@ -45,14 +45,8 @@ from typing import Any, Mapping, Sequence
 from harness.run.estimate_pool import shape_of, variant_pool
 from harness.run.estimate_quality import quality_estimate
 from harness.run.estimate_result import PoolEstimate, RunEstimate, VariantEstimate
-from harness.run.hostpool import (
-    DEFAULT_RESERVE_GIB,
-    check_budget,
-    host_size_split,
-    kv_dtype_bytes_for,
-    pool_args_from_server_args,
-    predict_host_pool,
-)
+from harness.run.gpu_pool import kv_dtype_bytes_for, pool_args_from_server_args
+from harness.run.hostpool import DEFAULT_RESERVE_GIB, check_budget, host_size_split, predict_host_pool
 from harness.server import logscan
 from harness.workloads import kinds
 from harness.workloads.estimating import EstimateContext, WorkEstimate

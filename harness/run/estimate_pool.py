@@ -16,13 +16,8 @@ from harness.run.estimate_result import (
     POOL_UNKNOWN,
     PoolEstimate,
 )
-from harness.run.hostpool import (
-    host_size_split,
-    kv_dtype_bytes_for,
-    pool_args_from_server_args,
-    predict_gpu_pool_tokens,
-    predict_host_pool,
-)
+from harness.run.gpu_pool import kv_dtype_bytes_for, pool_args_from_server_args, predict_gpu_pool_tokens
+from harness.run.hostpool import host_size_split, predict_host_pool
 
 SIM_DEFAULT_POOL_TOKENS = 20480  # harness.sim.server.DEFAULT_MAX_TOTAL_TOKENS (not imported: it pulls in uvicorn)
 

@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Literal, Mapping
 
 from harness.host import cgroup, procfs
-from harness.run.hostpool import GB, GIB, check_budget, pool_args_from_server_args, predict_host_pool, preflight_variant
+from harness.run.gpu_pool import GIB, pool_args_from_server_args
+from harness.run.hostpool import GB, check_budget, predict_host_pool, preflight_variant
 
 Knob = Literal["ratio", "size_gb"]
 MAX_STEPS = 1 << 16  # the search never looks past 65536 steps (ratio 16384 at 0.25)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.core.model_config import load_model_shape
-from harness.run import hostpool
+from harness.run import gpu_pool
 from harness.run.estimate import estimate_run
 from harness.run.estimate_quality import churn_chunks
 from harness.run.estimate_result import POOL_PREDICTED, POOL_STATED, POOL_UNKNOWN
@@ -293,15 +293,15 @@ workloads:
 
 def test_gpu_pool_prediction_refuses_what_the_config_cannot_tell():
     tiny = load_model_shape(MODELS / "llama-tiny")
-    tokens, _ = hostpool.predict_gpu_pool_tokens(tiny, 1, 10, 0.5)
+    tokens, _ = gpu_pool.predict_gpu_pool_tokens(tiny, 1, 10, 0.5)
     weights = tiny.approx_params() * 2
     assert tokens == int((10 * 1024**3 * 0.5 - weights) // tiny.kv_bytes_per_token(1))
     # seed 000's 27B on a 12 GB GPU: the bf16 weights of the config alone do not fit (the real
     # checkpoint is quantized), so no number is made up
     gdn = load_model_shape(MODELS / "hybrid-gdn-27b")
-    tokens, why = hostpool.predict_gpu_pool_tokens(gdn, 2, 12, 0.85, 0.375, 32)
+    tokens, why = gpu_pool.predict_gpu_pool_tokens(gdn, 2, 12, 0.85, 0.375, 32)
     assert tokens is None and "exceed" in why
-    assert hostpool.predict_gpu_pool_tokens(gdn, 2, 80, 0.85)[0] is None  # hybrid needs the mamba slots
+    assert gpu_pool.predict_gpu_pool_tokens(gdn, 2, 80, 0.85)[0] is None  # hybrid needs the mamba slots
 
 
 def test_churn_chunks_without_the_planner():

@@ -10,14 +10,8 @@ import pytest
 from harness.core.model_config import load_model_shape
 from harness.host.procfs import read_mem_available_kib
 from harness.run import cooldown
-from harness.run.hostpool import (
-    DEVICE_POOL_UNKNOWN,
-    check_budget,
-    kv_dtype_bytes_for,
-    pool_args_from_server_args,
-    predict_host_pool,
-    preflight_variant,
-)
+from harness.run.gpu_pool import kv_dtype_bytes_for, pool_args_from_server_args
+from harness.run.hostpool import DEVICE_POOL_UNKNOWN, check_budget, predict_host_pool, preflight_variant
 
 MODELS = Path(__file__).resolve().parents[3] / "scenarios" / "models"
 KIB_PER_GIB = 1024 * 1024

@@ -11,13 +11,8 @@ from types import SimpleNamespace as NS
 import pytest
 
 from harness.core.model_config import load_model_shape, shape_from_dict
-from harness.run.hostpool import (
-    default_mem_fraction_static,
-    host_size_split,
-    predict_host_pool,
-    preflight_line,
-    preflight_variant,
-)
+from harness.run.gpu_pool import default_mem_fraction_static
+from harness.run.hostpool import host_size_split, predict_host_pool, preflight_line, preflight_variant
 
 MODELS = Path(__file__).resolve().parents[3] / "scenarios" / "models"
 

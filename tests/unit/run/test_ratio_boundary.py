@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.run import ratio_boundary as rb
-from harness.run.hostpool import GB, GIB, preflight_variant
+from harness.run.gpu_pool import GIB
+from harness.run.hostpool import GB, preflight_variant
 from harness.scenario import load_scenario
 
 SCENARIO = Path(__file__).resolve().parents[3] / "scenarios" / "wsl_tp2_sim.yaml"
