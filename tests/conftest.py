@@ -43,6 +43,11 @@ import pytest
 
 from harness.run.runner import RunOptions, RunOutcome, run_scenario
 from harness.scenario import load_scenario
+from harness.sim.cache import TwoTierCache
+from harness.sim.cost import CostModel
+from harness.sim.engine import Engine, EngineConfig
+from harness.sim.metrics import SimMetrics
+from harness.sim.tokens import TokenModel
 from harness.store import results
 
 pytest_plugins = ["pytester"]  # tests/rules/test_suite_rules.py runs the suite's own fixtures in a nested session
@@ -503,3 +508,34 @@ def pytest_terminal_summary(terminalreporter, config):
     seed = getattr(config.option, "randomly_seed", None)
     if isinstance(seed, int):
         terminalreporter.write_line(f"random order: replay it with --randomly-seed={seed}")
+
+
+SIM_STEP_S = 0.01  # every batch of `make_sim_engine`'s engine: 10 ms modelled
+
+
+def make_sim_engine() -> Engine:
+    """An in-process simulated scheduler on a 4,096-token pool, every batch ``SIM_STEP_S``."""
+    cfg = EngineConfig(
+        max_total_tokens=4096,
+        chunked_prefill_size=8192,
+        max_running_requests=8,
+        context_len=4096,
+        kv_bytes_per_token=1024,
+        mamba_bytes_per_slot=0,
+        hybrid=False,
+        deterministic=True,
+        faults={},
+        random_seed=0,
+    )
+    cost = CostModel(
+        prefill_tok_s=1e9,
+        prefill_overhead_s=SIM_STEP_S,
+        decode_base_s=SIM_STEP_S,
+        decode_per_req_s=0.0,
+        h2d_bytes_s=1e12,
+        d2h_bytes_s=1e12,
+        hbm_bytes_s=1e15,
+        backup_visible=0.0,
+        time_scale=1.0,
+    )
+    return Engine(cfg, TwoTierCache(4096, 0), cost, TokenModel(32000), SimMetrics("m"))

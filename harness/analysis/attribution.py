@@ -10,10 +10,17 @@ Read from sglang 0.5.17's source (the wheel's ``srt/mem_cache/hiradix_cache.py``
   per-phase deltas give the phase's loaded-back tokens and seconds;
 - storage read: ``sglang:prefetched_tokens_total`` and the ``sglang:prefetch_bandwidth`` histogram
   (GB/s per prefetch) — the sampler's ``storage.prefetch_gbs``;
-- queueing: sglang puts ``queue_time`` (forward entry − wait-queue entry) and
+- queueing: sglang puts ``queue_time`` (seconds from the scheduler's wait-queue entry to the
+  first prefill batch it is in: ``SchedulerReqTimeStats.get_queueing_time``) and
   ``forward_entry_time`` / ``prefill_finished_time`` into a request's ``meta_info`` only with
-  ``--enable-metrics``; the harness does not record them yet, so queueing is stated as not
-  recorded, never guessed;
+  ``--enable-metrics`` (``TokenizerManager`` merges them into every output while
+  ``enable_metrics``), and only on ``/generate`` (the OpenAI endpoints keep a few counts of
+  ``meta_info``). The client keeps it as ``RequestRecord.queue_time_s``; the roofline's
+  ``queue_ms`` is its median over the hit units (`harness.measures.roofline.unit_queue_s`). A phase
+  whose hit requests came without it says so (``queue``), never a guess. The storage prefetch
+  runs while a request waits (the scheduler skips a request whose prefetch is not done), so on
+  sglang the storage read is inside ``queue_time``; the simulator costs it in the batch: the time
+  before the forward is the larger of the two;
 - no HiCache trace events are emitted per request (``--enable-trace`` spans the scheduler, not a
   load-back), and nothing says why a load-back was declined except one log line.
 
@@ -36,9 +43,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-QUEUE_NOT_RECORDED = (
-    "not recorded: sglang 0.5.17 reports meta_info.queue_time only with --enable-metrics, and the harness does "
-    "not keep it"
+QUEUE_NOT_REPORTED = (
+    "not reported: the server sent no meta_info.queue_time (sglang 0.5.17 sends it only with --enable-metrics, "
+    "and only on /generate)"
 )
 
 
@@ -67,9 +74,19 @@ def phase_attribution(
     if roof.get("storage_tokens") and gbs and bpt:
         storage_ms = roof["storage_tokens"] * bpt / (gbs * 1e9) * 1e3 / n
     achieved = roof.get("achieved_ms")
+    queue_ms = roof.get("queue_ms")
+    reported, hits = int(roof.get("queue_reported") or 0), int(roof.get("hit_requests") or 0)
+    if queue_ms is None:
+        queue = QUEUE_NOT_REPORTED
+    elif reported < hits:
+        queue = f"sglang's meta_info.queue_time on {reported} of {hits} hit requests"
+    else:
+        queue = "sglang's meta_info.queue_time"
     rest = None
-    if achieved is not None and (load_ms is not None or storage_ms is not None):
-        rest = max(0.0, achieved - (load_ms or 0.0) - (storage_ms or 0.0))
+    if achieved is not None and (load_ms is not None or storage_ms is not None or queue_ms is not None):
+        # sglang's storage prefetch waits in the queue: the larger of the two is before the forward
+        before = max(queue_ms or 0.0, storage_ms or 0.0)
+        rest = max(0.0, achieved - (load_ms or 0.0) - before)
     reported = int(roof.get("host_tokens") or 0) + int(roof.get("storage_tokens") or 0)
     not_loaded = reported - int(loaded) if loaded is not None else None
     recomputed = int(roof.get("recomputed_tokens") or 0)
@@ -78,11 +95,11 @@ def phase_attribution(
     flag = recomputed > unit
     return {
         "achieved_ms": achieved,
-        "queue_ms": None,
-        "queue": QUEUE_NOT_RECORDED,
+        "queue_ms": queue_ms,
+        "queue": queue,
         "storage_read_ms": storage_ms,
         "host_to_device_ms": load_ms,
-        "rest_ms": rest,  # suffix prefill, scheduling and the first token
+        "rest_ms": rest,  # suffix prefill and the first token (and the queueing where not reported)
         "reported_hit_tokens": reported,
         "loaded_back_tokens": int(loaded) if loaded is not None else None,
         "not_loaded_per_counters": not_loaded,

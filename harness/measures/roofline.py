@@ -22,7 +22,9 @@ link (sglang 0.5.17's page_first + direct, silently page_first_direct: 1.46 GB/s
 tens of times above it.
 
 `phase_roofline` gives, for one phase that got host or storage hits: the floor, the achieved
-TTFT (a concurrent pass: its first-token wall, last first token - first send), achieved / floor,
+TTFT (a concurrent pass: its first-token wall, last first token - first send), the queueing in it
+where the server reported it (``queue_ms``: sglang's ``meta_info.queue_time``, `unit_queue_s`;
+``queue_reported`` hit requests had one), achieved / floor,
 and what recomputing the same prompts would take at the cold rate (``vs_recompute`` > 1: the
 hit was slower than computing it again). `worse_than_off` compares a HiCache variant's hit
 phases with its own recompute and with HiCache OFF's same phase: what the verdict warns of.
@@ -161,6 +163,14 @@ def _ms(x: float | None) -> float | None:
     return None if x is None else x * 1e3
 
 
+def unit_queue_s(unit: Sequence[RequestRecord]) -> float | None:
+    """The queueing inside one unit's achieved time, from sglang's ``meta_info.queue_time``: a
+    request's own; a concurrent pass's, that of the request whose first token came last (the one
+    that ends the pass's first-token wall). None when that request's server sent none."""
+    last = max((r for r in unit if r.first_token_ns is not None), key=lambda r: r.first_token_ns or 0, default=None)
+    return None if last is None else last.queue_time_s
+
+
 def phase_roofline(
     records: Sequence[RequestRecord], platform: Platform | None, cold_rate: float | None, cold_source: str
 ) -> dict[str, Any] | None:
@@ -181,6 +191,7 @@ def phase_roofline(
         if r.concurrency_group is not None:
             groups.setdefault(r.concurrency_group, []).append(r)
     achieved: list[float] = []
+    queued: list[float] = []
     floors: list[float] = []
     ratios: list[float] = []
     recompute: list[float] = []
@@ -188,6 +199,9 @@ def phase_roofline(
     for unit in units:
         first = [r.first_token_ns for r in unit if r.first_token_ns is not None]
         a = (max(first) - min(r.sent_ns for r in unit)) / 1e9
+        q = unit_queue_s(unit)
+        if q is not None:
+            queued.append(q)
         f_parts = [request_floor_s(r, platform, cold_rate) for r in unit]
         achieved.append(a)
         if all(f is not None for f in f_parts):
@@ -213,6 +227,8 @@ def phase_roofline(
         "storage_tokens": storage_tokens,
         "kv_bytes": (host_tokens + storage_tokens) * bpt if bpt else None,
         "achieved_ms": _ms(a50),
+        "queue_ms": _ms(_median(queued)),
+        "queue_reported": sum(1 for r in hit if r.queue_time_s is not None),
         "floor_ms": _ms(f50),
         "ratio": _median(ratios),
         "recompute_ms": _ms(c50),

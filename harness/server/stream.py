@@ -23,8 +23,8 @@ exception and never a silent figure:
   can produce (`StreamAccumulator`'s caps, from `max_new_tokens`);
 - JSON is strict (`harness.server.info.loads_strict`: no NaN/Infinity);
 - output ids are ints in [0, MAX_TOKEN_ID], checked per chunk (cheap: the new ids only);
-- meta_info counts (prompt, completion, cached, cached_tokens_details.device/host/storage) and
-  logprobs are checked once, when the record is made (`StreamAccumulator.check_answer`):
+- meta_info counts (prompt, completion, cached, cached_tokens_details.device/host/storage),
+  `queue_time` (sglang 0.5.17 sends it only with `--enable-metrics`) and logprobs are checked once, when the record is made (`StreamAccumulator.check_answer`):
   non-negative ints, cached <= prompt, tiers sum <= prompt (not <= cached: sglang 0.5.17 reports a
   declined load-back's host hit beside a smaller cached_tokens), completion within the cap, logprobs
   finite numbers.
@@ -56,6 +56,7 @@ OUTPUT_SLACK = 1024  # output ids (and completion_tokens) beyond max_new_tokens
 CHUNKS_PER_TOKEN = 4  # chunks per asked token (+ OUTPUT_SLACK): empty keep-alive chunks happen
 TEXT_CHARS_PER_TOKEN = 256  # accumulated text per asked token (+ MAX_LINE_BYTES)
 UNKNOWN_MAX_NEW = 1 << 20
+MAX_QUEUE_S = 7 * 86400.0  # a queue_time beyond a week is garbage
 REVISED_TAIL_CHARS = 4  # a cumulative text's tail the detokenizer may rewrite (one UTF-8 sequence)
 
 
@@ -109,6 +110,19 @@ def _count(value: Any, what: str) -> int | None:
     return value
 
 
+def _queue_time(value: Any) -> float | None:
+    """``meta_info.queue_time`` (seconds): a finite number, or absent. Negative is None, not an
+    error: sglang sends forward entry − wait-queue entry, below 0 only when its forward-entry stamp
+    is unset (a stage it skipped), which is no queueing figure."""
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise _Bad(f"queue_time is {show(value)}, not a finite number")
+    if value > MAX_QUEUE_S:
+        raise _Bad(f"queue_time {value} s is more than {MAX_QUEUE_S:.0f} s")
+    return float(value) if value >= 0 else None
+
+
 def _logprob(value: Any, what: str) -> float:
     if type(value) not in (int, float) or not math.isfinite(value):
         raise _Bad(f"{what} holds {show(value)}, not a finite logprob")
@@ -155,6 +169,7 @@ class StreamAccumulator:
         self.output_logprobs: list | None = None
         self.top_logprobs: list | None = None
         self.error: str | None = None
+        self.queue_time: Any = None  # meta_info.queue_time as sent; float | None after check_answer
         self._prev_completion: Any = None
         self._checked = False
 
@@ -207,6 +222,8 @@ class StreamAccumulator:
                 self.finish_reason = kind
             if abort_msg is not None and self.error is None:
                 self.error = f"aborted: {abort_msg}"
+        if "queue_time" in meta:  # every chunk carries it (--enable-metrics); the last one stands
+            self.queue_time = meta["queue_time"]
         self._prev_completion = self.completion_tokens
         if "completion_tokens" in meta:
             self.completion_tokens = meta["completion_tokens"]
@@ -403,6 +420,7 @@ class StreamAccumulator:
             tiers = (None, None, None)
         self.prompt_tokens, self.completion_tokens, self.cached_tokens = prompt, completion, cached
         self.cached_device, self.cached_host, self.cached_storage = tiers
+        self.queue_time = checked(_queue_time, self.queue_time)
         self.output_logprobs = checked(self._shape_logprobs, self.output_logprobs)
         self.top_logprobs = checked(self._shape_top_logprobs, self.top_logprobs)
         if problems and self.error is None:
@@ -501,6 +519,7 @@ class StreamAccumulator:
             top_logprobs=self.top_logprobs,
             finish_reason=self.finish_reason,
             error=self.error,
+            queue_time_s=self.queue_time,
         )
 
 

@@ -9,17 +9,20 @@ One job: translate HTTP to :class:`Engine` calls and engine state back to sglang
   ``{"device": N, "host": M}`` on a hit, as sglang 0.5.17 did; with a storage backend also
   ``"storage": K, "storage_backend": NAME``, as sglang adds when L3 is on), e2e_latency; with
   return_logprob ``output_token_logprobs`` = [[logprob, token_id, null], ...] and
-  ``output_top_logprobs`` = per position [[logprob, token_id, null] x k], cumulative.
+  ``output_top_logprobs`` = per position [[logprob, token_id, null] x k], cumulative; with
+  ``--enable-metrics`` sglang's time stats (`_time_stats`: ``queue_time`` & co.).
 - ``/v1/completions`` and ``/v1/chat/completions`` (OpenAI's shapes as sglang serves them, streaming
   and not; text counted by the model's tokenizer, `harness.sim.tokens.SimTokenizer`), ``/v1/models``,
   ``/health``, ``/health_generate``,
   ``/get_server_info`` + ``/server_info``, ``/get_model_info`` + ``/model_info``,
   ``/flush_cache`` (400 while requests run), ``/metrics`` (with ``--enable-metrics``).
-Until warm-up ends every endpoint but ``/health`` answers 503, like a starting sglang.
+Until warm-up ends every endpoint but ``/health`` answers 503, like a starting sglang. A client
+that goes away has its request aborted (``ABORT_AFTER_STREAM_S``, ``DISCONNECT_POLL_S``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -61,7 +65,39 @@ def _error(message: str, status: int = 400) -> JSONResponse:
     return JSONResponse({"error": {"message": message}, "object": "error", "code": status}, status_code=status)
 
 
-def _meta(req: SimRequest, storage_backend: str | None = None) -> dict[str, Any]:
+def _realtime(t: float, clock: float) -> float:
+    """A time on a monotonic clock (``clock`` is that clock now) as unix seconds, as sglang's
+    ``convert_time_to_realtime`` turns its perf_counter stamps."""
+    return time.time() - (clock - t)
+
+
+def _time_stats(req: SimRequest) -> dict[str, Any]:
+    """What sglang 0.5.17 adds to ``meta_info`` with ``--enable-metrics`` (and only then:
+    ``TokenizerManager`` merges ``SchedulerReqTimeStats.convert_to_output_meta_info()`` into every
+    output, and ``APIServerReqTimeStats``' into the last): ``forward_entry_time`` and
+    ``prefill_finished_time`` (unix seconds, once set), ``queue_time`` (seconds from the wait queue
+    to the first prefill batch: the request's queueing); at the end ``request_received_ts``,
+    ``request_finished_ts`` and ``decode_throughput`` (tokens/s after the first). The simulator's
+    stamps are its modelled batch starts and ends."""
+    loop_now = asyncio.get_running_loop().time()
+    out: dict[str, Any] = {}
+    if req.forward_entry_at is None:  # aborted in the queue: sglang answers that with no time stats
+        return out
+    out["forward_entry_time"] = _realtime(req.forward_entry_at, loop_now)
+    if req.prefill_finished_at is not None:
+        out["prefill_finished_time"] = _realtime(req.prefill_finished_at, loop_now)
+    out["queue_time"] = req.forward_entry_at - req.arrived
+    if req.finish_reason is not None:
+        perf_now = time.perf_counter()
+        out["request_received_ts"] = _realtime(req.created, perf_now)
+        if req.finished_at is not None:
+            out["request_finished_ts"] = _realtime(req.finished_at, perf_now)
+            if req.first_token_at is not None and len(req.output_ids) > 1 and req.finished_at > req.first_token_at:
+                out["decode_throughput"] = (len(req.output_ids) - 1) / (req.finished_at - req.first_token_at)
+    return out
+
+
+def _meta(req: SimRequest, storage_backend: str | None = None, time_stats: bool = False) -> dict[str, Any]:
     details: dict[str, Any] | None = None
     if req.cached_tokens or req.cached_host:  # a declined load-back's host hit is reported all the same
         details = {"device": req.cached_device, "host": req.cached_host}
@@ -77,6 +113,8 @@ def _meta(req: SimRequest, storage_backend: str | None = None) -> dict[str, Any]
         "cached_tokens_details": details,
         "e2e_latency": round(time.perf_counter() - req.created, 6),
     }
+    if time_stats:
+        meta.update(_time_stats(req))
     if req.return_logprob:
         n = len(req.output_ids)
         meta["output_token_logprobs"] = [[req.output_logprobs[i], req.output_ids[i], None] for i in range(n)]
@@ -124,10 +162,34 @@ def _sampling(sp: Any, default_max: int = 128) -> SamplingParams:
     )
 
 
-async def _updates(req: SimRequest) -> AsyncIterator[None]:
-    """Yield after each scheduler update, coalescing what piled up meanwhile."""
+# sglang's TokenizerManager: a streaming response's background task aborts its request this long
+# after the response ended (`create_abort_task`: a no-op for a finished one; a client that went
+# away mid-stream frees the GPU then), and a non-streaming request checks every
+# SGLANG_REQUEST_STATE_WAIT_TIMEOUT seconds without output, and at each output before its last,
+# whether its client is still there.
+ABORT_AFTER_STREAM_S = 2.0
+DISCONNECT_POLL_S = 4.0
+
+
+async def _updates(
+    req: SimRequest, request: Request | None = None, engine: Engine | None = None
+) -> AsyncIterator[None]:
+    """Yield after each scheduler update, coalescing what piled up meanwhile. With ``request``
+    (a non-streaming answer), a client that went away aborts the request, as sglang's does."""
     while True:
-        await req.updates.get()
+        if request is None or engine is None:
+            await req.updates.get()
+        else:
+            try:
+                await asyncio.wait_for(req.updates.get(), DISCONNECT_POLL_S)
+                timed_out = False
+            except asyncio.TimeoutError:
+                timed_out = True
+            # sglang checks on each output of an unfinished request and on each empty wait
+            if not req.done and await request.is_disconnected():
+                engine.abort(req)
+            if timed_out:
+                continue
         while not req.updates.empty():
             req.updates.get_nowait()
         yield None
@@ -172,12 +234,22 @@ def build_app(st: AppState) -> Starlette:
             pass
         return Response(status_code=200 if req.error is None else 503)
 
+    def abort_task(req: SimRequest) -> BackgroundTask:
+        """Run after a streaming response ended, finished or cut by the client (sglang's
+        ``create_abort_task``): the request is aborted ``ABORT_AFTER_STREAM_S`` later."""
+
+        async def later() -> None:
+            await asyncio.sleep(ABORT_AFTER_STREAM_S)
+            engine.abort(req)
+
+        return BackgroundTask(later)
+
     def gen_chunk(req: SimRequest) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if not st.skip_tokenizer:
             out["text"] = st.tokenizer.decode(req.output_ids)
         out["output_ids"] = list(req.output_ids)
-        out["meta_info"] = _meta(req, engine.cfg.storage_backend)
+        out["meta_info"] = _meta(req, engine.cfg.storage_backend, time_stats=st.enable_metrics)
         return out
 
     async def generate(request: Request) -> Response:
@@ -214,8 +286,8 @@ def build_app(st: AppState) -> Starlette:
                         yield f"data: {json.dumps(gen_chunk(req))}\n\n".encode()
                 yield b"data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream")
-        async for _ in _updates(req):
+            return StreamingResponse(events(), media_type="text/event-stream", background=abort_task(req))
+        async for _ in _updates(req, request, engine):
             pass
         if req.error is not None:
             return _error(req.error, 500)
@@ -328,8 +400,8 @@ def build_app(st: AppState) -> Starlette:
                     yield f"data: {json.dumps(answer(None, usage(), stream=True))}\n\n".encode()
                 yield b"data: [DONE]\n\n"
 
-            return StreamingResponse(events(), media_type="text/event-stream")
-        async for _ in _updates(req):
+            return StreamingResponse(events(), media_type="text/event-stream", background=abort_task(req))
+        async for _ in _updates(req, request, engine):
             pass
         if req.error is not None:
             return _error(req.error, 500)

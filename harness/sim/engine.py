@@ -54,7 +54,7 @@ from harness.sim.cost import PAGE_FIRST_DIRECT_SHARE, PLATFORM_H2D_BYTES_S, Cost
 from harness.sim.fault_effects import crash_with_illegal_access, kernel_noise
 from harness.sim.faults import Fault, FaultArg
 from harness.sim.metrics import SimMetrics
-from harness.sim.request import RequestError, SimRequest
+from harness.sim.request import ABORT_REASON, RequestError, SimRequest
 from harness.sim.tokens import CORRUPT_SALT, Candidates, TokenModel, advance, prompt_state
 
 log = logging.getLogger("sglang.sim.scheduler")
@@ -157,6 +157,23 @@ class Engine:
         self.waiting.append(req)
         self._wake.set()
 
+    def abort(self, req: SimRequest) -> None:
+        """sglang's ``abort_request`` for a client that went away: a waiting request leaves the
+        queue at once; a running (or chunked) one is finished with ``abort`` at its next step, its KV
+        kept in the cache as sglang's ``cache_finished_req`` does. Without it a load generator's
+        abandoned streams (guidellm ends a benchmark with its in-flight requests cancelled) would
+        keep the simulated GPU busy into the next benchmark."""
+        if req.done:
+            return
+        if req in self.waiting:
+            self.waiting.remove(req)
+            log.debug("Abort queued request. req.rid='%s'", req.rid)
+            req.finish_reason = ABORT_REASON
+            req.updates.put_nowait(None)
+            self.update_gauges()
+            return
+        req.abort_requested = True
+
     def flush(self) -> bool:
         """``/flush_cache``: refused while anything runs or waits (sglang returns 400)."""
         if self.busy:
@@ -227,11 +244,14 @@ class Engine:
             device, host = path[: len(device)], path[len(device) :]
         return Match(device=device, host=host, page_size=m.page_size, storage=m.storage if keep == len(m.host) else [])
 
-    async def _pace(self, seconds: float, arrived: float | None = None) -> None:
-        """Sleep until the end of a batch whose cost model says ``seconds`` (see `batch_deadline`)."""
+    async def _pace(self, seconds: float, arrived: float | None = None) -> float:
+        """Sleep until the end of a batch whose cost model says ``seconds`` (see `batch_deadline`);
+        returns the batch's modelled start (loop time)."""
         now = asyncio.get_running_loop().time()
-        self._timeline = batch_deadline(now, seconds * self.cost.time_scale, self._timeline, arrived)
-        await asyncio.sleep(max(0.0, self._timeline - now))  # late: 0, which still lets responses out
+        scaled = max(0.0, seconds * self.cost.time_scale)
+        self._timeline = end = batch_deadline(now, scaled, self._timeline, arrived)
+        await asyncio.sleep(max(0.0, end - now))  # late: 0, which still lets responses out
+        return end - scaled
 
     # ------------------------------------------------------------------ prefill
     def _admit(self, req: SimRequest) -> bool:
@@ -352,15 +372,22 @@ class Engine:
         seconds *= float(self.cfg.faults.get(Fault.slow_prefill) or 1.0) * self._fault_factor(len(batch))
         if any(r.stall and r.prefilled + n >= len(r.input_ids) for r, n in batch):
             seconds *= STALL_FACTOR  # a stalled request's first token comes out of this batch
-        await self._pace(seconds, max((r.arrived for r in fresh), default=None))
+        start = await self._pace(seconds, max((r.arrived for r in fresh), default=None))
+        end = self._timeline
         now = time.perf_counter()
         for req, n in batch:
+            if req.forward_entry_at is None:  # sglang's set_forward_entry_time: the first batch it is in
+                req.forward_entry_at = start
             req.prefilled += n
             if self.cfg.hybrid:
                 # mamba state tracked at 64-token boundaries: one checkpoint per chunk end
                 req.ckpts.add(req.prefilled // MAMBA_TRACK_INTERVAL * MAMBA_TRACK_INTERVAL)
             if req.prefilled < len(req.input_ids):
                 continue
+            if req.abort_requested:  # aborted during its prefill: no first token
+                self._finish(req, ABORT_REASON)
+                continue
+            req.prefill_finished_at = end
             if not req.internal:
                 self.metrics.inc("prompt_tokens", len(req.input_ids))
                 self.metrics.cached("device", req.cached_device)
@@ -397,6 +424,9 @@ class Engine:
         now = time.perf_counter()
         still: list[SimRequest] = []
         for req in self.running:
+            if req.abort_requested:
+                self._finish(req, ABORT_REASON)
+                continue
             self._emit(req, now)
             if len(req.output_ids) >= req.sampling.max_new_tokens:
                 self._finish(req)
@@ -440,9 +470,9 @@ class Engine:
         every = self.cfg.faults.get(Fault.late_token_flips)
         return every is not None and ((state * _MIX) & 0xFFFF_FFFF_FFFF_FFFF) >> 20 < (1 << 44) // int(every)
 
-    def _finish(self, req: SimRequest) -> None:
+    def _finish(self, req: SimRequest, reason: dict | None = None) -> None:
         """Answer the request now; its pages go into the cache in `_retire`, before the next batch."""
-        req.finish_reason = {"type": "length", "length": req.sampling.max_new_tokens}
+        req.finish_reason = reason or {"type": "length", "length": req.sampling.max_new_tokens}
         req.finished_at = time.perf_counter()
         if not req.internal:
             self.metrics.inc("num_requests", 1)

@@ -20,6 +20,10 @@ class SamplingParams:
     sampling_seed: int | None = None
 
 
+# an aborted request's finish_reason, as sglang's FINISH_ABORT().to_json() has it
+ABORT_REASON = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
 class RequestError(Exception):
     """A request sglang would answer with HTTP 400."""
 
@@ -63,6 +67,10 @@ class SimRequest:
     output_top: list[list[tuple[float, int]]] = field(default_factory=list)
     finish_reason: dict | None = None
     error: str | None = None
+    abort_requested: bool = False  # the client went away (`Engine.abort`): finished at its next step
+    # sglang's scheduler time stats (loop time; `queue_time` = forward_entry - arrived):
+    forward_entry_at: float | None = None  # the modelled start of the first prefill batch it is in
+    prefill_finished_at: float | None = None  # the modelled end of the batch that finished its prompt
 
     @property
     def cached_tokens(self) -> int:

@@ -55,6 +55,10 @@ class RequestRecord:
     # perf_counter_ns the request was scheduled for (open-loop sends, `StreamingClient.generate_at`);
     # None when it was sent as soon as it could be. sent_ns - scheduled_ns is the client's lag.
     scheduled_ns: int | None = None
+    # sglang's meta_info.queue_time: its scheduler's first prefill batch − wait-queue entry, seconds
+    # (the request's queueing, storage prefetch included); sent only with --enable-metrics, None
+    # when the server did not send it
+    queue_time_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -1,6 +1,6 @@
 """Load-back attribution (`harness.analysis.attribution`): a host hit's time split from what
-sglang 0.5.17 emits (load-back seconds and tokens from the sampled /metrics; queueing stated as
-not recorded), and "hit reported, tokens recomputed" — the simulator's ``declined_host_load``
+sglang 0.5.17 emits (load-back seconds and tokens from the sampled /metrics; queueing from each
+request's meta_info.queue_time, which --enable-metrics turns on), and "hit reported, tokens recomputed" — the simulator's ``declined_host_load``
 reports host hits the way sglang does for a declined load_back (host = host_hit_length, cached
 tokens only what was reused, its FAILED log line) — flagged in the summary, the verdict's
 warnings and the console."""
@@ -11,7 +11,6 @@ import json
 
 import pytest
 
-from harness.analysis.attribution import QUEUE_NOT_RECORDED
 from harness.cli import main
 from harness.server.logscan import declined_load_backs
 from tests.conftest import write_scenario
@@ -69,7 +68,13 @@ def test_a_declined_load_back_is_a_hit_reported_and_recomputed(tmp_path, capsys)
         if k.startswith("sglang:load_back_tokens_total")
     )
     assert loaded == 2 * 1999
-    assert a["queue_ms"] is None and a["queue"] == QUEUE_NOT_RECORDED  # sglang's queue_time is not kept
+    # --enable-metrics: every hit request came with sglang's queue_time, and the split adds up
+    rows = [json.loads(x) for x in (run / "on" / "requests.jsonl").read_text().splitlines()]
+    hits = [r for r in rows if r["phase"] == "repeat_after_evict" and not r["warmup"]]
+    assert hits and all(r["queue_time_s"] is not None and r["queue_time_s"] >= 0 for r in hits)
+    assert a["queue"] == "sglang's meta_info.queue_time" and a["queue_ms"] is not None
+    parts = a["queue_ms"] + a["host_to_device_ms"] + a["rest_ms"]
+    assert a["rest_ms"] == 0 or parts == pytest.approx(a["achieved_ms"])
     assert "text" not in a
     (b,) = bad["attribution"]
     assert b["hit_recomputed"] and b["reported_hit_tokens"] == 2 * 1999

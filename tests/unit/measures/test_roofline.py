@@ -259,3 +259,34 @@ def test_the_h200_case_on_the_simulator_page_first_direct_is_worse_than_off_laye
     assert [w["variant"] for w in worse] == ["on-page_first-direct"]
     assert "warning: on-page_first-direct: worse than off: repeat_prefill/repeat_after_evict" in out
     assert rc == 0
+
+
+def _hit(i: int, ttft_ms: float, queue_s: float | None, group: str | None = None):
+    r = make_record(
+        phase="hit",
+        index=i,
+        ttft_ms=ttft_ms,
+        prompt_tokens=33_000,
+        cached_tokens=32_000,
+        cached_device=0,
+        cached_host=32_000,
+        cached_storage=0,
+        concurrency_group=group,
+    )
+    r.queue_time_s = queue_s
+    return r
+
+
+def test_the_queueing_of_a_phase_is_the_median_of_what_sglang_reported_per_hit():
+    roof = phase_roofline([_hit(0, 200, 0.010), _hit(1, 210, 0.030), _hit(2, 220, 0.020)], PLATFORM, 1e4, "cold")
+    assert roof["queue_ms"] == pytest.approx(20.0) and roof["queue_reported"] == 3
+    # a server that sent no queue_time (no --enable-metrics): no figure, never a guess
+    roof = phase_roofline([_hit(0, 200, None), _hit(1, 210, None)], PLATFORM, 1e4, "cold")
+    assert roof["queue_ms"] is None and roof["queue_reported"] == 0
+
+
+def test_a_concurrent_pass_queues_as_its_last_first_token_did():
+    # the second request's first token ends the pass's wall: its 80 ms in the queue are the pass's
+    group = [_hit(0, 50, 0.001, "g"), _hit(1, 100, 0.080, "g")]
+    roof = phase_roofline(group, PLATFORM, 1e4, "cold")
+    assert roof["achieved_ms"] == pytest.approx(100) and roof["queue_ms"] == pytest.approx(80)

@@ -6,12 +6,11 @@ import time
 
 import pytest
 
-from harness.sim.cache import TwoTierCache
-from harness.sim.cost import MAX_LAG_S, CostModel, batch_deadline
-from harness.sim.engine import Engine, EngineConfig
-from harness.sim.metrics import SimMetrics
+from harness.sim.cost import MAX_LAG_S, batch_deadline
+from harness.sim.engine import Engine
 from harness.sim.request import SamplingParams, SimRequest
-from harness.sim.tokens import TokenModel
+from tests.conftest import SIM_STEP_S as STEP_S
+from tests.conftest import make_sim_engine as make_engine
 
 
 def test_after_idling_a_batch_starts_when_its_request_arrived():
@@ -35,36 +34,6 @@ def test_lateness_beyond_the_cap_is_not_banked():
 
 def test_a_negative_duration_reads_as_zero():
     assert batch_deadline(now=5.0, duration_s=-1.0, timeline=5.0, arrived=None) == 5.0
-
-
-STEP_S = 0.01
-
-
-def make_engine() -> Engine:
-    cfg = EngineConfig(
-        max_total_tokens=4096,
-        chunked_prefill_size=8192,
-        max_running_requests=8,
-        context_len=4096,
-        kv_bytes_per_token=1024,
-        mamba_bytes_per_slot=0,
-        hybrid=False,
-        deterministic=True,
-        faults={},
-        random_seed=0,
-    )
-    cost = CostModel(
-        prefill_tok_s=1e9,
-        prefill_overhead_s=STEP_S,
-        decode_base_s=STEP_S,
-        decode_per_req_s=0.0,
-        h2d_bytes_s=1e12,
-        d2h_bytes_s=1e12,
-        hbm_bytes_s=1e15,
-        backup_visible=0.0,
-        time_scale=1.0,
-    )
-    return Engine(cfg, TwoTierCache(4096, 0), cost, TokenModel(32000), SimMetrics("m"))
 
 
 async def generate(engine: Engine, ids: list[int], max_new_tokens: int) -> SimRequest:
