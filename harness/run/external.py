@@ -23,7 +23,8 @@ import httpx
 import psutil
 
 from harness.core.errors import BadInput
-from harness.scenario.models import HiCache, Variant
+from harness.scenario.models import Variant
+from harness.scenario.server_models import HiCache
 from harness.server.identify import NotSglangError, identify_sglang
 from harness.server.info import (
     MAX_INFO_BYTES,

@@ -12,7 +12,8 @@ from typing import Any
 
 from harness.core.yaml_lines import format_path, line_for
 from harness.measures.metrics import GATEABLE, METRICS
-from harness.scenario.models import DEFAULT_BUILD, HiCache, Scenario, Variant, VariantFields
+from harness.scenario.models import DEFAULT_BUILD, Scenario, Variant, VariantFields
+from harness.scenario.server_models import HiCache
 from harness.spec.errors import ErrorItem
 from harness.spec.server_flags import flag_value_problem
 from harness.spec.values import Check, env_problem, flag_problem

@@ -27,7 +27,8 @@ from harness.scenario.error_mapping import convert_errors
 from harness.scenario.expansion import expand_tree
 from harness.scenario.hashing import scenario_hash
 from harness.scenario.limits import size_checks
-from harness.scenario.models import AUTO_REPEATS, Scenario, SimOptions
+from harness.scenario.models import AUTO_REPEATS, Scenario
+from harness.scenario.server_models import SimOptions
 from harness.scenario.variants import expand_variants
 from harness.spec.errors import ErrorItem, ScenarioError
 

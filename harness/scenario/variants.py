@@ -17,15 +17,8 @@ from pydantic import ValidationError
 from harness.core.yaml_lines import format_path, line_for
 from harness.scenario.checks import axis_problem
 from harness.scenario.error_mapping import message_for
-from harness.scenario.models import (
-    DEFAULT_BUILD,
-    MatrixEntry,
-    Scenario,
-    SimOptions,
-    Variant,
-    VariantFields,
-    VariantSpec,
-)
+from harness.scenario.models import DEFAULT_BUILD, MatrixEntry, Scenario, Variant, VariantFields, VariantSpec
+from harness.scenario.server_models import SimOptions
 from harness.spec.errors import ErrorItem
 from harness.spec.values import fmt_num, parse_extra_args
 from harness.store.names import clashes_with_run_files, safe_name

@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.core.exit_codes import ExitCode
 from harness.run.serving_window import HangWatch, final_liveness
 from harness.scenario import load_scenario
-from harness.scenario.models import Watchdog
+from harness.scenario.server_models import Watchdog
 from harness.server import logscan
 from harness.server.process import ServerProcess, build_launch_spec, free_port
 from harness.store.records import RequestRecord

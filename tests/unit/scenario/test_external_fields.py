@@ -5,7 +5,7 @@ neither -- so a field added to `Server` must say which it is."""
 from __future__ import annotations
 
 from harness.scenario.checks import EXTERNAL_APPLIES_SERVER, EXTERNAL_REFUSED_SERVER
-from harness.scenario.models import Server
+from harness.scenario.server_models import Server
 
 
 def test_every_server_field_is_classified_once_for_backend_external():
