@@ -40,6 +40,7 @@ from harness.report.hicache_table import hicache_table, load_back, roofline_rows
 from harness.report.memory_table import memory_table
 from harness.report.quality_view import parity_groups, worst_samples
 from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
+from harness.report.soak_view import soak_panels
 from harness.report.view import load_view
 from harness.server.schedule import LAG_LIMIT_MS
 from harness.server.startup_phases import PHASES as STARTUP_PHASES
@@ -48,7 +49,7 @@ from harness.store.gpu_time import BUCKETS, run_gpu_time
 from harness.store.variant_status import origin_of_status
 
 TEMPLATES = Path(__file__).parent / "templates"
-SECTIONS = ("header", "hicache", "load", "memory", "timeseries", "latency", "quality", "failures", "comparison")
+SECTIONS = ("header", "hicache", "load", "memory", "slopes", "timeseries", "latency", "quality", "failures", "comparison")
 
 
 @functools.cache
@@ -298,6 +299,24 @@ def startup_rows(view) -> dict[str, dict]:
     return out
 
 
+def soak_context(view) -> list[dict[str, Any]]:
+    """The soak section: per variant and soak, its series' table rows and one figure a series."""
+    panels = soak_panels(view)
+    for p in panels:
+        for s in p["series"]:
+            s["png"] = (
+                figure_png(
+                    lambda ax, s=s: P.plot_trend(
+                        ax, s["t_s"], s["values"], s["slope_per_h"], s["intercept"], s["unit"], s["name"], s["verdict"]
+                    ),
+                    size=(4.2, 2.6),
+                )
+                if s["values"]
+                else None
+            )
+    return panels
+
+
 def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     """Everything the template shows, from one run folder."""
     from harness.analysis.expectations import evaluate_run_expectations
@@ -402,6 +421,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         "sections": SECTIONS,
         "report_rel": report_dir.relative_to(Path(reports_dir)),
         "load": load_context(view),
+        "soaks": soak_context(view),
     }
 
 

@@ -403,3 +403,34 @@ def limit_line(ax, y: float, label: str) -> None:
     """A red horizontal line at ``y`` (a limit), labelled at the right."""
     ax.axhline(y, color="#c44e52", lw=1, ls="--")
     ax.text(1.0, y, f" {label}", transform=ax.get_yaxis_transform(), fontsize=6.5, color="#c44e52", va="center")
+
+
+TREND_COLORS = {"LEAK": "#c44e52", "STABLE": "#55a868", "INCONCLUSIVE": "#dd8452"}
+
+
+def plot_trend(
+    ax,
+    t_s: Sequence[float],
+    values: Sequence[float],
+    slope_per_h: float | None,
+    intercept: float | None,
+    unit: str,
+    title: str,
+    verdict: str,
+) -> None:
+    """One soak series: its slice points over minutes and its Theil–Sen line, titled with the
+    verdict (coloured: LEAK red, STABLE green, INCONCLUSIVE orange)."""
+    if not values:
+        no_data(ax, f"{title}: not measured")
+        return
+    color = TREND_COLORS.get(verdict, "#8c8c8c")
+    minutes = np.asarray(t_s, dtype=float) / 60.0
+    ax.plot(minutes, values, "o", ms=3.5, color="#4c72b0", label="slice")
+    if slope_per_h is not None and intercept is not None:
+        line = intercept + slope_per_h * minutes / 60.0
+        ax.plot(minutes, line, "-", lw=1.6, color=color, label="Theil–Sen")
+    ax.set_title(f"{title}: {verdict}", fontsize=9, color=color)
+    ax.set_xlabel("minutes into the soak", fontsize=7)
+    ax.set_ylabel(unit, fontsize=7)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)

@@ -4,7 +4,10 @@ which series, with its slope and interval."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+import re
 from pathlib import Path
 
 from harness.cli import main
@@ -38,7 +41,7 @@ HEALTHY = "  - name: healthy\n    hicache: {ratio: 2}"
 LEAKING = "  - name: leaking\n    hicache: {ratio: 2}\n    sim_faults: [leak_per_request=8192]"
 
 
-def _run(tmp_path: Path, variants: str, duration: float, capsys) -> tuple[int, str, dict, dict]:
+def _run(tmp_path: Path, variants: str, duration: float, capsys) -> tuple[int, str, dict, dict, Path]:
     text = SCENARIO.replace("{variants}", variants).replace("{duration}", str(duration))
     scenario = write_scenario(tmp_path, text)
     rc = main(["run", str(scenario), "--results-dir", str(tmp_path / "r"), "--no-report"])
@@ -49,11 +52,11 @@ def _run(tmp_path: Path, variants: str, duration: float, capsys) -> tuple[int, s
         for v in run.iterdir()
         if (v / "summary.json").exists()
     }
-    return rc, out, json.loads((run / "verdict.json").read_text()), series
+    return rc, out, json.loads((run / "verdict.json").read_text()), series, run
 
 
 def test_a_leaking_server_leaks_and_fails_the_run_while_a_healthy_one_is_stable(tmp_path, capsys):
-    rc, out, verdict, series = _run(tmp_path, HEALTHY + "\n" + LEAKING, 6, capsys)
+    rc, out, verdict, series, run = _run(tmp_path, HEALTHY + "\n" + LEAKING, 6, capsys)
     assert rc == 1 and verdict["outcome"] == "FAIL"
     by_name = {v["variant"]: v for v in verdict["variants"]}
     assert by_name["healthy"]["outcome"] == "PASS"
@@ -65,9 +68,24 @@ def test_a_leaking_server_leaks_and_fails_the_run_while_a_healthy_one_is_stable(
     assert "verdict: FAIL (exit 1)" in out and "server_rss LEAK" in out
     assert set(series["healthy"]) == {"server_rss"}  # only the series asked for
 
+    # the report: a table row and a plot per series, the verdict on each
+    assert main(["report", str(run), "--reports-dir", str(tmp_path / "reports")]) == 0
+    (page,) = (tmp_path / "reports").rglob("index.html")
+    html = page.read_text()
+    section = html[html.index('<section id="slopes">') : html.index('<section id="timeseries">')]
+    rows = re.findall(r"<h3>(\S+) · soak.*?</table>", section, re.S)
+    assert rows == ["healthy", "leaking"]
+    assert "<b>STABLE</b>" in section.split("leaking · soak")[0] and "<b>LEAK</b>" in section.split("leaking · soak")[1]
+    from PIL import Image
+
+    for variant in ("healthy", "leaking"):
+        (png,) = re.findall(rf'alt="soak server_rss of {variant}" src="data:image/png;base64,([^"]+)"', section)
+        im = Image.open(io.BytesIO(base64.b64decode(png))).convert("L")
+        assert im.size[0] > 300 and sum(im.histogram()[:200]) > 500  # points and a line drawn
+
 
 def test_a_soak_too_short_to_judge_is_inconclusive(tmp_path, capsys):
-    rc, out, verdict, series = _run(tmp_path, HEALTHY, 1.5, capsys)  # 2 slices, 1 after settling
+    rc, out, verdict, series, _ = _run(tmp_path, HEALTHY, 1.5, capsys)  # 2 slices, 1 after settling
     assert rc == 4 and verdict["outcome"] == "INCONCLUSIVE"
     assert series["healthy"]["server_rss"]["verdict"] == "INCONCLUSIVE"
     assert "too short a soak" in out and "verdict: INCONCLUSIVE (exit 4)" in out
