@@ -10,12 +10,8 @@ import random
 import pytest
 
 from harness.quality.floor import floor_test, min_keys, sign_test_p
-from harness.quality.parity import (
-    compare_outputs,
-    evaluate_parity,
-    host_miss_cause,
-    mcnemar_exact_p,
-)
+from harness.quality.pairs import compare_outputs
+from harness.quality.parity import evaluate_parity, host_miss_cause, mcnemar_exact_p
 from harness.sim.fault_effects import kernel_noise
 from harness.sim.tokens import CORRUPT_SALT, TokenModel, advance
 from harness.store.quality_record import QualityRecord
