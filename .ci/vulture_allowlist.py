@@ -105,3 +105,4 @@ swap_in_kib_s  # likewise
 gpu_memory_mib  # likewise
 host_pool_pct  # likewise
 storage_dir_mib  # likewise
+swap_gib  # SimHost field, read by name into --sim-host-swap-gib (harness/server/process.py)

@@ -145,7 +145,7 @@ def cmd_run(args) -> int:
     if scenario.server.backend == "sim" and not args.dry_run:
         require_extra("sim", "harness run with backend: sim")
     # what this night can decide: the runner prints it on stderr once the run's inputs are accepted
-    plan_lines = [] if args.resume else resolve_repeats(scenario, Path(args.results_dir))
+    plan_lines = [] if args.resume or args.find_ratio else resolve_repeats(scenario, Path(args.results_dir))
     write_report = not args.no_report and not args.dry_run
     if write_report and (gone := _missing_report_extra()):
         print(f"harness: no report at the end of this run: {gone}", file=sys.stderr)
@@ -169,6 +169,10 @@ def cmd_run(args) -> int:
         except BadInput as exc:
             return _bad(str(exc))
     try:
+        if args.find_ratio:
+            from harness.cli.find_ratio import run_find_ratio
+
+            return run_find_ratio(args, scenario, options, _report_run)
         if args.resume and resume.holds_only_its_lock(Path(args.resume)):
             resume.check_fresh_start(scenario, Path(args.resume))
             print(
@@ -422,6 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(verdict.rounds, within verdict.budget_minutes), every round pooled; exit: the final comparison's",
     )
     s.add_argument("--baseline", default="latest", metavar="RUN|latest", help="--decide's baseline (default: latest)")
+    s.add_argument(
+        "--find-ratio",
+        action="store_true",
+        help="run one HiCache variant (--only V) at its predicted safe-ratio boundary and a step above, for the "
+        "start limit and the page-cache limit, and say whether both sides agree and where the cliffs are",
+    )
     s.set_defaults(func=cmd_run)
 
     s = sub.add_parser("show", help="print a run's results table (per variant: TTFT, speedup, tier share, parity)")

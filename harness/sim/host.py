@@ -99,6 +99,7 @@ class SimulatedHost:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._counters = {"pswpin": 0.0, "pswpout": 0.0, "pgmajfault": 0.0}
         self._lock = threading.Lock()
+        self._io = threading.Lock()  # one writer of the files at a time (the thread, pin, close)
         self._stop = threading.Event()
         self._last = time.monotonic()
         self.write()
@@ -162,10 +163,11 @@ class SimulatedHost:
             self._tick()
             mem = meminfo_text(self.state)
             vm = "".join(f"{k} {int(v)}\n" for k, v in self._counters.items())
-        for name, text in (("meminfo", mem), ("vmstat", vm)):
-            tmp = self.dir / f".{name}.tmp"
-            tmp.write_text(text, encoding="ascii")
-            os.replace(tmp, self.dir / name)
+        with self._io:
+            for name, text in (("meminfo", mem), ("vmstat", vm)):
+                tmp = self.dir / f".{name}.tmp"
+                tmp.write_text(text, encoding="ascii")
+                os.replace(tmp, self.dir / name)
 
     def _run(self) -> None:
         while not self._stop.wait(WRITE_INTERVAL_S):
