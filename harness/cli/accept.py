@@ -10,12 +10,20 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.compare.runs import accept_run, compared_outcome, read_run
 from harness.core.exit_codes import ExitCode
 from harness.store import results
 
 
+def add_parser(sub) -> None:
+    s = sub.add_parser("accept", help="accept a run as a baseline (even one whose comparison failed)")
+    s.add_argument("run", help="run folder")
+    s.add_argument("--note", help="why it is accepted (kept in accepted.json)")
+    s.set_defaults(func=cli_main)
+
+
 def cli_main(args) -> int:
+    from harness.compare.runs import accept_run, compared_outcome, read_run  # heavy (pandas): only when it runs
+
     try:
         run = read_run(Path(args.run))
     except results.ResultsError as exc:

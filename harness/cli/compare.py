@@ -12,23 +12,49 @@ import sys
 import traceback
 from pathlib import Path
 
-from harness.compare import (
-    BaselineMismatch,
-    compare_runs,
-    load_baseline,
-    read_run,
-    to_junit,
-    to_markdown,
-    write_comparison,
-)
-from harness.compare.render import console_text
 from harness.core.exit_codes import ExitCode
+from harness.core.optional import require_extra
 from harness.store import results
 
 _EXIT = {"PASS": ExitCode.OK, "FAIL": ExitCode.FAILED, "INCONCLUSIVE": ExitCode.INCONCLUSIVE}
 
 
+def add_parser(sub) -> None:
+    s = sub.add_parser("compare", help="compare a run with a baseline run; exit 1 on a regression")
+    s.add_argument("run", help="candidate run folder")
+    s.add_argument("--baseline", required=True, help="baseline run folder, or 'latest' (last good run)")
+    s.add_argument(
+        "--results-dir",
+        default=None,
+        help="where to look for 'latest' (default: the results folder the candidate run is in)",
+    )
+    s.add_argument("--junit", metavar="FILE", help="write JUnit XML here")
+    s.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="write a Markdown summary here (also appended to $GITHUB_STEP_SUMMARY when set)",
+    )
+    s.add_argument(
+        "--round",
+        action="append",
+        metavar="RUN",
+        help="an extra round of the candidate's night, pooled with it (repeatable; at most the scenario's "
+        "verdict.rounds: each look is tested at the alpha spent on it)",
+    )
+    s.add_argument(
+        "--pool",
+        type=int,
+        default=1,
+        metavar="K",
+        help="with --baseline latest: pool the K newest eligible runs as the baseline (default 1)",
+    )
+    s.set_defaults(func=cli_main)
+
+
 def cli_main(args) -> int:
+    require_extra("stats", "harness compare")
+    from harness.compare.runs import BaselineMismatch  # heavy (pandas): only when it runs
+
     try:
         return _compare(args)
     except (results.ResultsError, BaselineMismatch) as exc:
@@ -93,6 +119,9 @@ def append_step_summary(path: Path, text: str) -> str | None:
 
 
 def _compare(args) -> int:
+    from harness.compare import load_baseline, read_run, to_junit, to_markdown, two_runs, write_comparison
+    from harness.compare.render import console_text
+
     junit = _regular_target(Path(args.junit), "--junit") if getattr(args, "junit", None) else None
     markdown = _regular_target(Path(args.markdown), "--markdown") if getattr(args, "markdown", None) else None
     cand = read_run(Path(args.run))
@@ -105,7 +134,7 @@ def _compare(args) -> int:
     for line in choice.lines():
         print(f"harness compare: {line}", file=sys.stderr)
     rounds = [read_run(Path(r)) for r in getattr(args, "round", None) or ()]
-    comp = compare_runs(choice.run, cand, choice, rounds)
+    comp = two_runs.compare_runs(choice.run, cand, choice, rounds)
     comparison_file = write_comparison(cand, comp.to_dict())
     md = to_markdown(comp)
     if junit is not None:  # checked again: it may have been replaced meanwhile

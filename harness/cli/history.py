@@ -5,11 +5,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from harness.compare.history import collect
 from harness.core.exit_codes import ExitCode
+from harness.core.optional import require_extra
 from harness.core.yaml_lines import load_yaml
-from harness.report.history_page import write_history_page
 from harness.store import results
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser("history", help="trend page of a scenario's runs, with change points")
+    s.add_argument("scenario", help="scenario name (or its YAML file)")
+    s.add_argument("--results-dir", default="results")
+    s.add_argument("--reports-dir", default="reports")
+    s.set_defaults(func=cli_main)
 
 
 def _scenario_name(arg: str) -> str:
@@ -22,6 +29,10 @@ def _scenario_name(arg: str) -> str:
 
 
 def cli_main(args) -> int:
+    require_extra("report", "harness history")
+    from harness.compare.history import collect  # heavy (pandas, jinja2): only when it runs
+    from harness.report.history_page import write_history_page
+
     try:
         name = _scenario_name(args.scenario)
     except Exception as exc:  # noqa: BLE001 - a YAML that does not load

@@ -8,15 +8,30 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from harness.api import load_run, write_tables
 from harness.core.exit_codes import ExitCode
 from harness.store import results
 
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def add_parser(sub) -> None:
+    s = sub.add_parser(
+        "load",
+        help="a run's tables (requests, samples, quality, parity, summaries): print "
+        "their shapes and heads, or write them as CSV or Parquet files",
+    )
+    s.add_argument("run", help="run folder")
+    s.add_argument("--csv", metavar="DIR", help="write each table as DIR/<table>.csv")
+    s.add_argument("--parquet", metavar="DIR", help="write each table as DIR/<table>.parquet (needs pyarrow)")
+    s.set_defaults(func=cli_main)
+
 
 def cli_main(args) -> int:
+    from harness.api import load_run, write_tables  # heavy (pandas): only when it runs
+
     try:
         run = load_run(Path(args.run))
     except results.ResultsError as exc:
@@ -43,6 +58,8 @@ def _has_parquet_engine() -> bool:
 
 
 def _print(run, tables: dict[str, pd.DataFrame]) -> None:
+    import pandas as pd  # heavy: only when it runs
+
     print(
         f"run {run.run_id} of {run.scenario}{' (SIMULATED)' if run.simulated else ''}"
         f"{'' if run.complete else ' (not complete)'}"

@@ -479,7 +479,7 @@ def test_harness_error_exits_3(golden_run, tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("harness.cli.compare.compare_runs", boom)
+    monkeypatch.setattr("harness.compare.two_runs.compare_runs", boom)
     assert cli_main(args(run, run, tmp_path)) == 3
 
 
