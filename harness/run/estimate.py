@@ -46,7 +46,8 @@ from harness.run.estimate_pool import shape_of, variant_pool
 from harness.run.estimate_quality import quality_estimate
 from harness.run.estimate_result import PoolEstimate, RunEstimate, VariantEstimate
 from harness.run.gpu_pool import kv_dtype_bytes_for, pool_args_from_server_args
-from harness.run.hostpool import DEFAULT_RESERVE_GIB, check_budget, host_size_split, predict_host_pool
+from harness.run.hostpool import check_budget, host_size_split, predict_host_pool
+from harness.scenario.models import Scenario, Variant
 from harness.server import logscan
 from harness.workloads import kinds
 from harness.workloads.estimating import EstimateContext, WorkEstimate
@@ -61,7 +62,7 @@ def _ctx(
     hybrid: bool,
     repeats: int,
     decode_tok_s: float | None,
-    scenario: Any,
+    scenario: Scenario,
     prefill_tok_s: float | None = None,
 ) -> EstimateContext:
     return EstimateContext(
@@ -72,7 +73,7 @@ def _ctx(
         hybrid,
         repeats,
         decode_tok_s,
-        getattr(scenario, "base_dir", None),
+        scenario.base_dir,
         prefill_tok_s,
     )
 
@@ -95,14 +96,9 @@ def _workload(w: Any, c: EstimateContext) -> WorkEstimate:
     return kind.estimate(w, c)
 
 
-def _scenario_estimate_block(scenario: Any) -> Any:
-    """The scenario's optional ``estimate`` block (proposed key), if the loaded model has one."""
-    return getattr(scenario, "estimate", None)
-
-
 def estimate_run(
-    scenario: Any,
-    variants: Sequence[Any] | None = None,
+    scenario: Scenario,
+    variants: Sequence[Variant] | None = None,
     prefill_tok_s: float | None = None,
     decode_tok_s: float | None = None,
     *,
@@ -122,18 +118,15 @@ def estimate_run(
     MemAvailable while weights load, to check the host pools against sglang's budget (default
     ``server.sim.mem_available_gib`` for the simulator); ``limit_minutes``: flag a longer run.
     Arguments not given fall back to the scenario's ``estimate`` block when it has one."""
-    block = _scenario_estimate_block(scenario)
-
-    def pick(value: Any, key: str) -> Any:
-        return value if value is not None or block is None else getattr(block, key, None)
-
-    prefill_tok_s = pick(prefill_tok_s, "prefill_tok_s")
-    decode_tok_s = pick(decode_tok_s, "decode_tok_s")
-    startup_s = pick(startup_s, "startup_s")
-    gpu_pool_tokens = pick(gpu_pool_tokens, "gpu_pool_tokens")
-    gpu_mem_gib = pick(gpu_mem_gib, "gpu_mem_gib")
-    mem_available_gib = pick(mem_available_gib, "mem_available_gib")
-    limit_minutes = pick(limit_minutes, "limit_minutes")
+    block = scenario.estimate
+    if block is not None:  # what the arguments leave unsaid
+        prefill_tok_s = block.prefill_tok_s if prefill_tok_s is None else prefill_tok_s
+        decode_tok_s = block.decode_tok_s if decode_tok_s is None else decode_tok_s
+        startup_s = block.startup_s if startup_s is None else startup_s
+        gpu_pool_tokens = block.gpu_pool_tokens if gpu_pool_tokens is None else gpu_pool_tokens
+        gpu_mem_gib = block.gpu_mem_gib if gpu_mem_gib is None else gpu_mem_gib
+        mem_available_gib = block.mem_available_gib if mem_available_gib is None else mem_available_gib
+        limit_minutes = block.limit_minutes if limit_minutes is None else limit_minutes
     if prefill_tok_s is not None and prefill_tok_s <= 0:
         raise ValueError("prefill_tok_s must be > 0 (argument or the scenario's estimate block)")
     prefill = None if prefill_tok_s is None else float(prefill_tok_s)
@@ -145,12 +138,11 @@ def estimate_run(
     q = scenario.quality
     baseline_name = q.baseline_variant
     server = scenario.server
-    sim = getattr(server, "sim", None)
-    if mem_available_gib is None and getattr(server, "backend", None) == "sim" and sim is not None:
-        mem_available_gib = sim.mem_available_gib
+    if mem_available_gib is None and server.backend == "sim" and server.sim is not None:
+        mem_available_gib = server.sim.mem_available_gib
     pre = scenario.preflight
-    reserve = float(getattr(pre, "reserve_gib", DEFAULT_RESERVE_GIB))
-    ranks = int(getattr(pre, "ranks_on_host", None) or server.tp_size or 1)
+    reserve = float(pre.reserve_gib)
+    ranks = int(pre.ranks_on_host or server.tp_size or 1)
     idle = float(scenario.sampling.idle_window_s) if scenario.sampling.enabled else 0.0
     liveness = float(server.liveness_idle_s)
 
@@ -263,7 +255,7 @@ def estimate_run(
     )
 
 
-def design_warnings(scenario: Any, variants: Sequence[Any] | None = None) -> dict[str, tuple[str, ...]]:
+def design_warnings(scenario: Scenario, variants: Sequence[Variant] | None = None) -> dict[str, tuple[str, ...]]:
     """{variant: its design warnings} of a loaded `Scenario` before anything starts: what its
     workloads will not exercise as designed (a prompt length a hybrid model can reuse nothing of,
     a working set that stays on the GPU or overflows the host pool, a prompt the server refuses),
@@ -280,7 +272,7 @@ def design_warning_lines(warnings: Mapping[str, Sequence[str]]) -> list[str]:
 
 
 def request_counts(
-    scenario: Any, variants: Sequence[Any] | None = None, *, gpu_pool_tokens: int | None = None
+    scenario: Scenario, variants: Sequence[Variant] | None = None, *, gpu_pool_tokens: int | None = None
 ) -> dict[str, int]:
     """{variant: the requests it will record} (rows of requests.jsonl and quality.jsonl, all
     repeats, warm-ups included; the quality arm's churn is not recorded) of a loaded `Scenario`,

@@ -18,6 +18,7 @@ from harness.run.estimate_result import (
 )
 from harness.run.gpu_pool import kv_dtype_bytes_for, pool_args_from_server_args, predict_gpu_pool_tokens
 from harness.run.hostpool import host_size_split, predict_host_pool
+from harness.scenario.models import Scenario, Variant
 
 SIM_DEFAULT_POOL_TOKENS = 20480  # harness.sim.server.DEFAULT_MAX_TOTAL_TOKENS (not imported: it pulls in uvicorn)
 
@@ -27,7 +28,7 @@ def _arg(args: Mapping[str, Any], flag: str) -> Any:
     return None if v is False else v
 
 
-def shape_of(variant: Any) -> tuple[ModelShape | None, str]:
+def shape_of(variant: Variant) -> tuple[ModelShape | None, str]:
     try:
         return load_model_shape(variant.model_path), ""
     except (ModelConfigError, OSError, TypeError, ValueError) as e:
@@ -35,8 +36,8 @@ def shape_of(variant: Any) -> tuple[ModelShape | None, str]:
 
 
 def variant_pool(
-    scenario: Any,
-    variant: Any,
+    scenario: Scenario,
+    variant: Variant,
     *,
     gpu_pool_tokens: int | None = None,
     gpu_mem_gib: float | None = None,

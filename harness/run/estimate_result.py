@@ -76,21 +76,21 @@ class VariantEstimate:
     def expected_tokens(self) -> int | None:
         return _sum(w.expected_tokens for w in self.work)
 
-    def _seconds(self, tokens: str) -> float | None:
-        """Each workload's serving (``tokens`` of it computed, then decoded) or its own clock,
-        whichever is longer, plus its waits; then the starts and idle windows."""
-        walls = [w.wall_s(getattr(w, tokens), self.prefill_tok_s) for w in self.work]
+    def _seconds(self, expected: bool) -> float | None:
+        """Each workload's serving (its expected or its computed tokens, then decoded) or its own
+        clock, whichever is longer, plus its waits; then the starts and idle windows."""
+        walls = [w.wall_s(w.expected_tokens if expected else w.computed_tokens, self.prefill_tok_s) for w in self.work]
         return None if any(x is None for x in walls) else sum(walls) + self.overhead_s  # type: ignore[arg-type]
 
     @property
     def seconds(self) -> float | None:
         """Upper bound: every token that needs the host tier is recomputed."""
-        return self._seconds("computed_tokens")
+        return self._seconds(expected=False)
 
     @property
     def expected_seconds(self) -> float | None:
         """A healthy stack: host-tier hits wherever the pools allow them."""
-        return self._seconds("expected_tokens")
+        return self._seconds(expected=True)
 
     def bucket_seconds(self) -> dict[str, float] | None:
         """Its expected seconds in `harness.store.gpu_time`'s buckets (a healthy stack): startup, work
