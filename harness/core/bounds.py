@@ -31,6 +31,8 @@ MODEL_CONFIG_BYTES = 4 << 20  # a model's config.json (real ones are a few KB)
 MAX_LAYERS = 4096  # num_hidden_layers of a model config (the largest real models have ~130)
 MAX_HIDDEN = 1 << 20  # hidden_size, heads, head_dim: beyond is no model
 TRACE_SPAN_DAYS = 7  # a trace's last timestamp after its first (datasets.MAX_TRACE_SPAN_MS)
+DATASET_MAX_TOKENS = 1 << 24  # a dataset row's input or output length (the longest contexts are ~10M)
+DATASET_MAX_HASH_IDS = 1 << 16  # a trace row's hash ids (mooncake's longest has a few hundred)
 
 
 class TooLarge(BadInput, ValueError):

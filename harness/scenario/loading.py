@@ -73,6 +73,10 @@ def _from_loaded(y: LoadedYaml, env: Mapping[str, str] | None, path: Path | None
         errors += late_checks(scn, variants, y.lines, file)
         if not expansion_failed:  # sizes read model paths and contexts: not from an unexpanded value
             errors += size_checks(scn, variants, y.lines, file)
+            for i, w in enumerate(scn.workloads):  # the files workloads read (datasets): before anything starts
+                for where, msg in w.input_problems(scn._base_dir):
+                    key = ("workloads", i, *where)
+                    errors.append(ErrorItem(file, line_for(y.lines, key), format_path(key), msg))
     except Exception:  # noqa: BLE001 - a later check tripped over an error already found: report those
         if not errors:
             raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import abstractmethod
+from pathlib import Path
 from typing import Literal
 
 from pydantic import model_validator
@@ -31,6 +32,12 @@ class WorkloadConfig(ScenarioModel):
     def new_tokens(self) -> int:
         """Output tokens per request unless the workload passes its own."""
         return DEFAULT_NEW_TOKENS
+
+    def input_problems(self, base_dir: Path | None) -> list[tuple[tuple, str]]:
+        """What is wrong with the files this workload reads (``base_dir``: the scenario's folder),
+        as (key path under the workload, message naming the file): checked when the scenario is
+        loaded, so `validate` and `run` refuse them before anything starts (exit 2). None here."""
+        return []
 
     @abstractmethod
     def longest_request_tokens(self, pool_tokens: int) -> int:

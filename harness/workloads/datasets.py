@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -83,6 +84,8 @@ class DatasetRequest:
 
 def _read_text(path: str | Path) -> str:
     p = Path(path)
+    if p.exists() and not p.is_file():  # a folder, a FIFO (it would block), a device (/dev/zero never ends)
+        raise DatasetError(f"{p}: not a regular file")
     if not p.is_file():
         raise DatasetError(
             f"{p}: no such file (datasets are never downloaded: put the file there, see docs/scenario-format.md)"
@@ -90,7 +93,7 @@ def _read_text(path: str | Path) -> str:
     if p.stat().st_size > MAX_FILE_BYTES:
         raise DatasetError(f"{p}: {p.stat().st_size:,} bytes, more than {MAX_FILE_BYTES:,}")
     try:
-        return p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is no text
     except UnicodeDecodeError as exc:
         raise DatasetError(f"{p}: not UTF-8 text ({exc})") from None
 
@@ -104,6 +107,16 @@ def _json(text: str, where: str, what: str = "not valid JSON") -> Any:
         raise DatasetError(f"{where}: {what} ({exc})") from None
     except RecursionError:
         raise DatasetError(f"{where}: {what} (nested too deep to read)") from None
+
+
+def _unicode(text: str, where: str, key: str) -> str:
+    """``text``, refused when it holds a lone surrogate (JSON's ``"\\ud800"``): no encoder can
+    send it (a UnicodeEncodeError crashed the run, exit 3)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DatasetError(f"{where}: {key} is not valid Unicode text ({exc.reason} at {exc.start})") from None
+    return text
 
 
 def _rows(path: str | Path) -> list[Any]:
@@ -136,7 +149,10 @@ def load_sharegpt(path: str | Path) -> list[DatasetRequest]:
         prompt, answer = first.get("value"), reply.get("value")
         if not isinstance(prompt, str) or not prompt or not isinstance(answer, str):
             continue
-        out.append(DatasetRequest(index=i, parts=(prompt,), reply=answer))
+        where = f"{path} conversation {i + 1}"
+        out.append(
+            DatasetRequest(index=i, parts=(_unicode(prompt, where, "value"),), reply=_unicode(answer, where, "reply"))
+        )
     return out
 
 
@@ -146,7 +162,7 @@ def _qa_pairs(value: Any, where: str) -> list[tuple[str, str | None]]:
             return []
         try:
             value = ast.literal_eval(value)
-        except (ValueError, SyntaxError) as exc:
+        except (ValueError, SyntaxError, RecursionError, MemoryError) as exc:  # nested past the parser's limit
             raise DatasetError(f"{where}: qa_pairs is neither a list nor a Python literal ({exc})") from None
     if not isinstance(value, list):
         raise DatasetError(f'{where}: qa_pairs must be a list of {{"Q": ..., "A": ...}}')
@@ -192,8 +208,9 @@ def load_doc_qa(path: str | Path) -> list[DatasetRequest]:
             pairs = [(q, _answer(row.get("answers")))] if isinstance(q, str) and q else []
         if not isinstance(document, str) or not document:
             raise DatasetError(f'{where}: no document (expected "input" with qa_pairs, or "context")')
-        group = docs.setdefault(document, len(docs))
+        group = docs.setdefault(_unicode(document, where, "the document"), len(docs))
         for q, a in pairs:
+            q, a = _unicode(q, where, "a question"), None if a is None else _unicode(a, where, "an answer")
             out.append(
                 DatasetRequest(
                     index=len(out),
@@ -206,10 +223,24 @@ def load_doc_qa(path: str | Path) -> list[DatasetRequest]:
 
 
 def _int_field(row: dict, key: str, where: str, *, minimum: int = 0, default: int | None = None) -> int:
+    """A whole number from ``minimum`` to `bounds.DATASET_MAX_TOKENS` (``Infinity`` crashed
+    validate with an OverflowError, 1e300 became a 10^300-token request)."""
     v = row.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < minimum:
-        raise DatasetError(f"{where}: {key} must be a whole number >= {minimum}, got {v!r}")
+    top = bounds.DATASET_MAX_TOKENS
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or (isinstance(v, float) and not math.isfinite(v))
+        or v != int(v)
+        or not minimum <= v <= top
+    ):
+        raise DatasetError(f"{where}: {key} must be a whole number from {minimum} to {top:,}, got {_short(v)}")
     return int(v)
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def load_mooncake(path: str | Path) -> list[DatasetRequest]:
@@ -220,11 +251,16 @@ def load_mooncake(path: str | Path) -> list[DatasetRequest]:
         if not isinstance(row, dict):
             raise DatasetError(f"{where}: expected a JSON object")
         ts = row.get("timestamp", 0)
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
-            raise DatasetError(f"{where}: timestamp must be a number of ms >= 0, got {ts!r}")
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
+            # NaN passed `ts < 0` and crashed the replay's clock (exit 3)
+            raise DatasetError(f"{where}: timestamp must be a finite number of ms >= 0, got {_short(ts)}")
         hashes = row.get("hash_ids", [])
         if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
             raise DatasetError(f"{where}: hash_ids must be a list of integers")
+        if len(hashes) > bounds.DATASET_MAX_HASH_IDS:  # 2 million of them hung validate
+            raise DatasetError(
+                f"{where}: {len(hashes):,} hash_ids, more than {bounds.DATASET_MAX_HASH_IDS:,} (one per block of a prompt)"
+            )
         out.append(
             DatasetRequest(
                 index=n - 1,

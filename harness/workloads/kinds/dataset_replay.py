@@ -28,6 +28,7 @@ repeat, so its repeats do not hit each other's cache.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -96,6 +97,22 @@ class DatasetReplay(Load, SLOFields, WorkloadConfig):
 
     def longest_request_tokens(self, pool_tokens: int) -> int:
         return self.max_prompt_tokens.resolve(pool_tokens) + self.new_tokens()
+
+    def input_problems(self, base_dir: Path | None) -> list[tuple[tuple, str]]:
+        """The file, read as the run reads it (an empty, truncated, mistyped or non-UTF-8 file
+        started the run and failed its variant; some crashed it, exit 3). A path where nothing is
+        yet is no problem here (the data may be put on the box that runs it; the estimate says it
+        cannot read it, the run fails the variant naming it)."""
+        path = resolve_path(self.path, base_dir)
+        if not os.path.lexists(path):
+            return []
+        try:
+            requests = D.load_dataset(self.format, path)
+        except D.DatasetError as exc:
+            return [(("path",), str(exc))]
+        if not requests:
+            return [(("path",), f"{path}: no usable request in the {self.format} file")]
+        return []
 
     def load_points(self) -> list[Point]:
         if self.arrivals == "trace":
