@@ -242,6 +242,11 @@ class Sampler:
 
     # -- public API ----------------------------------------------------------------------
 
+    def follow(self, pid: int) -> None:
+        """The server was restarted (harness.run.restart): its RSS is the new process tree's."""
+        self.pid = pid
+        self._rss = ProcessTreeRss(pid)
+
     @property
     def phase(self) -> str:
         with self._lock:

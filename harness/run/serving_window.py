@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from harness.core import stall
 from harness.core.model_config import model_vocab_size
 from harness.quality import run as quality_run
+from harness.run.restart import Restarter
 from harness.server import http1, logscan
 from harness.server.client import StreamingClient
 from harness.server.info import NoAnswer, ServerInfo, get_status
@@ -180,6 +181,13 @@ class HangWatch:
                         )
             await asyncio.sleep(self.tick_s)
 
+    def hold(self) -> None:
+        """A planned restart (harness.run.restart): no silence counts until `resume`."""
+        self.last_progress = float("inf")
+
+    def resume(self) -> None:
+        self.last_progress = time.monotonic()
+
     def trip(self, detected_by: str, **detail) -> None:
         if self.verdict is not None or not self.alive():
             return
@@ -291,9 +299,15 @@ def run_window(
         scenario.server.watchdog,
         variant.request_timeout_s,
         lambda timeout_s: probe_health(spec.base_url, timeout_s),
-        server.alive,
+        lambda: server.alive(),  # the server object outlives a planned restart (harness.run.restart)
         give_up,
         started=window_started,
+    )
+    # a launched server can be restarted by a workload (storage_restart); an attached one cannot
+    restarter = (
+        Restarter(scenario, variant, server, sampler, phase, watch.hold, watch.resume)
+        if variant.backend != "external"
+        else None
     )
     requests = _Recorder(vpaths.requests, watch.note, lambda rec: progress.request_done())
     quality_rows = _Recorder(vpaths.quality, watch.note, lambda rec: progress.request_done())
@@ -315,9 +329,10 @@ def run_window(
                     seed=scenario.seed,
                     record=requests,
                     set_phase=phase,
-                    alive=server.alive,
+                    alive=restarter.alive if restarter is not None else server.alive,
                     request_timeout_s=variant.request_timeout_s,
                     scenario_dir=scenario.base_dir,
+                    restart=restarter,
                 )
                 ctx.record_quality = quality_rows
                 ctx.model_path = variant.model_path

@@ -47,7 +47,9 @@ def variant_config_hash(scenario: Scenario, variant: Variant) -> str:
             {
                 # a simulated host, when there is none, adds nothing: earlier runs keep their hashes
                 **variant.sim.model_dump(
-                    exclude=STARTUP_ONLY_SIM_KNOBS | ({"host"} if variant.sim.host is None else set())
+                    exclude=STARTUP_ONLY_SIM_KNOBS
+                    | ({"host"} if variant.sim.host is None else set())
+                    | (set() if variant.sim.storage_persist else {"storage_persist"})
                 ),
                 "faults": variant.all_sim_faults(),
             }

@@ -74,6 +74,8 @@ class SimOptions(ScenarioModel):
     # device pool bytes as sglang 0.5.17 does (--sim-host-split)
     host_split: Literal["each", "proportional"] = "each"
     host: SimHost | None = None  # None: the real host's /proc (and sim.mem_available_gib for the rule)
+    # the file backend's storage tier kept in its directory, as sglang's HiCacheFile (a restart keeps it)
+    storage_persist: bool = False
 
     @model_validator(mode="after")
     def _host_needs_mem_available(self) -> "SimOptions":

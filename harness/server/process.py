@@ -136,6 +136,8 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
                 sim_flags += ["--sim-" + knob.replace("_", "-"), _fmt(getattr(sim, knob))]
         if sim.host_split != "each":
             sim_flags += ["--sim-host-split", sim.host_split]
+        if sim.storage_persist:
+            sim_flags.append("--sim-storage-persist")
         if sim.host is not None:  # a simulated host (harness.sim.host); its files: the runner's sim_host/
             h = sim.host
             sim_flags += ["--sim-host-mem-total-gib", _fmt(h.mem_total_gib)]

@@ -63,6 +63,7 @@ class SimArgs:
     host_swap_gib: float = 0.0
     host_load_dip_gib: float = 0.0
     host_cgroup_limit_gib: float | None = None
+    storage_persist: bool = False  # the file backend's pages in its directory (harness.sim.storage_file)
     host_reserve_gib: float = 10.0  # the build's host-memory reserve (sglang's HICACHE_HOST_MEMORY_RESERVE_BYTES)
 
     def __getattr__(self, name: str) -> Any:

@@ -131,6 +131,7 @@ class TwoTierCache:
         # False: storage writes are acknowledged but never land (fault missing_storage_pages)
         self.storage_keeps_writes = True
         self._storage: OrderedDict[int, None] = OrderedDict()  # chain hash -> (), LRU first
+        self.files = None  # harness.sim.storage_file.FileStorage: the tier in files that outlive the process
         self.device_capacity = device_tokens // page_size
         self.host_capacity = host_tokens // page_size
         self.hicache = host_tokens > 0
@@ -185,9 +186,23 @@ class TwoTierCache:
             self._storage.move_to_end(node.chain)
             return
         while len(self._storage) >= self.storage_capacity:
-            self._storage.popitem(last=False)
+            gone, _ = self._storage.popitem(last=False)
             self.stats.storage_evicted_tokens += self.page_size
+            if self.files is not None:
+                self.files.remove(gone)
         self._storage[node.chain] = None
+        if self.files is not None:
+            self.files.write(node.chain)
+
+    def attach_files(self, files) -> int:
+        """Keep the tier in ``files`` (a ``FileStorage``): the pages already there that this server
+        would serve join the index (oldest first, within capacity). Returns how many."""
+        self.files = files
+        if not self.storage_capacity:
+            return 0
+        for chain in files.existing()[-self.storage_capacity :]:
+            self._storage[chain] = None
+        return len(self._storage)
 
     def prefetch(self, m: Match) -> list[Page]:
         """Bring ``m.storage`` pages into the host pool as host pages under the last matched page

@@ -209,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     a("--sim-host-load-dip-gib", type=float, default=0.0, help="MemAvailable's drop while weights load")
     a("--sim-host-cgroup-limit-gib", type=_positive(float), default=None, help="the container's memory limit")
     a("--sim-host-reserve-gib", type=float, default=10.0, help="the build's host-memory reserve (sglang: 10 GiB)")
+    a(
+        "--sim-storage-persist",
+        action="store_true",
+        help="keep the file backend's storage tier in its directory, as sglang's HiCacheFile does (survives a restart)",
+    )
     a("--sim-startup-s", type=float, default=0.2, help="simulated weight-loading time (seconds)")
     a("--sim-capture-s", type=float, default=0.0, help="simulated CUDA-graph capture time (seconds)")
     a(
@@ -270,6 +275,7 @@ SIM_DESTS = (
     "sim_host_load_dip_gib",
     "sim_host_cgroup_limit_gib",
     "sim_host_reserve_gib",
+    "sim_storage_persist",
 )
 
 
@@ -302,6 +308,7 @@ def parse_args(argv: Sequence[str] | None) -> SimArgs:
         host_load_dip_gib=max(0.0, sim["sim_host_load_dip_gib"]),
         host_cgroup_limit_gib=sim["sim_host_cgroup_limit_gib"],
         host_reserve_gib=max(0.0, sim["sim_host_reserve_gib"]),
+        storage_persist=sim["sim_storage_persist"],
         unmodelled={flag: value for flag, value in unmodelled.items() if value is not None},
     )
 

@@ -43,6 +43,7 @@ from harness.sim.host import CgroupOomKill, SimulatedHost
 from harness.sim.hostmem import HostBudget, HostMemoryError, TouchedBuffer, host_pool_tokens, read_mem_available_bytes
 from harness.sim.metrics import SimMetrics
 from harness.sim.request import SamplingParams, SimRequest
+from harness.sim.storage_file import FileStorage
 from harness.sim.tokens import SimTokenizer, TokenModel
 
 SITE = "/usr/local/lib/python3.12/dist-packages/sglang/srt"
@@ -460,6 +461,16 @@ async def _serve(plan: Plan) -> int:
         enabled=not a["disable_radix_cache"],
         storage_tokens=plan.storage_tokens,
     )
+    if args.storage_persist and plan.storage_dir and cache.storage_capacity:
+        files = FileStorage(
+            plan.storage_dir,
+            plan.served_model_name,
+            plan.tp,
+            plan.page_size * plan.kv_bytes_per_token,
+            mla=bool(getattr(shape, "is_mla", False)),
+        )
+        kept = cache.attach_files(files)
+        log.info("HiCacheFile storage at %s: %d pages of this model served from earlier runs", plan.storage_dir, kept)
     cfg = EngineConfig(
         max_total_tokens=plan.max_total_tokens,
         chunked_prefill_size=plan.chunked_prefill_size,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping
 
 from harness.server.request import Abort, GenerateRequest, Labels
 from harness.spec.values import resolve_tokens
@@ -59,6 +59,9 @@ class WorkloadContext:
     prompts: PromptFactory | None = None
     death_grace_s: float = 2.0  # after a connection error, how long to wait for the pid to go
     scenario_dir: Path | None = None  # relative file paths of a workload (datasets) resolve here
+    # stop the server, keep its storage directory, start it again (optionally changed: model_path,
+    # args) and wait until ready; None: the harness does not own the server (backend: external)
+    restart: Callable[[Mapping[str, Any] | None], Awaitable[None]] | None = None
     # run state (set by run_workloads)
     server_dead: bool = False
     server_hung: bool = False  # alive but no longer serving (set by the serving window's watch)
