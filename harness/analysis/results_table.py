@@ -16,6 +16,10 @@ comparison's state). Columns:
   phases' ``hits.host_tokens`` (``storage_tokens``) over their ``hits.prompt_tokens``;
 - ``knee`` / ``goodput``: the first swept workload's ``knee_rate`` (or ``knee_concurrency``) and
   ``goodput_rps`` (its best load point), where a sweep with an SLO ran;
+- ``energy``: joules per token over every workload (summary ``energy.total.j_per_token``,
+  `harness.analysis.energy`; a note says when it is the simulator's);
+- ``cost``: $ per million tokens at the SLO's goodput (``cost.json``, with a scenario's ``cost:``
+  prices, `harness.analysis.cost`), and under the table the cheapest variant that met the SLO;
 - ``parity``: the variant's quality parity verdict.
 
 A figure that has a comparison row shows its change against the baseline after it, e.g.
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.run_products import VERDICT_FILE
+from harness.analysis.run_products import COST_FILE, VERDICT_FILE
 from harness.store import results
 
 COMPARISON_FILE = "comparison.json"
@@ -52,6 +56,8 @@ COLUMNS = (
     Column("decode_tok_s", "decode rate", "tok/s", 3),
     Column("knee", "knee", "", 3),
     Column("goodput_rps", "goodput", "req/s", 3),
+    Column("j_per_token", "energy", "J/tok", 3),
+    Column("usd_per_mtok", "cost", "$/Mtok", 3),
 )
 
 
@@ -168,7 +174,15 @@ def _cells(summary: dict | None, kinds: dict[str, str]) -> dict[str, Cell]:
     if knee.value is None:
         knee = _derived(wls, "knee_concurrency")
         knee.unit = "in flight"
-    measured = {"host_share": host, "storage_share": storage, "knee": knee, "goodput_rps": _derived(wls, "goodput_rps")}
+    total = ((summary or {}).get("energy") or {}).get("total") or {}
+    energy = Cell(_num(total.get("j_per_token")), "energy.total.j_per_token")
+    measured = {
+        "host_share": host,
+        "storage_share": storage,
+        "knee": knee,
+        "goodput_rps": _derived(wls, "goodput_rps"),
+        "j_per_token": energy,
+    }
     return {c.key: declared.get(c.key) or measured.get(c.key) or Cell(None) for c in COLUMNS}
 
 
@@ -220,9 +234,14 @@ def results_table(run_dir: Path) -> ResultsTable:
             name = f"{m.get('workload')}.{m.get('metric')}" if m.get("phase") == "*" else None
             name = name or f"{m.get('workload')}.{m.get('phase')}.{m.get('metric')}"
             compared[(m.get("variant"), name)] = m
+    cost = _optional(run.paths.root / COST_FILE) or {}
+    priced = cost.get("variants") or {}
     rows = []
+    simulated_energy = False
     for v in run.variants:
         cells = _cells(v.summary, kinds)
+        simulated_energy |= ((v.summary or {}).get("energy") or {}).get("source") == "simulated"
+        cells["usd_per_mtok"] = Cell(_num((priced.get(v.name) or {}).get("usd_per_mtok")), "cost.usd_per_mtok")
         for cell in cells.values():
             row = _compared_row(compared, v.name, cell.source)
             if row is not None:
@@ -240,6 +259,10 @@ def results_table(run_dir: Path) -> ResultsTable:
             )
         )
     notes = []
+    if cost.get("text"):
+        notes.append(str(cost["text"]))
+    if simulated_energy:
+        notes.append("energy: SIMULATED (the simulator's pretend GPU, not a measurement)")
     if comparison is None:
         notes.append(f"no baseline compared: harness compare {run.paths.root} --baseline latest")
     baseline = ((comparison or {}).get("baseline") or {}).get("path") if comparison else None

@@ -21,11 +21,13 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from harness.analysis.attribution import attribute
+from harness.analysis.cost import Prices, run_costs, slo_goodput, variant_cost
+from harness.analysis.energy import energy_summary
 from harness.analysis.samples import summarize_samples
 from harness.analysis.summary import add_sample_figures, summarize, summary_rows
 from harness.analysis.verdict import Outcome, Reason, RunVerdict, VerdictPolicy, run_verdict, variant_verdict
@@ -40,6 +42,7 @@ from harness.store.stats import STAT_KEYS
 PARITY_FILE = "parity.json"
 VERDICT_FILE = "verdict.json"
 EXPECTATIONS_FILE = "expectations.json"
+COST_FILE = "cost.json"
 CSV_COLUMNS = [
     "variant",
     "workload",
@@ -77,12 +80,16 @@ def measured_summary(
     hits they predict for its own sends (``tier_prediction``, `harness.measures.tier_model`); each hit
     phase's time split and "reported but recomputed" (``attribution``, `harness.analysis.attribution`;
     ``declined_load_backs``: the server log's declined load-backs); ``samples`` (samples.jsonl's
-    lines) feed the kinds that judge samples (``from_samples``, a soak's slopes). A failed variant
-    that measured nothing has ``workloads: null``, never zeros (P10)."""
+    lines) feed the kinds that judge samples (``from_samples``, a soak's slopes); ``energy`` is
+    `harness.analysis.energy.energy_summary`'s. A failed variant that measured nothing has
+    ``workloads: null``, never zeros (P10)."""
     summary = summarize(requests, workload_kinds, workload_configs, tiers, platform, pools)
+    if summary.get("workloads"):
+        add_tokens_per_request(summary, requests)
+        summary["energy"] = energy_summary(requests, (sampling or {}).get("phases"))
     summary.update(schema_version=versions.CURRENT[versions.SUMMARY], variant=name, state=state, cause=cause)
     if state != "ok" and not any(not r.warmup and r.error is None for r in requests):
-        summary["workloads"] = None
+        summary["workloads"] = summary["energy"] = None
     summary["quality"] = {"n_records": n_quality_records} if n_quality_records else None
     summary["sampling"] = sampling
     add_sample_figures(summary, samples, workload_kinds, workload_configs)
@@ -91,6 +98,22 @@ def measured_summary(
         if found:
             summary["attribution"] = found
     return summary
+
+
+def add_tokens_per_request(summary: dict, requests: Sequence[RequestRecord]) -> None:
+    """Each workload's mean prompt + generated tokens per answered measured request (what a
+    goodput in requests/s is in tokens, `harness.analysis.cost`)."""
+    sums: dict[str, list[int]] = {}
+    for r in requests:
+        if r.warmup or r.error is not None:
+            continue
+        acc = sums.setdefault(r.workload, [0, 0])
+        acc[0] += int((r.prompt_tokens if r.prompt_tokens is not None else r.prompt_len) or 0)
+        acc[0] += int(r.completion_tokens or 0)
+        acc[1] += 1
+    for wl, entry in summary["workloads"].items():
+        total, n = sums.get(wl, (0, 0))
+        entry["tokens_per_request"] = total / n if n else None
 
 
 def null_summary(name: str, state: str, cause: str | None) -> dict:
@@ -215,6 +238,40 @@ def write_run_products(scenario, run: results.RunPaths) -> None:
             summary["quality"] = {**(summary.get("quality") or {}), "parity": headline}
             write_variant_summary(vpaths, summary)
     write_summary_csv(run, names)
+    if getattr(scenario, "cost", None) is not None:
+        write_cost(run, names, scenario.cost)
+
+
+def write_cost(run: results.RunPaths, names: list[str], prices_block: Any) -> None:
+    """cost.json: each variant that served priced at its SLO goodput, and the cheapest that met
+    the SLO (`harness.analysis.cost`)."""
+    prices = Prices(prices_block.gpu_hour_usd, prices_block.host_ram_gb_hour_usd, prices_block.storage_tb_month_usd)
+    costs = []
+    for name in names:
+        vpaths = run.variant(name)
+        if not (vpaths.summary.exists() and vpaths.status.exists()):
+            continue
+        summary, status = results.read_json(vpaths.summary), results.read_json(vpaths.status)
+        if not summary.get("workloads"):
+            continue
+        wl, tok_s, met = slo_goodput(summary)
+        phases = ((summary.get("sampling") or {}).get("phases") or {}).values()
+        storage_kib = max((p.get("max_storage_dir_kib") or 0 for p in phases), default=0)
+        costs.append(
+            variant_cost(
+                name,
+                prices,
+                gpus=int((status.get("timing") or {}).get("gpus") or 1),
+                host_pool_gb=float((status.get("pools") or {}).get("host_pool_gb") or 0.0),
+                storage_gb=storage_kib / (1 << 20),
+                goodput_tok_s=tok_s,
+                meets_slo=met,
+                slo_workload=wl,
+            )
+        )
+    results.write_json_atomic(
+        run.root / COST_FILE, {"schema_version": results.SCHEMA_VERSION, "prices": asdict(prices), **run_costs(costs)}
+    )
 
 
 def write_summary_csv(run: results.RunPaths, names: list[str]) -> None:

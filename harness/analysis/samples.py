@@ -106,17 +106,63 @@ def storage_io(counter_deltas: Mapping[str, float]) -> dict[str, float | None] |
     return out
 
 
+SIMULATED_ENERGY = "sglang:simulated_energy_joules_total"  # the simulator's pretend GPU (harness/sim/metrics.py)
+
+
+def _gpu_energy_mj(sample: Mapping) -> dict[str, float]:
+    return {
+        str(g.get("index")): float(g["energy_mj"])
+        for g in sample.get("gpus") or []
+        if isinstance(g.get("energy_mj"), (int, float))
+    }
+
+
+def nvml_energy_j(samples: list[Mapping], i0: int, i1: int) -> float | None:
+    """Joules the sampled GPUs used over samples ``i0..i1`` (from the last reading before ``i0``,
+    else ``i0`` itself, to ``i1``): NVML's total energy counter's increase summed over the GPUs
+    read at both ends (a counter that went back — a driver reload — counts nothing). None when no
+    GPU reported the counter at both ends."""
+    start: dict[str, float] = {}
+    for j in range(i0 - 1, -1, -1):
+        start = _gpu_energy_mj(samples[j])
+        if start:
+            break
+    if not start:
+        start = _gpu_energy_mj(samples[i0])
+    end: dict[str, float] = {}
+    for j in range(i1, i0 - 1, -1):
+        end = _gpu_energy_mj(samples[j])
+        if end:
+            break
+    both = set(start) & set(end)
+    if not both:
+        return None
+    return sum(max(0.0, end[k] - start[k]) for k in both) / 1000.0
+
+
+def phase_energy(nvml_j: float | None, deltas: Mapping[str, float]) -> tuple[float | None, str | None]:
+    """(joules, source) of a phase: NVML's where the GPUs reported it ("nvml"), else the
+    simulator's counter ("simulated"), else (None, None)."""
+    if nvml_j is not None:
+        return nvml_j, "nvml"
+    sim = [v for k, v in deltas.items() if k.split("{", 1)[0] == SIMULATED_ENERGY]
+    if sim:
+        return sum(sim), "simulated"
+    return None, None
+
+
 def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
     """Samples (in time order) → {phase: summary}, phases in order of first appearance.
 
     Per phase: n_samples, duration_s, min_mem_available_kib, min_mem_free_kib, min_cached_kib,
     min_swap_free_kib, max_mlocked_kib, mean/max_pswpin_kib_s, mean/max_pswpout_kib_s,
-    max_pgmajfault_s, max_server_rss_kib, peak_gpu_mem_used_mib ({gpu index (str): MiB}),
+    max_pgmajfault_s, max_server_rss_kib, max_storage_dir_kib, peak_gpu_mem_used_mib ({gpu index (str): MiB}),
     max_gpu_util_pct ({index: %}), peak_server_gpu_mem_mib ({index: MiB} of the server's own
     processes, where NVML listed them), gpus_sampled (the GPU indices the phase's samples read,
     as strings), gpu_selection (the last ``gpu_selection`` record in effect during the phase, or
-    None), counter_deltas ({series: increase}), gauges_max, and storage (`storage_io` of the
-    deltas: the storage tier's tokens and GB/s, None without storage series).
+    None), counter_deltas ({series: increase}), gauges_max, storage (`storage_io` of the
+    deltas: the storage tier's tokens and GB/s, None without storage series), and energy_j with
+    energy_source (`phase_energy`: NVML's energy counter, "nvml", else the simulator's, "simulated").
 
     A phase may occur in several runs (e.g. idle again later); its figures cover all of them.
     Counter deltas of a run start at the last sample before it (the previous phase's last
@@ -131,8 +177,14 @@ def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
     per_phase: dict[str, list[Mapping]] = {}
     deltas: dict[str, dict[str, float]] = {}
     durations: dict[str, float] = {}
+    nvml_j: dict[str, float | None] = {}
     for ph, i0, i1 in segs:
         seg = samples[i0 : i1 + 1]
+        e = nvml_energy_j(samples, i0, i1)
+        if e is not None:
+            nvml_j[ph] = (nvml_j.get(ph) or 0.0) + e
+        else:
+            nvml_j.setdefault(ph, None)
         per_phase.setdefault(ph, []).extend(seg)
         start_t = samples[i0 - 1]["t_ns"] if i0 > 0 else seg[0]["t_ns"]
         durations[ph] = durations.get(ph, 0.0) + (seg[-1]["t_ns"] - start_t) / 1e9
@@ -191,6 +243,7 @@ def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
             "max_pswpout_kib_s": _max(s.get("pswpout_kib_s") for s in ss),
             "max_pgmajfault_s": _max(s.get("pgmajfault_s") for s in ss),
             "max_server_rss_kib": _max(s.get("server_rss_kib") for s in ss),
+            "max_storage_dir_kib": _max(s.get("storage_dir_kib") for s in ss),
             "peak_gpu_mem_used_mib": gpu_peak,
             "max_gpu_util_pct": gpu_util,
             "peak_server_gpu_mem_mib": own_peak,
@@ -200,4 +253,5 @@ def summarize_samples(samples: Iterable[Mapping]) -> dict[str, dict]:
             "gauges_max": dict(sorted(gauges.items())),
             "storage": storage_io(deltas.get(ph, {})),
         }
+        out[ph]["energy_j"], out[ph]["energy_source"] = phase_energy(nvml_j.get(ph), deltas.get(ph, {}))
     return out

@@ -22,6 +22,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from harness.analysis.verdict import unexercised_warnings
 from harness.report import plots as P
+from harness.report.cost_view import cost_headline
 from harness.report.curves import (
     CURVE_METRICS,
     PERCENTILES,
@@ -49,7 +50,18 @@ from harness.store.gpu_time import BUCKETS, run_gpu_time
 from harness.store.variant_status import origin_of_status
 
 TEMPLATES = Path(__file__).parent / "templates"
-SECTIONS = ("header", "hicache", "load", "memory", "slopes", "timeseries", "latency", "quality", "failures", "comparison")
+SECTIONS = (
+    "header",
+    "hicache",
+    "load",
+    "memory",
+    "slopes",
+    "timeseries",
+    "latency",
+    "quality",
+    "failures",
+    "comparison",
+)
 
 
 @functools.cache
@@ -422,6 +434,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         "report_rel": report_dir.relative_to(Path(reports_dir)),
         "load": load_context(view),
         "soaks": soak_context(view),
+        "cost": cost_headline(view),
     }
 
 

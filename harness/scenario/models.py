@@ -216,6 +216,15 @@ class VerdictRules(ScenarioModel):
     allow_not_exercised: bool | list[Name] = False
 
 
+class CostPrices(ScenarioModel):
+    """What an hour of a variant costs (`harness.analysis.cost`): $/Mtok at its SLO goodput and the
+    cheapest variant that meets the SLO, in the report's headline and the console's table."""
+
+    gpu_hour_usd: ranged(float, 0.0, 10000.0, "$ per GPU-hour")  # type: ignore[valid-type]
+    host_ram_gb_hour_usd: ranged(float, 0.0, 100.0, "$ per GB-hour of the host pool") = 0.0  # type: ignore[valid-type]
+    storage_tb_month_usd: ranged(float, 0.0, 1e6, "$ per TB-month of storage") = 0.0  # type: ignore[valid-type]
+
+
 class Estimate(ScenarioModel):
     """``estimate``: what `harness run --dry-run` needs to estimate the run (harness/run/estimate.py)."""
 
@@ -331,6 +340,7 @@ class Scenario(ScenarioModel):
     expectations: Expectations = Field(default_factory=Expectations)
     verdict: VerdictRules = Field(default_factory=VerdictRules)
     estimate: Estimate | None = None
+    cost: CostPrices | None = None
     # The metrics that gate a comparison with a baseline ([variant:] workload[.phase].metric or
     # quality.parity); none: every compared metric gates (harness/compare).
     gate: list[GateT] = []

@@ -86,6 +86,10 @@ class SimMetrics:
         self.num_queue = gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.")
         self.host_used = gauge("sglang:hicache_host_used_tokens", "HiCache host pool used tokens.")
         self.host_total = gauge("sglang:hicache_host_total_tokens", "HiCache host pool total tokens.")
+        self.simulated_energy = counter(
+            "sglang:simulated_energy_joules_total",
+            "SIMULATED GPU energy (J): idle and busy power of a pretend GPU, not a measurement.",
+        )
         self.gen_throughput = gauge("sglang:gen_throughput", "The generation throughput (token/s).")
         self.ttft = Histogram(
             "sglang:time_to_first_token_seconds",

@@ -17,6 +17,7 @@ RUN_FOLDER_ENTRIES = frozenset(
         "expectations.json",
         "comparison.json",
         "verdict.json",
+        "cost.json",
         "complete",
         "interrupted",
         ".lock",
