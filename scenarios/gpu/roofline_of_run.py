@@ -6,7 +6,9 @@ what newer code says about an old run.
 
 Per variant: the platform (KV bytes per token from the preflight or the server's info, pinned
 H2D from the run's `--probe`), then one line per hit phase -- achieved vs floor (median), the
-ratio, the variant's own recompute -- and at the end the run's "worse than off" findings.
+ratio, the variant's own recompute, the queueing sglang reported (``meta_info.queue_time``, with
+--enable-metrics; runs before the harness kept it show none) -- and at the end the run's "worse
+than off" findings.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ def show(run_dir: Path) -> None:
                     print(
                         f"  {w}.{p} ({r['tier']}, {'passes' if r['concurrent'] else 'requests'} n={r['n']}): "
                         f"achieved {_fmt(r['achieved_ms'])} ms, floor {_fmt(r['floor_ms'])} ms, "
-                        f"ratio {_fmt(r['ratio'])}, own recompute {_fmt(r['recompute_ms'])} ms"
+                        f"ratio {_fmt(r['ratio'])}, own recompute {_fmt(r['recompute_ms'])} ms, "
+                        f"queued {_fmt(r.get('queue_ms'))} ms (queue_time on {r.get('queue_reported', 0)} of "
+                        f"{r['hit_requests']} hit requests)"
                     )
     worse = roofline.worse_than_off(summaries, off_variant(run.manifest))
     print("worse than off: " + ("; ".join(w.text for w in worse) if worse else "none"))

@@ -508,5 +508,6 @@ def test_roofline_of_run_recomputes_the_hit_phases_of_a_stored_run():
     out = r.stdout
     assert "repeat_prefill.repeat_after_evict (host, requests" in out
     assert "parallel_prefixes.pass2 (host, passes" in out
+    assert "queued - ms (queue_time on 0 of" in out  # a run from before the harness kept sglang's queue_time
     assert out.rstrip().endswith("worse than off: none")
     assert run_script("roofline_of_run.py").returncode == 2

@@ -13,6 +13,7 @@ import re
 import time
 
 import httpx
+import pytest
 
 from harness.sim.request import ABORT_REASON, SamplingParams, SimRequest
 from harness.sim.testing import SimProcess
@@ -96,3 +97,39 @@ def test_a_non_streaming_request_whose_client_went_away_is_aborted():
         except httpx.TimeoutException:
             pass  # the client gave up after 1 s of the request's 2 minutes
         assert _wait_idle(sim, 30)  # found gone at its next output
+
+
+@pytest.mark.slow  # ~40 s on the loaded 2-core box: 512 streams through one client process
+def test_512_streams_the_openai_client_abandons_leave_the_server_idle():
+    """guidellm's throughput benchmark in miniature: 512 streamed chat completions at once through
+    the real ``openai`` client; every one answers, and when the client drops them all after their
+    first chunk, the server is idle 2 s later (a pool that holds all 512: without the aborts it would
+    decode their 2,000 tokens each for ~2 minutes, 55 ms a step at 512 running)."""
+    openai = pytest.importorskip("openai")
+    args = ["--enable-metrics", "--served-model-name", "tiny-sim", "--max-total-tokens", "1200000"]
+    with SimProcess(args, time_scale=1.0) as sim:
+
+        async def go() -> list[str]:
+            client = openai.AsyncOpenAI(base_url=sim.url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+            async def one(i: int) -> str:
+                stream = await client.chat.completions.create(
+                    model="tiny-sim",
+                    messages=[{"role": "user", "content": f"request {i}: " + "tell me about caches " * 40}],
+                    max_tokens=2000,
+                    stream=True,
+                )
+                async for chunk in stream:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        await stream.close()  # the client gives up on it, as a benchmark window ends
+                        return chunk.choices[0].delta.role or "content"
+                return "ended"
+
+            try:
+                return await asyncio.gather(*(one(i) for i in range(512)))
+            finally:
+                await client.close()
+
+        got = asyncio.run(go())
+        assert len(got) == 512 and "ended" not in got
+        assert _wait_idle(sim, 60)
