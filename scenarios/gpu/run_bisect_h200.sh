@@ -27,7 +27,7 @@
 #   harness bisect: step 4: <c1> (1 of 4: 1: ...): GOOD — PASS against the good run
 # then "# harness bisect: h200_bisect.yaml — first bad commit <c2>" with the diff of
 # srt/mem_cache/pool_host/mha.py (the HICACHE_SLOW_LOAD block, sleep <SLOW_SLEEP_MS>) and the
-# comparison that decided it; "rc=1" (FAIL-found). A healthy step that the 12 host hits a side
+# comparison that decided it; "rc=1" (FAIL-found). A healthy step that the 20 host hits a side
 # cannot decide is reported UNDECIDED (rc=4 if it leaves a range), never guessed; a cut call
 # (the budget) prints "interrupted; resume: harness bisect --resume DIR" (rc=130) and the partial
 # bisect.json still comes back.
@@ -35,7 +35,10 @@
 # Environment: OUT (/tmp/out-bisect), CALL_BUDGET_S (570), RESERVE_S (30), SITE (/tmp/sglang-site),
 # REPO, BISECT_DIR, COMMITS (4), SLOW_AT (2), SLOW_SLEEP_MS (20), MODEL_PATH (/tmp/models/llama-sharp),
 # PY (python3), SKIP_INSTALL=1 (the site and model already there), HISTORY_ONLY=1 (make the
-# history and stop: what tests/integration/test_gpu_scripts.py runs without a GPU).
+# history and stop: what tests/integration/test_bisect.py runs without a GPU), RESUME=1 (a second
+# call on the still-warm machine after a cut one: no new history, `harness bisect --resume
+# $BISECT_DIR`, the finished steps not run again):
+#   run(kind="nvidia-h200", carry=[".gpu"], command="RESUME=1 SKIP_INSTALL=1 bash scenarios/gpu/run_bisect_h200.sh")
 set -u
 START=$(date +%s)
 OUT=${OUT:-/tmp/out-bisect}
@@ -65,11 +68,15 @@ if [ "${SKIP_INSTALL:-0}" != 1 ] && [ "${HISTORY_ONLY:-0}" != 1 ]; then
   fi
 fi
 
+if [ "${RESUME:-0}" = 1 ]; then
+  [ -f "$BISECT_DIR/bisect.json" ] || { say "RESUME=1: no $BISECT_DIR/bisect.json (a fresh machine: run without RESUME)"; exit 2; }
+  BISECT_ARGS=(--resume "$BISECT_DIR")
+else
 # ---- the history
 g() { git -C "$REPO" -c user.name=bisect -c user.email=bisect@harness -c core.autocrlf=false "$@"; }
 rm -rf "$REPO" "$BISECT_DIR"
 mkdir -p "$REPO"
-g init -q -b main || exit 3
+g init -q || exit 3
 for i in $(seq 0 "$COMMITS"); do
   if [ "$i" -eq 0 ]; then
     bash "$SCRIPTS/make_slow_hicache.sh" "$SITE" "$REPO" 1 0 > /dev/null || { say "copy of the site failed"; exit 3; }
@@ -89,13 +96,14 @@ say "history at $REPO:"; cat "$OUT/history.txt"
 GOOD=$(g rev-list --max-parents=0 HEAD)
 BAD=$(g rev-parse HEAD)
 [ "${HISTORY_ONLY:-0}" = 1 ] && exit 0
+BISECT_ARGS=(scenarios/gpu/h200_bisect.yaml --repo "$REPO" --good "$GOOD" --bad "$BAD" --dir "$BISECT_DIR")
+fi
 
 # ---- the bisection
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 LEFT=$(( CALL_BUDGET_S - RESERVE_S - ($(date +%s) - START) ))
 say "harness bisect, ${LEFT}s left for it"
-timeout -s TERM -k 20 "$LEFT" "$PY" -m harness bisect scenarios/gpu/h200_bisect.yaml --repo "$REPO" \
-  --good "$GOOD" --bad "$BAD" --dir "$BISECT_DIR"
+timeout -s TERM -k 20 "$LEFT" "$PY" -m harness bisect "${BISECT_ARGS[@]}"
 RC=$?
 say "rc=$RC"
 for f in summary.md bisect.json first_bad.diff; do [ -f "$BISECT_DIR/$f" ] && cp "$BISECT_DIR/$f" "$OUT/"; done
