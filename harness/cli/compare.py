@@ -15,6 +15,7 @@ from pathlib import Path
 from harness.core.exit_codes import ExitCode
 from harness.core.optional import require_extra
 from harness.store import results
+from harness.store.targets import file_kind, regular_target
 
 _EXIT = {"PASS": ExitCode.OK, "FAIL": ExitCode.FAILED, "INCONCLUSIVE": ExitCode.INCONCLUSIVE}
 
@@ -66,33 +67,6 @@ def cli_main(args) -> int:
         return ExitCode.BROKEN
 
 
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _regular_target(path: Path, flag: str) -> Path:
-    """``path`` when it is a regular file or not there yet (it is then replaced atomically); a
-    device, FIFO, folder, socket or symbolic link is refused (exit 2) before anything is written:
-    an atomic replace would turn /dev/null into a file, or a link into a copy."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return path
-    if not stat.S_ISREG(st.st_mode):
-        raise results.ResultsError(f"{flag} {path}: {_kind(st.st_mode)}, not a regular file: give a file path")
-    return path
-
-
 def append_step_summary(path: Path, text: str) -> str | None:
     """Append to a CI step summary (GitHub gives a regular file): opened without following a link
     and without blocking (a FIFO nobody reads would hang compare), written only when it is a
@@ -102,13 +76,13 @@ def append_step_summary(path: Path, text: str) -> str | None:
         fd = os.open(path, flags, 0o666)
     except OSError as exc:  # ELOOP: a link; ENXIO: a FIFO with no reader
         try:
-            return f"{_kind(os.lstat(path).st_mode)}, not a regular file"
+            return f"{file_kind(os.lstat(path).st_mode)}, not a regular file"
         except OSError:
             return exc.strerror or type(exc).__name__
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            return f"{_kind(mode)}, not a regular file"
+            return f"{file_kind(mode)}, not a regular file"
         os.set_blocking(fd, True)
         data = text.encode("utf-8")
         while data:
@@ -122,8 +96,8 @@ def _compare(args) -> int:
     from harness.compare import load_baseline, read_run, to_junit, to_markdown, two_runs, write_comparison
     from harness.compare.render import console_text
 
-    junit = _regular_target(Path(args.junit), "--junit") if getattr(args, "junit", None) else None
-    markdown = _regular_target(Path(args.markdown), "--markdown") if getattr(args, "markdown", None) else None
+    junit = regular_target(Path(args.junit), "--junit") if getattr(args, "junit", None) else None
+    markdown = regular_target(Path(args.markdown), "--markdown") if getattr(args, "markdown", None) else None
     cand = read_run(Path(args.run))
     pool = int(getattr(args, "pool", 1) or 1)
     if pool < 1:
@@ -138,9 +112,9 @@ def _compare(args) -> int:
     comparison_file = write_comparison(cand, comp.to_dict())
     md = to_markdown(comp)
     if junit is not None:  # checked again: it may have been replaced meanwhile
-        results.write_text_atomic(_regular_target(junit, "--junit"), to_junit(comp))
+        results.write_text_atomic(regular_target(junit, "--junit"), to_junit(comp))
     if markdown is not None:
-        results.write_text_atomic(_regular_target(markdown, "--markdown"), md)
+        results.write_text_atomic(regular_target(markdown, "--markdown"), md)
     step = os.environ.get("GITHUB_STEP_SUMMARY")
     if step:
         problem = append_step_summary(Path(step), md)

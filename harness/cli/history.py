@@ -42,7 +42,11 @@ def cli_main(args) -> int:
         print(f"harness history: no runs of {name} under {args.results_dir}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     h = collect(Path(args.results_dir), name)
-    out = write_history_page(h, Path(args.reports_dir))
+    try:
+        out = write_history_page(h, Path(args.reports_dir))
+    except results.ResultsError as exc:  # its target is not a regular file (harness.store.targets)
+        print(f"harness history: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     for i, changes in h.night_changes.items():  # what differs at each change point, most likely cause first
         print(f"change point at {h.runs[i]['run_id']}: what changed since {h.runs[i - 1]['run_id']}:")
         for c in changes[:20] or [

@@ -13,6 +13,7 @@ from harness.compare.history import History, metric_direction
 from harness.report import plots as P
 from harness.report.html import TEMPLATES, figure_png
 from harness.store import results
+from harness.store.targets import regular_target
 
 
 def _draw(ax, labels, by_v, cps, failed, unit, metric, markers) -> None:
@@ -61,5 +62,6 @@ def render(h: History) -> str:
 def write_history_page(h: History, reports_dir: Path) -> Path:
     """Write the page to ``reports_dir/<scenario>/history.html``; return its path."""
     out = Path(reports_dir) / results.safe_name(h.scenario) / "history.html"
-    results.write_text_atomic(out, render(h))
+    page = render(h)
+    results.write_text_atomic(regular_target(out, "history page", under=Path(reports_dir)), page)
     return out

@@ -47,6 +47,7 @@ from harness.server.schedule import LAG_LIMIT_MS
 from harness.server.startup_phases import PHASES as STARTUP_PHASES
 from harness.store import results
 from harness.store.gpu_time import BUCKETS, run_gpu_time
+from harness.store.targets import regular_target
 from harness.store.variant_status import origin_of_status
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -456,11 +457,14 @@ def report_dir_of(manifest: dict, run_root: Path, reports_dir: Path) -> Path:
 
 def write_report(run_root: Path, reports_dir: Path) -> Path:
     """Write ``<reports_dir>/<scenario>/<run_id>/index.html`` for the run and return its path
-    (raises `results.ResultsError` naming a missing or damaged file of the run)."""
+    (raises `results.ResultsError` naming a missing or damaged file of the run, or a target that is
+    not a regular file: `harness.store.targets.regular_target`)."""
     run_root = Path(run_root)
     ctx = build_context(run_root, Path(reports_dir))
     out = Path(reports_dir) / ctx["report_rel"] / "index.html"
-    results.write_text_atomic(out, render(ctx))
+    regular_target(out, "report", under=Path(reports_dir))  # checked before the page is drawn
+    page = render(ctx)
+    results.write_text_atomic(regular_target(out, "report", under=Path(reports_dir)), page)
     return out
 
 

@@ -308,6 +308,9 @@ def _write_report(draw: Callable[[Path, Path], Path], run_root: Path, reports_di
     """The HTML report; a report that cannot be drawn never loses the run (it is already COMPLETE)."""
     try:
         return draw(run_root, reports_dir)
+    except BadInput as exc:  # e.g. its target is a FIFO or a link (harness.store.targets): one line
+        log.warning("no report: %s; `harness report %s --reports-dir DIR` draws it elsewhere", exc, run_root)
+        return None
     except Exception:  # noqa: BLE001 - logged; `harness report RUN` can redo it
         log.exception("could not write the report of %s; run `harness report %s` to retry", run_root, run_root)
         return None

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -208,6 +209,48 @@ def test_report_cli_bad_input(tmp_path, capsys):
 
     assert cli_main(Namespace(run=str(tmp_path / "missing"), reports_dir=str(tmp_path))) == 2
     assert "missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "link", "folder", "linked folder"])
+def test_the_report_is_written_only_to_a_regular_file(golden_run, tmp_path, capsys, kind):
+    """The report's own target, checked as --junit and --markdown are: its index.html (or the
+    run's report folder) a FIFO, /dev/null, a link or a folder was replaced by a regular file
+    without a word (a FIFO one, or a link to a file elsewhere, became a copy beside it). Now one
+    line naming it, exit 2, nothing written or followed."""
+    from argparse import Namespace
+
+    from harness.report.html import cli_main, report_dir_of
+    from harness.store import results as R
+
+    run = golden_run("healthy")
+    reports = tmp_path / "reports"
+    folder = report_dir_of(R.read_json(run / "manifest.json"), run, reports)
+    folder.parent.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere.html"
+    elsewhere.write_text("keep me")
+    if kind == "linked folder":
+        (tmp_path / "other").mkdir()
+        folder.symlink_to(tmp_path / "other")
+        bad = folder
+    else:
+        folder.mkdir()
+        bad = folder / "index.html"
+        if kind == "fifo":
+            os.mkfifo(bad)
+        elif kind == "device":
+            bad.symlink_to("/dev/null")
+        elif kind == "link":
+            bad.symlink_to(elsewhere)
+        else:
+            bad.mkdir()
+    assert cli_main(Namespace(run=str(run), reports_dir=str(reports))) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"harness report: report {bad}: ") and "not a " in err[0], err
+    assert elsewhere.read_text() == "keep me"
+    assert not (tmp_path / "other" / "index.html").exists()
+    assert os.path.islink(bad) or not bad.is_file()  # left as it was
+    if kind == "fifo":
+        assert stat.S_ISFIFO(os.lstat(bad).st_mode)
 
 
 def test_report_shows_a_comparison(golden_run, tmp_path):
