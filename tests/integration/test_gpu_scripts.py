@@ -511,3 +511,23 @@ def test_roofline_of_run_recomputes_the_hit_phases_of_a_stored_run():
     assert "queued - ms (queue_time on 0 of" in out  # a run from before the harness kept sglang's queue_time
     assert out.rstrip().endswith("worse than off: none")
     assert run_script("roofline_of_run.py").returncode == 2
+
+
+def test_find_ratio_script_predicts_and_plans_its_points_without_a_gpu(tmp_path):
+    """run_find_ratio_h200.sh DRY=1: the host recorded, the boundary predicted for this host, the
+    start limit and a step above as sglang argv with --hicache-size."""
+    out = tmp_path / "out"
+    p = subprocess.run(
+        ["bash", str(GPU / "run_find_ratio_h200.sh")],
+        env={**os.environ, "OUT": str(out), "DRY": "1", "PY": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    text = (out / "find_ratio.out").read_text()
+    assert "boundary: on: starts up to size_gb" in text
+    assert "expected to starts" in text and "expected to refused" in text
+    assert text.count("-m sglang.launch_server") >= 2 and "--hicache-size" in text
+    assert "MemAvailable" in (out / "host.txt").read_text()
