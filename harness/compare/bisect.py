@@ -103,8 +103,8 @@ def step_scenario(path: Path, src: Path, build: str | None, sets: Sequence[str])
     parity = any(g.metric == "quality.parity" for g in gates) and scn.quality.enabled
     named = {g.variant for g in gates if g.variant is not None}
     gated = [v for v in variants if not gates or any(g.variant in (None, v.name) for g in gates)]
-    if named - {v.name for v in variants}:
-        raise BadInput(f"bisect: the gate names variants that do not run: {', '.join(sorted(named))}")
+    if unknown := named - {v.name for v in variants}:
+        raise BadInput(f"bisect: the gate names variants that do not run: {', '.join(sorted(unknown))}")
     if parity and scn.quality.baseline_variant and scn.quality.baseline_variant not in {v.name for v in gated}:
         gated += [v for v in variants if v.name == scn.quality.baseline_variant]
     builds_used = sorted({v.build for v in gated})
