@@ -485,6 +485,7 @@ async def _serve(plan: Plan) -> int:
         storage_backend=plan.storage_backend,
         prefetch_threshold=plan.prefetch_threshold,
         layout=plan.layout if plan.hicache else None,
+        log_time_stats=bool(a["enable_request_time_stats_logging"]),
     )
     metrics = SimMetrics(plan.served_model_name, plan.storage_backend if a["enable_metrics"] else None)
     # outputs are drawn from the vocabulary text can be decoded from: the tokenizer's, when loaded
