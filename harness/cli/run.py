@@ -106,7 +106,7 @@ def _draw_report(run_root: Path, reports_dir: Path) -> Path:
 def cli_main(args) -> int:
     """A fresh run, or with --resume the rest of an interrupted one; --dry-run prints what would start."""
     from harness.compare.planning import resolve_repeats
-    from harness.run import manifest, resume, runner
+    from harness.run import builds, manifest, resume, runner
     from harness.run.shard import select_run_variants
 
     if args.scenario is None and not args.url:
@@ -172,7 +172,10 @@ def cli_main(args) -> int:
             outcome = runner.execute_run(scenario, options, reopened.run, reopened.variants, prior=reopened.prior)
         elif args.dry_run:
             variants, _ = select_run_variants(scenario, options.only, options.shard)
+            found = builds.dry_run_lines(scenario, variants)  # BuildError (exit 2): as the run refuses it
             sys.stdout.write(manifest.dry_run_text(scenario, variants))
+            for line in found:
+                print(line)
             if scenario.server.backend == "external":
                 pass  # no estimate: its pools and speeds are the running servers'
             elif scenario.estimate is None:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from harness.core.errors import BadInput
 from harness.host import fingerprint
-from harness.server.process import SGLANG_MODULE, SIM_MODULE, build_launch_spec, source_package_dir
+from harness.server.process import SGLANG_MODULE, SIM_MODULE, build_launch_spec, source_package_dir, source_problem
 from harness.sim.args import sim_version
 
 BUILD_MISMATCH = "build_mismatch"  # a variant's cause: its server reported another build's version
@@ -72,20 +72,6 @@ class BuildCheck:
 
     def to_json(self) -> dict:
         return {**asdict(self), "location": self.location}
-
-
-def source_problem(source: Path) -> str | None:
-    """Why ``source`` is not a checkout of sglang, or None."""
-    if not source.exists():
-        return f"sglang_source {source} does not exist"
-    if not source.is_dir():
-        return f"sglang_source {source} is not a directory"
-    if not (source_package_dir(source) / "sglang" / "__init__.py").is_file():
-        return (
-            f"sglang_source {source} is not a checkout of sglang: neither python/sglang/__init__.py "
-            f"nor sglang/__init__.py is in it"
-        )
-    return None
 
 
 def import_sglang(command: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple[str, str | None]:
@@ -199,6 +185,39 @@ def verify_builds(scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOU
         lines = [f"build {key[0]!r} (variants {', '.join(users[key])}): {e}" for key, e in failed]
         raise BuildError("refused before any server started:\n  " + "\n  ".join(lines))
     return out
+
+
+def dry_run_lines(scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOUT_S) -> list[str]:
+    """``harness run --dry-run``: every build with a ``sglang_source`` checked as the run checks it
+    (:func:`verify_builds`: the checkout is there, holds sglang, and the interpreter imports sglang
+    from it; :class:`BuildError`, exit 2, otherwise) and what was found, a comment line each. The
+    dry run printed the argv of a build whose source did not exist, or imported another sglang."""
+    from harness.scenario.checks import build_source_problems
+    from harness.spec.errors import ScenarioError
+
+    if problems := build_source_problems(scenario, list(variants)):  # as validate says them
+        raise ScenarioError(problems)
+    sourced = [v for v in variants if v.sglang_source and v.backend != "external"]
+    lines, seen = [], set()
+    for name, c in verify_builds(scenario, sourced, timeout_s).items():
+        if (c.build, c.sglang_source, c.imported_file) in seen:
+            continue
+        seen.add((c.build, c.sglang_source, c.imported_file))
+        git = c.git or {}
+        state = ", ".join(
+            x
+            for x in (
+                f"commit {str(git['commit'])[:12]}" if git.get("commit") else "not a git checkout",
+                f"branch {git['branch']}" if git.get("branch") else "",
+                "dirty" if git.get("dirty") else "",
+            )
+            if x
+        )
+        lines.append(
+            f"# build {c.build!r} (variant {name}): sglang {c.version or '?'} imported from {c.imported_file}"
+            f" inside {c.sglang_source} ({state})"
+        )
+    return lines
 
 
 def confirm_server(check: BuildCheck | None, reported_version: str | None) -> str | None:

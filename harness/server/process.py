@@ -166,6 +166,21 @@ def source_package_dir(source: Path) -> Path:
     return source / "python" if (source / "python" / "sglang").is_dir() else source
 
 
+def source_problem(source: Path) -> str | None:
+    """Why ``source`` is not a checkout of sglang, or None (`validate`, the dry run and the run's
+    build check, `harness.run.builds`, all ask this)."""
+    if not source.exists():
+        return f"sglang_source {source} does not exist"
+    if not source.is_dir():
+        return f"sglang_source {source} is not a directory"
+    if not (source_package_dir(source) / "sglang" / "__init__.py").is_file():
+        return (
+            f"sglang_source {source} is not a checkout of sglang: neither python/sglang/__init__.py "
+            f"nor sglang/__init__.py is in it"
+        )
+    return None
+
+
 def _prepend_path(first: str, rest: str | None) -> str:
     return first if not rest else f"{first}{os.pathsep}{rest}"
 
