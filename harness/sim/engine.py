@@ -131,8 +131,9 @@ class Engine:
     def busy(self) -> bool:
         return bool(self.waiting or self.running or self.chunked)
 
-    def submit(self, req: SimRequest) -> None:
-        """Validate and queue; raises RequestError for what sglang rejects up front."""
+    def submit(self, req: SimRequest, sent_age_s: float = 0.0) -> None:
+        """Validate and queue; raises RequestError for what sglang rejects up front. ``sent_age_s``:
+        how long ago the client sent it (`harness.core.wire`): its prefill may start from then."""
         n = len(req.input_ids)
         if n == 0:
             raise RequestError("The input_ids must not be empty.")
@@ -162,7 +163,7 @@ class Engine:
             every = self.cfg.faults.get(Fault.stall_every)
             if every is not None and self._request_count % int(every) == 0:
                 req.stall = True
-        req.arrived = asyncio.get_running_loop().time()
+        req.arrived = asyncio.get_running_loop().time() - max(0.0, sent_age_s)
         self.waiting.append(req)
         self._wake.set()
 
