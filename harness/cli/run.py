@@ -77,6 +77,14 @@ def add_parser(sub) -> None:
     )
     s.add_argument("--baseline", default="latest", metavar="RUN|latest", help="--decide's baseline (default: latest)")
     s.add_argument(
+        "--pool",
+        type=int,
+        default=1,
+        metavar="K",
+        help="--decide with --baseline latest: the baseline side is the last K passing nights pooled, so both sides "
+        "have more values than one night (default 1)",
+    )
+    s.add_argument(
         "--find-ratio",
         action="store_true",
         help="run one HiCache variant (--only V) at its predicted safe-ratio boundary and a step above, for the "
@@ -210,9 +218,11 @@ def _decide(args, scenario, options, night: Path, night_code: int) -> int:
     from harness.compare.rounds import decide
     from harness.run import runner
 
-    def run_round(repeats: int, variants: list[str]):
+    def run_round(repeats: int, variants: list[str], workloads: list[str] | None = None):
         args_round = argparse.Namespace(**{**vars(args), "repeats": repeats, "no_quality": True})
-        round_scenario = load_scenario_or_exit(args.scenario, args.url, scenario_overrides(args_round))
+        round_scenario = load_scenario_or_exit(
+            args.scenario, args.url, scenario_overrides(args_round), None if args.url else (workloads or None)
+        )
         round_options = dataclasses.replace(options, only=list(variants), draw_report=None, start_lines=[])
         try:
             out = runner.run_scenario(round_scenario, round_options, harness_argv=sys.argv)
@@ -222,12 +232,12 @@ def _decide(args, scenario, options, night: Path, night_code: int) -> int:
         return out.run_dir, out.exit_code
 
     budget = scenario.verdict.budget_minutes
-    baseline, rounds = decide(night, args.baseline, Path(args.results_dir), run_round, budget)
+    baseline, rounds = decide(night, args.baseline, Path(args.results_dir), run_round, budget, args.pool)
     look = argparse.Namespace(
         run=str(night),
         baseline=baseline,
         results_dir=args.results_dir,
-        pool=1,
+        pool=args.pool if args.baseline == "latest" else 1,
         round=[str(r) for r in rounds],
         junit=None,
         markdown=None,
