@@ -102,7 +102,7 @@ def verdicts(folder: Path) -> dict[int, str]:
 def test_bisect_finds_the_commit_that_turned_the_fault_on(tmp_path, capsys):
     commits = make_history(tmp_path / "repo", 5, slow_at=3)
     folder = tmp_path / "bis"
-    rc = bisect_cli(scenario(tmp_path), tmp_path / "repo", commits, folder)
+    rc = bisect_cli(scenario(tmp_path), tmp_path / "repo", commits, folder, "--good-repeats", "2")
     out = capsys.readouterr().out
     assert rc == 1, out  # the first bad commit found: FAIL's code
     state = json.loads((folder / b.STATE_FILE).read_text())
@@ -115,7 +115,9 @@ def test_bisect_finds_the_commit_that_turned_the_fault_on(tmp_path, capsys):
     manifest = json.loads((Path(step["runs"][0]) / "manifest.json").read_text())
     ran = json.loads("\n".join(x for x in manifest["scenario"]["text"].splitlines() if not x.startswith("#")))
     assert [w["kind"] for w in ran["workloads"]] == ["cold_prefill"]
-    assert manifest["variants"][0]["build"]["git"]["commit"] == commits[3]
+    assert manifest["variants"][0]["build"]["git"]["commit"] == commits[3] and manifest["repeats"] == 1
+    good = json.loads((Path(state["steps"][commits[0]]["runs"][0]) / "manifest.json").read_text())
+    assert good["repeats"] == 2  # --good-repeats: a larger baseline, still compared with every step
     summary = (folder / b.SUMMARY_FILE).read_text()
     assert f"first bad commit {commits[3][:10]}" in summary and "commit 3 slows prefill" in summary
     assert "+HARNESS_SIM_BUILD = '--sim-fault slow_prefill=4'" in (folder / b.DIFF_FILE).read_text()
@@ -300,6 +302,7 @@ def test_the_h200_script_bisects_a_simulated_site_to_its_slow_commit(tmp_path):
         "PY": __import__("sys").executable,
         "SGLANG_PYTHON": __import__("sys").executable,
         "SKIP_INSTALL": "1",
+        "GOOD_REPEATS": "10",
         "SITE": str(site),
         "REPO": str(tmp_path / "repo"),
         "BISECT_DIR": str(tmp_path / "bis"),

@@ -21,7 +21,7 @@ class FakeStepper:
         self.state, self.k, self.untestable, self.say = state, k, untestable, lambda line: None
         self.tested: list[int] = []
 
-    def run_commit(self, commit, plan):
+    def run_commit(self, commit, plan, repeats=None):
         self.tested.append(self.state.index(commit))
         return type("Out", (), {"exit_code": 0, "run_dir": Path("/runs") / commit, "verdict": None})(), None
 
