@@ -23,7 +23,7 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.analysis.attribution import attribute
 from harness.analysis.cost import Prices, run_costs, slo_goodput, variant_cost
@@ -38,6 +38,9 @@ from harness.quality.parity import evaluate_parity
 from harness.store import results, versions
 from harness.store.records import RequestRecord
 from harness.store.stats import STAT_KEYS
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 PARITY_FILE = "parity.json"
 VERDICT_FILE = "verdict.json"
@@ -202,7 +205,7 @@ def parity_headline(report: dict) -> dict:
     return out
 
 
-def evaluate_run_parity(scenario, run: results.RunPaths, variant_names: list[str]) -> dict[str, dict]:
+def evaluate_run_parity(scenario: Scenario, run: results.RunPaths, variant_names: list[str]) -> dict[str, dict]:
     """Parity of every variant that has quality rows against the baseline variant (each full
     report written to its ``parity.json``); {variant: headline}."""
     if not scenario.quality.enabled:
@@ -228,7 +231,7 @@ def evaluate_run_parity(scenario, run: results.RunPaths, variant_names: list[str
     return verdicts
 
 
-def write_run_products(scenario, run: results.RunPaths) -> None:
+def write_run_products(scenario: Scenario, run: results.RunPaths) -> None:
     """Once every variant ran: parity into the summaries of the arms that have it, then summary.csv."""
     names = [v["name"] for v in results.read_json(run.manifest)["variants"]]
     for name, headline in evaluate_run_parity(scenario, run, names).items():

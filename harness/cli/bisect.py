@@ -13,9 +13,13 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.core.exit_codes import ExitCode
 from harness.core.optional import require_extra
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 
 def add_parser(sub) -> None:
@@ -105,7 +109,7 @@ def _runner():
     """Runs one step's scenario as ``harness run --only V --no-report`` would."""
     from harness.run import runner
 
-    def run(scenario, only: list[str], results_dir: Path):
+    def run(scenario: Scenario, only: list[str], results_dir: Path):
         options = runner.RunOptions(results_dir=results_dir, only=list(only), draw_report=None)
         out = runner.run_scenario(scenario, options, harness_argv=sys.argv)
         print(f"harness bisect: run {out.run_dir}: exit {int(out.exit_code)}", flush=True)

@@ -9,6 +9,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.analysis.verdict import Outcome
 from harness.cli.common import bad, load_scenario_or_exit, scenario_overrides
@@ -16,6 +17,9 @@ from harness.core.errors import BadInput
 from harness.core.exit_codes import ExitCode
 from harness.core.optional import MissingExtra, require_extra
 from harness.run.estimate import design_warning_lines, design_warnings, estimate_run
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 
 def add_parser(sub) -> None:
@@ -208,7 +212,7 @@ def cli_main(args) -> int:
     return _decide(args, scenario, options, outcome.run_dir, code)
 
 
-def _decide(args, scenario, options, night: Path, night_code: int) -> int:
+def _decide(args, scenario: Scenario, options, night: Path, night_code: int) -> int:
     """``--decide``: the rounds the comparison with ``--baseline`` advises (harness/compare/rounds.py);
     the exit code is the final comparison's, or the night's own where the comparison PASSes and
     the night's verdict did not."""

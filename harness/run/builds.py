@@ -31,11 +31,15 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.core.errors import BadInput
 from harness.host import fingerprint
 from harness.server.process import SGLANG_MODULE, SIM_MODULE, build_launch_spec, source_package_dir, source_problem
 from harness.sim.args import sim_version
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 BUILD_MISMATCH = "build_mismatch"  # a variant's cause: its server reported another build's version
 IMPORT_TIMEOUT_S = 120.0  # a real sglang imports torch and friends: seconds, not minutes
@@ -112,7 +116,7 @@ def _inside(file: str, folder: Path) -> bool:
     return True
 
 
-def check_variant_build(scenario, variant, timeout_s: float = IMPORT_TIMEOUT_S) -> BuildCheck:
+def check_variant_build(scenario: Scenario, variant, timeout_s: float = IMPORT_TIMEOUT_S) -> BuildCheck:
     """One variant's build, checked as its server would be launched. Raises :class:`BuildError`
     with the problem."""
     spec = build_launch_spec(scenario, variant, 0)
@@ -152,7 +156,7 @@ def check_variant_build(scenario, variant, timeout_s: float = IMPORT_TIMEOUT_S) 
     )
 
 
-def verify_builds(scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOUT_S) -> dict[str, BuildCheck]:
+def verify_builds(scenario: Scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOUT_S) -> dict[str, BuildCheck]:
     """Every variant's build checked (once per build, interpreter and import-relevant
     environment). Returns {variant name: BuildCheck}; raises one :class:`BuildError` listing
     every build that failed, with the variants that use it. A running server (``backend:

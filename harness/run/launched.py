@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from harness.analysis import run_products
 from harness.core.errors import BadInput
@@ -35,9 +36,12 @@ from harness.sim.host import HOST_DIR_NAME as SIM_HOST_DIR_NAME
 from harness.store import gpu_time, results
 from harness.store.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
 
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
+
 
 def run_variant(
-    scenario,
+    scenario: Scenario,
     variant,
     run: results.RunPaths,
     progress: Progress,
@@ -271,7 +275,7 @@ def _free_port(host: str) -> int:
 
 
 def _cooldown(
-    scenario, baseline, progress: Progress, status: VariantStatus, sampler=None, check_host: bool = True
+    scenario: Scenario, baseline, progress: Progress, status: VariantStatus, sampler=None, check_host: bool = True
 ) -> bool:
     if status.clock is not None:
         status.clock.enter(gpu_time.COOLDOWN, "cooldown_wait")

@@ -9,6 +9,7 @@ import functools
 import os
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import __version__
 from harness.host import fingerprint
@@ -20,8 +21,11 @@ from harness.sim.cli import unmodelled_flags
 from harness.store import results
 from harness.store.secrets import Redactor
 
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
-def describe_launch(scenario, variant, port: int = 30000, redactor: Redactor | None = None) -> dict:
+
+def describe_launch(scenario: Scenario, variant, port: int = 30000, redactor: Redactor | None = None) -> dict:
     """A variant's launch argv and env additions, secrets redacted (``redactor``: the run's; by
     default one that learns the scenario's). An external variant starts nothing: no argv."""
     redactor = redactor or fingerprint.run_redactor(scenario)
@@ -36,7 +40,7 @@ def describe_launch(scenario, variant, port: int = 30000, redactor: Redactor | N
     }
 
 
-def dry_run_text(scenario, variants: list) -> str:
+def dry_run_text(scenario: Scenario, variants: list) -> str:
     """Each variant's exact argv and env additions, shell-quoted, secrets redacted
     (``harness run --dry-run``)."""
     redactor = fingerprint.run_redactor(scenario)
@@ -56,7 +60,7 @@ def dry_run_text(scenario, variants: list) -> str:
 
 
 def build_manifest(
-    scenario,
+    scenario: Scenario,
     variants: list,
     argv: list[str],
     simulated: bool,
@@ -148,7 +152,7 @@ def build_manifest(
     return manifest
 
 
-def learn_server_secrets(redactor: Redactor, attached: external.AttachedRun, scenario) -> None:
+def learn_server_secrets(redactor: Redactor, attached: external.AttachedRun, scenario: Scenario) -> None:
     """The string values under secret names in the servers' own arguments (``api_key``), and the
     key ``server.api_key_env`` names, scrubbed from every file of the run like the scenario's
     (numbers are figures, never secrets)."""

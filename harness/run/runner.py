@@ -25,6 +25,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.analysis import run_products
 from harness.analysis.expectations import evaluate_run_expectations
@@ -45,6 +46,9 @@ from harness.server.process import clear_orphans
 from harness.store import gpu_time, results
 from harness.store.secrets import Redactor
 from harness.store.variant_status import VariantOutcome, server_origin
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +89,7 @@ class RunOptions:
     into: Path | None = None
 
 
-def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) -> RunOutcome:
+def run_scenario(scenario: Scenario, options: RunOptions, harness_argv: list[str] = ()) -> RunOutcome:
     """A fresh run of the variants ``options`` select (``--only``, ``--shard``) into a new run
     folder. ValueError (exit 2) names an unknown ``--only`` variant or a bad shard. ``harness_argv``:
     the harness command line, kept (redacted) in the manifest."""
@@ -139,7 +143,7 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
 
 
 def execute_run(
-    scenario,
+    scenario: Scenario,
     options: RunOptions,
     run: results.RunPaths,
     variants: list,
@@ -170,7 +174,7 @@ def execute_run(
 
 
 def _execute_locked(
-    scenario,
+    scenario: Scenario,
     options,
     run,
     variants,
@@ -249,7 +253,9 @@ def _execute_locked(
     return outcome
 
 
-def _side_by_side(scenario, run, variants, gpu_ids, progress: Progress, counts, redactor, checks) -> lanes.Lanes:
+def _side_by_side(
+    scenario: Scenario, run, variants, gpu_ids, progress: Progress, counts, redactor, checks
+) -> lanes.Lanes:
     """The run's variants side by side on ``gpu_ids`` (`harness.run.lanes`), each as
     :func:`run_variant` runs it, with its GPU set."""
     lanes.check_fits(variants, gpu_ids)
@@ -288,7 +294,7 @@ def _side_by_side(scenario, run, variants, gpu_ids, progress: Progress, counts, 
     return lanes.Lanes(gpu_ids, run_one, lambda: RunState(redactor, checks), on_start, on_end)
 
 
-def finish_run(scenario, run: results.RunPaths, interrupted: bool = False) -> RunVerdict:
+def finish_run(scenario: Scenario, run: results.RunPaths, interrupted: bool = False) -> RunVerdict:
     """Run-level products once every variant ran (quality parity across arms, summary.csv, the
     scenario's within-run expectations in expectations.json), then the run's verdict
     (verdict.json). An interrupted run gets its verdict only: its arms are not all there."""
