@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.core.errors import BadInput
+from harness.core.sglang_source import source_package_dir, source_problem
 from harness.host import fingerprint
-from harness.server.process import SGLANG_MODULE, SIM_MODULE, build_launch_spec, source_package_dir, source_problem
+from harness.server.process import SGLANG_MODULE, SIM_MODULE, build_launch_spec
 from harness.sim.args import sim_version
 
 if TYPE_CHECKING:

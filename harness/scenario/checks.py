@@ -11,11 +11,11 @@ from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
+from harness.core.sglang_source import source_problem
 from harness.core.yaml_lines import format_path, line_for, load_yaml_text
 from harness.measures.metrics import GATEABLE, METRICS
 from harness.scenario.models import DEFAULT_BUILD, Scenario, Variant, VariantFields
 from harness.scenario.server_models import HiCache
-from harness.server.process import source_problem
 from harness.spec.errors import ErrorItem
 from harness.spec.server_flags import flag_value_problem
 from harness.spec.values import Check, env_problem, flag_problem

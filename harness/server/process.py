@@ -35,6 +35,7 @@ from pathlib import Path
 import psutil
 
 from harness.core.errors import BadInput
+from harness.core.sglang_source import source_package_dir
 from harness.host import nvml
 from harness.server import logscan
 from harness.server.info import NoAnswer, get_status
@@ -158,27 +159,6 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
             env[SIM_SOURCE_ENV] = str(pkg)
     argv = [*variant.command_prefix, python, "-m", module, *core, *flags, *sim_flags]
     return LaunchSpec(tuple(argv), env, variant.host, port, simulated)
-
-
-def source_package_dir(source: Path) -> Path:
-    """The folder holding the ``sglang`` package in a checkout: ``python/`` of a git checkout of
-    sglang (``python/sglang``), else the folder itself (``sglang/`` directly in it)."""
-    return source / "python" if (source / "python" / "sglang").is_dir() else source
-
-
-def source_problem(source: Path) -> str | None:
-    """Why ``source`` is not a checkout of sglang, or None (`validate`, the dry run and the run's
-    build check, `harness.run.builds`, all ask this)."""
-    if not source.exists():
-        return f"sglang_source {source} does not exist"
-    if not source.is_dir():
-        return f"sglang_source {source} is not a directory"
-    if not (source_package_dir(source) / "sglang" / "__init__.py").is_file():
-        return (
-            f"sglang_source {source} is not a checkout of sglang: neither python/sglang/__init__.py "
-            f"nor sglang/__init__.py is in it"
-        )
-    return None
 
 
 def _prepend_path(first: str, rest: str | None) -> str:
