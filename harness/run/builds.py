@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING
 from harness.core.errors import BadInput
 from harness.core.sglang_source import source_package_dir, source_problem
 from harness.host import fingerprint
-from harness.server.process import SGLANG_MODULE, SIM_MODULE, build_launch_spec
+from harness.run.launch import launch_spec
+from harness.server.process import SGLANG_MODULE, SIM_MODULE
 from harness.sim.args import sim_version
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def _inside(file: str, folder: Path) -> bool:
 def check_variant_build(scenario: Scenario, variant, timeout_s: float = IMPORT_TIMEOUT_S) -> BuildCheck:
     """One variant's build, checked as its server would be launched. Raises :class:`BuildError`
     with the problem."""
-    spec = build_launch_spec(scenario, variant, 0)
+    spec = launch_spec(scenario, variant, 0)
     env = spec.full_env()
     sim = variant.backend == "sim"
     command = _interpreter(spec.argv)
@@ -168,7 +169,7 @@ def verify_builds(scenario: Scenario, variants: Sequence, timeout_s: float = IMP
     for v in variants:
         if v.backend == "external":  # started by someone else: its version is what it reports
             continue
-        spec = build_launch_spec(scenario, v, 0)
+        spec = launch_spec(scenario, v, 0)
         env = spec.full_env()
         key = (
             v.build,

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from harness import __version__
 from harness.host import fingerprint
 from harness.run import builds, external, ratio_boundary
+from harness.run.launch import launch_spec
 from harness.scenario import scenario_hash, variant_config_hash
 from harness.server.client import client_stack
-from harness.server.process import build_launch_spec
 from harness.sim.cli import unmodelled_flags
 from harness.store import results
 from harness.store.secrets import Redactor
@@ -31,7 +31,7 @@ def describe_launch(scenario: Scenario, variant, port: int = 30000, redactor: Re
     redactor = redactor or fingerprint.run_redactor(scenario)
     if variant.backend == "external":
         return {"name": variant.name, "argv": [], "env": {}, "simulated": False, "url": variant.url}
-    spec = build_launch_spec(scenario, variant, port)
+    spec = launch_spec(scenario, variant, port)
     return {
         "name": variant.name,
         "argv": redactor.argv(spec.argv),
@@ -142,7 +142,7 @@ def build_manifest(
             elif check.location:
                 sglang["git"] = fingerprint.git_state(Path(check.location))
         else:
-            spec = build_launch_spec(scenario, v0, 0)
+            spec = launch_spec(scenario, v0, 0)
             sglang = fingerprint.sglang_version(v0.python, env=spec.full_env())
         manifest["sglang"] = fingerprint.scrub_json(redactor, sglang)
     else:

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from harness.server.process import build_launch_spec
+from harness.run.launch import launch_spec
 
 if TYPE_CHECKING:
     from harness.scenario.models import Scenario
@@ -53,7 +53,7 @@ class Restarter:
         server = self.server
         server.stop()
         v = self.changed_variant(change)
-        new = build_launch_spec(self.scenario, v, server.spec.port)
+        new = launch_spec(self.scenario, v, server.spec.port)
         server.spec = dataclasses.replace(new, env_overrides={**server.spec.env_overrides, **new.env_overrides})
         server.start()
         ready = server.wait_ready(v.startup_timeout_s)

@@ -96,8 +96,8 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
-    """The argv and env of one variant's server.
+def build_launch_spec(variant, port: int, *, enable_metrics: bool = False) -> LaunchSpec:
+    """The argv and env of one variant's server (``enable_metrics``: its /metrics, for the sampler).
 
     The resolved ``variant`` carries the interpreter, prefix, model, TP size and its merged
     args/env (variant over server); ``variant.flag_argv()`` gives the HiCache flags and args.
@@ -105,7 +105,7 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
     """
     simulated = variant.backend == "sim"
     flags = variant.flag_argv()
-    if scenario.sampling.enabled and scenario.sampling.server_metrics and "--enable-metrics" not in flags:
+    if enable_metrics and "--enable-metrics" not in flags:
         flags.append("--enable-metrics")
     core = ["--model-path", str(variant.model_path), "--host", variant.host, "--port", str(port)]
     if variant.tp_size > 1:

@@ -265,11 +265,11 @@ def test_the_h200_script_makes_a_history_with_one_slow_commit(tmp_path):
     # the scenario each step runs: the gated workload in its variant, the source at the worktree
     plan = b.step_scenario(ROOT / "scenarios/gpu/h200_bisect.yaml", repo, None, [])
     assert (plan.variants, plan.workloads, plan.build, plan.parity) == (["on-r2"], ["repeat_prefill"], "default", False)
-    from harness.server.process import build_launch_spec
+    from harness.run.launch import launch_spec
 
     scn = b.load_step(ROOT / "scenarios/gpu/h200_bisect.yaml", plan)
     (variant,) = scn.expand_variants()
-    assert build_launch_spec(scn, variant, 30000).full_env()["PYTHONPATH"].split(":")[0] == str(repo / "python")
+    assert launch_spec(scn, variant, 30000).full_env()["PYTHONPATH"].split(":")[0] == str(repo / "python")
 
 
 # A stand-in site whose `python -m sglang.launch_server` is the simulator (reporting the package's
