@@ -193,7 +193,7 @@ def verify_builds(scenario: Scenario, variants: Sequence, timeout_s: float = IMP
     return out
 
 
-def dry_run_lines(scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOUT_S) -> list[str]:
+def dry_run_lines(scenario: Scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOUT_S) -> list[str]:
     """``harness run --dry-run``: every build with a ``sglang_source`` checked as the run checks it
     (:func:`verify_builds`: the checkout is there, holds sglang, and the interpreter imports sglang
     from it; :class:`BuildError`, exit 2, otherwise) and what was found, a comment line each. The

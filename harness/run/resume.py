@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from harness.core.errors import BadInput
 from harness.host import fingerprint
+from harness.run.manifest import run_redactor
 from harness.run.shard import select_run_variants
 from harness.scenario import variant_config_hash
 from harness.server.process import clear_orphans
@@ -200,7 +201,7 @@ def reopen_run(plan: ResumePlan, scenario: Scenario, harness_argv: list[str]) ->
         plan = plan_resume(run.root, scenario)
         if not plan.ok:
             raise ResumeRefused(f"cannot resume {run.root}:\n  " + "\n  ".join(plan.refusals))
-        redactor = fingerprint.run_redactor(scenario, harness_argv)
+        redactor = run_redactor(scenario, harness_argv)
         orphans = clear_orphans(run.root.resolve().parent.parent)  # the run's results folder (GpuBusy: exit 2)
         prior = [dataclasses.replace(read_status(run.variant(name).status).outcome(), name=name) for name in plan.skip]
         moved = {

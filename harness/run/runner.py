@@ -10,7 +10,7 @@ server tree, flushes files, marks the run interrupted and exits 130 (P15).
 
 Before a fresh run writes anything it stops the servers earlier runs of its results folder left
 behind, or refuses while another run's server holds one of its GPUs (``server.clear_orphans``).
-Every file it writes goes through the run's one secret redactor (``fingerprint.run_redactor``):
+Every file it writes goes through the run's one secret redactor (``harness.run.manifest.run_redactor``):
 the manifest, each status.json and server_info.json, and the server logs once their server has
 stopped (docs/security.md).
 
@@ -32,12 +32,11 @@ from harness.analysis.expectations import evaluate_run_expectations
 from harness.analysis.verdict import Outcome, RunVerdict, VerdictPolicy
 from harness.core.errors import BadInput
 from harness.core.exit_codes import ExitCode
-from harness.host import fingerprint
 from harness.probe.run import run_probes
 from harness.run import builds, external, lanes
 from harness.run.estimate import design_warning_lines, design_warnings, request_counts
 from harness.run.launched import check_hosts, run_variant
-from harness.run.manifest import build_manifest, learn_server_secrets
+from harness.run.manifest import build_manifest, learn_server_secrets, run_redactor
 from harness.run.progress import Progress, plural
 from harness.run.shard import select_run_variants
 from harness.run.signals import Signals
@@ -95,7 +94,7 @@ def run_scenario(scenario: Scenario, options: RunOptions, harness_argv: list[str
     the harness command line, kept (redacted) in the manifest."""
     variants, shard_plan = select_run_variants(scenario, options.only, options.shard)
     simulated = scenario.server.backend == "sim"
-    redactor = fingerprint.run_redactor(scenario, harness_argv)
+    redactor = run_redactor(scenario, harness_argv)
     attached = None
     if scenario.server.backend == "external":  # before any request and any file: EndpointRefused (exit 2)
         attached = external.attach(scenario, variants)
@@ -162,7 +161,7 @@ def execute_run(
     """
     if options.preflight_mode is not None:
         scenario.preflight.mode = options.preflight_mode
-    redactor = redactor or fingerprint.run_redactor(scenario, sys.argv)
+    redactor = redactor or run_redactor(scenario, sys.argv)
     if scenario.server.backend == "external" and attached is None:  # a resumed run: ask the servers again
         attached = external.attach(scenario, variants)
         variants = attached.variants
