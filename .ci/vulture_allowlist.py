@@ -107,3 +107,4 @@ host_pool_pct  # likewise
 storage_dir_mib  # likewise
 swap_gib  # SimHost field, read by name into --sim-host-swap-gib (harness/server/process.py)
 gpu_usd_per_hour  # VariantCost field, read by name through asdict into cost.json (harness/analysis/cost.py)
+n_warmup  # PhaseSummary field, read by name (getattr) in harness/analysis/expectations.py lookup_metric

@@ -42,7 +42,7 @@ def main() -> None:
     minutes = workload_minutes(scenario, [v for v in scenario.expand_variants() if v.expect != "startup_failed"])
     print(
         f"{scenario.name}: repeats {scenario.repeats}; spread from {', '.join(plan.measured_on) or 'no run'}"
-        + (" (SIMULATED)" if any(r.manifest.get("simulated") for r in runs) else "")
+        + (" (SIMULATED)" if any(r.manifest.simulated for r in runs) else "")
     )
     print()
     print(

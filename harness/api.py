@@ -48,7 +48,7 @@ import pandas as pd
 from harness.analysis import frames
 from harness.analysis.run_products import PARITY_FILE
 from harness.compare.runs import COMPARISON_FILE
-from harness.store import results
+from harness.store import results, run_folder
 from harness.store.names import safe_name
 from harness.store.stats import STAT_KEYS
 
@@ -221,7 +221,7 @@ class Run:
     path: Path
     run_id: str
     scenario: str
-    manifest: dict
+    manifest: dict  # manifest.json as stored, upgraded (`harness.store.manifest.Manifest.raw`)
     complete: bool
     simulated: bool
     requests: pd.DataFrame
@@ -271,7 +271,7 @@ def _type_samples(df: pd.DataFrame) -> pd.DataFrame:
     return df[order + [c for c in df.columns if c not in order]]
 
 
-def _quality_table(run: results.LoadedRun) -> pd.DataFrame:
+def _quality_table(run: run_folder.LoadedRun) -> pd.DataFrame:
     rows = []
     for v in run.variants:
         for r in results.read_jsonl(v.paths.quality):
@@ -286,7 +286,7 @@ def _quality_table(run: results.LoadedRun) -> pd.DataFrame:
     return _typed(df, QUALITY_COLUMNS)
 
 
-def _parity_table(run: results.LoadedRun) -> pd.DataFrame:
+def _parity_table(run: run_folder.LoadedRun) -> pd.DataFrame:
     rows = []
     for v in run.variants:
         path = v.paths.root / PARITY_FILE
@@ -301,7 +301,7 @@ def _parity_table(run: results.LoadedRun) -> pd.DataFrame:
     return _typed(pd.DataFrame(rows), PARITY_COLUMNS)
 
 
-def _summaries_table(run: results.LoadedRun) -> pd.DataFrame:
+def _summaries_table(run: run_folder.LoadedRun) -> pd.DataFrame:
     path = run.paths.summary_csv
     df = pd.read_csv(path, keep_default_na=True, dtype=object) if path.is_file() else pd.DataFrame()
     if len(df):
@@ -310,30 +310,29 @@ def _summaries_table(run: results.LoadedRun) -> pd.DataFrame:
     return _typed(df, SUMMARY_COLUMNS)
 
 
-def _derived_table(run: results.LoadedRun) -> pd.DataFrame:
+def _derived_table(run: run_folder.LoadedRun) -> pd.DataFrame:
     rows = []
     for v in run.variants:
-        for workload, w in ((v.summary or {}).get("workloads") or {}).items():
-            for name, value in (w.get("derived") or {}).items():
+        for workload, w in ((v.summary.workloads if v.summary is not None else None) or {}).items():
+            for name, value in w.derived.items():
                 rows.append({"variant": v.name, "workload": workload, "name": name, "value": value})
     return _typed(pd.DataFrame(rows), DERIVED_COLUMNS)
 
 
-def _variants_table(run: results.LoadedRun) -> pd.DataFrame:
+def _variants_table(run: run_folder.LoadedRun) -> pd.DataFrame:
     rows = []
-    for entry, v in zip(run.manifest.get("variants") or [], run.variants):
-        st = v.status or {}
-        hicache = entry.get("hicache") if isinstance(entry, dict) else None
+    for v in run.variants:
+        st = v.status
         rows.append(
             {
                 "variant": v.name,
-                "state": st.get("state"),
-                "cause": st.get("cause"),
-                "expect": st.get("expect", "ok"),
-                "expect_cause": st.get("expect_cause"),
-                "expect_met": st.get("expect_met"),
-                "hicache": hicache is not None if isinstance(entry, dict) and "hicache" in entry else None,
-                "ready_s": st.get("ready_s"),
+                "state": st.state,
+                "cause": st.cause,
+                "expect": st.expect,
+                "expect_cause": st.expect_cause,
+                "expect_met": st.expect_met,
+                "hicache": v.entry.hicache is not None if "hicache" in v.entry.raw else None,
+                "ready_s": st.ready_s,
             }
         )
     return _typed(pd.DataFrame(rows), VARIANT_COLUMNS)
@@ -342,7 +341,7 @@ def _variants_table(run: results.LoadedRun) -> pd.DataFrame:
 def load_run(path: str | Path) -> Run:
     """Every table of a run folder (``results/<scenario>/<run_id>``). Raises
     ``harness.store.results.ResultsError`` (naming the file) for a folder that is not a readable run."""
-    run = results.load_run(Path(path))
+    run = run_folder.load_run(Path(path))
     req = [frames.requests_frame(v.paths.requests, v.name) for v in run.variants]
     smp = [frames.samples_frame(v.paths.samples, v.name) for v in run.variants]
     empty = Path("/nonexistent")
@@ -353,9 +352,9 @@ def load_run(path: str | Path) -> Run:
         path=run.paths.root,
         run_id=run.run_id,
         scenario=run.scenario_name,
-        manifest=m,
+        manifest=dict(m.raw),
         complete=run.complete,
-        simulated=bool(m.get("simulated")),
+        simulated=m.simulated,
         requests=requests,
         samples=samples,
         quality=_quality_table(run),
@@ -391,21 +390,21 @@ def load_runs(results_dir: str | Path, scenario: str) -> History:
     runs, summaries, derived, problems = [], [], [], []
     for path in results.list_runs(Path(results_dir), safe_name(name)):
         try:
-            run = results.load_run(path)
+            run = run_folder.load_run(path)
             s, d = _summaries_table(run), _derived_table(run)
         except (results.ResultsError, ValueError, KeyError) as exc:
             problems.append(f"{path}: {exc}")
             continue
         m = run.manifest
-        created = pd.to_datetime(m.get("created_at"), utc=True, errors="coerce")
+        created = pd.to_datetime(m.created_at, utc=True, errors="coerce")
         runs.append(
             {
                 "run_id": run.run_id,
                 "created_at": created,
                 "complete": run.complete,
-                "simulated": bool(m.get("simulated")),
-                "scenario_hash": (m.get("scenario") or {}).get("hash"),
-                "sglang": (m.get("sglang") or {}).get("version"),
+                "simulated": m.simulated,
+                "scenario_hash": m.scenario.hash,
+                "sglang": m.sglang.get("version"),
                 "path": str(path),
             }
         )

@@ -48,7 +48,7 @@ from harness.sim.cost import CostModel
 from harness.sim.engine import Engine, EngineConfig
 from harness.sim.metrics import SimMetrics
 from harness.sim.tokens import TokenModel
-from harness.store import results
+from harness.store import run_folder
 
 pytest_plugins = ["pytester"]  # tests/rules/test_suite_rules.py runs the suite's own fixtures in a nested session
 
@@ -222,14 +222,14 @@ def harness_bin(dir_: Path) -> Path:
     return b
 
 
-def run_in_process(scenario_path: Path, tmp_path: Path) -> tuple[RunOutcome, results.LoadedRun]:
+def run_in_process(scenario_path: Path, tmp_path: Path) -> tuple[RunOutcome, run_folder.LoadedRun]:
     """Run a scenario file through the real runner in this process (results under
     ``tmp_path/results``, no report, no live progress); return the outcome and the loaded run."""
     outcome = run_scenario(
         load_scenario(scenario_path),
         RunOptions(results_dir=Path(tmp_path) / "results", live_progress=False),
     )
-    return outcome, results.load_run(outcome.run_dir)
+    return outcome, run_folder.load_run(outcome.run_dir)
 
 
 # ----------------------------------------------------------------------------------- run folders
@@ -286,7 +286,7 @@ def wait_state(
 
 def request_rows(run_dir: Path) -> dict[str, list[dict]]:
     """variant -> request rows, from the variant folders the manifest names."""
-    run = results.load_run(run_dir)
+    run = run_folder.load_run(run_dir)
     return {v.name: run.requests(v.name) for v in run.variants}
 
 
@@ -302,10 +302,10 @@ def assert_no_duplicate_rows(rows: dict[str, list[dict]]) -> None:
 
 def shape(run_dir: Path) -> dict[str, tuple[str, int]]:
     """variant -> (state, number of request rows): what must equal an uninterrupted run's."""
-    run = results.load_run(run_dir)
+    run = run_folder.load_run(run_dir)
     rows = request_rows(run_dir)
     assert_no_duplicate_rows(rows)
-    return {v.name: (v.status.get("state"), len(rows[v.name])) for v in run.variants}
+    return {v.name: (v.status.state, len(rows[v.name])) for v in run.variants}
 
 
 # ------------------------------------------------------------------------------------- processes

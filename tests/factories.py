@@ -217,3 +217,27 @@ def write_run(
     if complete:
         results.write_json_atomic(root / "COMPLETE", {"at": run_id})
     return root
+
+
+def as_status(data: dict | None):
+    """A status.json object as the store reads it (`harness.store.variant_status.VariantStatus`)."""
+    from harness.store.variant_status import VariantStatus
+
+    return None if data is None else VariantStatus.from_json(data)
+
+
+def as_summary(data: dict | None):
+    """A summary.json object as the store reads it (`harness.store.summary.Summary`: upgraded, checked)."""
+    from harness.store.summary import Summary
+
+    return None if data is None else Summary.from_json(Path("summary.json"), data)
+
+
+def as_manifest(data: dict):
+    """A manifest.json object as the store reads it (`harness.store.manifest.Manifest`); the scenario
+    name and schema version are filled in when the test leaves them out."""
+    from harness.store.manifest import Manifest
+
+    data = {"schema_version": 1, **data}
+    data["scenario"] = {"name": "s", **(data.get("scenario") or {})}
+    return Manifest.from_json(Path("manifest.json"), data)

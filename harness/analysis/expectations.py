@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from harness.analysis.summary import unexercised_figures
 from harness.spec.values import Check, Gate, Threshold
-from harness.store import results
+from harness.store import run_folder
+from harness.store.manifest import Manifest
 from harness.store.stats import STAT_KEYS
+from harness.store.summary import Summary
+from harness.store.variant_status import VariantStatus
 
 
 class _AnyEnv(Mapping):
@@ -74,22 +77,22 @@ class ScenarioExpectations:
     problem: str | None = None
 
 
-def scenario_expectations(manifest: dict) -> ScenarioExpectations:
+def scenario_expectations(manifest: Manifest) -> ScenarioExpectations:
     """Checks, thresholds and gate of the scenario stored in a run's manifest.
 
     Re-parses the text with `load_scenario_text`; when that fails (a sim model path that moved,
     a variable that made a path invalid) falls back to the ``expectations`` block of the raw
     YAML, parsed with the same Check/Threshold rules."""
-    sc = manifest.get("scenario") or {}
-    text = sc.get("text")
+    sc = manifest.scenario
+    text = sc.text
     if not text:
         return ScenarioExpectations(source="none", problem="manifest has no scenario text")
     from harness.scenario import ScenarioError, load_scenario_text
 
-    path = sc.get("path") or "scenario.yaml"
+    path = sc.path or "scenario.yaml"
     base = Path(path).parent if Path(path).parent.is_dir() else None
     try:
-        scn = load_scenario_text(text, file=path, env=_AnyEnv(manifest.get("env")), base_dir=base)
+        scn = load_scenario_text(text, file=path, env=_AnyEnv(manifest.env), base_dir=base)
         return ScenarioExpectations(
             list(scn.expectations.checks),
             dict(scn.expectations.thresholds),
@@ -100,14 +103,9 @@ def scenario_expectations(manifest: dict) -> ScenarioExpectations:
         problem = "; ".join(exc.lines) if hasattr(exc, "lines") else str(exc)
     except Exception as exc:  # noqa: BLE001 - any parse trouble: use the raw block below
         problem = f"{type(exc).__name__}: {exc}"
-    from harness.core.yaml_lines import load_yaml_text
-
-    try:
-        data = load_yaml_text(text, path).data
-    except Exception as exc:  # noqa: BLE001
-        return ScenarioExpectations(source="none", problem=f"{problem}; {exc}")
-    if not isinstance(data, dict):
-        return ScenarioExpectations(source="none", problem=f"{problem}; the stored scenario is not a mapping")
+    data = sc.data
+    if not data:
+        return ScenarioExpectations(source="none", problem=f"{problem}; the stored scenario is not YAML of a mapping")
     block = data.get("expectations") or {}
     if not isinstance(block, dict):
         block = {}
@@ -134,48 +132,46 @@ def scenario_expectations(manifest: dict) -> ScenarioExpectations:
     return ScenarioExpectations(checks, thresholds, baseline, gate, source="yaml", problem=problem)
 
 
-def lookup_metric(metric: str, summary: dict | None, status: dict | None) -> Any:
+def lookup_metric(metric: str, summary: Summary | None, status: VariantStatus | None) -> Any:
     """The value a check's metric names in one variant's summary/status (None when absent)."""
-    summary = summary or {}
-    status = status or {}
     parts = metric.split(".")
     head = parts[0]
-    if head == "quality" and len(parts) == 2 and parts[1] == "parity":
-        p = (summary.get("quality") or {}).get("parity") or {}
-        return p.get("verdict")
-    if head == "sampling" and len(parts) >= 3:
-        phases = (summary.get("sampling") or {}).get("phases") or {}
-        ph = phases.get("/".join(parts[1:-1]))
-        return (ph or {}).get(parts[-1])
-    if head == "pools" and len(parts) == 2:
-        return (status.get("pools") or {}).get(parts[1])
     if head == "status" and len(parts) == 2:
-        v = status.get(parts[1])
+        v = getattr(status, parts[1], None) if parts[1] in _STATUS_FIELDS else None
         return v if not isinstance(v, (dict, list)) else None
-    wls = summary.get("workloads") or {}
-    w = wls.get(head)
+    if head == "pools" and len(parts) == 2:
+        return ((status.pools if status is not None else None) or {}).get(parts[1])
+    if summary is None:
+        return None
+    if head == "quality" and len(parts) == 2 and parts[1] == "parity":
+        return summary.parity.get("verdict")
+    if head == "sampling" and len(parts) >= 3:
+        ph = (summary.sampling.get("phases") or {}).get("/".join(parts[1:-1]))
+        return (ph or {}).get(parts[-1])
+    w = summary.workload(head)
     if w is None:
         return None
     if len(parts) == 2:
-        return (w.get("derived") or {}).get(parts[1])
-    phase = (w.get("phases") or {}).get(parts[1])
+        return w.derived.get(parts[1])
+    phase = w.phases.get(parts[1])
     if phase is None:
         return None
     if len(parts) == 4 and parts[2] == "hits":
-        return (phase.get("hits") or {}).get(parts[3])
+        return phase.hits.get(parts[3])
     if len(parts) == 3:
         name = parts[2]
         if name in ("n", "n_errors", "n_warmup"):
-            return phase.get(name)
-        metrics = phase.get("metrics") or {}
+            return getattr(phase, name)
         stat = "p50"
-        if name not in metrics:
+        if name not in phase.metrics:
             base, _, suffix = name.rpartition("_")
-            if suffix in STAT_KEYS and base in metrics:
+            if suffix in STAT_KEYS and base in phase.metrics:
                 name, stat = base, suffix
-        s = metrics.get(name)
-        return s.get(stat) if s else None
+        return phase.stat(name, stat)
     return None
+
+
+_STATUS_FIELDS = frozenset(f.name for f in fields(VariantStatus)) - {"redact", "clock"}
 
 
 @dataclass
@@ -194,17 +190,16 @@ class CheckResult:
         return asdict(self)
 
 
-def evaluate_check(check: Check, variant: str, summary: dict | None, status: dict | None) -> CheckResult:
+def evaluate_check(check: Check, variant: str, summary: Summary | None, status: VariantStatus | None) -> CheckResult:
     """One check on one variant. Pure."""
 
     def result(actual: Any, outcome: str, failed: bool, reason: str) -> CheckResult:
         return CheckResult(check.text, variant, check.metric, check.op, check.value, actual, outcome, failed, reason)
 
-    status = status or {}
-    state = status.get("state")
-    expected_failure = status.get("expect") == "startup_failed"
+    state = status.state if status is not None else None
+    expected_failure = status is not None and status.expect == "startup_failed"
     if state != "ok":
-        declared = expected_failure and state == "startup_failed" and status.get("expect_met", True)
+        declared = expected_failure and state == "startup_failed" and status.expect_met is not False
         why = f"variant state {state or 'missing'}" + (" (declared expect: startup_failed)" if declared else "")
         return result(None, "not_evaluable", not declared, why)
     actual = lookup_metric(check.metric, summary, status)
@@ -221,7 +216,9 @@ def evaluate_check(check: Check, variant: str, summary: dict | None, status: dic
 
 
 def evaluate_checks(
-    checks: list[Check], variants: list[tuple[str, dict | None, dict | None]], quality_baseline: str | None = None
+    checks: list[Check],
+    variants: list[tuple[str, Summary | None, VariantStatus | None]],
+    quality_baseline: str | None = None,
 ) -> list[CheckResult]:
     """All checks on the variants they apply to; ``variants`` = [(name, summary, status)]."""
     out: list[CheckResult] = []
@@ -233,7 +230,7 @@ def evaluate_checks(
             targets = [
                 n
                 for n, _, st in variants
-                if (st or {}).get("expect", "ok") == "ok"
+                if (st.expect if st is not None else "ok") == "ok"
                 and not (c.metric.startswith("quality.") and n == quality_baseline)
             ]
         for name in targets:
@@ -259,11 +256,11 @@ def evaluate_checks(
 
 def evaluate_run_expectations(run_dir: Path) -> list[dict]:
     """The scenario's within-run checks on a run folder, as JSON-ready dicts (for expectations.json)."""
-    run = results.load_run(Path(run_dir))
+    run = run_folder.load_run(Path(run_dir))
     exp = scenario_expectations(run.manifest)
     variants = [(v.name, v.summary, v.status) for v in run.variants]
     out = [r.to_dict() for r in evaluate_checks(exp.checks, variants, exp.quality_baseline)]
-    return out + unrun_results((run.manifest.get("scenario") or {}).get("unrun_checks"))
+    return out + unrun_results(list(run.manifest.scenario.unrun_checks))
 
 
 def unrun_results(unrun: Any) -> list[dict]:

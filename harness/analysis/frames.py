@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from harness.measures import metrics as M
-from harness.store import results
+from harness.store import results, run_folder
 
 REQUEST_LABELS = [
     "variant",
@@ -379,7 +379,7 @@ def _write_columns(cache: Path, key: np.ndarray, columns: dict[str, Any], object
 
 def load_frames(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(requests_df, samples_df) of every variant of a run, concatenated in manifest order."""
-    run = results.load_run(Path(run_dir))
+    run = run_folder.load_run(Path(run_dir))
     reqs, samples = [], []
     for v in run.variants:
         reqs.append(requests_frame(v.paths.requests, v.name))

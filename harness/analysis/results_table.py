@@ -28,12 +28,14 @@ A figure that has a comparison row shows its change against the baseline after i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.analysis.run_products import COST_FILE, VERDICT_FILE
-from harness.store import results
+from harness.store import results, run_folder
+from harness.store.summary import Summary, WorkloadSummary
 
 COMPARISON_FILE = "comparison.json"
 
@@ -115,7 +117,7 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _kind_cells(workloads: dict, kinds: dict[str, str]) -> dict[str, Cell]:
+def _kind_cells(workloads: Mapping[str, WorkloadSummary], kinds: dict[str, str]) -> dict[str, Cell]:
     """The columns the kinds declare (``WorkloadKind.table_cells``), each from the first workload
     in scenario order that has a figure for it."""
     from harness.workloads import kind_of
@@ -124,49 +126,47 @@ def _kind_cells(workloads: dict, kinds: dict[str, str]) -> dict[str, Cell]:
     out: dict[str, Cell] = {}
     for name, wl in workloads.items():
         kind = kind_of(name, kinds)
-        if kind is None or not isinstance(wl, dict):
+        if kind is None:
             continue
         for column, spec in kind.table_cells.items():
             if column in out:
                 continue
             if isinstance(spec, PhaseStat):
-                value = _num(spec.of(wl.get("phases") or {}))
+                value = _num(spec.stored(wl.phases))
                 source = f"{name}.{spec.phase}.{spec.metric}"
             else:
-                value = _num((wl.get("derived") or {}).get(spec))
+                value = _num(wl.derived.get(spec))
                 source = f"{name}.{spec}"
             if value is not None:
                 out[column] = Cell(value, source)
     return out
 
 
-def _derived(workloads: dict, metric: str) -> Cell:
+def _derived(workloads: Mapping[str, WorkloadSummary], metric: str) -> Cell:
     """A derived figure of the first workload that has it (the sweeps' knee and goodput)."""
     for name, wl in workloads.items():
-        value = _num(((wl if isinstance(wl, dict) else {}).get("derived") or {}).get(metric))
+        value = _num(wl.derived.get(metric))
         if value is not None:
             return Cell(value, f"{name}.{metric}")
     return Cell(None)
 
 
-def _shares(workloads: dict) -> tuple[Cell, Cell]:
+def _shares(workloads: Mapping[str, WorkloadSummary]) -> tuple[Cell, Cell]:
     prompt = host = storage = 0
     for wl in workloads.values():
-        for ph in ((wl or {}).get("phases") or {}).values() if isinstance(wl, dict) else ():
-            if not isinstance(ph, dict) or ph.get("filler"):
+        for ph in wl.phases.values():
+            if ph.filler:
                 continue
-            hits = ph.get("hits") or {}
-            prompt += hits.get("prompt_tokens") or 0
-            host += hits.get("host_tokens") or 0
-            storage += hits.get("storage_tokens") or 0
+            prompt += ph.hits.get("prompt_tokens") or 0
+            host += ph.hits.get("host_tokens") or 0
+            storage += ph.hits.get("storage_tokens") or 0
     if not prompt:
         return Cell(None), Cell(None)
     return Cell(100.0 * host / prompt, "hits.host_tokens"), Cell(100.0 * storage / prompt, "hits.storage_tokens")
 
 
-def _cells(summary: dict | None, kinds: dict[str, str]) -> dict[str, Cell]:
-    wls = (summary or {}).get("workloads") or {}
-    wls = wls if isinstance(wls, dict) else {}
+def _cells(summary: Summary | None, kinds: dict[str, str]) -> dict[str, Cell]:
+    wls = (summary.workloads if summary is not None else None) or {}
     declared = _kind_cells(wls, kinds)
     host, storage = _shares(wls)
     knee = _derived(wls, "knee_rate")
@@ -174,7 +174,7 @@ def _cells(summary: dict | None, kinds: dict[str, str]) -> dict[str, Cell]:
     if knee.value is None:
         knee = _derived(wls, "knee_concurrency")
         knee.unit = "in flight"
-    total = ((summary or {}).get("energy") or {}).get("total") or {}
+    total = (summary.energy.get("total") if summary is not None else None) or {}
     energy = Cell(_num(total.get("j_per_token")), "energy.total.j_per_token")
     measured = {
         "host_share": host,
@@ -184,21 +184,6 @@ def _cells(summary: dict | None, kinds: dict[str, str]) -> dict[str, Cell]:
         "j_per_token": energy,
     }
     return {c.key: declared.get(c.key) or measured.get(c.key) or Cell(None) for c in COLUMNS}
-
-
-def _scenario_kinds(manifest: dict) -> dict[str, str]:
-    """{workload name: kind} of the stored scenario ({} when it cannot be read: names are kinds)."""
-    from harness.core.yaml_lines import load_yaml_text
-    from harness.workloads import workload_kinds
-
-    text = (manifest.get("scenario") or {}).get("text")
-    if not text:
-        return {}
-    try:
-        data = load_yaml_text(text, "scenario").data
-    except Exception:  # noqa: BLE001 - a damaged stored scenario: read the summaries by name
-        return {}
-    return workload_kinds(data.get("workloads") if isinstance(data, dict) else None)
 
 
 def _optional(path: Path) -> dict | None:
@@ -223,8 +208,10 @@ def _compared_row(compared: dict[tuple[str, str], dict], variant: str, source: s
 
 def results_table(run_dir: Path) -> ResultsTable:
     """The table of the run folder ``run_dir`` (`results.ResultsError` for a damaged file)."""
-    run = results.load_run(Path(run_dir))
-    kinds = _scenario_kinds(run.manifest)
+    run = run_folder.load_run(Path(run_dir))
+    from harness.workloads import workload_kinds
+
+    kinds = workload_kinds(run.manifest.scenario.data.get("workloads"))
     verdict = _optional(run.paths.root / VERDICT_FILE) or {}
     outcomes = {v.get("variant"): v.get("outcome") for v in verdict.get("variants") or () if isinstance(v, dict)}
     comparison = _optional(run.paths.root / COMPARISON_FILE)
@@ -240,21 +227,21 @@ def results_table(run_dir: Path) -> ResultsTable:
     simulated_energy = False
     for v in run.variants:
         cells = _cells(v.summary, kinds)
-        simulated_energy |= ((v.summary or {}).get("energy") or {}).get("source") == "simulated"
+        simulated_energy |= v.summary is not None and v.summary.energy.get("source") == "simulated"
         cells["usd_per_mtok"] = Cell(_num((priced.get(v.name) or {}).get("usd_per_mtok")), "cost.usd_per_mtok")
         for cell in cells.values():
             row = _compared_row(compared, v.name, cell.source)
             if row is not None:
                 cell.change, cell.state = _num(row.get("change")), row.get("state")
-        parity = ((v.summary or {}).get("quality") or {}).get("parity") or {}
+        parity = v.summary.parity if v.summary is not None else {}
         prow = compared.get((v.name, "quality.parity"))
         rows.append(
             Row(
                 v.name,
-                str(v.status.get("state")),
+                str(v.status.state),
                 outcomes.get(v.name),
                 cells,
-                parity.get("verdict") if isinstance(parity, dict) else None,
+                parity.get("verdict"),
                 prow.get("state") if prow else None,
             )
         )

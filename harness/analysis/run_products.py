@@ -23,7 +23,7 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.analysis.attribution import attribute
 from harness.analysis.cost import Prices, run_costs, slo_goodput, variant_cost
@@ -31,16 +31,14 @@ from harness.analysis.energy import energy_summary
 from harness.analysis.samples import summarize_samples
 from harness.analysis.summary import add_sample_figures, summarize, summary_rows
 from harness.analysis.verdict import Outcome, Reason, RunVerdict, VerdictPolicy, run_verdict, variant_verdict
-from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.measures.roofline import Platform, worse_than_off
 from harness.measures.tier_model import TierPools
 from harness.quality.parity import evaluate_parity
-from harness.store import results, versions
+from harness.store import results, run_folder, versions
+from harness.store.manifest import Manifest
 from harness.store.records import RequestRecord
 from harness.store.stats import STAT_KEYS
-
-if TYPE_CHECKING:
-    from harness.scenario.models import Scenario
+from harness.store.variant_status import NOT_RUN
 
 PARITY_FILE = "parity.json"
 VERDICT_FILE = "verdict.json"
@@ -205,7 +203,7 @@ def parity_headline(report: dict) -> dict:
     return out
 
 
-def evaluate_run_parity(scenario: Scenario, run: results.RunPaths, variant_names: list[str]) -> dict[str, dict]:
+def evaluate_run_parity(scenario, run: results.RunPaths, variant_names: list[str]) -> dict[str, dict]:
     """Parity of every variant that has quality rows against the baseline variant (each full
     report written to its ``parity.json``); {variant: headline}."""
     if not scenario.quality.enabled:
@@ -231,7 +229,7 @@ def evaluate_run_parity(scenario: Scenario, run: results.RunPaths, variant_names
     return verdicts
 
 
-def write_run_products(scenario: Scenario, run: results.RunPaths) -> None:
+def write_run_products(scenario, run: results.RunPaths) -> None:
     """Once every variant ran: parity into the summaries of the arms that have it, then summary.csv."""
     names = [v["name"] for v in results.read_json(run.manifest)["variants"]]
     for name, headline in evaluate_run_parity(scenario, run, names).items():
@@ -299,57 +297,42 @@ def rows_to_csv(rows: list[dict]) -> str:
 # -- the verdict -------------------------------------------------------------------------------
 
 
-def stored_scenario(manifest: dict) -> dict:
-    """The run's scenario as parsed YAML (the stored text), or {} when it cannot be read."""
-    text = (manifest.get("scenario") or {}).get("text") or ""
-    try:
-        return load_yaml_text(text, "<stored scenario>").data
-    except YamlLoadError:
-        return {}
-
-
 def judge_run(
     run_dir: Path, expectation_rows: Sequence[dict] | None = None, policy: VerdictPolicy | None = None
 ) -> RunVerdict:
-    """The verdict of a run folder from its stored files: every variant the manifest lists (one
-    without a status.json did not run), its rows of ``expectations.json`` and the scenario's
-    ``verdict:`` rules (both read from the folder when not given)."""
-    run = results.RunPaths(Path(run_dir))
-    manifest = results.read_json(run.manifest)
+    """The verdict of a run folder from its stored files (`run_folder.load_run`): every variant the
+    manifest lists (one without a status.json did not run), its rows of ``expectations.json`` and
+    the scenario's ``verdict:`` rules (both read from the folder when not given)."""
+    run = run_folder.load_run(Path(run_dir))
     if expectation_rows is None:
-        path = run.root / EXPECTATIONS_FILE
-        expectation_rows = results.read_json(path).get("checks", []) if path.exists() else []
+        path = run.paths.root / EXPECTATIONS_FILE
+        expectation_rows = results.read_json_object(path).get("checks", []) if path.exists() else []
     if policy is None:
-        policy = VerdictPolicy.from_block(stored_scenario(manifest).get("verdict"))
+        policy = VerdictPolicy.from_block(run.manifest.scenario.block("verdict") or None)
     verdicts = []
-    summaries: dict[str, dict | None] = {}
-    for entry in manifest.get("variants", []):
-        vpaths = run.variant(entry["name"])
-        status = results.read_json(vpaths.status) if vpaths.status.exists() else None
-        summary = results.read_json(vpaths.summary) if vpaths.summary.exists() else None
-        summaries[entry["name"]] = summary
-        rows = [r for r in expectation_rows if r.get("variant") == entry["name"]]
-        verdicts.append(variant_verdict(entry["name"], status, summary, rows, policy))
+    for v in run.variants:
+        rows = [r for r in expectation_rows if r.get("variant") == v.name]
+        status = v.status if v.status.state != NOT_RUN else None
+        verdicts.append(variant_verdict(v.name, status, v.summary, rows, policy))
     worse: dict[str, list[Reason]] = {}
-    for w in worse_than_off(summaries, off_variant(manifest)):
+    for w in worse_than_off({v.name: v.summary for v in run.variants}, off_variant(run.manifest)):
         worse.setdefault(w.variant, []).append(Reason("worse_than_off", w.text, w.variant))
     verdicts = [replace(v, warnings=v.warnings + tuple(worse.get(v.variant, ()))) for v in verdicts]
-    shard = manifest.get("shard")
-    if not verdicts and shard and not run.interrupted.exists():  # more shards than variants: by design
+    shard = run.manifest.shard
+    if not verdicts and shard and not run.paths.interrupted.exists():  # more shards than variants: by design
         return RunVerdict(
             Outcome.PASS,
             (),
             (Reason("empty_shard", f"shard {shard.get('index')}/{shard.get('count')} was assigned no variant"),),
         )
-    return run_verdict(verdicts, interrupted=run.interrupted.exists())
+    return run_verdict(verdicts, interrupted=run.paths.interrupted.exists())
 
 
-def off_variant(manifest: Mapping[str, Any]) -> str | None:
+def off_variant(manifest: Manifest) -> str | None:
     """The run's HiCache OFF variant, what "worse than off" is judged against: the quality
     baseline where it has HiCache off, else the first variant without HiCache; None if none."""
-    off = [v["name"] for v in manifest.get("variants", []) if not v.get("hicache")]
-    quality = stored_scenario(dict(manifest)).get("quality")
-    baseline = quality.get("baseline_variant") if isinstance(quality, dict) else None
+    off = [v.name for v in manifest.variants if v.hicache is None]
+    baseline = manifest.scenario.block("quality").get("baseline_variant")
     if baseline in off:
         return baseline
     return off[0] if off else None

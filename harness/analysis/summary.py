@@ -65,6 +65,7 @@ from harness.measures.roofline import Platform, cold_prefill_rate, workload_roof
 from harness.measures.tier_model import TierPools, phase_predictions, shortfalls
 from harness.store.records import RequestRecord
 from harness.store.stats import STAT_KEYS
+from harness.store.summary import Summary
 from harness.workloads import derived_figures, kinds
 
 SUMMARY_VERSION = 1
@@ -376,14 +377,7 @@ def tier_prediction(
     """Predicted vs achieved tier hits of every phase (`harness.measures.tier_model`), and the shortfalls of
     the phases that exist to hit a tier the variant has."""
     flush = [wl for wl, cfg in (workload_configs or {}).items() if getattr(cfg, "flush_before", False)]
-    # a workload that restarts the server (its config's ``restarts_before``: phase -> came back changed)
-    restarts = {
-        (wl, phase): changed
-        for wl, cfg in (workload_configs or {}).items()
-        if callable(getattr(cfg, "restarts_before", None))
-        for phase, changed in cfg.restarts_before().items()
-    }
-    preds = phase_predictions(records, pools, flush, restarts)
+    preds = phase_predictions(records, pools, flush)
     have = set(tiers or ("device",))
     hit_phase = {}
     for wl, phase in preds:
@@ -400,11 +394,11 @@ def tier_prediction(
     }
 
 
-def unexercised_figures(summary: Mapping[str, Any] | None) -> dict[tuple[str, str], str]:
+def unexercised_figures(summary: Summary | None) -> dict[tuple[str, str], str]:
     """{(workload, derived figure): why it measured recompute} of a stored summary's unexercised
     phases (what checks, gates and the report mark)."""
     out: dict[tuple[str, str], str] = {}
-    for u in (summary or {}).get("unexercised") or []:
+    for u in summary.unexercised if summary is not None else ():
         for f in u.get("figures") or []:
             out.setdefault((str(u.get("workload")), str(f)), str(u.get("text") or ""))
     return out

@@ -40,6 +40,8 @@ from enum import Enum
 from typing import Any
 
 from harness.core.exit_codes import ExitCode
+from harness.store.summary import Summary
+from harness.store.variant_status import VariantStatus
 
 DEFAULT_MAX_ERROR_RATE = 0.01
 
@@ -163,11 +165,11 @@ def _dominant_error(errors: Mapping[str, int]) -> str:
     return f"{error} ({count})"
 
 
-def _startup(name: str, status: Mapping[str, Any]) -> VariantVerdict | None:
+def _startup(name: str, status: VariantStatus | None) -> VariantVerdict | None:
     """The verdict decided by the variant's lifecycle alone, or None when it ran to the end."""
-    state, cause = status.get("state"), status.get("cause")
-    declared_failure = status.get("expect") == "startup_failed"
-    wanted_cause = status.get("expect_cause")
+    state, cause = (status.state, status.cause) if status is not None else (None, None)
+    declared_failure = status is not None and status.expect == "startup_failed"
+    wanted_cause = status.expect_cause if status is not None else None
     if state in (None, "not_run", "running"):
         return VariantVerdict(
             name, Outcome.FAIL, (Reason("not_run", f"did not run (state {state or 'missing'})", name),)
@@ -214,8 +216,8 @@ def state_words(state: str) -> str:
 
 def variant_verdict(
     name: str,
-    status: Mapping[str, Any] | None,
-    summary: Mapping[str, Any] | None,
+    status: VariantStatus | None,
+    summary: Summary | None,
     expectation_rows: Iterable[Mapping[str, Any]] = (),
     policy: VerdictPolicy = VerdictPolicy(),
 ) -> VariantVerdict:
@@ -230,36 +232,34 @@ def variant_verdict(
     )
 
 
-def recomputed_warnings(name: str, summary: Mapping[str, Any] | None) -> tuple[Reason, ...]:
+def recomputed_warnings(name: str, summary: Summary | None) -> tuple[Reason, ...]:
     """A variant's hit phases that reported host/storage hits and recomputed them (its summary's
     ``attribution``, `harness.analysis.attribution`), as warnings."""
-    found = (summary or {}).get("attribution") or []
+    found = summary.attribution if summary is not None else ()
     return tuple(Reason("hit_recomputed", str(a["text"]), name) for a in found if a.get("text"))
 
 
-def shortfall_warnings(name: str, summary: Mapping[str, Any] | None) -> tuple[Reason, ...]:
+def shortfall_warnings(name: str, summary: Summary | None) -> tuple[Reason, ...]:
     """A variant's cache phases that got fewer cached tokens than its pools predict for its own
     sends (its summary's ``tier_prediction.shortfalls``, `harness.measures.tier_model`), as warnings."""
-    found = ((summary or {}).get("tier_prediction") or {}).get("shortfalls") or []
+    found = (summary.tier_prediction.get("shortfalls") if summary is not None else None) or []
     return tuple(Reason("tier_shortfall", "tier-hit shortfall: " + str(s.get("text") or ""), name) for s in found)
 
 
-def unexercised_warnings(name: str, summary: Mapping[str, Any] | None) -> tuple[Reason, ...]:
+def unexercised_warnings(name: str, summary: Summary | None) -> tuple[Reason, ...]:
     """A variant's cache phases that got no hit of the tier they exist to measure (its summary's
     ``unexercised``), as warnings."""
-    return tuple(
-        Reason("unexercised_phase", str(u.get("text") or ""), name) for u in (summary or {}).get("unexercised") or []
-    )
+    found = summary.unexercised if summary is not None else ()
+    return tuple(Reason("unexercised_phase", str(u.get("text") or ""), name) for u in found)
 
 
 def _variant_outcome(
     name: str,
-    status: Mapping[str, Any] | None,
-    summary: Mapping[str, Any] | None,
+    status: VariantStatus | None,
+    summary: Summary | None,
     expectation_rows: list[Mapping[str, Any]],
     policy: VerdictPolicy,
 ) -> VariantVerdict:
-    status = status or {}
     expectation_rows = list(expectation_rows)
     decided = _startup(name, status)
     if decided is not None:
@@ -271,10 +271,9 @@ def _variant_outcome(
         if decided.outcome is Outcome.FAIL and fails:
             return VariantVerdict(name, Outcome.FAIL, decided.reasons + tuple(fails))
         return decided
-    summary = summary or {}
     failures: list[Reason] = []
     unknowns: list[Reason] = []
-    n, n_err = int(summary.get("n_requests") or 0), int(summary.get("n_errors") or 0)
+    n, n_err = (summary.n_requests, summary.n_errors) if summary is not None else (0, 0)
     if n == 0:
         unknowns.append(Reason("no_requests", "no measured request", name))
     elif n_err / n > policy.max_error_rate:
@@ -282,11 +281,11 @@ def _variant_outcome(
             Reason(
                 "error_rate",
                 f"{n_err} of {n} requests failed (> {policy.max_error_rate:.0%}): "
-                f"{_dominant_error(summary.get('errors') or {'unknown': n_err})}",
+                f"{_dominant_error((summary.errors if summary is not None else None) or {'unknown': n_err})}",
                 name,
             )
         )
-    parity = ((summary.get("quality") or {}).get("parity")) or {}
+    parity = summary.parity if summary is not None else {}
     pv = parity.get("verdict")
     expected: list[Reason] = []
     if pv == "FAIL" and declares_parity_fail(expectation_rows):
@@ -333,12 +332,12 @@ def _variant_outcome(
     return VariantVerdict(name, Outcome.PASS)
 
 
-def sample_findings(summary: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+def sample_findings(summary: Summary | None) -> list[Mapping[str, Any]]:
     """The findings each workload's ``from_samples`` holds (`harness.analysis.summary.add_sample_figures`:
     a soak's LEAK / INCONCLUSIVE series), in order."""
     out: list[Mapping[str, Any]] = []
-    for entry in ((summary or {}).get("workloads") or {}).values():
-        out.extend(((entry or {}).get("from_samples") or {}).get("findings") or [])
+    for entry in ((summary.workloads if summary is not None else None) or {}).values():
+        out.extend(entry.from_samples.get("findings") or [])
     return out
 
 

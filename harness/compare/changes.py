@@ -26,6 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.store.manifest import Manifest, ManifestVariant
+from harness.store.variant_status import VariantStatus
+
 PROBE_TOLERANCE = 0.10  # a probed bandwidth that moved less than this is the probe's own noise
 _MOVING_FLAGS = ("--port", "--host")
 _POOL_KEYS = ("max_total_num_tokens", "host_pool_tokens", "host_pool_gb", "mamba_device_slots", "mamba_host_slots")
@@ -106,8 +109,8 @@ def _args(argv: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
-def _build(entry: Mapping[str, Any]) -> dict[str, Any]:
-    b = entry.get("build") or {}
+def _build(entry: ManifestVariant) -> dict[str, Any]:
+    b = entry.build
     git = b.get("git") or {}
     return {
         "version": b.get("version"),
@@ -148,13 +151,13 @@ def _probe_changes(before: Mapping | None, after: Mapping | None) -> list[Change
     return out
 
 
-def _host(m: Mapping[str, Any]) -> dict[str, Any]:
-    h = m.get("host") or {}
+def _host(m: Manifest) -> dict[str, Any]:
+    h = m.host
     return {k: h.get(k) for k in ("kernel", "os", "python", "cpu_count", "mem_total_kib", "hostname")}
 
 
-def _gpus(m: Mapping[str, Any]) -> dict[str, Any]:
-    gpus = (m.get("host") or {}).get("gpus") or []
+def _gpus(m: Manifest) -> dict[str, Any]:
+    gpus = m.host.get("gpus") or []
     return {
         "driver": sorted({str(g.get("driver")) for g in gpus if g.get("driver")}) or None,
         "GPUs": [str(g.get("name")) for g in gpus] or None,
@@ -162,31 +165,32 @@ def _gpus(m: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def night_changes(
-    base: Mapping[str, Any],
-    cand: Mapping[str, Any],
-    base_status: Mapping[str, Mapping[str, Any] | None] | None = None,
-    cand_status: Mapping[str, Mapping[str, Any] | None] | None = None,
+    base: Manifest,
+    cand: Manifest,
+    base_status: Mapping[str, VariantStatus] | None = None,
+    cand_status: Mapping[str, VariantStatus] | None = None,
 ) -> list[Change]:
     """Every difference between two runs' manifests (and their variants' pools), ranked (see the
     module docstring); within a rank in variant order."""
     out: list[Change] = []
-    bv = {e.get("name"): e for e in base.get("variants") or []}
-    cv = {e.get("name"): e for e in cand.get("variants") or []}
+    bv = {e.name: e for e in base.variants}
+    cv = {e.name: e for e in cand.variants}
     names = [n for n in dict.fromkeys([*cv, *bv]) if n in bv and n in cv]
-    out += _dict_changes("build", base.get("sglang"), cand.get("sglang"), prefix="sglang ")
+    out += _dict_changes("build", base.sglang or None, cand.sglang or None, prefix="sglang ")
     for n in names:
         out += _dict_changes("build", _build(bv[n]), _build(cv[n]), n)
-        out += _dict_changes("server args", _args(bv[n].get("argv")), _args(cv[n].get("argv")), n)
-        out += _dict_changes("env", bv[n].get("env"), cv[n].get("env"), n)
-    out += _dict_changes("env", base.get("env"), cand.get("env"))
+        out += _dict_changes("server args", _args(bv[n].raw.get("argv")), _args(cv[n].raw.get("argv")), n)
+        out += _dict_changes("env", bv[n].raw.get("env"), cv[n].raw.get("env"), n)
+    out += _dict_changes("env", base.env or None, cand.env or None)
     out += _dict_changes("driver", _gpus(base), _gpus(cand))
     out += _dict_changes("kernel", _host(base), _host(cand))
-    out += _probe_changes(base.get("probe"), cand.get("probe"))
+    out += _probe_changes(base.probe or None, cand.probe or None)
     for n in names:
-        bp = ((base_status or {}).get(n) or {}).get("pools") or {}
-        cp = ((cand_status or {}).get(n) or {}).get("pools") or {}
+        b_st, c_st = (base_status or {}).get(n), (cand_status or {}).get(n)
+        bp = (b_st.pools if b_st is not None else None) or {}
+        cp = (c_st.pools if c_st is not None else None) or {}
         out += _dict_changes("pools", {k: bp.get(k) for k in _POOL_KEYS}, {k: cp.get(k) for k in _POOL_KEYS}, n)
-    bw, cw = base.get("design_warnings") or {}, cand.get("design_warnings") or {}
+    bw, cw = base.raw.get("design_warnings") or {}, cand.raw.get("design_warnings") or {}
     for n in dict.fromkeys([*cw, *bw]):
         gone = [w for w in bw.get(n) or [] if w not in (cw.get(n) or [])]
         new = [w for w in cw.get(n) or [] if w not in (bw.get(n) or [])]
@@ -194,8 +198,10 @@ def night_changes(
             out.append(Change("design warnings", "new", None, w, n))
         for w in gone:
             out.append(Change("design warnings", "gone", w, None, n))
-    out += _dict_changes("harness", {"version": base.get("harness_version")}, {"version": cand.get("harness_version")})
-    bs, cs = (base.get("scenario") or {}).get("hash"), (cand.get("scenario") or {}).get("hash")
+    out += _dict_changes(
+        "harness", {"version": base.raw.get("harness_version")}, {"version": cand.raw.get("harness_version")}
+    )
+    bs, cs = base.scenario.hash, cand.scenario.hash
     if bs != cs:
         out.append(Change("harness", "scenario text (hash)", (bs or "")[:12] or None, (cs or "")[:12] or None))
     return sorted(out, key=lambda c: c.rank)

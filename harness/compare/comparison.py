@@ -17,6 +17,7 @@ from harness.compare.curves import (
     CurvePointRow,
 )
 from harness.store import results
+from harness.store.variant_status import VariantStatus
 
 COMPARISON_VERSION = 2
 METRIC_STATES = ("regression", "improved", "unchanged", "inconclusive", "not_comparable")
@@ -127,16 +128,14 @@ class VariantRow:
 @dataclass(frozen=True)
 class NextRound:
     """The extra round an INCONCLUSIVE look advises: its number (2 = the first extra round), the
-    most the scenario allows, the repeats it adds, the variants it runs, the inconclusive
-    gating rows it is for ("variant workload.phase.metric: why") and the workloads those rows
-    are of (the round runs only them)."""
+    most the scenario allows, the repeats it adds, the variants it runs, and the inconclusive
+    gating rows it is for ("variant workload.phase.metric: why")."""
 
     number: int
     most: int
     repeats: int
     variants: list[str]
     rows: list[str]
-    workloads: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -215,38 +214,42 @@ class Comparison:
 # ------------------------------------------------------------------------------------ variants
 
 
-def status_wall_s(status: dict | None) -> float | None:
+def status_wall_s(status: VariantStatus | None) -> float | None:
     """Seconds from a variant's ``started_at`` to its ``ended_at`` (None: either is missing)."""
+    if status is None or status.started_at is None or status.ended_at is None:
+        return None
     try:
-        start = datetime.fromisoformat(str((status or {})["started_at"]))
-        end = datetime.fromisoformat(str((status or {})["ended_at"]))
-    except (KeyError, ValueError):
+        start = datetime.fromisoformat(str(status.started_at))
+        end = datetime.fromisoformat(str(status.ended_at))
+    except ValueError:
         return None
     return round(max(0.0, (end - start).total_seconds()), 3)
 
 
-def variant_state(base_status: dict | None, cand_status: dict | None, *, complete: bool = True) -> tuple[str, str]:
+def variant_state(
+    base_status: VariantStatus | None, cand_status: VariantStatus | None, *, complete: bool = True
+) -> tuple[str, str]:
     """(state, note) of one variant from its two status.json dicts (None: not in that run).
     ``complete``: both runs are COMPLETE, so a variant the manifest lists without a status.json
     (state ``not_run``) lost its folder or file: not comparable, never a pass."""
     if cand_status is None or base_status is None:
         return "not_comparable", "only in the " + ("baseline" if cand_status is None else "candidate")
-    cs, bs = cand_status.get("state"), base_status.get("state")
+    cs, bs = cand_status.state, base_status.state
     for side, s in (("candidate", cs), ("baseline", bs)):
         if s in (None, "not_run"):
             where = "in a COMPLETE run: its folder or status.json is missing" if complete else "(not run)"
             return "not_comparable", f"no status in the {side} {where}"
     if cs in ("running", "interrupted"):
         return "not_comparable", f"candidate state {cs}: it did not finish"
-    declared = cand_status.get("expect") == "startup_failed"
+    declared = cand_status.expect == "startup_failed"
     if cs != "ok":
-        if declared and cand_status.get("expect_met"):
-            return "skipped", f"failed as declared ({cand_status.get('cause')})"
+        if declared and cand_status.expect_met:
+            return "skipped", f"failed as declared ({cand_status.cause})"
         if bs == "ok":
-            return "introduced_failure", f"candidate {cs} ({cand_status.get('cause')}); baseline ok"
-        return "failed", f"candidate {cs} ({cand_status.get('cause')}); baseline {bs}"
+            return "introduced_failure", f"candidate {cs} ({cand_status.cause}); baseline ok"
+        return "failed", f"candidate {cs} ({cand_status.cause}); baseline {bs}"
     if declared:  # started although it was expected to fail
         return "failed", "expected startup_failed, but the server started"
     if bs != "ok":
-        return "fixed", f"baseline {bs} ({base_status.get('cause')}); candidate ok: nothing to compare with"
+        return "fixed", f"baseline {bs} ({base_status.cause}); candidate ok: nothing to compare with"
     return "compared", ""

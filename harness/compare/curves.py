@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.store.stats import PERCENTILES
+from harness.store.summary import PhaseSummary, Summary
 from harness.workloads import kind_of
 
 CURVE_METRICS = ("ttft_ms", "itl_ms", "tpot_ms")
@@ -70,18 +71,18 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def load_points(summary: Mapping | None, workload: str) -> dict[str, Mapping[str, Any]]:
+def load_points(summary: Summary | None, workload: str) -> dict[str, PhaseSummary]:
     """{phase: its summary} of a workload's phases that are load points (figures with a sweep
     axis, or a trace's one point)."""
-    phases = ((((summary or {}).get("workloads") or {}).get(workload) or {}).get("phases")) or {}
-    return {ph: p for ph, p in phases.items() if isinstance((p or {}).get("figures"), dict)}
+    phases = summary.phases(workload) if summary is not None else {}
+    return {ph: p for ph, p in phases.items() if p.figures}
 
 
-def grid(points: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, float | None]]:
+def grid(points: Mapping[str, PhaseSummary]) -> list[tuple[str, float | None]]:
     """The sweep's (axis, value) points, sorted (a trace's point: (its phase, None))."""
     out = []
     for ph, p in points.items():
-        f = p.get("figures") or {}
+        f = p.figures
         axis = f.get("sweep_axis")
         out.append((axis, _num(f.get("sweep_value"))) if axis else (ph, None))
     return sorted(out, key=lambda a: (a[0], a[1] if a[1] is not None else 0.0))
@@ -101,21 +102,18 @@ class KneeBelow:
     percentile: float | None
 
 
-def knee_below(summary: Mapping | None, workload: str, figure: str) -> KneeBelow | None:
+def knee_below(summary: Summary | None, workload: str, figure: str) -> KneeBelow | None:
     """Whether a workload's knee figure (``knee_rate`` / ``knee_concurrency``) is below the lowest
     point of its sweep (see `KneeBelow`); None when it has a knee in some repeat, or its lowest
     point was not judged (no SLO, no requests): then nothing is known about it."""
-    w = (((summary or {}).get("workloads") or {}).get(workload)) or {}
-    per_repeat = w.get("derived_by_repeat")
-    values = (
-        (per_repeat or {}).get(figure) if isinstance(per_repeat, Mapping) else [(w.get("derived") or {}).get(figure)]
-    )
+    w = summary.workload(workload) if summary is not None else None
+    if w is None:
+        return None
+    values = w.derived_by_repeat.get(figure) if w.derived_by_repeat is not None else [w.derived.get(figure)]
     if not values or any(v is not None for v in values):
         return None
     axis = KNEE_AXES[figure]
-    points = [
-        f for f in (p.get("figures") for p in load_points(summary, workload).values()) if f.get("sweep_axis") == axis
-    ]
+    points = [f for f in (p.figures for p in load_points(summary, workload).values()) if f.get("sweep_axis") == axis]
     points = [f for f in points if _num(f.get("sweep_value")) is not None]
     if not points:
         return None
@@ -125,9 +123,8 @@ def knee_below(summary: Mapping | None, workload: str, figure: str) -> KneeBelow
     return KneeBelow(float(lowest["sweep_value"]), len(values), _num(lowest.get("slo_percentile")))
 
 
-def _latency(p: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
-    metrics = p.get("metrics") or {}
-    return {m: {pc: _num((metrics.get(m) or {}).get(pc)) for pc in PERCENTILES} for m in CURVE_METRICS}
+def _latency(p: PhaseSummary) -> dict[str, dict[str, float | None]]:
+    return {m: {pc: _num(p.stat(m, pc)) for pc in PERCENTILES} for m in CURVE_METRICS}
 
 
 def _grid_text(g: Sequence[tuple[str, float | None]]) -> str:
@@ -136,15 +133,15 @@ def _grid_text(g: Sequence[tuple[str, float | None]]) -> str:
 
 def curve_points(
     name: str,
-    base_summary: Mapping | None,
-    cand_summary: Mapping | None,
+    base_summary: Summary | None,
+    cand_summary: Summary | None,
     cand_kinds: Mapping[str, str],
     rows: Sequence[Any],
 ) -> list[CurvePointRow]:
     """The curve points of one compared variant (``rows``: its `MetricRow`s, whose states the
     points take, and which become not comparable where the grids differ)."""
     out: list[CurvePointRow] = []
-    for wl in (cand_summary or {}).get("workloads") or {}:
+    for wl in (cand_summary.workloads if cand_summary is not None else None) or {}:
         kind = kind_of(wl, cand_kinds)
         if kind is None or not kind.load_points:
             continue
@@ -156,9 +153,9 @@ def curve_points(
             "" if same else f"rate grids differ: baseline {_grid_text(grid(base))}, candidate {_grid_text(grid(cand))}"
         )
         for ph, p in cand.items():
-            f = p.get("figures") or {}
+            f = p.figures
             b = base.get(ph) if same else None
-            bf = (b or {}).get("figures") or {}
+            bf = b.figures if b is not None else {}
             own = [r for r in rows if r.variant == name and r.workload == wl and r.phase == ph]
             if not same:
                 for r in own:

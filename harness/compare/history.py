@@ -65,7 +65,10 @@ from harness.compare.runs import run_workload_kinds
 from harness.compare.statistics import decide, threshold_for
 from harness.measures.metrics import METRICS
 from harness.server import startup_phases
-from harness.store import gpu_time, results
+from harness.store import gpu_time, results, run_folder
+from harness.store.manifest import Manifest
+from harness.store.summary import Summary
+from harness.store.variant_status import VariantStatus
 from harness.workloads import derived_figures, kind_of
 
 MIN_BEFORE = 3
@@ -290,39 +293,37 @@ def detect_change(
 # ------------------------------------------------------------------------------------ collecting
 
 
-def headline_values(summary: dict | None, names_to_kinds: Mapping[str, str]) -> dict[str, float | None]:
+def headline_values(summary: Summary | None, names_to_kinds: Mapping[str, str]) -> dict[str, float | None]:
     """{metric name: value} of one variant's summary: what each workload's kind declares
     (derived figures the summary holds, history stats of the phases it has); nothing for a
     workload of a kind this harness does not know. ``names_to_kinds``: {workload: kind}."""
     out: dict[str, float | None] = {}
-    for wl, w in ((summary or {}).get("workloads") or {}).items():
+    for wl, w in ((summary.workloads if summary is not None else None) or {}).items():
         kind = kind_of(wl, names_to_kinds)
         if kind is None:
             continue
-        recorded = w.get("derived") or {}
         for d in kind.derived:
-            if d.name in recorded:
-                out[f"{wl}.{d.name}"] = recorded[d.name]
-        phases = w.get("phases") or {}
+            if d.name in w.derived:
+                out[f"{wl}.{d.name}"] = w.derived[d.name]
         for s in kind.history_stats:
-            if s.phase in phases:
-                out[f"{wl}.{s.phase}.{s.metric}_{s.stat}"] = s.of(phases)
+            if s.phase in w.phases:
+                out[f"{wl}.{s.phase}.{s.metric}_{s.stat}"] = s.stored(w.phases)
     return out
 
 
-def headline_samples(summary: dict | None, names_to_kinds: Mapping[str, str]) -> dict[str, list[float]]:
+def headline_samples(summary: Summary | None, names_to_kinds: Mapping[str, str]) -> dict[str, list[float]]:
     """{metric name: per-repeat values} of one variant's summary (the names of
     `headline_values`): ``derived_by_repeat`` and ``history_stats_by_repeat``; a summary
     written before them gives its one pooled value."""
     pooled = headline_values(summary, names_to_kinds)
     out: dict[str, list[float]] = {}
-    for wl, w in ((summary or {}).get("workloads") or {}).items():
+    for wl, w in ((summary.workloads if summary is not None else None) or {}).items():
         per = {
-            **{f"{wl}.{k}": v for k, v in (w.get("derived_by_repeat") or {}).items()},
-            **{f"{wl}.{k}": v for k, v in (w.get("history_stats_by_repeat") or {}).items()},
+            **{f"{wl}.{k}": v for k, v in (w.derived_by_repeat or {}).items()},
+            **{f"{wl}.{k}": v for k, v in (w.history_stats_by_repeat or {}).items()},
         }
         for name, vs in per.items():
-            if name in pooled and isinstance(vs, list):
+            if name in pooled:
                 out[name] = [float(v) for v in vs if isinstance(v, (int, float)) and math.isfinite(v)]
     for name, v in pooled.items():
         if name not in out and isinstance(v, (int, float)) and math.isfinite(v):
@@ -409,30 +410,28 @@ def collect(results_dir: Path, scenario: str) -> History:
     """Load every complete run of a scenario (oldest first) and decide change points."""
     runs = []
     per_run: list[dict[str, dict[str, list[float]]]] = []
-    loaded: list[tuple[dict, dict]] = []  # each night's manifest and statuses, for what changed
+    loaded: list[tuple[Manifest, dict[str, VariantStatus]]] = []  # each night's manifest and statuses, for what changed
     pooled_run: list[dict[str, dict[str, float | None]]] = []
     failed: dict[str, list[int]] = {}
     thresholds: dict[str, float] = {}
     for p in results.list_runs(results_dir, scenario):
         try:
-            run = results.load_run(p)
+            run = run_folder.load_run(p)
         except (results.ResultsError, TypeError, KeyError, AttributeError):
             continue
-        if not run.complete or not isinstance(run.manifest.get("scenario"), dict):
+        if not run.complete:
             continue
-        if run.manifest.get("shard"):
+        if run.manifest.shard:
             continue  # one shard of a night: its merged run (if written here) stands for the night
         i = len(runs)
         runs.append(
             {
                 "run_id": run.run_id,
-                "created_at": run.manifest.get("created_at"),
+                "created_at": run.manifest.created_at,
                 "path": str(p),
-                "simulated": bool(run.manifest.get("simulated")),
-                "scenario_hash": run.manifest["scenario"].get("hash"),
-                "config_hashes": {
-                    e.get("name"): e.get("config_hash") for e in run.manifest.get("variants", []) if isinstance(e, dict)
-                },
+                "simulated": run.manifest.simulated,
+                "scenario_hash": run.manifest.scenario.hash,
+                "config_hashes": {e.name: e.config_hash for e in run.manifest.variants},
             }
         )
         thresholds = {k: t.fraction for k, t in scenario_expectations(run.manifest).thresholds.items()}
@@ -440,21 +439,19 @@ def collect(results_dir: Path, scenario: str) -> History:
         vals: dict[str, dict[str, list[float]]] = {}
         pooled: dict[str, dict[str, float | None]] = {}
         for v in run.variants:
-            status = v.status if isinstance(v.status, dict) else {}
-            summary = v.summary if isinstance(v.summary, dict) else None
-            if status.get("state") != "ok":
-                if status.get("expect") != "startup_failed":
+            if not v.ok:
+                if v.status.expect != "startup_failed":
                     failed.setdefault(v.name, []).append(i)
                 continue
-            vals[v.name] = headline_samples(summary, names_to_kinds)
-            pooled[v.name] = headline_values(summary, names_to_kinds)
-            night = {**gpu_time.history_values(status), **startup_phases.history_values(status)}
+            vals[v.name] = headline_samples(v.summary, names_to_kinds)
+            pooled[v.name] = headline_values(v.summary, names_to_kinds)
+            night = {**gpu_time.history_values(v.status.timing), **startup_phases.history_values(v.status.startup)}
             for name, value in night.items():  # one value a night
                 vals[v.name][name] = [value]
                 pooled[v.name][name] = value
         per_run.append(vals)
         pooled_run.append(pooled)
-        loaded.append((run.manifest, {v.name: v.status if isinstance(v.status, dict) else None for v in run.variants}))
+        loaded.append((run.manifest, {v.name: v.status for v in run.variants}))
     markers, breaks = config_markers(runs)
     metrics = sorted({m for r in pooled_run for vs in r.values() for m in vs})
     variants = list(dict.fromkeys(v for r in pooled_run for v in r))
@@ -477,7 +474,9 @@ def collect(results_dir: Path, scenario: str) -> History:
     return History(scenario, runs, series, failed, decisions, thresholds, samples, markers, breaks, changed)
 
 
-def night_changes_of(before: tuple[dict, dict], after: tuple[dict, dict]) -> list[dict]:
+def night_changes_of(
+    before: tuple[Manifest, dict[str, VariantStatus]], after: tuple[Manifest, dict[str, VariantStatus]]
+) -> list[dict]:
     """What differs between two nights ((manifest, {variant: status}) each), ranked."""
     (bm, bs), (am, as_) = before, after
     return [c.to_json() for c in night_changes(bm, am, bs, as_)]

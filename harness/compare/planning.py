@@ -25,16 +25,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from harness.compare.power import POWER, log_spread, parity_keys_needed, units_needed
 from harness.compare.statistics import ALPHA, MIN_VALUES, threshold_for
 from harness.scenario.models import AUTO_REPEATS
-
-if TYPE_CHECKING:
-    from harness.scenario.models import Scenario
 
 PLAN_NIGHTS = 5  # the earlier runs whose spread a plan pools
 MAX_LINES = 12  # rows a plan prints (a scenario without a gate has dozens)
@@ -209,7 +206,7 @@ def measured_spread(
     night), else the nights' values together (the spread between nights, drift included)."""
     if not runs:  # a scenario that never ran: nothing to read, and no frames to load for it
         return None, None, "no earlier run has this row", "request"
-    from harness.compare.rows import RowSample, derived_values_from_records, metric_samples
+    from harness.compare.rows import RowSample, metric_samples, variant_derived_values
     from harness.compare.runs import run_workload_kinds, variant_requests
 
     wl, ph, metric = key
@@ -217,12 +214,12 @@ def measured_spread(
     per_repeat: float | None = None
     unit = "request"
     for run in runs:
-        v = next((x for x in run.variants if x.name == variant and (x.status or {}).get("state") == "ok"), None)
+        v = next((x for x in run.variants if x.name == variant and x.ok), None)
         if v is None:
             continue
         kinds = run_workload_kinds(run.manifest)
         if ph == "*":
-            vals = derived_values_from_records(v, kinds).get((wl, metric))
+            vals = variant_derived_values(v, kinds).get((wl, metric))
             sample = RowSample(np.asarray(vals or [], dtype=float), None, "repeat")
             repeats = len(vals or [])
         else:
@@ -255,7 +252,7 @@ def _nights(n: int) -> str:
     return f"{n} night" + ("" if n == 1 else "s")
 
 
-def workload_minutes(scenario: Scenario, variants: Sequence[Any]) -> dict[str, float] | None:
+def workload_minutes(scenario: Any, variants: Sequence[Any]) -> dict[str, float] | None:
     """{workload: GPU-minutes of one repeat of it over the variants} from `harness.run.estimate`
     (None without a prefill speed)."""
     from harness.run.estimate import estimate_run
@@ -290,7 +287,7 @@ def earlier_runs(results_dir: Path, scenario_name: str, limit: int = PLAN_NIGHTS
             run = read_run(p)
         except results.ResultsError:
             continue
-        if not run.complete or run.manifest.get("shard"):
+        if not run.complete or run.manifest.shard:
             continue
         if compared_outcome(run)[0] == "FAIL" and accepted(run) is None:
             continue
@@ -300,7 +297,7 @@ def earlier_runs(results_dir: Path, scenario_name: str, limit: int = PLAN_NIGHTS
     return out
 
 
-def plan_scenario(scenario: Scenario, results_dir: Path | None, runs: Sequence[Any] | None = None) -> ScenarioPlan:
+def plan_scenario(scenario: Any, results_dir: Path | None, runs: Sequence[Any] | None = None) -> ScenarioPlan:
     """The plan of a loaded scenario from its earlier runs under ``results_dir`` (or ``runs``,
     newest first)."""
     from harness.quality.parity import ALPHA as PARITY_ALPHA
@@ -329,17 +326,17 @@ def plan_scenario(scenario: Scenario, results_dir: Path | None, runs: Sequence[A
     for v in variants:
         keys: list[tuple[str, str, str]] = []
         for run in runs:
-            lv = next((x for x in run.variants if x.name == v.name and (x.status or {}).get("state") == "ok"), None)
+            lv = next((x for x in run.variants if x.name == v.name and x.ok), None)
             if lv is None:
                 continue
             # an earlier run's rows (pandas, the run readers): loaded only when there is one, so
             # `harness validate` of a scenario that never ran loads neither
-            from harness.compare.rows import derived_values_from_records, metric_samples
+            from harness.compare.rows import metric_samples, variant_derived_values
             from harness.compare.runs import run_workload_kinds, variant_requests
 
             kinds = run_workload_kinds(run.manifest)
             keys = list(metric_samples(variant_requests(lv), kinds)) + [
-                (wl, "*", m) for wl, m in derived_values_from_records(lv, kinds)
+                (wl, "*", m) for wl, m in variant_derived_values(lv, kinds)
             ]
             break
         # and the gate's rows by name (unmeasured, or rows compare builds beyond the samples: tails, drift)
@@ -397,7 +394,7 @@ def plan_scenario(scenario: Scenario, results_dir: Path | None, runs: Sequence[A
     return plan
 
 
-def resolve_repeats(scenario: Scenario, results_dir: Path | None) -> list[str]:
+def resolve_repeats(scenario: Any, results_dir: Path | None) -> list[str]:
     """The plan's lines for a command to print; with ``repeats: auto`` the scenario's repeats set
     to `ScenarioPlan.auto_repeats` first (and the plan redone at that count). A plan never stops
     a run: one that cannot be made is one line saying why."""

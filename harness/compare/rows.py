@@ -18,17 +18,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from harness.analysis.figures import variant_figures
 from harness.analysis.frames import groups_frame
-from harness.analysis.summary import by_repeat, unexercised_figures
+from harness.analysis.summary import unexercised_figures
 from harness.analysis.verdict import VerdictPolicy, declares_parity_fail
 from harness.compare.comparison import MetricRow
 from harness.compare.curves import KNEE_AXES, KNEE_BELOW_TEST, grid, knee_below, load_points
 from harness.compare.power import pooled_log_spread, units_needed
-from harness.compare.runs import variant_records
 from harness.compare.statistics import ALPHA, decide, finite, per_unit, threshold_for
 from harness.compare.tails import MIN_DRIFT_UNITS, decide_drift, decide_tail, tail_min_values
 from harness.measures.metrics import METRICS
-from harness.store import results
+from harness.store import run_folder
+from harness.store.summary import Summary
 from harness.workloads import derived_figures, kind_of
 
 DEFAULT_POLICY = VerdictPolicy()
@@ -100,18 +101,15 @@ def metric_samples(req: pd.DataFrame, names_to_kinds: dict[str, str]) -> dict[tu
     return out
 
 
-def derived_values(summary: Mapping | None, names_to_kinds: Mapping[str, str]) -> dict[tuple[str, str], list[float]]:
+def derived_values(summary: Summary | None, names_to_kinds: Mapping[str, str]) -> dict[tuple[str, str], list[float]]:
     """{(workload, figure): one value per repeat} of the derived figures a summary holds whose
-    declaration (by the workload's kind) says ``compared`` (``derived_by_repeat``; a summary
-    written before it existed: its pooled ``derived`` value, one value)."""
+    declaration (by the workload's kind) says ``compared`` (``derived_by_repeat``; without it:
+    its pooled ``derived`` value, one value)."""
     out: dict[tuple[str, str], list[float]] = {}
-    for wl, w in ((summary or {}).get("workloads") or {}).items():
+    for wl, w in ((summary.workloads if summary is not None else None) or {}).items():
         kind = kind_of(wl, names_to_kinds)
         compared = {d.name for d in kind.derived if d.compared} if kind is not None else set()
-        per_repeat = w.get("derived_by_repeat")
-        source = (
-            per_repeat if isinstance(per_repeat, Mapping) else {k: [v] for k, v in (w.get("derived") or {}).items()}
-        )
+        source = w.derived_by_repeat if w.derived_by_repeat is not None else {k: [v] for k, v in w.derived.items()}
         for k, vs in source.items():
             values = [float(v) for v in (vs or []) if isinstance(v, (int, float))]
             if k in compared and values:
@@ -119,27 +117,12 @@ def derived_values(summary: Mapping | None, names_to_kinds: Mapping[str, str]) -
     return out
 
 
-def derived_values_from_records(
-    variant: results.LoadedVariant, names_to_kinds: Mapping[str, str]
+def variant_derived_values(
+    variant: run_folder.LoadedVariant, names_to_kinds: Mapping[str, str]
 ) -> dict[tuple[str, str], list[float]]:
-    """`derived_values` of a variant whose summary.json predates ``derived_by_repeat``: the
-    figures recomputed per repeat from its requests.jsonl (`harness.analysis.summary.by_repeat`)."""
-    summary = variant.summary or {}
-    if all(isinstance(w, Mapping) and "derived_by_repeat" in w for w in (summary.get("workloads") or {}).values()):
-        return derived_values(summary, names_to_kinds)
-    records = variant_records(variant)
-    repeats = sorted({r.repeat for r in records})
-    per_wl: dict[str, list] = {}
-    for r in records:
-        per_wl.setdefault(r.workload, []).append(r)
-    workloads = {}
-    for wl, recs in per_wl.items():
-        kind = kind_of(wl, names_to_kinds)
-        if kind is None:
-            continue
-        figures, _ = by_repeat(kind.name, recs, repeats, kind.filler_phases)
-        workloads[wl] = {"derived_by_repeat": figures}
-    return derived_values({"workloads": workloads}, names_to_kinds)
+    """`derived_values` of a variant's figures (`harness.analysis.figures`: a summary that predates
+    ``derived_by_repeat`` gets them from its requests.jsonl), what the report's deltas read too."""
+    return derived_values(variant_figures(variant, names_to_kinds), names_to_kinds)
 
 
 def _row(
@@ -297,8 +280,8 @@ def tail_and_drift_rows(
 
 def vanished_knees(
     name: str,
-    base_summary: Mapping | None,
-    cand_summary: Mapping | None,
+    base_summary: Summary | None,
+    cand_summary: Summary | None,
     cand_kinds: Mapping[str, str],
     rows: list[MetricRow],
     thresholds: Mapping[str, float],
@@ -311,7 +294,7 @@ def vanished_knees(
     place (one is added when neither run has a knee). A different grid, or a run whose lowest
     point was not judged, stays as `compare_variant` left it (not comparable). No I/O."""
     figures = derived_figures()
-    for wl in (cand_summary or {}).get("workloads") or {}:
+    for wl in (cand_summary.workloads if cand_summary is not None else None) or {}:
         kind = kind_of(wl, cand_kinds)
         if kind is None or not kind.load_points:
             continue
@@ -373,7 +356,7 @@ def vanished_knees(
                 row.candidate_below, row.n_candidate = c.lowest, c.repeats
 
 
-def unexercised_rows(base_summary: Mapping | None, cand_summary: Mapping | None, rows: list[MetricRow]) -> None:
+def unexercised_rows(base_summary: Summary | None, cand_summary: Summary | None, rows: list[MetricRow]) -> None:
     """A derived figure that either run measured on a cache phase without a hit of the tier it
     exists to measure (summary ``unexercised``) compares recompute: inconclusive, never a silent
     pass or fail of a gate on it. Rows are changed in place. No I/O."""
@@ -386,18 +369,18 @@ def unexercised_rows(base_summary: Mapping | None, cand_summary: Mapping | None,
         r.state, r.note = "inconclusive", f"{side} measured recompute: {cand.get(key) or base.get(key)}"
 
 
-def client_bound_rows(base_summary: Mapping | None, cand_summary: Mapping | None, rows: list[MetricRow]) -> None:
+def client_bound_rows(base_summary: Summary | None, cand_summary: Summary | None, rows: list[MetricRow]) -> None:
     """A timing row of a phase that either run flagged CLIENT-BOUND (its p99 schedule lag over
     ``lag_limit_ms``: the client, not the server, set the load) is inconclusive with that reason,
     whatever its test said: the run's warning and the comparison never contradict each other.
     Rows are changed in place. No I/O."""
 
-    def flagged(summary: Mapping | None) -> dict[tuple[str, str], str]:
+    def flagged(summary: Summary | None) -> dict[tuple[str, str], str]:
         out = {}
-        for wl, w in ((summary or {}).get("workloads") or {}).items():
-            for ph, p in ((w or {}).get("phases") or {}).items() if isinstance(w, Mapping) else ():
-                f = p.get("figures") if isinstance(p, Mapping) else None
-                if isinstance(f, Mapping) and f.get("client_bound") is True:
+        for wl, w in ((summary.workloads if summary is not None else None) or {}).items():
+            for ph, p in w.phases.items():
+                f = p.figures
+                if f.get("client_bound") is True:
                     lag, limit = f.get("lag_p99_ms"), f.get("lag_limit_ms")
                     out[(wl, ph)] = f"schedule lag p99 {lag:.3g} ms over {limit:g} ms" if lag and limit else "flagged"
         return out
@@ -417,8 +400,8 @@ def client_bound_rows(base_summary: Mapping | None, cand_summary: Mapping | None
 
 def parity_row(
     name: str,
-    base_summary: Mapping | None,
-    cand_summary: Mapping | None,
+    base_summary: Summary | None,
+    cand_summary: Summary | None,
     policy: VerdictPolicy = DEFAULT_POLICY,
     cand_checks: Sequence[Mapping] = (),
 ) -> MetricRow | None:
@@ -429,10 +412,8 @@ def parity_row(
     scenario's ``verdict:`` allows it for this variant, INCONCLUSIVE → inconclusive.
     ``cand_checks``: the candidate's expectation rows of this variant. Pure."""
 
-    def verdict_of(s: Mapping | None) -> str | None:
-        p = (s or {}).get("quality") or {}
-        p = p.get("parity") if isinstance(p, Mapping) else None
-        return p.get("verdict") if isinstance(p, Mapping) else None
+    def verdict_of(s: Summary | None) -> str | None:
+        return s.parity.get("verdict") if s is not None else None
 
     cv, bv = verdict_of(cand_summary), verdict_of(base_summary)
     if cv is None:

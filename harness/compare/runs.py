@@ -25,13 +25,11 @@ from harness.analysis.run_products import (
     EXPECTATIONS_FILE,
     VERDICT_FILE,
     judge_run,
-    stored_scenario,
 )
 from harness.analysis.verdict import Outcome, VerdictPolicy
 from harness.core.errors import BadInput
-from harness.core.yaml_lines import YamlLoadError, load_yaml_text
-from harness.store import results
-from harness.store.records import RequestRecord
+from harness.store import results, run_folder
+from harness.store.manifest import Manifest
 from harness.store.sequence import run_order
 from harness.workloads import workload_kinds
 
@@ -46,37 +44,32 @@ class BaselineMismatch(BadInput):
 # ------------------------------------------------------------------------------ reading a run
 
 
-def read_run(path: Path) -> results.LoadedRun:
-    """`results.load_run` (which checks the manifest's shape and that each status.json and
-    summary.json is an object) plus what compare reads further: each summary's ``workloads`` an
-    object. Raises `results.ResultsError` naming the file."""
-    run = results.load_run(Path(path))
-    for v in run.variants:
-        if v.summary is not None and not isinstance(v.summary.get("workloads") or {}, dict):
-            raise results.ResultsError(f'{v.paths.summary}: "workloads" is not an object')
-    return run
+def read_run(path: Path) -> run_folder.LoadedRun:
+    """`run_folder.load_run`: the manifest, statuses and summaries upgraded and checked for their
+    shape. Raises `results.ResultsError` naming the file."""
+    return run_folder.load_run(Path(path))
 
 
-def run_info(run: results.LoadedRun) -> dict:
+def run_info(run: run_folder.LoadedRun) -> dict:
     """What comparison.json says about one of its two runs."""
     m = run.manifest
     return {
         "path": str(run.paths.root),
         "run_id": run.run_id,
         "scenario": run.scenario_name,
-        "scenario_hash": (m.get("scenario") or {}).get("hash"),
-        "created_at": m.get("created_at"),
-        "backend": m.get("backend"),
-        "simulated": m.get("simulated"),
-        "sglang": (m.get("sglang") or {}).get("version"),
+        "scenario_hash": m.scenario.hash,
+        "created_at": m.created_at,
+        "backend": m.backend,
+        "simulated": m.simulated,
+        "sglang": m.sglang.get("version"),
         "complete": run.complete,
     }
 
 
-def variant_builds(run: results.LoadedRun) -> dict[str, dict]:
+def variant_builds(run: run_folder.LoadedRun) -> dict[str, dict]:
     """{variant: its build as the manifest records it (harness/run/builds.py)}; runs recorded before
     builds were have none."""
-    return {e["name"]: e["build"] for e in run.manifest.get("variants", []) if isinstance(e.get("build"), dict)}
+    return {e.name: dict(e.build) for e in run.manifest.variants if e.build}
 
 
 def build_change(base: Mapping | None, cand: Mapping | None) -> str | None:
@@ -100,62 +93,45 @@ def build_change(base: Mapping | None, cand: Mapping | None) -> str | None:
     return f"build changed: {show(base)} → {show(cand)}"
 
 
-def config_hashes(run: results.LoadedRun) -> dict[str, str | None]:
+def config_hashes(run: run_folder.LoadedRun) -> dict[str, str | None]:
     """{variant: config hash} as the run's manifest records them."""
-    return {e["name"]: e.get("config_hash") for e in run.manifest.get("variants", [])}
+    return {e.name: e.config_hash for e in run.manifest.variants}
 
 
-def run_workload_kinds(manifest: Mapping) -> dict[str, str]:
+def run_workload_kinds(manifest: Manifest) -> dict[str, str]:
     """{workload name: kind} of the scenario stored in a run's manifest; {} when there is no
     parseable scenario text (then each workload is taken to be named after its kind)."""
-    return workload_kinds(_stored_data(manifest).get("workloads"))
+    return workload_kinds(manifest.scenario.data.get("workloads"))
 
 
-def run_workload_specs(manifest: Mapping) -> dict[str, object]:
+def run_workload_specs(manifest: Manifest) -> dict[str, object]:
     """{workload name: its entry in the stored scenario text, as written} ({} without one)."""
     out: dict[str, object] = {}
-    for w in _stored_data(manifest).get("workloads") or []:
+    for w in manifest.scenario.data.get("workloads") or []:
         if isinstance(w, Mapping) and isinstance(w.get("kind"), str):
             out[str(w.get("name") or w["kind"])] = dict(w)
     return out
 
 
-def _stored_data(manifest: Mapping) -> dict:
-    text = (manifest.get("scenario") or {}).get("text")
-    if not text:
-        return {}
-    try:
-        data = load_yaml_text(text, "scenario").data
-    except YamlLoadError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def run_expectations(manifest: dict) -> ScenarioExpectations:
+def run_expectations(manifest: Manifest) -> ScenarioExpectations:
     """The stored scenario's thresholds, gate and checks (`harness.analysis.expectations`)."""
     return scenario_expectations(manifest)
 
 
-def run_policy(manifest: dict) -> VerdictPolicy:
+def run_policy(manifest: Manifest) -> VerdictPolicy:
     """The stored scenario's ``verdict:`` rules (defaults when there are none)."""
-    block = stored_scenario(manifest).get("verdict")
     try:
-        return VerdictPolicy.from_block(block if isinstance(block, Mapping) else None)
+        return VerdictPolicy.from_block(manifest.scenario.block("verdict") or None)
     except (TypeError, ValueError):
         return VerdictPolicy()
 
 
-def variant_requests(variant: results.LoadedVariant) -> pd.DataFrame:
+def variant_requests(variant: run_folder.LoadedVariant) -> pd.DataFrame:
     """The requests frame (`harness.analysis.frames`) of one variant of a run."""
     return _request_rows(variant, lambda path: requests_frame(path, variant.name))
 
 
-def variant_records(variant: results.LoadedVariant) -> list[RequestRecord]:
-    """The request records of one variant (for figures an old summary.json lacks)."""
-    return _request_rows(variant, lambda path: [RequestRecord.from_dict(d) for d in results.read_jsonl(path)])
-
-
-def _request_rows(variant: results.LoadedVariant, read: Callable[[Path], Any]) -> Any:
+def _request_rows(variant: run_folder.LoadedVariant, read: Callable[[Path], Any]) -> Any:
     """``read(requests.jsonl)``, rows that are not request records as a `results.ResultsError`."""
     try:
         return read(variant.paths.requests)
@@ -167,7 +143,7 @@ def _request_rows(variant: results.LoadedVariant, read: Callable[[Path], Any]) -
         ) from None
 
 
-def write_comparison(candidate: results.LoadedRun, comparison: dict) -> Path:
+def write_comparison(candidate: run_folder.LoadedRun, comparison: dict) -> Path:
     """Write comparison.json (a `Comparison.to_dict()`) into the candidate's run folder."""
     path = candidate.paths.root / COMPARISON_FILE
     results.write_json_atomic(path, comparison)
@@ -182,10 +158,10 @@ class BaselineChoice:
     """The baseline run (None: none found) and why it was chosen; ``passed_over``: the newer
     runs that were not, each with its reason."""
 
-    run: results.LoadedRun | None
+    run: run_folder.LoadedRun | None
     how: str
     passed_over: list[str] = field(default_factory=list)
-    pool: list[results.LoadedRun] = field(default_factory=list)  # older baselines pooled with ``run``
+    pool: list[run_folder.LoadedRun] = field(default_factory=list)  # older baselines pooled with ``run``
 
     def lines(self) -> list[str]:
         out = [self.how]
@@ -196,7 +172,7 @@ class BaselineChoice:
         return out
 
 
-def stored_outcome(run: results.LoadedRun) -> tuple[str | None, str]:
+def stored_outcome(run: run_folder.LoadedRun) -> tuple[str | None, str]:
     """(the run's verdict outcome, where it came from): its verdict.json, else (a run older than
     verdict.json) judged from its stored files with the same rules (`harness.analysis.run_products.judge_run`);
     (None, why) when neither can be read."""
@@ -216,11 +192,10 @@ def stored_outcome(run: results.LoadedRun) -> tuple[str | None, str]:
         return None, f"cannot be judged ({type(exc).__name__}: {exc})"
 
 
-def same_config(base: results.LoadedRun, cand: results.LoadedRun) -> str | None:
+def same_config(base: run_folder.LoadedRun, cand: run_folder.LoadedRun) -> str | None:
     """Why ``base`` did not measure what ``cand`` measures (scenario text or a variant's config
     hash differs, or a variant is missing); None when it did."""
-    b_hash = (base.manifest.get("scenario") or {}).get("hash")
-    c_hash = (cand.manifest.get("scenario") or {}).get("hash")
+    b_hash, c_hash = base.manifest.scenario.hash, cand.manifest.scenario.hash
     if b_hash != c_hash:
         return "scenario text changed"
     bh, ch = config_hashes(base), config_hashes(cand)
@@ -233,7 +208,7 @@ def same_config(base: results.LoadedRun, cand: results.LoadedRun) -> str | None:
     return None
 
 
-def accept_run(run: results.LoadedRun, note: str, by: str, at: str) -> Path:
+def accept_run(run: run_folder.LoadedRun, note: str, by: str, at: str) -> Path:
     """Mark ``run`` accepted as a baseline (accepted.json in its folder, written atomically):
     ``--baseline latest`` may then take it even though its own comparison failed, and a pool of
     baselines never reaches past it (the team said: this is the new normal)."""
@@ -243,7 +218,7 @@ def accept_run(run: results.LoadedRun, note: str, by: str, at: str) -> Path:
     return path
 
 
-def accepted(run: results.LoadedRun) -> dict | None:
+def accepted(run: run_folder.LoadedRun) -> dict | None:
     """The run's accepted.json (None: not accepted, or the file is not an object)."""
     path = run.paths.root / ACCEPTED_FILE
     if not path.exists():
@@ -255,7 +230,7 @@ def accepted(run: results.LoadedRun) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def compared_outcome(run: results.LoadedRun) -> tuple[str | None, str]:
+def compared_outcome(run: run_folder.LoadedRun) -> tuple[str | None, str]:
     """(the verdict of the run's own comparison.json, against what) — (None, "") when it was
     never compared, or the file cannot be read."""
     path = run.paths.root / COMPARISON_FILE
@@ -271,7 +246,7 @@ def compared_outcome(run: results.LoadedRun) -> tuple[str | None, str]:
     return data["verdict"], str(base.get("run_id") or "no baseline")
 
 
-def choose_latest(results_dir: Path, cand: results.LoadedRun, pool: int = 1) -> BaselineChoice:
+def choose_latest(results_dir: Path, cand: run_folder.LoadedRun, pool: int = 1) -> BaselineChoice:
     """``--baseline latest``: the newest run of the candidate's scenario under ``results_dir``
     that is older than the candidate, COMPLETE, not a shard, has the same scenario text and
     variant config hashes, whose verdict is PASS, and whose own comparison did not FAIL (a
@@ -281,7 +256,7 @@ def choose_latest(results_dir: Path, cand: results.LoadedRun, pool: int = 1) -> 
     reason. ``pool`` > 1: up to that many such runs, newest first (`BaselineChoice.pool` holds
     the older ones), never reaching past an accepted run."""
     passed: list[str] = []
-    picked: list[tuple[results.LoadedRun, str]] = []
+    picked: list[tuple[run_folder.LoadedRun, str]] = []
     exclude = cand.paths.root.resolve()
     # Earlier: numbered before it in its own folder (run ids are stamps of a clock that may have
     # been set back); a candidate from another folder is placed by its id among these runs.
@@ -299,7 +274,7 @@ def choose_latest(results_dir: Path, cand: results.LoadedRun, pool: int = 1) -> 
         if not run.complete:
             passed.append(f"{p.name} (not COMPLETE)")
             continue
-        if run.manifest.get("shard"):
+        if run.manifest.shard:
             passed.append(f"{p.name} (a shard)")
             continue
         differs = same_config(run, cand)
@@ -339,7 +314,7 @@ def choose_latest(results_dir: Path, cand: results.LoadedRun, pool: int = 1) -> 
     return BaselineChoice(run, how, passed, [r for r, _ in older])
 
 
-def load_baseline(baseline: str, results_dir: Path, candidate: results.LoadedRun, pool: int = 1) -> BaselineChoice:
+def load_baseline(baseline: str, results_dir: Path, candidate: run_folder.LoadedRun, pool: int = 1) -> BaselineChoice:
     """The run ``--baseline`` names: a run folder, or ``latest`` (`choose_latest`, with up to
     ``pool`` runs pooled). Raises `results.ResultsError` for a folder that is not a readable run
     and `BaselineMismatch` for a run of another scenario."""
@@ -350,7 +325,7 @@ def load_baseline(baseline: str, results_dir: Path, candidate: results.LoadedRun
     return BaselineChoice(run, f"baseline {run.run_id}: given (--baseline {baseline})")
 
 
-def check_same_scenario(base: results.LoadedRun, cand: results.LoadedRun) -> None:
+def check_same_scenario(base: run_folder.LoadedRun, cand: run_folder.LoadedRun) -> None:
     """Raise `BaselineMismatch` when the two runs are of different scenarios."""
     if base.scenario_name != cand.scenario_name:
         raise BaselineMismatch(

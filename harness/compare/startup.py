@@ -15,22 +15,23 @@ the nights by ``harness history`` (``startup.<phase>_s``), not judged on one pai
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from harness.compare.statistics import relative_change, threshold_for
 from harness.server.startup_phases import HOST_POOL, STAMP_RESOLUTION_S
+from harness.store.variant_status import VariantStatus
 
 WORKLOAD = "startup"
 METRIC = "startup_s"
 MIN_CHANGE_S = 2 * STAMP_RESOLUTION_S
 
 
-def _host_pool_s(status: Mapping | None) -> float | None:
-    v = (((status or {}).get("startup") or {}).get("phases") or {}).get(HOST_POOL)
+def _host_pool_s(status: VariantStatus | None) -> float | None:
+    v = (((status.startup if status is not None else None) or {}).get("phases") or {}).get(HOST_POOL)
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def host_pool_row(name: str, base_status: Mapping | None, cand_status: Mapping | None, thresholds) -> dict | None:
+def host_pool_row(
+    name: str, base_status: VariantStatus | None, cand_status: VariantStatus | None, thresholds
+) -> dict | None:
     """The fields of the row (`harness.compare.comparison.MetricRow`) of one variant compared on
     both sides, or None when neither start logged a host pool (HiCache off, or runs from before
     the phases were recorded)."""

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.expectations import evaluate_run_expectations
+from harness.analysis.figures import variant_figures
 from harness.analysis.verdict import Outcome
 from harness.compare.changes import night_changes
 from harness.compare.comparison import (
@@ -27,14 +28,13 @@ from harness.compare.curves import curve_points
 from harness.compare.gating import judge
 from harness.compare.power import comparison_advice, next_round
 from harness.compare.rows import (
-    PARITY,
     client_bound_rows,
     compare_variant,
-    derived_values_from_records,
     metric_samples,
     parity_row,
     unexercised_rows,
     vanished_knees,
+    variant_derived_values,
 )
 from harness.compare.runs import (
     BaselineChoice,
@@ -51,19 +51,19 @@ from harness.compare.runs import (
 )
 from harness.compare.startup import host_pool_row
 from harness.compare.statistics import ALPHA, look_alpha
-from harness.store import results
+from harness.store import results, run_folder
 
 # ------------------------------------------------------------------------------------ two runs
 
 
-def _round_why(run: results.LoadedRun) -> str:
+def _round_why(run: run_folder.LoadedRun) -> str:
     """What an extra round ran: its repeats and workloads (its stored scenario)."""
     specs = run_workload_specs(run.manifest)
-    return f"repeats {run.manifest.get('repeats')} of {', '.join(specs) or 'its workloads'}"
+    return f"repeats {run.manifest.repeats} of {', '.join(specs) or 'its workloads'}"
 
 
 def pooled_baseline(
-    sides: Sequence[tuple[str, results.LoadedVariant]], names_to_kinds: Mapping[str, str]
+    sides: Sequence[tuple[str, run_folder.LoadedVariant]], names_to_kinds: Mapping[str, str]
 ) -> tuple[pd.DataFrame, dict[tuple[str, str], list[float]]]:
     """One variant's requests frame and derived values over the nights of a baseline pool
     ((run id, variant) each, newest first): the frames concatenated with each concurrency group
@@ -78,14 +78,14 @@ def pooled_baseline(
                 f"{run_id}/{g}" if isinstance(g, str) else None for g in req["concurrency_group"]
             ]
         frames.append(req)
-        for key, vs in derived_values_from_records(v, names_to_kinds).items():
+        for key, vs in variant_derived_values(v, names_to_kinds).items():
             derived.setdefault(key, []).extend(vs)
     return (frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)), derived
 
 
 def pool_drift(
     name: str,
-    nights: Sequence[tuple[str, results.LoadedVariant]],
+    nights: Sequence[tuple[str, run_folder.LoadedVariant]],
     kinds: Mapping[str, str],
     rows: Sequence[MetricRow],
 ) -> list[str]:
@@ -115,14 +115,14 @@ def pool_drift(
 
 
 def _same_variant(
-    runs: Sequence[results.LoadedRun], name: str, config_hash: str | None = None
-) -> list[tuple[str, results.LoadedVariant]]:
+    runs: Sequence[run_folder.LoadedRun], name: str, config_hash: str | None = None
+) -> list[tuple[str, run_folder.LoadedVariant]]:
     """(run id, variant) of each run that has variant ``name`` finished ok (and, when given,
     with that config hash)."""
     out = []
     for r in runs:
         v = next((x for x in r.variants if x.name == name), None)
-        if v is None or (v.status or {}).get("state") != "ok":
+        if v is None or not v.ok:
             continue
         if config_hash is not None and config_hashes(r).get(name) != config_hash:
             continue
@@ -131,10 +131,10 @@ def _same_variant(
 
 
 def compare_runs(
-    base: results.LoadedRun | None,
-    cand: results.LoadedRun,
+    base: run_folder.LoadedRun | None,
+    cand: run_folder.LoadedRun,
     choice: BaselineChoice | None = None,
-    rounds: Sequence[results.LoadedRun] = (),
+    rounds: Sequence[run_folder.LoadedRun] = (),
 ) -> Comparison:
     """Compare the candidate with ``base`` (None: no baseline; expectations only, INCONCLUSIVE).
     Raises `harness.compare.runs.BaselineMismatch` for a baseline of another scenario. Variants
@@ -224,8 +224,8 @@ def compare_runs(
         comp.variants.append(
             VariantRow(
                 name,
-                bv.status.get("state") if bv else None,
-                cv.status.get("state") if cv else None,
+                bv.status.state if bv else None,
+                cv.status.state if cv else None,
                 state,
                 note,
                 changed,
@@ -248,18 +248,19 @@ def compare_runs(
                 cand_kinds,
                 alpha,
             )
-            vanished_knees(name, bv.summary, cv.summary, cand_kinds, rows, thresholds)
-            unexercised_rows(bv.summary, cv.summary, rows)
-            client_bound_rows(bv.summary, cv.summary, rows)
+            bf, cf = variant_figures(bv, base_kinds), variant_figures(cv, cand_kinds)
+            vanished_knees(name, bf, cf, cand_kinds, rows, thresholds)
+            unexercised_rows(bf, cf, rows)
+            client_bound_rows(bf, cf, rows)
             host_pool = host_pool_row(name, bv.status, cv.status, thresholds)  # the start's host-pool setup
             if host_pool is not None:
                 rows.append(MetricRow(**host_pool))
             for r in rows:
                 if r.workload in changed_workloads:
                     r.state, r.note = "not_comparable", "workload definition changed"
-            comp.curves.extend(curve_points(name, bv.summary, cv.summary, cand_kinds, rows))
+            comp.curves.extend(curve_points(name, bf, cf, cand_kinds, rows))
             comp.metrics.extend(rows)
-        if cv is not None and cv.status.get("state") == "ok":  # parity is the candidate's own: judged
+        if cv is not None and cv.ok:  # parity is the candidate's own: judged
             checks = [e for e in comp.expectations if e.get("variant") == name]
             row = parity_row(name, bv.summary if bv else None, cv.summary, policy, checks)  # even when not comparable
             if row is not None:
@@ -272,15 +273,17 @@ def compare_runs(
                 nights = [(base.run_id, base_v[v.variant]), *_same_variant(pool, v.variant)]
                 comp.notes += pool_drift(v.variant, nights, base_kinds, comp.metrics)
     if comp.outcome == Outcome.INCONCLUSIVE.value:
-        done = sum(int(r.manifest.get("repeats") or 1) for r in (cand, *rounds))
+        done = sum(int(r.manifest.repeats or 1) for r in (cand, *rounds))
         comp.advice = comparison_advice(comp.metrics, done, bool(exp.gate))
         more = next_round(comp.metrics, done)
         if more is not None and allowed > len(rounds) and more[0] > done:
-            stuck = [r for r in comp.metrics if r.gating and r.state == "inconclusive" and r.variant in more[1]]
-            rows = [f"{r.variant} {r.workload}.{r.phase}.{r.metric}: {r.note or 'inconclusive'}" for r in stuck]
-            loads = sorted({r.workload for r in stuck if r.sample != "verdict" and r.workload != PARITY[0]})
-            comp.next_round = NextRound(len(rounds) + 2, allowed + 1, more[0] - done, more[1], rows, loads)
-            scenario_path = (cand.manifest.get("scenario") or {}).get("path") or "SCENARIO"
+            rows = [
+                f"{r.variant} {r.workload}.{r.phase}.{r.metric}: {r.note or 'inconclusive'}"
+                for r in comp.metrics
+                if r.gating and r.state == "inconclusive" and r.variant in more[1]
+            ]
+            comp.next_round = NextRound(len(rounds) + 2, allowed + 1, more[0] - done, more[1], rows)
+            scenario_path = cand.manifest.scenario.path or "SCENARIO"
             only = " ".join(f"--only {v}" for v in more[1])
             added = " ".join(f"--round {r.paths.root}" for r in rounds)
             comp.advice += (

@@ -40,6 +40,7 @@ from typing import Any
 
 from harness.measures import metrics as M
 from harness.store.records import RequestRecord
+from harness.store.summary import PhaseSummary, Summary
 
 # A hit slower than recompute (or than OFF's same phase) by more than both of these is "worse than
 # off": 5 % (noise between two servers) and 50 ms (a loaded client's and server's scheduling noise
@@ -293,13 +294,12 @@ class WorseThanOff:
         return {**asdict(self), "text": self.text}
 
 
-def _comparable_ms(phase: Mapping[str, Any]) -> float | None:
+def _comparable_ms(phase: PhaseSummary) -> float | None:
     """What a phase is compared with OFF's by: its pass wall p50 (concurrent passes), else TTFT p50."""
-    metrics = phase.get("metrics") or {}
     for name in ("pass_wall_s", "ttft_ms"):
-        s = metrics.get(name) or {}
-        if s.get("p50") is not None:
-            return float(s["p50"]) * (1e3 if name == "pass_wall_s" else 1.0)
+        p50 = phase.stat(name)
+        if p50 is not None:
+            return float(p50) * (1e3 if name == "pass_wall_s" else 1.0)
     return None
 
 
@@ -307,19 +307,19 @@ def _worse(mine_ms: float, against_ms: float) -> bool:
     return mine_ms > against_ms * (1 + WORSE_MARGIN) and mine_ms - against_ms > WORSE_MIN_MS
 
 
-def worse_than_off(summaries: Mapping[str, Mapping[str, Any] | None], off: str | None) -> list[WorseThanOff]:
+def worse_than_off(summaries: Mapping[str, Summary | None], off: str | None) -> list[WorseThanOff]:
     """Every hit phase (one with a ``roofline``: it got host or storage hits) of a variant other than
     ``off`` that was slower than its own recompute (achieved over recompute by more than
     ``WORSE_MARGIN`` and ``WORSE_MIN_MS``), or than the OFF variant's same phase (pass wall, else
     TTFT p50, by as much)."""
     out: list[WorseThanOff] = []
-    off_wl = ((summaries.get(off) or {}).get("workloads") or {}) if off else {}
+    off_summary = summaries.get(off) if off else None
     for name, summary in summaries.items():
-        if name == off:
+        if name == off or summary is None:
             continue
-        for wl, w in ((summary or {}).get("workloads") or {}).items():
-            for phase, p in (w.get("phases") or {}).items():
-                roof = p.get("roofline")
+        for wl, w in (summary.workloads or {}).items():
+            for phase, p in w.phases.items():
+                roof = p.roofline
                 if not roof:
                     continue
                 tier, floor = str(roof.get("tier") or "host"), roof.get("floor_ms")
@@ -327,7 +327,7 @@ def worse_than_off(summaries: Mapping[str, Mapping[str, Any] | None], off: str |
                 if mine is not None and rec and _worse(mine, rec):
                     out.append(WorseThanOff(name, wl, phase, tier, mine, "own recompute", rec, floor))
                     continue
-                op = ((off_wl.get(wl) or {}).get("phases") or {}).get(phase)
+                op = off_summary.phases(wl).get(phase) if off_summary is not None else None
                 mine, theirs = _comparable_ms(p), (_comparable_ms(op) if op else None)
                 if mine is not None and theirs and _worse(mine, theirs):
                     out.append(WorseThanOff(name, wl, phase, tier, mine, str(off), theirs, floor))

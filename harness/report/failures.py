@@ -13,7 +13,7 @@ def failures(view: RunView) -> list[dict]:
     """Every variant not ``ok``: state, cause, expected or not, and the numbered log excerpt."""
     out = []
     for v in view.variants:
-        st = v.status
+        st = view.status(v.name)
         if st.get("state") == "ok":
             continue
         ex = st.get("log_excerpt") or {}

@@ -52,22 +52,11 @@ def _phase_values(view: RunView, name: str, workload: str, stat: PhaseStat, grou
 
 
 def repeat_values(summary: Mapping, workload: str, derived: str) -> list[float]:
-    """A derived figure's per-repeat values from summary ``workloads[wl].derived_by_repeat``
-    ({figure: [values]} or {figure: {repeat: value}}, or per repeat {repeat: {figure: value}} /
-    [{figure: value}]); [] when the summary has none."""
+    """A derived figure's per-repeat values from the figures' ``workloads[wl].derived_by_repeat``
+    ({figure: [values]}, the one shape written; `harness.analysis.figures` recomputes it for a
+    summary that predates it); [] when there are none."""
     w = (summary.get("workloads") or {}).get(workload) or {}
-    by = w.get("derived_by_repeat")
-    vals: list[Any] = []
-    if isinstance(by, Mapping):
-        own = by.get(derived)
-        if isinstance(own, Mapping):
-            vals = list(own.values())
-        elif isinstance(own, (list, tuple)):
-            vals = list(own)
-        else:
-            vals = [r.get(derived) for r in by.values() if isinstance(r, Mapping)]
-    elif isinstance(by, (list, tuple)):
-        vals = [r.get(derived) for r in by if isinstance(r, Mapping)]
+    vals = (w.get("derived_by_repeat") or {}).get(derived) or []
     return [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
 
 
@@ -140,7 +129,7 @@ def mark_unexercised(view: RunView, workload: str, figure: str, row: Row) -> Non
     """Mark the cells of a derived figure that a variant measured on a cache phase without a hit
     of the tier it exists to measure (summary ``unexercised``): the number is recompute's."""
     for n, cell in zip(view.names, row.cells):
-        why = unexercised_figures(view.summary(n)).get((workload, figure))
+        why = unexercised_figures(view.typed_summary(n)).get((workload, figure))
         if why is not None:
             cell.css, cell.sub, cell.title = "warn", "⚠ no tier hit: measured recompute", why
 

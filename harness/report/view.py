@@ -2,7 +2,8 @@
 
 One job: loading. manifest.json (its scenario text parsed for the workloads, their kinds, the
 description and the quality baseline), each variant's status.json and summary.json
-(`results.load_run`), the request and sample frames (`harness.analysis.frames`), each variant's parity.json
+(`run_folder.load_run`: upgraded and checked; each summary with what it lacks recomputed from the
+records, `harness.analysis.figures`), the request and sample frames (`harness.analysis.frames`), each variant's parity.json
 and quality.jsonl (on demand), the probe result (the manifest's, else ``probe.json``),
 ``comparison.json``, ``expectations.json`` and ``verdict.json``. Stored figures only: nothing here
 measures or probes.
@@ -23,9 +24,12 @@ from typing import Any
 
 import pandas as pd
 
+from harness.analysis.figures import variant_figures
 from harness.analysis.frames import requests_frame, samples_frame
 from harness.analysis.run_products import EXPECTATIONS_FILE, VERDICT_FILE
-from harness.store import results
+from harness.store import results, run_folder
+from harness.store.manifest import HicacheSettings
+from harness.store.summary import Summary
 from harness.workloads import kind_of, workload_kinds
 from harness.workloads.kind import WorkloadKind
 
@@ -35,8 +39,8 @@ class RunView:
     """What the report needs of one run, loaded once."""
 
     root: Path
-    manifest: dict
-    variants: list[results.LoadedVariant]
+    manifest: dict  # manifest.json, upgraded and checked (`harness.store.manifest.Manifest.raw`)
+    variants: list[run_folder.LoadedVariant]
     complete: bool
     interrupted: bool
     scenario: dict  # the manifest's scenario text as parsed YAML; {} when it cannot be parsed
@@ -46,6 +50,11 @@ class RunView:
     samples: dict[str, pd.DataFrame] = field(default_factory=dict)
     stored_expectations: list[dict] | None = None  # expectations.json's checks; None without the file
     stored_verdict: dict | None = None  # verdict.json as the run wrote it; None without the file
+    # {variant: status.json's object} (a variant without one: ``missing`` or ``not_run``)
+    statuses: dict[str, dict] = field(default_factory=dict)
+    # {variant: its figures} (`harness.analysis.figures`: the summary, with what it lacks recomputed
+    # from its records), the one source of a report row's value and of its tested delta
+    figures: dict[str, Summary | None] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -68,7 +77,7 @@ class RunView:
             return named
         seen: dict[str, None] = {}
         for v in self.variants:
-            for wl in (v.summary or {}).get("workloads") or {}:
+            for wl in (v.summary.workloads if v.summary is not None else None) or {}:
                 seen.setdefault(wl)
         return list(seen)
 
@@ -77,19 +86,22 @@ class RunView:
         return kind_of(workload, self.workload_kinds)
 
     def status(self, name: str) -> dict:
-        return next(v.status for v in self.variants if v.name == name)
+        return self.statuses[name]
 
     def summary(self, name: str) -> dict:
-        return next(v.summary for v in self.variants if v.name == name) or {}
+        """The variant's figures as JSON ({} without a summary)."""
+        f = self.figures.get(name)
+        return dict(f.raw) if f is not None else {}
+
+    def typed_summary(self, name: str) -> Summary | None:
+        """The variant's figures, typed (`harness.store.summary`)."""
+        return self.figures.get(name)
 
     def ok(self, name: str) -> bool:
         return self.status(name).get("state") == "ok"
 
-    def hicache(self, name: str) -> Any:
-        for e in self.manifest.get("variants", []):
-            if e["name"] == name:
-                return e.get("hicache")
-        return None
+    def hicache(self, name: str) -> HicacheSettings | None:
+        return next((v.entry.hicache for v in self.variants if v.name == name), None)
 
     def parity(self, name: str) -> dict | None:
         """The variant's parity.json (its ON-vs-OFF comparisons); None when absent or unreadable."""
@@ -104,19 +116,6 @@ class RunView:
     def quality_rows(self, name: str) -> list[dict]:
         """The variant's quality.jsonl rows (none when it has no file)."""
         return list(results.read_jsonl(self.root / results.safe_name(name) / results.QUALITY))
-
-
-def scenario_yaml(manifest: dict) -> dict:
-    """The manifest's scenario text as parsed YAML; {} when there is none or it cannot be parsed."""
-    text = (manifest.get("scenario") or {}).get("text")
-    if not text:
-        return {}
-    from harness.core.yaml_lines import load_yaml_text
-
-    try:
-        return load_yaml_text(text, "scenario").data
-    except Exception:  # noqa: BLE001 - report what we can without it
-        return {}
 
 
 def baseline_variant(view: RunView) -> str | None:
@@ -144,50 +143,6 @@ def _object(path: Path, data: Any, what: str = "not a JSON object") -> dict:
     return data
 
 
-def check_manifest(path: Path, m: Any) -> dict:
-    """The manifest, checked for the fields every part of the report reads; raises
-    `results.ResultsError` naming the file and the field."""
-    m = _object(path, m)
-    scenario = m.get("scenario")
-    _expect(
-        path,
-        isinstance(scenario, dict) and isinstance(scenario.get("name"), str),
-        "scenario.name missing or not a string",
-    )
-    variants = m.get("variants", [])
-    _expect(
-        path,
-        isinstance(variants, list) and all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in variants),
-        "variants is not a list of objects with a name",
-    )
-    return m
-
-
-def check_status(path: Path, st: Any) -> dict:
-    st = _object(path, st)
-    _expect(path, st.get("state") is None or isinstance(st.get("state"), str), "state is not a string")
-    return st
-
-
-def check_summary(path: Path, s: Any) -> dict | None:
-    if s is None:
-        return None
-    s = _object(path, s)
-    for key in ("workloads", "quality", "sampling", "errors"):
-        _expect(path, s.get(key) is None or isinstance(s.get(key), dict), f"{key} is not an object")
-    for key in ("n_requests", "n_errors"):
-        _expect(path, s.get(key) is None or isinstance(s.get(key), _NUMBER), f"{key} is not a number")
-    parity = (s.get("quality") or {}).get("parity")
-    _expect(path, parity is None or isinstance(parity, dict), "quality.parity is not an object")
-    for wl, w in (s.get("workloads") or {}).items():
-        _expect(
-            path,
-            isinstance(w, dict) and isinstance(w.get("phases") or {}, dict),
-            f"workloads.{wl} is not an object with phases",
-        )
-    return s
-
-
 def _optional_json(path: Path) -> Any:
     return results.read_json(path) if path.exists() else None
 
@@ -196,14 +151,12 @@ def load_view(run_dir: Path) -> RunView:
     """Read a run folder (raises `results.ResultsError` naming a missing, unreadable or damaged
     file)."""
     root = Path(run_dir)
-    if root.is_dir():
-        manifest_path = results.RunPaths(root).manifest
-        check_manifest(manifest_path, results.read_json(manifest_path))
-    run = results.load_run(root)
+    run = run_folder.load_run(root)
     interrupted = run.paths.interrupted.exists()
+    statuses: dict[str, dict] = {}
     for v in run.variants:
         if not v.paths.status.exists():
-            v.status = (
+            statuses[v.name] = (
                 {"state": "not_run", "cause": "not reached: the run was interrupted"}
                 if interrupted
                 else {
@@ -212,9 +165,10 @@ def load_view(run_dir: Path) -> RunView:
                 }
             )
         else:
-            v.status = check_status(v.paths.status, v.status)
-        v.summary = check_summary(v.paths.summary, v.summary)
-    probe = run.manifest.get("probe")
+            statuses[v.name] = v.status.to_json()
+    kinds = workload_kinds(run.manifest.scenario.data.get("workloads"))
+    figures = {v.name: variant_figures(v, kinds) for v in run.variants}
+    probe = dict(run.manifest.probe) or None
     probe_file = run.paths.root / "probe.json"
     if not probe and probe_file.exists():
         try:
@@ -241,15 +195,17 @@ def load_view(run_dir: Path) -> RunView:
         _object(verdict_file, stored_verdict)
     view = RunView(
         run.paths.root,
-        run.manifest,
-        run.variants,
+        dict(run.manifest.raw),
+        list(run.variants),
         run.complete,
         interrupted,
-        scenario_yaml(run.manifest),
+        dict(run.manifest.scenario.data),
         probe,
         comparison,
         stored_expectations=expectations,
         stored_verdict=stored_verdict,
+        statuses=statuses,
+        figures=figures,
     )
     for v in run.variants:
         view.requests[v.name] = requests_frame(v.paths.requests, v.name)

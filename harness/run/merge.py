@@ -33,6 +33,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +42,8 @@ from harness.analysis.expectations import evaluate_run_expectations
 from harness.analysis.run_products import write_summary_csv
 from harness.analysis.verdict import RunVerdict
 from harness.core.errors import BadInput
-from harness.store import results
+from harness.store import results, run_folder
+from harness.store.manifest import Manifest, read_manifest
 from harness.store.secrets import Redactor
 from harness.store.variant_status import FINAL_STATES, variant_state
 
@@ -55,7 +57,7 @@ class MergeRefused(BadInput):
 @dataclass
 class Source:
     root: Path
-    manifest: dict
+    manifest: Manifest
 
     @property
     def run(self) -> results.RunPaths:
@@ -66,8 +68,8 @@ class Source:
         return self.root.name
 
     @property
-    def shard(self) -> dict | None:
-        return self.manifest.get("shard")
+    def shard(self) -> Mapping | None:
+        return self.manifest.shard or None
 
     @property
     def complete(self) -> bool:
@@ -82,7 +84,7 @@ class Source:
 
     def sort_key(self) -> tuple:
         sh = self.shard or {}
-        return (sh.get("index") or 0, self.manifest.get("created_at") or "", self.run_id)
+        return (sh.get("index") or 0, self.manifest.created_at or "", self.run_id)
 
 
 @dataclass
@@ -100,7 +102,7 @@ class Candidate:
             self.source.role(self.name) == "assigned",
             self.state in FINAL_STATES,
             self.source.complete,
-            self.source.manifest.get("created_at") or "",
+            self.source.manifest.created_at or "",
             self.source.run_id,
         )
 
@@ -125,14 +127,14 @@ def load_sources(run_dirs: list[Path]) -> list[Source]:
         if not (root / results.MANIFEST).exists():
             raise MergeRefused(f"{root}: not a run folder (no {results.MANIFEST})")
         try:
-            manifest = results.read_manifest(root)
-            for entry in manifest.get("variants", []):  # a damaged file is refused, never copied
-                results.check_variant_files(results.RunPaths(root), entry["name"])
+            manifest = read_manifest(root)
+            for entry in manifest.variants:  # a damaged file is refused, never copied
+                results.check_variant_files(results.RunPaths(root), entry.name)
         except results.ResultsError as exc:
             raise MergeRefused(str(exc)) from None
-        if manifest.get("kind") != "run":
-            raise MergeRefused(f"{root}: manifest kind {manifest.get('kind')!r}, expected 'run'")
-        if manifest.get("merged_from"):
+        if manifest.kind != "run":
+            raise MergeRefused(f"{root}: manifest kind {manifest.raw.get('kind')!r}, expected 'run'")
+        if manifest.raw.get("merged_from"):
             raise MergeRefused(f"{root}: already a merged run; merge the shard runs it was made from")
         seen.setdefault(root.resolve(), Source(root, manifest))
     if not seen:
@@ -142,20 +144,16 @@ def load_sources(run_dirs: list[Path]) -> list[Source]:
 
 def plan_merge(sources: list[Source]) -> MergePlan:
     """Check the inputs belong together and choose one copy of every variant (pure on the folders)."""
-    hashes = {(s.manifest.get("scenario") or {}).get("hash") for s in sources}
+    hashes = {s.manifest.scenario.hash for s in sources}
     if len(hashes) != 1:
-        lines = [
-            f"  {s.root}: scenario {(s.manifest.get('scenario') or {}).get('name')!r} "
-            f"hash {(s.manifest.get('scenario') or {}).get('hash')}"
-            for s in sources
-        ]
+        lines = [f"  {s.root}: scenario {s.manifest.scenario.name!r} hash {s.manifest.scenario.hash}" for s in sources]
         raise MergeRefused(
             "runs of different scenarios (or different scenario texts) cannot be merged:\n" + "\n".join(lines)
         )
     candidates: dict[str, list[Candidate]] = {}
     first_seen: list[str] = []
     for s in sources:
-        for entry in s.manifest.get("variants", []):
+        for entry in (dict(e.raw) for e in s.manifest.variants):
             name = entry["name"]
             if name not in candidates:
                 candidates[name] = []
@@ -245,27 +243,27 @@ def _shard_entry(s: Source, plan: MergePlan) -> dict:
         "index": sh.get("index"),
         "count": sh.get("count"),
         "complete": s.complete,
-        "host": s.manifest.get("host"),
-        "sglang": s.manifest.get("sglang"),
-        "probe": s.manifest.get("probe"),
-        "created_at": s.manifest.get("created_at"),
+        "host": s.manifest.raw.get("host"),
+        "sglang": s.manifest.raw.get("sglang"),
+        "probe": s.manifest.raw.get("probe"),
+        "created_at": s.manifest.created_at,
         "assigned": sh.get("assigned"),
         "support": sh.get("support") or [],
         "variants": [n for n in plan.order if plan.chosen[n].source is s],
-        "resumes": len(s.manifest.get("resumes") or []),
+        "resumes": len(s.manifest.raw.get("resumes") or []),
     }
 
 
 def write_merged(plan: MergePlan, results_dir: Path, argv: list[str] = ()) -> tuple[Path, RunVerdict | None]:
     first = plan.sources[0]
-    scenario_name = first.manifest["scenario"]["name"]
+    scenario_name = first.manifest.scenario.name
     run = results.create_run_dir(results_dir, scenario_name)
     for name in plan.order:
         c = plan.chosen[name]
         src = c.source.run.variant(name).root
         if src.exists():
             shutil.copytree(src, run.variant(name).root, copy_function=_link_or_copy)
-    manifest = {k: v for k, v in first.manifest.items() if k not in ("shard", "resumes")}
+    manifest = {k: v for k, v in first.manifest.raw.items() if k not in ("shard", "resumes")}
     manifest.update(
         created_at=results.utc_now_iso(),
         harness_argv=Redactor().learn(list(argv)).argv(argv),
@@ -304,5 +302,5 @@ def merge_runs(run_dirs: list[Path], results_dir: Path, argv: list[str] = ()) ->
     root, verdict = write_merged(plan, Path(results_dir), argv)
     unmet = []
     if plan.complete:
-        unmet = [v.name for v in results.load_run(root).variants if v.status.get("expect_met") is False]
+        unmet = [v.name for v in run_folder.load_run(root).variants if v.status.expect_met is False]
     return MergeResult(root, plan, unmet, verdict)

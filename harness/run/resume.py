@@ -25,22 +25,19 @@ never interleave: the second is refused before it touches anything.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness.core.errors import BadInput
 from harness.host import fingerprint
-from harness.run.manifest import run_redactor
 from harness.run.shard import select_run_variants
 from harness.scenario import variant_config_hash
 from harness.server.process import clear_orphans
 from harness.store import results
+from harness.store.manifest import read_manifest
 from harness.store.variant_status import FINAL_STATES, VariantOutcome, read_status, variant_state
-
-if TYPE_CHECKING:
-    from harness.scenario.models import Scenario
 
 
 class ResumeRefused(BadInput, ValueError):
@@ -76,7 +73,7 @@ def holds_only_its_lock(run_dir: Path) -> bool:
         return False
 
 
-def check_fresh_start(scenario: Scenario, run_dir: Path) -> None:
+def check_fresh_start(scenario, run_dir: Path) -> None:
     """A lock-only folder is started in only where this scenario's runs live (``<results>/<its
     name>/<run id>``); ResumeRefused otherwise."""
     want = results.safe_name(scenario.name)
@@ -87,7 +84,7 @@ def check_fresh_start(scenario: Scenario, run_dir: Path) -> None:
         )
 
 
-def plan_resume(run_dir: Path, scenario: Scenario, variants: list | None = None) -> ResumePlan:
+def plan_resume(run_dir: Path, scenario, variants: list | None = None) -> ResumePlan:
     """Compare the run's manifest with the scenario now and sort its variants into skip/rerun.
 
     ``variants``: the scenario's expanded variants (default: all of them). Refusals are collected,
@@ -96,16 +93,16 @@ def plan_resume(run_dir: Path, scenario: Scenario, variants: list | None = None)
     run_dir = Path(run_dir)
     run = results.RunPaths(run_dir)
     try:
-        manifest = results.read_manifest(run_dir)
+        manifest = read_manifest(run_dir)
     except results.ResultsError as exc:
         return ResumePlan(run_dir, {}, refusals=[f"{exc} (not a run folder this harness can resume)"])
-    plan = ResumePlan(run_dir, manifest)
-    if manifest.get("kind") != "run" or manifest.get("merged_from"):
+    plan = ResumePlan(run_dir, copy.deepcopy(dict(manifest.raw)))
+    if manifest.kind != "run" or manifest.raw.get("merged_from"):
         plan.refusals.append(
             f"{run.manifest}: a merged run cannot be resumed; resume the shard run(s) it was made from and merge again"
         )
         return plan
-    old_hash = (manifest.get("scenario") or {}).get("hash")
+    old_hash = manifest.scenario.hash
     if old_hash != scenario.hash:
         plan.refusals.append(
             f"scenario changed since the run: {scenario.path or scenario.name} hashes {scenario.hash} now, "
@@ -113,16 +110,16 @@ def plan_resume(run_dir: Path, scenario: Scenario, variants: list | None = None)
         )
         return plan
     by_name = {v.name: v for v in (variants if variants is not None else scenario.expand_variants())}
-    for entry in manifest.get("variants", []):
-        name = entry.get("name")
+    for entry in manifest.variants:
+        name = entry.name
         v = by_name.get(name)
         if v is None:
             plan.refusals.append(f"variant {name!r} of the run is not in the scenario now")
             continue
         now = variant_config_hash(scenario, v)
-        if entry.get("config_hash") != now:
+        if entry.config_hash != now:
             plan.refusals.append(
-                f"variant {name!r}: server configuration changed (config hash {entry.get('config_hash')} "
+                f"variant {name!r}: server configuration changed (config hash {entry.config_hash} "
                 f"in the run, {now} now); a resumed run must not mix configurations — start a new run"
             )
             continue
@@ -140,9 +137,7 @@ def plan_resume(run_dir: Path, scenario: Scenario, variants: list | None = None)
     return plan
 
 
-def _selection_matches(
-    scenario: Scenario, only: list[str] | None, shard: tuple[int, int] | None, manifest: dict
-) -> str | None:
+def _selection_matches(scenario, only: list[str] | None, shard: tuple[int, int] | None, manifest: dict) -> str | None:
     """With --only or --shard given, the selection must be the run's; else a refusal message."""
     if not only and shard is None:
         return None
@@ -158,7 +153,7 @@ def _selection_matches(
 
 
 def check_resume(
-    scenario: Scenario, run_dir: Path, only: list[str] | None = None, shard: tuple[int, int] | None = None
+    scenario, run_dir: Path, only: list[str] | None = None, shard: tuple[int, int] | None = None
 ) -> ResumePlan:
     """The plan to resume ``run_dir`` with this scenario (and the --only/--shard given, which must
     select what the run holds); :class:`ResumeRefused` listing every reason it cannot be resumed."""
@@ -189,7 +184,7 @@ class ReopenedRun:
             self.lock.close()
 
 
-def reopen_run(plan: ResumePlan, scenario: Scenario, harness_argv: list[str]) -> ReopenedRun:
+def reopen_run(plan: ResumePlan, scenario, harness_argv: list[str]) -> ReopenedRun:
     """Take the run's lock (``results.RunLocked`` while another process holds it) and keep it;
     plan again under it (another resume may have finished meanwhile: ``ResumeRefused`` if the
     run cannot be resumed now); stop the servers of this results folder whose harness is gone;
@@ -201,7 +196,7 @@ def reopen_run(plan: ResumePlan, scenario: Scenario, harness_argv: list[str]) ->
         plan = plan_resume(run.root, scenario)
         if not plan.ok:
             raise ResumeRefused(f"cannot resume {run.root}:\n  " + "\n  ".join(plan.refusals))
-        redactor = run_redactor(scenario, harness_argv)
+        redactor = fingerprint.run_redactor(scenario, harness_argv)
         orphans = clear_orphans(run.root.resolve().parent.parent)  # the run's results folder (GpuBusy: exit 2)
         prior = [dataclasses.replace(read_status(run.variant(name).status).outcome(), name=name) for name in plan.skip]
         moved = {

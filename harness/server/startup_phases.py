@@ -127,9 +127,9 @@ def split_startup(log_text: str, spawned_at: float | None, ready_at: float | Non
     }
 
 
-def history_values(status: Mapping | None) -> dict[str, float]:
-    """{``startup.<phase>_s``: seconds} of one variant's status.json (``harness history``)."""
-    phases = ((status or {}).get("startup") or {}).get("phases") or {}
+def history_values(startup: Mapping | None) -> dict[str, float]:
+    """{``startup.<phase>_s``: seconds} of one variant's status.json ``startup`` (``harness history``)."""
+    phases = (startup or {}).get("phases") or {}
     return {f"{HISTORY_PREFIX}{p}_s": float(v) for p, v in phases.items() if isinstance(v, (int, float))}
 
 

@@ -181,11 +181,10 @@ def run_folder_gpu_time(run: results.RunPaths) -> dict[str, Any]:
 HISTORY_PREFIX = "gpu_time."  # history's series of a variant's GPU time (lower is better)
 
 
-def history_values(status: Mapping | None) -> dict[str, float]:
-    """{series name: value} of one variant's status.json for ``harness history``: its GPU-minutes
-    in all and per bucket (``gpu_time.gpu_minutes_total``, ``gpu_time.startup_gpu_minutes``, ...);
-    nothing for a status without ``timing``."""
-    timing = (status or {}).get("timing")
+def history_values(timing: Mapping | None) -> dict[str, float]:
+    """{series name: value} of one variant's status.json ``timing`` for ``harness history``: its
+    GPU-minutes in all and per bucket (``gpu_time.gpu_minutes_total``, ``gpu_time.startup_gpu_minutes``,
+    ...); nothing without one."""
     if not isinstance(timing, Mapping):
         return {}
     out = {}

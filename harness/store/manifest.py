@@ -1,6 +1,6 @@
 """A run's manifest.json as typed, read-only objects: `Manifest`, its `ManifestVariant` entries
 (with their `HicacheSettings`) and the `StoredScenario` — whose text is parsed here, once, for
-every reader (the workloads, their kinds, the ``verdict:`` rules, the quality block).
+every reader (the workloads and their kinds, the ``verdict:`` rules, the quality block).
 
 `read_manifest` brings an older file up to today's version (`harness.store.versions`) and checks
 the shape every reader relies on: an object whose ``scenario`` has a string ``name`` and whose
@@ -33,6 +33,7 @@ class StoredScenario:
     hash: str | None = None
     text: str = ""
     overrides: tuple[str, ...] = ()
+    unrun_checks: tuple[Json, ...] = ()  # checks the run set aside (harness.analysis.expectations.unrun_results)
 
     @functools.cached_property
     def data(self) -> Json:
@@ -50,20 +51,6 @@ class StoredScenario:
         """A top-level block of the stored scenario (``verdict``, ``quality``...), {} when absent."""
         v = self.data.get(key)
         return v if isinstance(v, Mapping) else {}
-
-    @property
-    def workload_entries(self) -> dict[str, Json]:
-        """{workload name: its entry, as written} (a workload without a name is named after its kind)."""
-        out: dict[str, Json] = {}
-        for w in self.data.get("workloads") or []:
-            if isinstance(w, Mapping) and isinstance(w.get("kind"), str):
-                out[str(w.get("name") or w["kind"])] = dict(w)
-        return out
-
-    @property
-    def workload_kinds(self) -> dict[str, str]:
-        """{workload name: kind} ({} when the text cannot be read: readers then take names as kinds)."""
-        return {name: str(w["kind"]) for name, w in self.workload_entries.items()}
 
 
 @dataclass(frozen=True)
@@ -144,6 +131,7 @@ class Manifest:
                 hash=sc.get("hash") if isinstance(sc.get("hash"), str) else None,
                 text=text if isinstance(text, str) else "",
                 overrides=tuple(str(o) for o in overrides) if isinstance(overrides, list) else (),
+                unrun_checks=tuple(u for u in sc.get("unrun_checks") or () if isinstance(u, Mapping)),
             ),
             variants=tuple(variants),
             created_at=data.get("created_at") if isinstance(data.get("created_at"), str) else None,

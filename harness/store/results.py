@@ -1,4 +1,4 @@
-"""Run folders: layout, atomic JSON writes, append-only JSONL, schema versions, the run lock, loading.
+"""Run folders: layout, atomic JSON writes, append-only JSONL, the run lock.
 
 One run is one folder, never rewritten in place: ``results/<scenario>/<run_id>/`` with
 ``manifest.json``, one sub-folder per variant and a ``COMPLETE`` (or ``INTERRUPTED``) marker
@@ -7,8 +7,9 @@ folder, fsync, ``os.replace``) so a kill at any moment leaves either the old or 
 JSONL files are append-only; a torn last line (the harness was killed mid-write) is skipped with a
 warning when read. While a harness process writes a run it holds the run's lock
 (:func:`hold_run_lock`), so a second process (``--resume`` of a live run) is refused. Readers
-check the shape of what they read (:func:`read_manifest`, :func:`read_json_object`): a damaged or
-hand-edited file is a :class:`ResultsError` naming it, never a crash further on.
+load a run through `harness.store.run_folder.load_run`, which upgrades each file to today's version
+(`harness.store.versions`) and checks its shape (`harness.store.manifest`, `harness.store.summary`):
+a damaged or hand-edited file is a :class:`ResultsError` naming it, never a crash further on.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from harness.core.errors import BadInput
 from harness.store import sequence
 from harness.store.names import safe_name  # re-exported: the run store's folder names
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # manifest, status, expectations, verdict (summary.json: harness.store.versions)
 COMPLETE_MARKER = "COMPLETE"
 INTERRUPTED_MARKER = "INTERRUPTED"
 MANIFEST = "manifest.json"
@@ -470,12 +471,6 @@ def create_run_dir(results_dir: Path, scenario_name: str, run_id: str | None = N
     return RunPaths(root)
 
 
-def check_schema(path: Path, data: dict) -> None:
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ResultsError(f"{path}: schema_version {version!r}, this harness reads {SCHEMA_VERSION}")
-
-
 def _kind(value: Any) -> str:
     return {
         dict: "an object",
@@ -495,25 +490,6 @@ def read_json_object(path: Path) -> dict:
     if not isinstance(data, dict):
         raise ResultsError(f"{path}: expected a JSON object, found {_kind(data)}")
     return data
-
-
-def read_manifest(root: Path) -> dict:
-    """A run's manifest.json, checked for the shape everything downstream relies on: an object of
-    this schema version whose ``scenario`` is an object with a name and whose ``variants`` is a list of
-    objects with a string ``name``; ResultsError naming the file otherwise."""
-    path = RunPaths(Path(root)).manifest
-    manifest = read_json_object(path)
-    check_schema(path, manifest)
-    scenario = manifest.get("scenario")
-    if not isinstance(scenario, dict) or not isinstance(scenario.get("name"), str):
-        raise ResultsError(f"{path}: 'scenario' must be an object with a string 'name', found {_kind(scenario)}")
-    variants = manifest.get("variants", [])
-    if not isinstance(variants, list):
-        raise ResultsError(f"{path}: 'variants' must be a list, found {_kind(variants)}")
-    for i, entry in enumerate(variants):
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
-            raise ResultsError(f"{path}: variants[{i}] must be an object with a non-empty string 'name'")
-    return manifest
 
 
 def check_variant_files(run: RunPaths, name: str, torn_status_ok: bool = False) -> None:
@@ -537,58 +513,6 @@ def _not_json(path: Path) -> bool:
     except (OSError, ValueError):
         return True
     return False
-
-
-@dataclass
-class LoadedVariant:
-    name: str
-    paths: VariantPaths
-    status: dict
-    summary: dict | None
-
-
-@dataclass
-class LoadedRun:
-    paths: RunPaths
-    manifest: dict
-    variants: list[LoadedVariant]
-
-    @property
-    def complete(self) -> bool:
-        return self.paths.complete.exists()
-
-    @property
-    def scenario_name(self) -> str:
-        return self.manifest["scenario"]["name"]
-
-    @property
-    def run_id(self) -> str:
-        return self.paths.root.name
-
-    def variant(self, name: str) -> LoadedVariant:
-        for v in self.variants:
-            if v.name == name:
-                return v
-        raise KeyError(name)
-
-    def requests(self, variant: str) -> list[dict]:
-        return list(read_jsonl(self.variant(variant).paths.requests))
-
-
-def load_run(path: Path) -> LoadedRun:
-    """Read a run folder's manifest, statuses and summaries (not the JSONL rows)."""
-    root = Path(path)
-    if not root.is_dir():
-        raise ResultsError(f"{root}: no such run folder")
-    paths = RunPaths(root)
-    manifest = read_manifest(root)
-    variants = []
-    for entry in manifest.get("variants", []):
-        vpaths = paths.variant(entry["name"])
-        status = read_json_object(vpaths.status) if vpaths.status.exists() else {"state": "not_run"}
-        summary = read_json_object(vpaths.summary) if vpaths.summary.exists() else None
-        variants.append(LoadedVariant(entry["name"], vpaths, status, summary))
-    return LoadedRun(paths, manifest, variants)
 
 
 def list_runs(results_dir: Path, scenario_name: str) -> list[Path]:

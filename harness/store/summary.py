@@ -4,7 +4,7 @@
 `read_summary` brings an older file up to today's version first (`harness.store.versions`), then
 checks the shape every reader relies on: a file that is not a summary is a ResultsError (exit 2)
 naming the file and the key, never a KeyError further on. The sections other modules own and
-shape (``quality``, ``sampling``, ``unexercised``, ``tier_prediction``, ``attribution``, a phase's
+shape (``quality``, ``sampling``, ``unexercised``, ``tier_prediction``, ``attribution``, ``energy``, a phase's
 ``figures`` and ``roofline``) are kept as the JSON they are, each behind its own attribute;
 `Summary.raw` is the whole upgraded object (what summary.csv and a merge copy).
 """
@@ -116,6 +116,7 @@ class WorkloadSummary:
     derived: Mapping[str, float | None]
     derived_by_repeat: Mapping[str, tuple[float | None, ...]] | None
     history_stats_by_repeat: Mapping[str, tuple[float | None, ...]] | None
+    from_samples: Json  # the kind's judgement of the samples (a soak's slopes and findings), {} without one
 
     @classmethod
     def from_json(cls, path: Path, where: str, data: Any) -> WorkloadSummary:
@@ -140,6 +141,7 @@ class WorkloadSummary:
             derived=derived,
             derived_by_repeat=per_repeat("derived_by_repeat"),
             history_stats_by_repeat=per_repeat("history_stats_by_repeat"),
+            from_samples=_mapping(path, f"{where}.from_samples", data.get("from_samples")),
         )
 
 
@@ -162,6 +164,7 @@ class Summary:
     unexercised: tuple[Json, ...]  # harness.analysis.summary.unexercised_phases
     tier_prediction: Json  # harness.measures.tier_model ({} without pools)
     attribution: tuple[Json, ...]  # harness.analysis.attribution
+    energy: Json  # harness.analysis.energy: joules per token, per phase and in all ({} without one)
     raw: Json  # the whole upgraded object
 
     def workload(self, name: str) -> WorkloadSummary | None:
@@ -207,6 +210,9 @@ class Summary:
                 raise _bad(path, key, "expected a list of objects")
             return tuple(v)
 
+        quality = _mapping(path, "quality", data.get("quality"))
+        if not isinstance(quality.get("parity") or {}, Mapping):
+            raise _bad(path, "quality.parity", "expected an object")
         return cls(
             schema_version=int(data["schema_version"]),
             variant=str(data.get("variant") or ""),
@@ -217,11 +223,12 @@ class Summary:
             errors=dict(_mapping(path, "errors", data.get("errors"))),
             repeats=tuple(repeats),
             workloads=workloads,
-            quality=_mapping(path, "quality", data.get("quality")),
+            quality=quality,
             sampling=_mapping(path, "sampling", data.get("sampling")),
             unexercised=listed("unexercised"),
             tier_prediction=_mapping(path, "tier_prediction", data.get("tier_prediction")),
             attribution=listed("attribution"),
+            energy=_mapping(path, "energy", data.get("energy")),
             raw=data,
         )
 

@@ -36,13 +36,17 @@ WHEN_ABSENT: dict[str, int] = {STATUS: 1, SUMMARY: 1}
 
 
 def _summary_1_to_2(data: dict[str, Any]) -> dict[str, Any]:
-    for w in (data.get("workloads") or {}).values():
+    """Shapes it does not know are left as they are, for the reader's check to name."""
+    workloads = data.get("workloads")
+    for w in workloads.values() if isinstance(workloads, dict) else ():
         if not isinstance(w, dict):
             continue
         w.setdefault("derived_by_repeat", None)
         w.setdefault("history_stats_by_repeat", None)
-        for p in (w.get("phases") or {}).values():
-            for stats in ((p or {}).get("metrics") or {}).values() if isinstance(p, dict) else ():
+        phases = w.get("phases")
+        for p in phases.values() if isinstance(phases, dict) else ():
+            metrics = p.get("metrics") if isinstance(p, dict) else None
+            for stats in metrics.values() if isinstance(metrics, dict) else ():
                 if isinstance(stats, dict):
                     missing = [k for k in STAT_KEYS if k not in stats]
                     stats.update(dict.fromkeys(missing))

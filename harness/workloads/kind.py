@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.measures.metrics import METRICS
+from harness.store.summary import PhaseSummary
 
 PhaseSummaries = Mapping[str, Mapping[str, Any]]  # phase → its summary (harness.analysis.summary)
 Tier = typing.Literal["device", "host", "storage"]  # a cache tier a phase exists to hit
@@ -51,6 +52,11 @@ class PhaseStat:
         s = (summary.get("metrics") or {}).get(self.metric)
         return s.get(self.stat) if s else None
 
+    def stored(self, phases: Mapping[str, PhaseSummary]) -> float | None:
+        """The statistic from a stored summary's typed phases (`harness.store.summary`)."""
+        p = phases.get(self.phase)
+        return p.stat(self.metric, self.stat) if p is not None else None
+
 
 @dataclass(frozen=True)
 class PhaseRoofline:
@@ -67,6 +73,12 @@ class PhaseRoofline:
     def of(self, phases: PhaseSummaries) -> float | None:
         summary = phases.get(self.phase)
         v = ((summary or {}).get("roofline") or {}).get(self.key)
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def stored(self, phases: Mapping[str, PhaseSummary]) -> float | None:
+        """The figure from a stored summary's typed phases (`harness.store.summary`)."""
+        p = phases.get(self.phase)
+        v = p.roofline.get(self.key) if p is not None else None
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 

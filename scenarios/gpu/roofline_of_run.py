@@ -19,8 +19,11 @@ from pathlib import Path
 
 from harness.analysis.run_products import off_variant
 from harness.analysis.summary import summarize
-from harness.compare.runs import read_run, run_workload_kinds, variant_records
+from harness.compare.runs import read_run, run_workload_kinds
+from harness.store import results
+from harness.store.records import RequestRecord
 from harness.measures import roofline
+from harness.store.summary import Summary
 
 
 def _fmt(v) -> str:
@@ -33,15 +36,17 @@ def _fmt(v) -> str:
 
 def show(run_dir: Path) -> None:
     run = read_run(run_dir)
-    probe = run.manifest.get("probe")
+    probe = dict(run.manifest.probe) or None
     kinds = run_workload_kinds(run.manifest)
     summaries = {}
     print(f"== {run.scenario_name} {run.run_id}")
     for v in run.variants:
         info = json.loads(v.paths.server_info.read_text()) if v.paths.server_info.exists() else None
-        plat = roofline.platform_for(probe, (v.status or {}).get("preflight"), info)
-        s = summarize(variant_records(v), kinds, None, None, plat)
-        summaries[v.name] = s
+        plat = roofline.platform_for(probe, v.status.preflight, info)
+        s = summarize(
+            [RequestRecord.from_dict(d) for d in results.read_jsonl(v.paths.requests)], kinds, None, None, plat
+        )
+        summaries[v.name] = Summary.from_json(v.paths.summary, s)
         print(
             f"{v.name}: KV {_fmt(plat.kv_bytes_per_token)} B/token, H2D {_fmt(plat.h2d_gbs)} GB/s ({plat.h2d_source})"
         )

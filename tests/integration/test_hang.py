@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 from harness.core.exit_codes import ExitCode
-from harness.run.launch import launch_spec
 from harness.run.serving_window import HangWatch, final_liveness
 from harness.scenario import load_scenario
 from harness.scenario.server_models import Watchdog
 from harness.server import logscan
-from harness.server.process import ServerProcess, free_port
+from harness.server.process import ServerProcess, build_launch_spec, free_port
 from harness.store.records import RequestRecord
 from tests.conftest import run_in_process, session_alive, start_harness, write_sim_scenario
 
@@ -232,15 +231,15 @@ def test_a_deadlocked_scheduler_is_given_up_by_the_health_probe_and_the_run_goes
     )
     outcome, loaded = run_in_process(path, tmp_path)
     stuck = loaded.variant("stuck")
-    assert stuck.status["state"] == "partial" and stuck.status["cause"] == logscan.SERVER_HUNG
-    assert stuck.status["cause_detail"]["detected_by"] == "health_probe"
+    assert stuck.status.state == "partial" and stuck.status.cause == logscan.SERVER_HUNG
+    assert stuck.status.cause_detail["detected_by"] == "health_probe"
     rows = loaded.requests("stuck")
     assert _errors(rows)[:2] == [None, None]  # what was measured before the hang is kept
     assert _errors(rows)[2:] == ["server_hung"]  # the one in flight; nothing more was sent
     assert "timeout" not in _errors(rows)  # nothing waited out request_timeout_s (600 s)
-    assert stuck.summary["state"] == "partial"
-    assert loaded.variant("healthy").status["state"] == "ok"  # the next variant ran
-    assert session_alive(stuck.status["server"]["sid"]) == []
+    assert stuck.summary.state == "partial"
+    assert loaded.variant("healthy").status.state == "ok"  # the next variant ran
+    assert session_alive(stuck.status.server["sid"]) == []
     assert outcome.exit_code == ExitCode.FAILED
 
 
@@ -256,7 +255,7 @@ def test_consecutive_request_timeouts_trip_the_breaker(tmp_path):
         request_timeout_s=1,
     )
     _, loaded = run_in_process(path, tmp_path)
-    status = loaded.variant("stuck").status
+    status = loaded.variant("stuck").status.to_json()
     assert status["cause"] == logscan.SERVER_HUNG and status["cause_detail"]["detected_by"] == "consecutive_timeouts"
     rows = loaded.requests("stuck")
     assert _errors(rows) == [None, "timeout", "timeout"]  # the breaker opened at the second: nothing more sent
@@ -275,7 +274,7 @@ def test_the_variant_budget_ends_a_variant_that_runs_too_long(tmp_path):
         "{variant_budget_s: 0.5}",
     )
     _, loaded = run_in_process(path, tmp_path)
-    status = loaded.variant("slow").status
+    status = loaded.variant("slow").status.to_json()
     assert status["cause"] == logscan.SERVER_HUNG and status["cause_detail"]["detected_by"] == "variant_budget_s"
     assert _errors(loaded.requests("slow")) == ["server_hung"]
 
@@ -417,7 +416,7 @@ def test_final_check_tells_a_hung_server_from_a_dead_one():
 def test_stop_continues_a_stopped_tree_so_sigterm_reaches_it(tmp_path):
     scenario = load_scenario(_scenario(tmp_path, "- name: a\n", SEQUENTIAL, "{}"))
     (variant,) = scenario.expand_variants()
-    server = ServerProcess(launch_spec(scenario, variant, free_port()), tmp_path / "server.log")
+    server = ServerProcess(build_launch_spec(scenario, variant, free_port()), tmp_path / "server.log")
     server.start()
     try:
         assert server.wait_ready(20).ready

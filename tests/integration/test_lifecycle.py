@@ -15,11 +15,10 @@ import psutil
 import pytest
 
 from harness.core.exit_codes import ExitCode
-from harness.run.launch import launch_spec
 from harness.run.signals import Signals
 from harness.scenario import load_scenario
 from harness.server import logscan
-from harness.server.process import ServerProcess, free_port, port_is_bindable
+from harness.server.process import ServerProcess, build_launch_spec, free_port, port_is_bindable
 from harness.store import results
 from tests.conftest import run_in_process, session_alive, start_harness, write_sim_scenario
 
@@ -38,7 +37,7 @@ def test_p1_host_memory_is_classified_with_gb_and_retried_with_each_log_kept(tmp
         retries=1,
     )
     outcome, loaded = run_in_process(path, tmp_path)
-    status = loaded.variant("huge").status
+    status = loaded.variant("huge").status.to_json()
     assert status["state"] == "startup_failed" and status["cause"] == logscan.HOST_MEMORY
     assert status["cause_detail"]["requested_gb"] == pytest.approx(500.0, rel=0.01)
     assert status["cause_detail"]["free_gb"] < 10
@@ -61,7 +60,7 @@ def test_p1_cuda_fault_is_not_retried(tmp_path):
         retries=3,
     )
     outcome, loaded = run_in_process(path, tmp_path)
-    status = loaded.variant("cuda").status
+    status = loaded.variant("cuda").status.to_json()
     assert status["cause"] == logscan.CUDA_FAULT and status["attempts"] == 1
     assert "illegal memory access" in "\n".join(status["log_excerpt"]["lines"])
     assert outcome.exit_code == ExitCode.FAILED  # an unexpected failure fails the run
@@ -74,7 +73,7 @@ def _server(tmp_path, faults: list[str]) -> ServerProcess:
     path = write_sim_scenario(tmp_path, "- name: v\n  sim_faults: [" + ", ".join(faults) + "]\n")
     scenario = load_scenario(path)
     variant = scenario.expand_variants()[0]
-    spec = launch_spec(scenario, variant, free_port())
+    spec = build_launch_spec(scenario, variant, free_port())
     return ServerProcess(spec, tmp_path / "server.log", poll_interval_s=0.25)
 
 
@@ -155,16 +154,16 @@ def test_p5_death_mid_workload_is_partial_rows_kept_next_variant_runs(tmp_path):
     crashed = loaded.variant("crashes")
     # the sim prints sglang's `illegal memory access` traceback and exits 1: recorded as that
     # cause (it was `server_died`, the fault's line only in the excerpt), the death beside it
-    assert crashed.status["state"] == "partial" and crashed.status["cause"] == logscan.CUDA_FAULT
-    assert crashed.status["cause_detail"]["died"] == logscan.SERVER_DIED
-    assert crashed.status["cause_detail"]["exit_code"] == 1
-    assert "illegal memory access" in crashed.status["cause_detail"]["log_line"]
+    assert crashed.status.state == "partial" and crashed.status.cause == logscan.CUDA_FAULT
+    assert crashed.status.cause_detail["died"] == logscan.SERVER_DIED
+    assert crashed.status.cause_detail["exit_code"] == 1
+    assert "illegal memory access" in crashed.status.cause_detail["log_line"]
     rows = loaded.requests("crashes")
     ok_rows = [r for r in rows if r["error"] is None]
     died = [r for r in rows if r["error"] == "server_died"]
     assert len(ok_rows) == 2 and len(died) >= 1  # the first 2 answered; the 3rd was in flight
     assert not any(r["workload"] == "decode" for r in rows)  # nothing more was sent
-    assert loaded.variant("healthy").status["state"] == "ok"  # the run went on
+    assert loaded.variant("healthy").status.state == "ok"  # the run went on
     assert outcome.exit_code == ExitCode.FAILED
 
 
@@ -179,11 +178,11 @@ def test_p6_death_after_the_last_response_fails_the_variant(tmp_path):
         liveness_idle_s=3,  # the post-run idle outlasts the fault's second
     )
     outcome, loaded = run_in_process(path, tmp_path)
-    status = loaded.variant("dies_later").status
+    status = loaded.variant("dies_later").status.to_json()
     assert status["state"] == "failed" and status["cause"] == logscan.SERVER_DIED
     assert all(r["error"] is None for r in loaded.requests("dies_later"))  # every answer was fine
     summary = loaded.variant("dies_later").summary
-    assert summary["state"] == "failed"
+    assert summary.state == "failed"
     assert outcome.exit_code == ExitCode.FAILED
 
 
@@ -285,7 +284,7 @@ def test_unexecutable_server_command_is_a_startup_failure_not_a_crash(tmp_path):
     outcome, loaded = run_in_process(path, tmp_path)
     assert outcome.exit_code == ExitCode.FAILED
     for name in ("a", "b"):
-        status = loaded.variant(name).status
+        status = loaded.variant(name).status.to_json()
         assert status["state"] == "startup_failed" and status["cause"] == logscan.EXITED_BEFORE_READY
         assert "/nonexistent/wrapper" in status["cause_detail"]["error"]
     assert loaded.complete
@@ -320,7 +319,7 @@ def test_a_quality_arm_error_fails_that_variant_and_the_run_goes_on(tmp_path, mo
     path.write_text(path.read_text() + "quality: {enabled: true, baseline_variant: 'off', mode: token_ids}\n")
     outcome, loaded = run_in_process(path, tmp_path)
     for name in ("off", "on"):
-        status = loaded.variant(name).status
+        status = loaded.variant(name).status.to_json()
         assert status["state"] == "failed" and status["cause"] == "quality_error"
         assert "bug in a task generator" in status["cause_detail"]["error"]
     assert outcome.exit_code == ExitCode.FAILED and (outcome.run_dir / results.COMPLETE_MARKER).exists()

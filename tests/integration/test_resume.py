@@ -18,7 +18,7 @@ from harness import cli
 from harness.run.manifest import build_manifest
 from harness.run.resume import check_resume, plan_resume, reopen_run
 from harness.scenario import load_scenario, variant_config_hash
-from harness.store import results
+from harness.store import results, run_folder
 from harness.store.variant_status import FINAL_STATES
 from tests.conftest import (
     kill_hard,
@@ -86,11 +86,11 @@ def _check_resumed(run: Path, reference: dict, out: Path) -> dict:
     assert run_dirs(out) == [run]  # same folder, no new run
     assert shape(run) == reference  # same variants, states, row counts; no duplicates
     assert (run / results.COMPLETE_MARKER).exists() and not (run / results.INTERRUPTED_MARKER).exists()
-    loaded = results.load_run(run)
+    loaded = run_folder.load_run(run)
     for v in loaded.variants:
         if v.name != "off":
-            assert v.summary["quality"]["parity"]["verdict"] == "PASS"
-    return loaded.manifest
+            assert v.summary.parity["verdict"] == "PASS"
+    return dict(loaded.manifest.raw)
 
 
 # One instant of each signal runs by default; the others are `-m slow`. SIGKILL mid-rows is

@@ -15,7 +15,7 @@ from harness.cli.compare import cli_main as compare_main
 from harness.report.html import write_report
 from harness.run.runner import RunOptions, run_scenario
 from harness.scenario import load_scenario
-from harness.store import results
+from harness.store import run_folder
 from harness.store.secrets import REDACTED
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,7 +152,7 @@ def test_no_secret_value_in_any_file_of_a_run_its_report_or_a_comparison(tmp_pat
     assert entry["argv"][entry["argv"].index("--api-key") + 1] == REDACTED
     assert manifest["env"]["HF_TOKEN"] == REDACTED
     assert "--max-total-tokens: 4096" in manifest["scenario"]["text"]  # the rest of the text is intact
-    assert results.load_run(run).variant("off").status["pools"]["max_total_num_tokens"] == 4096
+    assert run_folder.load_run(run).variant("off").status.pools["max_total_num_tokens"] == 4096
 
 
 def test_an_interrupted_variant_s_log_is_scrubbed_too(tmp_path, monkeypatch, planted_env):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.store import results
+from harness.store import results, run_folder
 from tests.conftest import REPO, harness_bin, harness_env, only_run, run_harness, shape
 
 SBATCH = REPO / "examples" / "slurm" / "hicache_nightly.sbatch"
@@ -35,18 +35,18 @@ def reference(tiny_quality_reference):
 
 
 def _check_merged(merged: Path, reference: Path, n_shards: int) -> dict:
-    run = results.load_run(merged)
+    run = run_folder.load_run(merged)
     assert run.complete
     assert [v.name for v in run.variants] == VARIANTS  # every variant once, in YAML order
     assert shape(merged) == shape(reference)
-    m = run.manifest
+    m = run.manifest.raw
     assert len(m["shards"]) == n_shards and all(s["host"]["kernel"] for s in m["shards"])
     assert sorted(v for s in m["shards"] for v in s["variants"]) == sorted(VARIANTS)
     assert "shard" not in m and len(m["merged_from"]) == n_shards
     # each ON arm keeps the parity verdict its own shard computed against a baseline on its host
     for v in run.variants:
         if v.name != "off":
-            assert v.summary["quality"]["parity"]["verdict"] == "PASS", v.name
+            assert v.summary.parity["verdict"] == "PASS", v.name
     csv_variants = {line.split(",")[0] for line in run.paths.summary_csv.read_text().splitlines()[1:]}
     assert csv_variants == set(VARIANTS)
     return m
@@ -206,8 +206,8 @@ def test_more_shards_than_variants(scenario, tmp_path):
         r = run_harness("run", scenario, "--shard", f"{i}/6", "--results-dir", out / str(i), "--no-report")
         assert r.returncode == 0, r.stdout + r.stderr
     for i in (5, 6):
-        run = results.load_run(only_run(out / str(i)))
-        assert run.complete and run.variants == [] and run.manifest["shard"]["assigned"] == []
+        run = run_folder.load_run(only_run(out / str(i)))
+        assert run.complete and run.variants == () and run.manifest.shard["assigned"] == []
     merged = run_harness("merge", *[only_run(out / str(i)) for i in (5, 6)], "--results-dir", out / "m")
     assert merged.returncode == 1  # shards 1-4 of 6 missing: written, but not COMPLETE
     assert "shard(s) 1/6, 2/6, 3/6, 4/6 missing" in merged.stderr

@@ -184,9 +184,10 @@ def test_a_figure_that_counts_the_hits_itself_is_a_true_zero_not_recompute():
 
 def test_warnings_are_stated_with_the_verdict_and_change_no_outcome():
     from harness.analysis.verdict import Outcome, run_verdict, variant_verdict
+    from tests.factories import as_status, as_summary
 
     summary = {"n_requests": 4, "n_errors": 0, "unexercised": [{"text": "w/repeat_device got no cache hit at all"}]}
-    v = variant_verdict("on", {"state": "ok"}, summary)
+    v = variant_verdict("on", as_status({"state": "ok"}), as_summary(summary))
     assert v.outcome is Outcome.PASS and [w.code for w in v.warnings] == ["unexercised_phase"]
     run = run_verdict([v])
     assert run.outcome is Outcome.PASS and "  warning: on: w/repeat_device got no cache hit at all" in run.lines()
@@ -196,6 +197,7 @@ def test_warnings_are_stated_with_the_verdict_and_change_no_outcome():
 def test_compare_makes_a_gated_figure_of_recompute_inconclusive():
     from harness.compare.comparison import MetricRow
     from harness.compare.rows import unexercised_rows
+    from tests.factories import as_summary
 
     def row(metric: str, phase: str = "*") -> MetricRow:
         return MetricRow(
@@ -204,6 +206,6 @@ def test_compare_makes_a_gated_figure_of_recompute_inconclusive():
 
     rows = [row("host_speedup"), row("device_speedup"), row("ttft_ms", "cold")]
     cand = {"unexercised": [{"workload": "rp", "figures": ["host_speedup"], "text": "rp/repeat_after_evict ..."}]}
-    unexercised_rows({}, cand, rows)
+    unexercised_rows(as_summary({}), as_summary(cand), rows)
     assert [r.state for r in rows] == ["inconclusive", "unchanged", "unchanged"]
     assert rows[0].note.startswith("candidate measured recompute: rp/repeat_after_evict")

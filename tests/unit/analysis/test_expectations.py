@@ -11,9 +11,9 @@ from harness.analysis.expectations import (
 )
 from harness.analysis.summary import summarize
 from harness.scenario import Check
-from tests.factories import cold_records, make_record, noisy, write_run
+from tests.factories import as_manifest, as_status, as_summary, cold_records, make_record, noisy, write_run
 
-OK = {"state": "ok", "expect": "ok", "expect_met": True, "pools": {"host_pool_gb": 2.5}}
+OK = as_status({"state": "ok", "expect": "ok", "expect_met": True, "pools": {"host_pool_gb": 2.5}})
 
 
 def summary():
@@ -28,7 +28,7 @@ def summary():
     s["sampling"] = {
         "phases": {"idle": {"max_pswpin_kib_s": 0.0}, "parallel_prefixes/pass2": {"min_mem_available_kib": 1000}}
     }
-    return s
+    return as_summary(s)
 
 
 def test_lookup_names():
@@ -47,8 +47,10 @@ def test_lookup_names():
 
 def test_pass_fail_not_evaluable():
     s = summary()
-    failed = {"state": "startup_failed", "cause": "cuda_fault", "expect": "ok", "expect_met": False}
-    declared = {"state": "startup_failed", "cause": "assertion", "expect": "startup_failed", "expect_met": True}
+    failed = as_status({"state": "startup_failed", "cause": "cuda_fault", "expect": "ok", "expect_met": False})
+    declared = as_status(
+        {"state": "startup_failed", "cause": "assertion", "expect": "startup_failed", "expect_met": True}
+    )
     checks = [
         Check.parse("on: parallel_prefixes.second_pass_speedup >= 2"),
         Check.parse("on: parallel_prefixes.second_pass_speedup >= 5"),
@@ -72,7 +74,7 @@ def test_pass_fail_not_evaluable():
 def test_check_without_variant_skips_the_quality_baseline():
     s = summary()
     out = evaluate_checks(
-        [Check.parse("quality.parity == PASS")], [("off", {}, OK), ("on", s, OK)], quality_baseline="off"
+        [Check.parse("quality.parity == PASS")], [("off", as_summary({}), OK), ("on", s, OK)], quality_baseline="off"
     )
     assert [(r.variant, r.outcome) for r in out] == [("on", "pass")]
 
@@ -96,9 +98,11 @@ def test_the_gate_is_read_from_the_stored_scenario():
     from tests.factories import SCENARIO_TEXT
 
     text = SCENARIO_TEXT + 'gate:\n  - "on: cold_prefill.cold.ttft_ms"\n  - cold_prefill.cold.ttft_ms\n'
-    full = scenario_expectations({"scenario": {"text": text, "path": "scenarios/synth.yaml"}})
+    full = scenario_expectations(as_manifest({"scenario": {"text": text, "path": "scenarios/synth.yaml"}}))
     raw = scenario_expectations(
-        {"scenario": {"text": text.replace("models/llama-tiny", '"${NOPE_UNSET}"'), "path": "scenarios/synth.yaml"}}
+        as_manifest(
+            {"scenario": {"text": text.replace("models/llama-tiny", '"${NOPE_UNSET}"'), "path": "scenarios/synth.yaml"}}
+        )
     )
     assert raw.source == "yaml" and full.source == "scenario"
     for exp in (full, raw):
@@ -106,4 +110,4 @@ def test_the_gate_is_read_from_the_stored_scenario():
             ("on", "cold_prefill.cold.ttft_ms"),
             (None, "cold_prefill.cold.ttft_ms"),
         ]
-    assert scenario_expectations({"scenario": {"text": "[1, 2]"}}).gate == []
+    assert scenario_expectations(as_manifest({"scenario": {"text": "[1, 2]"}})).gate == []

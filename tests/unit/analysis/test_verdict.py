@@ -8,7 +8,15 @@ import pytest
 
 from harness.analysis.verdict import Outcome, VerdictPolicy, run_verdict, variant_verdict
 from harness.core.exit_codes import ExitCode
+from harness.store.run_folder import load_run
 from tests.conftest import GOLDEN_RUNS
+from tests.factories import as_status, as_summary
+
+
+def _verdict(name, status, summ, *args):
+    """`variant_verdict` of a status and summary given as their stored JSON."""
+    return variant_verdict(name, as_status(status), as_summary(summ), *args)
+
 
 OK = {"state": "ok", "expect": "ok"}
 DECLARED_FAIL = {
@@ -160,23 +168,23 @@ def summary(n=10, errors=None, parity=None):
     ],
 )
 def test_variant_verdicts(status, summ, rows, policy, outcome, code):
-    v = variant_verdict("v", status, summ, rows, policy)
+    v = _verdict("v", status, summ, rows, policy)
     assert v.outcome is outcome
     assert [r.code for r in v.reasons][:1] == ([code] if code else [])
     assert all(r.text and r.variant == "v" for r in v.reasons)
 
 
 def test_dominant_error_is_named():
-    v = variant_verdict("v", OK, summary(12, {"http_400": 11, "timeout": 1}))
+    v = _verdict("v", OK, summary(12, {"http_400": 11, "timeout": 1}))
     assert "12 of 12 requests failed" in v.reasons[0].text and "http_400 (11)" in v.reasons[0].text
 
 
 def test_run_outcome_order_and_exit_codes():
     p, f, i, x = (
-        variant_verdict("p", OK, summary()),
-        variant_verdict("f", OK, summary(parity="FAIL")),
-        variant_verdict("i", OK, summary(parity="NOT_EXERCISED")),
-        variant_verdict("x", {"state": "startup_failed", "cause": "host_memory", "expect": "startup_failed"}, None),
+        _verdict("p", OK, summary()),
+        _verdict("f", OK, summary(parity="FAIL")),
+        _verdict("i", OK, summary(parity="NOT_EXERCISED")),
+        _verdict("x", {"state": "startup_failed", "cause": "host_memory", "expect": "startup_failed"}, None),
     )
     assert run_verdict([p, x]).outcome is Outcome.PASS and run_verdict([p, x]).exit_code is ExitCode.OK
     assert run_verdict([p, x]).reasons == ()  # an expected failure is no reason for concern
@@ -193,15 +201,12 @@ def test_run_outcome_order_and_exit_codes():
 )
 def test_golden_runs(run, outcome):
     root = GOLDEN_RUNS / run
-    manifest = json.loads((root / "manifest.json").read_text())
     expectations = (
         json.loads((root / "expectations.json").read_text())["checks"] if (root / "expectations.json").exists() else []
     )
     verdicts = []
-    for entry in manifest["variants"]:
-        d = root / entry["dir"]
-        status = json.loads((d / "status.json").read_text()) if (d / "status.json").exists() else None
-        summ = json.loads((d / "summary.json").read_text()) if (d / "summary.json").exists() else None
-        rows = [r for r in expectations if r["variant"] == entry["name"]]
-        verdicts.append(variant_verdict(entry["name"], status, summ, rows))
+    for v in load_run(root).variants:
+        status = v.status if v.paths.status.exists() else None
+        rows = [r for r in expectations if r["variant"] == v.name]
+        verdicts.append(variant_verdict(v.name, status, v.summary, rows))
     assert run_verdict(verdicts, interrupted=(root / "INTERRUPTED").exists()).outcome is outcome

@@ -15,7 +15,7 @@ import pytest
 
 from harness import api
 from harness.cli.load import cli_main as load_main
-from harness.store import results
+from harness.store import results, run_folder
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -42,7 +42,7 @@ def test_run_tables_have_proper_dtypes(golden_run):
 def test_rows_are_the_files_rows(golden_run):
     path = golden_run("healthy")
     run = api.load_run(path)
-    loaded = results.load_run(path)
+    loaded = run_folder.load_run(path)
     for table, file in (("requests", "requests.jsonl"), ("samples", "samples.jsonl"), ("quality", "quality.jsonl")):
         want = sum(lines(v.paths.root / file) for v in loaded.variants)
         assert len(getattr(run, table)) == want, table

@@ -28,9 +28,18 @@ from harness.compare.statistics import MIN_MANN_WHITNEY
 from harness.core.exit_codes import ExitCode
 from harness.measures.metrics import METRICS
 from harness.spec.values import Gate
-from harness.store import results
+from harness.store import results, run_folder
 from harness.workloads import kinds
-from tests.factories import SCENARIO_TEXT, cold_records, make_record, noisy, write_run
+from tests.factories import (
+    SCENARIO_TEXT,
+    as_manifest,
+    as_status,
+    as_summary,
+    cold_records,
+    make_record,
+    noisy,
+    write_run,
+)
 
 A, B, C3, D, E = (f"2026010{i}T000000Z-{c * 6}" for i, c in zip(range(1, 6), "abcde"))
 
@@ -167,9 +176,12 @@ def test_threshold_lookup_order():
 
 
 def test_variant_states():
-    ok = {"state": "ok", "expect": "ok", "expect_met": True}
-    failed = {"state": "startup_failed", "cause": "cuda_fault", "expect": "ok", "expect_met": False}
-    declared = {"state": "startup_failed", "cause": "assertion", "expect": "startup_failed", "expect_met": True}
+    ok = as_status({"state": "ok", "expect": "ok", "expect_met": True})
+    failed = as_status({"state": "startup_failed", "cause": "cuda_fault", "expect": "ok", "expect_met": False})
+    declared = as_status(
+        {"state": "startup_failed", "cause": "assertion", "expect": "startup_failed", "expect_met": True}
+    )
+    not_run = as_status({"state": "not_run"})
     assert C.variant_state(ok, failed)[0] == "introduced_failure"
     assert C.variant_state(failed, failed)[0] == "failed"
     assert C.variant_state(failed, ok)[0] == "fixed"
@@ -177,9 +189,9 @@ def test_variant_states():
     assert C.variant_state(None, ok)[0] == "not_comparable"
     assert C.variant_state(ok, None)[0] == "not_comparable"
     # listed in a COMPLETE run's manifest without a status.json: lost, never a pass
-    state, note = C.variant_state(ok, {"state": "not_run"})
+    state, note = C.variant_state(ok, not_run)
     assert state == "not_comparable" and "COMPLETE" in note
-    assert C.variant_state({"state": "not_run"}, ok)[0] == "not_comparable"
+    assert C.variant_state(not_run, ok)[0] == "not_comparable"
 
 
 def test_gate_matches():
@@ -214,7 +226,7 @@ def test_gate_matches():
 
 def test_parity_rows():
     def s(verdict):
-        return {"quality": {"parity": {"verdict": verdict}}}
+        return as_summary({"quality": {"parity": {"verdict": verdict}}})
 
     assert C.parity_row("on", s("PASS"), s("FAIL")).state == "regression"
     assert C.parity_row("on", s("FAIL"), s("FAIL")).state == "regression"  # persisting: still failing
@@ -224,7 +236,7 @@ def test_parity_rows():
 
     allowed = VerdictPolicy(allow_not_exercised=frozenset({"on"}))
     assert C.parity_row("on", None, s("NOT_EXERCISED"), allowed).state == "unchanged"
-    assert C.parity_row("on", s("PASS"), {}) is None
+    assert C.parity_row("on", s("PASS"), as_summary({})) is None
     # a negative control (its check declares the FAIL, and held) is no regression night after night
     declared = [{"metric": "quality.parity", "op": "==", "expected": "FAIL", "outcome": "pass"}]
     assert C.parity_row("on", s("FAIL"), s("FAIL"), cand_checks=declared).state == "unchanged"
@@ -289,30 +301,30 @@ def test_filler_phases_come_from_the_workloads_kind(tmp_path):
 
 
 def test_run_workload_kinds_read_the_stored_scenario(golden_run):
-    manifest = results.load_run(golden_run("healthy")).manifest
+    manifest = run_folder.load_run(golden_run("healthy")).manifest
     names = run_workload_kinds(manifest)
     assert names and set(names.values()) <= set(kinds())
-    assert run_workload_kinds({"scenario": {"text": "[not, a, mapping]"}}) == {}
-    assert run_workload_kinds({}) == {}
+    assert run_workload_kinds(as_manifest({"scenario": {"text": "[not, a, mapping]"}})) == {}
+    assert run_workload_kinds(as_manifest({})) == {}
 
 
 def test_derived_figures_are_compared_per_repeat(golden_run):
     """The figures declared compared, one value per repeat on each side: the golden runs'
     summaries predate ``derived_by_repeat``, so compare recomputes them from requests.jsonl."""
-    base = results.load_run(golden_run("healthy"))
+    base = run_folder.load_run(golden_run("healthy"))
     comp = C.compare_runs(base, base)
     names = run_workload_kinds(base.manifest)
     (variant,) = [v for v in base.variants if v.name == "on-r2"]
     declared = {(wl, d.name) for wl, k in names.items() for d in kinds()[k].derived if d.compared}
     held = {
         (wl, name)
-        for wl, w in variant.summary["workloads"].items()
-        for name, value in w["derived"].items()
+        for wl, w in variant.summary.workloads.items()
+        for name, value in w.derived.items()
         if value is not None
     }
     got = [m for m in comp.metrics if m.phase == "*" and m.variant == "on-r2" and m.sample == "repeat"]
     assert got and {(m.workload, m.metric) for m in got} == declared & held
-    repeats = len(variant.summary["repeats"])
+    repeats = len(variant.summary.repeats)
     assert all((m.n_baseline, m.n_candidate, m.sample) == (repeats, repeats, "repeat") for m in got)
 
 
@@ -326,9 +338,9 @@ def test_stored_derived_by_repeat_is_used(tmp_path):
             s["workloads"]["cold_prefill"]["derived_by_repeat"] = {"made_up": [9.0], "prefill_tok_s": values}
 
         edit_json(run / "on" / "summary.json", put)
-    (row,) = [m for m in C.compare_runs(results.load_run(base), results.load_run(cand)).metrics if m.phase == "*"] or [
-        None
-    ]
+    (row,) = [
+        m for m in C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand)).metrics if m.phase == "*"
+    ] or [None]
     assert row is None  # cold_prefill's figures are not declared compared: nothing read from them
     # a kind whose figure is compared: repeat_prefill's host_speedup, per repeat
     text = SCENARIO_TEXT.replace("kind: cold_prefill", "kind: repeat_prefill")
@@ -340,7 +352,7 @@ def test_stored_derived_by_repeat_is_used(tmp_path):
             s["workloads"]["repeat_prefill"]["derived_by_repeat"] = {"host_speedup": values}
 
         edit_json(run / "on" / "summary.json", put)
-    comp = C.compare_runs(results.load_run(base), results.load_run(cand))
+    comp = C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     (row,) = [m for m in comp.metrics if m.phase == "*"]
     assert (row.metric, row.n_baseline, row.state) == ("host_speedup", 4, "regression")
 
@@ -416,7 +428,7 @@ def test_golden_run_against_itself(golden_run):
 
 
 def test_interrupted_candidate_is_never_a_pass(golden_run):
-    comp = C.compare_runs(results.load_run(golden_run("healthy")), results.load_run(golden_run("interrupted")))
+    comp = C.compare_runs(run_folder.load_run(golden_run("healthy")), run_folder.load_run(golden_run("interrupted")))
     assert any("not COMPLETE" in n for n in comp.notes)
     assert comp.outcome != "PASS" and "the candidate run is not COMPLETE" in comp.reasons
 
@@ -467,7 +479,7 @@ def test_a_variant_deleted_from_a_complete_run_is_not_a_pass(golden_run, tmp_pat
     base, cand = golden_run("healthy"), golden_run("merged")
     shutil.rmtree(cand / "on-r2")
     assert cli_main(args(cand, base, tmp_path)) != ExitCode.OK
-    comp = C.compare_runs(results.load_run(base), results.load_run(cand))
+    comp = C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     on = next(v for v in comp.variants if v.variant == "on-r2")
     assert on.state == "not_comparable" and "COMPLETE" in on.note
     assert comp.outcome in ("INCONCLUSIVE", "FAIL") and any("on-r2" in r for r in comp.reasons)
@@ -493,7 +505,7 @@ def test_ten_percent_ttft_regression_with_8_repeats(tmp_path):
     cand = write_run(
         tmp_path, B, {"off": cold_records(noisy(100, 8, seed=5), "off"), "on": cold_records(noisy(110, 8, seed=2))}
     )
-    comp = C.compare_runs(results.load_run(base), results.load_run(cand))
+    comp = C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     (ttft,) = rows(comp)
     assert ttft.state == "regression" and ttft.test == "mann_whitney" and ttft.p_value < 0.05
     assert ttft.threshold_source == "ttft_p50" and 0.07 < ttft.change < 0.13
@@ -521,7 +533,7 @@ def test_one_value_a_side_is_inconclusive_never_a_pass(tmp_path):
     assert cli_main(args(cand, base, tmp_path)) == ExitCode.INCONCLUSIVE
     data = comparison(cand)
     assert data["verdict"] == "INCONCLUSIVE" and data["counts"]["inconclusive"] > 0
-    assert "a side needs 2+" in rows(C.compare_runs(results.load_run(base), results.load_run(cand)))[0].note
+    assert "a side needs 2+" in rows(C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand)))[0].note
 
 
 def test_introduced_failure_fails(tmp_path):
@@ -581,8 +593,8 @@ def test_the_gate_is_read_from_the_candidates_stored_scenario(tmp_path):
         tmp_path, B, {"on": cold_records(noisy(100, 8, seed=2))}, text=with_gate("on: cold_prefill.cold.ttft_ms")
     )
     edit_json(cand / "manifest.json", lambda m: m["scenario"].update(hash="h"))  # same hash: comparable
-    C.compare_runs(results.load_run(base), results.load_run(cand))
-    comp = C.compare_runs(results.load_run(base), results.load_run(cand))
+    C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
+    comp = C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     assert comp.gate == ["on: cold_prefill.cold.ttft_ms"]
 
 
@@ -596,7 +608,7 @@ def test_a_baseline_of_another_scenario_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "scenario 'other'" in err and "'synth'" in err and "cannot be compared" in err
     with pytest.raises(C.BaselineMismatch):
-        C.compare_runs(results.load_run(base), results.load_run(cand))
+        C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
 
 
 def test_a_variant_whose_config_changed_is_not_compared(tmp_path):
@@ -607,7 +619,7 @@ def test_a_variant_whose_config_changed_is_not_compared(tmp_path):
     edit_json(
         cand / "manifest.json", lambda m: [v.update(config_hash="new") for v in m["variants"] if v["name"] == "on"]
     )
-    comp = C.compare_runs(results.load_run(base), results.load_run(cand))
+    comp = C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     on = next(v for v in comp.variants if v.variant == "on")
     assert (on.state, on.config_changed) == ("not_comparable", True) and "config changed" in on.note
     assert not rows(comp) and rows(comp, variant="off")  # off is compared, on is not
@@ -615,7 +627,7 @@ def test_a_variant_whose_config_changed_is_not_compared(tmp_path):
     # a gate that leaves the changed variant out: the rest decides
     edit_json(cand / "manifest.json", lambda m: m["scenario"].update(text=with_gate("off: cold_prefill.cold.ttft_ms")))
     edit_json(base / "manifest.json", lambda m: m["scenario"].update(text=with_gate("off: cold_prefill.cold.ttft_ms")))
-    assert C.compare_runs(results.load_run(base), results.load_run(cand)).outcome == "PASS"
+    assert C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand)).outcome == "PASS"
 
 
 def test_a_changed_workload_definition_is_not_compared(tmp_path):
@@ -624,7 +636,7 @@ def test_a_changed_workload_definition_is_not_compared(tmp_path):
     base = write_run(tmp_path, A, {"on": cold_records(noisy(100, 8))}, text=text_b)
     cand = write_run(tmp_path, B, {"on": cold_records(noisy(50, 8))}, text=text_c)
     edit_json(cand / "manifest.json", lambda m: m["scenario"].update(hash="h2"))
-    comp = C.compare_runs(results.load_run(base), results.load_run(cand))
+    comp = C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     assert {m.state for m in comp.metrics} == {"not_comparable"} and comp.outcome == "INCONCLUSIVE"
     assert any("workloads whose definition changed: cold_prefill" in n for n in comp.notes)
 
@@ -684,10 +696,10 @@ def test_latest_after_the_clock_was_set_back(tmp_path):
     set_back = night - _dt.timedelta(days=400)  # the next night's clock
     cand = write_run(tmp_path, results.new_run_id(set_back), {"on": cold_records(noisy(100, 8, seed=4))}, numbered=True)
     assert cand.name < good.name
-    choice = C.choose_latest(tmp_path, results.load_run(cand))
+    choice = C.choose_latest(tmp_path, run_folder.load_run(cand))
     assert choice.run is not None and choice.run.paths.root == good, choice.how
     assert results.list_runs(tmp_path, "synth") == [good, cand]  # history's order: the nights as they ran
-    assert C.choose_latest(tmp_path, results.load_run(good)).run is None  # the later night is no baseline of it
+    assert C.choose_latest(tmp_path, run_folder.load_run(good)).run is None  # the later night is no baseline of it
     assert cli_main(args(cand, "latest", tmp_path)) == ExitCode.OK
     assert comparison(cand)["baseline"]["run_id"] == good.name
 
@@ -699,7 +711,7 @@ def test_latest_judges_a_run_without_verdict_json(tmp_path):
     write_run(tmp_path, B, {"on": "cuda_fault"})
     write_run(tmp_path, C3, {"on": cold_records(noisy(100, 8))}, complete=False)
     cand = write_run(tmp_path, D, {"on": cold_records(noisy(100, 8, seed=4))})
-    choice = C.choose_latest(tmp_path, results.load_run(cand))
+    choice = C.choose_latest(tmp_path, run_folder.load_run(cand))
     assert choice.run.paths.root == good and "judged from its files" in choice.how
     assert any("verdict FAIL" in p for p in choice.passed_over) and any("not COMPLETE" in p for p in choice.passed_over)
 
@@ -853,7 +865,7 @@ def test_a_client_bound_phase_cannot_judge_the_server(tmp_path):
     the same candidate without the flag FAILs."""
     base = write_run(tmp_path, A, {"on": cold_records(noisy(100, 8, seed=1))})
     cand = write_run(tmp_path, B, {"on": cold_records(noisy(120, 8, seed=2))})
-    assert C.compare_runs(results.load_run(base), results.load_run(cand)).outcome == "FAIL"
+    assert C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand)).outcome == "FAIL"
 
     def flag(s):
         s["workloads"]["cold_prefill"]["phases"]["cold"]["figures"] = {
@@ -863,7 +875,7 @@ def test_a_client_bound_phase_cannot_judge_the_server(tmp_path):
         }
 
     edit_json(cand / "on" / "summary.json", flag)
-    comp = C.compare_runs(results.load_run(base), results.load_run(cand))
+    comp = C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     (row,) = rows(comp)
     assert row.state == "inconclusive" and "CLIENT-BOUND (schedule lag p99 3.2 ms over 1 ms)" in row.note
     assert comp.outcome == "INCONCLUSIVE" and any("CLIENT-BOUND" in r for r in comp.reasons)
@@ -877,7 +889,7 @@ def test_junit_follows_the_outcome(tmp_path):
     skipped with their reasons, and the verdict case says INCONCLUSIVE; a FAIL has the failure."""
     base = write_run(tmp_path, A, {"on": cold_records(noisy(100, 1, seed=1))})
     cand = write_run(tmp_path, B, {"on": cold_records(noisy(100, 1, seed=2))})
-    comp = C.compare_runs(results.load_run(base), results.load_run(cand))
+    comp = C.compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     assert comp.outcome == "INCONCLUSIVE"
     root = ET.fromstring(C.to_junit(comp))
     assert root.get("errors") == "0" and root.get("failures") == "0"
@@ -892,7 +904,7 @@ def test_junit_follows_the_outcome(tmp_path):
     assert gating
     slow = write_run(tmp_path, C3, {"on": cold_records(noisy(150, 8, seed=3))})
     base8 = write_run(tmp_path, D, {"on": cold_records(noisy(100, 8, seed=4))})
-    failed = ET.fromstring(C.to_junit(C.compare_runs(results.load_run(base8), results.load_run(slow))))
+    failed = ET.fromstring(C.to_junit(C.compare_runs(run_folder.load_run(base8), run_folder.load_run(slow))))
     assert next(t for t in failed.iter("testcase") if t.get("classname") == "verdict").find("failure") is not None
 
 

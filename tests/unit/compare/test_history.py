@@ -15,7 +15,7 @@ from harness.compare import history as H
 from harness.measures.metrics import METRICS
 from harness.workloads import derived_figures, kinds
 from tests.conftest import GOLDEN_RUNS
-from tests.factories import SCENARIO_TEXT, cold_records, noisy, write_run
+from tests.factories import SCENARIO_TEXT, as_summary, cold_records, noisy, write_run
 
 
 def series(values, seed=0, sd=0.015):
@@ -127,7 +127,7 @@ def test_headline_values_are_what_the_kinds_declare():
                 "x": {"derived": {"made_up": 3.0}, "phases": {}},
             }
         }
-        got = H.headline_values(summary, {"w": name, "x": "no_such_kind"})
+        got = H.headline_values(as_summary(summary), {"w": name, "x": "no_such_kind"})
         assert got == {
             **{f"w.{d.name}": 2.0 for d in kind.derived},
             **{f"w.{s.phase}.{s.metric}_{s.stat}": 1.0 for s in kind.history_stats},
@@ -221,7 +221,7 @@ def test_headline_samples_are_the_per_repeat_values():
         }
     }
     kinds_ = {"pp": "parallel_prefixes", "old": "parallel_prefixes"}
-    assert H.headline_samples(summary, kinds_) == {
+    assert H.headline_samples(as_summary(summary), kinds_) == {
         "pp.second_pass_speedup": [1.9, 2.1],
         "old.second_pass_speedup": [3.0],
     }

@@ -13,7 +13,7 @@ from harness.cli.history import cli_main
 from harness.compare import history as H
 from harness.compare.changes import night_changes
 from harness.store import results
-from tests.factories import cold_records, noisy, write_run
+from tests.factories import as_manifest, as_status, cold_records, noisy, write_run
 
 BASE = {
     "harness_version": "0.1.0",
@@ -55,7 +55,9 @@ def test_every_difference_is_listed_ranked_build_first_and_the_moving_or_noisy_o
     cand["harness_version"] = "0.2.0"
     pools_b = {"on": {"pools": {"max_total_num_tokens": 100_000, "host_pool_tokens": 200_001}}}
     pools_c = {"on": {"pools": {"max_total_num_tokens": 100_000, "host_pool_tokens": 150_001}}}
-    changes = night_changes(BASE, cand, pools_b, pools_c)
+    status_b = {n: as_status(st) for n, st in pools_b.items()}
+    status_c = {n: as_status(st) for n, st in pools_c.items()}
+    changes = night_changes(as_manifest(BASE), as_manifest(cand), status_b, status_c)
     texts = [c.text for c in changes]
     assert [c.category for c in changes] == [
         "build",
@@ -76,7 +78,7 @@ def test_every_difference_is_listed_ranked_build_first_and_the_moving_or_noisy_o
     assert "env: on: SGLANG_HICACHE_HOST_ALLOC: pin → (none)" in texts
     assert "probe: pageable_h2d GB/s (-40%): 20 → 12" in texts  # pinned -4 %: the probe's noise
     assert "pools: on: host_pool_tokens: 200001 → 150001" in texts
-    assert night_changes(BASE, copy.deepcopy(BASE)) == []
+    assert night_changes(as_manifest(BASE), as_manifest(copy.deepcopy(BASE))) == []
 
 
 def test_history_lists_what_changed_at_a_change_point(tmp_path, capsys):

@@ -14,7 +14,7 @@ from harness.compare.planning import RowPlan, ScenarioPlan
 from harness.compare.power import comparison_advice, parity_keys_needed, pooled_log_spread, units_needed
 from harness.compare.statistics import holm_rejects, significance
 from harness.scenario import load_scenario
-from harness.store import results
+from harness.store import results, run_folder
 from tests.conftest import MODELS
 from tests.factories import SCENARIO_TEXT, cold_records, noisy, write_run
 
@@ -111,12 +111,12 @@ def test_an_inconclusive_comparison_says_what_to_add(tmp_path):
     _, text = _scenario(tmp_path, "gate: [cold_prefill.cold.ttft_ms]\n")
     a = write_run(tmp_path, RUNS[0], {"on": cold_records([100.0])}, text=text)
     b = write_run(tmp_path, RUNS[1], {"on": cold_records([101.0])}, text=text)
-    comp = compare_runs(results.load_run(a), results.load_run(b))
+    comp = compare_runs(run_folder.load_run(a), run_folder.load_run(b))
     assert comp.outcome == "INCONCLUSIVE"
     assert comp.advice.startswith("to decide, add: repeats: 2 at least") and "one request a side" in comp.advice
     c = write_run(tmp_path, RUNS[2], {"on": cold_records(noisy(100, 3, sd=0.04, seed=5))}, text=text)
     d = write_run(tmp_path, "20260104T000000Z-dddddd", {"on": cold_records(noisy(100, 3, sd=0.04, seed=6))}, text=text)
-    comp = compare_runs(results.load_run(c), results.load_run(d))
+    comp = compare_runs(run_folder.load_run(c), run_folder.load_run(d))
     if comp.outcome == "INCONCLUSIVE":
         assert "needs" in comp.advice and "requests a side for its 5% threshold" in comp.advice
     assert "gate" not in comp.advice  # the scenario has one
@@ -167,18 +167,18 @@ def test_a_round_decides_what_the_night_could_not(tmp_path):
     base = write_run(tmp_path, RUNS[0], {"on": cold_records(noisy(100, 10, sd=0.03, seed=1))}, text=text)
     night = write_run(tmp_path, RUNS[1], {"on": cold_records(noisy(115, 2, sd=0.03, seed=2))}, text=text)
     more = write_run(tmp_path, RUNS[2], {"on": cold_records(noisy(115, 8, sd=0.03, seed=3))}, text=text)
-    first = compare_runs(results.load_run(base), results.load_run(night))
+    first = compare_runs(run_folder.load_run(base), run_folder.load_run(night))
     assert first.outcome == "INCONCLUSIVE" and "--round NEW_RUN" in first.advice
     assert "round 2 of at most 3 (verdict.rounds): harness run scenarios/synth.yaml --repeats " in first.advice
     assert "--no-quality --only on, then harness compare" in first.advice
     assert any("look 1 of at most 3" in n and "alpha 0.0167" in n for n in first.notes)
-    second = compare_runs(results.load_run(base), results.load_run(night), rounds=[results.load_run(more)])
+    second = compare_runs(run_folder.load_run(base), run_folder.load_run(night), rounds=[run_folder.load_run(more)])
     assert second.outcome == "FAIL"
     (row,) = [m for m in second.metrics if m.metric == "ttft_ms" and m.variant == "on"]
     assert row.n_candidate == 10 and row.state == "regression"
     assert any(n.startswith(f"round 2: {RUNS[2]} pooled with the candidate (repeats") for n in second.notes)
     with pytest.raises(results.ResultsError, match="verdict.rounds allows 2"):
-        compare_runs(results.load_run(base), results.load_run(night), rounds=[results.load_run(more)] * 3)
+        compare_runs(run_folder.load_run(base), run_folder.load_run(night), rounds=[run_folder.load_run(more)] * 3)
 
 
 def test_power_at_and_max_spread_agree_with_units_needed():

@@ -21,7 +21,7 @@ from harness.measures.roofline import (
     worse_than_off,
 )
 from tests.conftest import write_sim_scenario
-from tests.factories import make_record
+from tests.factories import as_summary, make_record
 
 PLATFORM = Platform(kv_bytes_per_token=131072, h2d_gbs=50.0, h2d_source="probe pinned H2D", storage_read_gbs=2.0)
 
@@ -137,6 +137,7 @@ def test_the_summary_derives_host_hit_vs_floor_and_worse_than_off_fires_on_a_hit
         ],
         platform=PLATFORM,
     )
+    off, good, bad = as_summary(off), as_summary(good), as_summary(bad)
     assert worse_than_off({"off": off, "good": good}, "off") == []
     (w,) = worse_than_off({"off": off, "good": good, "bad": bad}, "off")
     assert (w.variant, w.phase, w.against) == ("bad", "repeat_after_evict", "own recompute")
@@ -150,7 +151,7 @@ def test_the_summary_derives_host_hit_vs_floor_and_worse_than_off_fires_on_a_hit
             for i, (p, t) in enumerate((("cold", 3300), ("repeat_after_evict", 150)))
         ]
     )
-    (w,) = worse_than_off({"off": off_fast, "good": good}, "off")
+    (w,) = worse_than_off({"off": as_summary(off_fast), "good": good}, "off")
     assert w.against == "off" and w.against_ms == pytest.approx(150)
 
 

@@ -576,7 +576,19 @@ def test_a_significant_delta_is_coloured_and_says_n(golden_run, tmp_path):
     td = _cell_html(html, "parallel prefixes pass 2 wall", 1)
     assert td.startswith('<td class="good" title="significant: bootstrap 95% CI of the median difference')
     assert "n off=3 groups, on-r2=3 groups" in td and '<span class="sub">n=3/3</span>' in td
-    # a figure with one value per run is never coloured, and says so
+    # a derived figure is tested on its repeats: the golden summaries predate derived_by_repeat,
+    # and the figures (harness.analysis.figures) recompute them from the records, as compare does
+    td = _cell_html(html, "second-pass speedup", 1)
+    assert (
+        td.startswith('<td class="ns" title="not significant: bootstrap') and "n off=3 repeats, on-r2=3 repeats" in td
+    )
+
+
+def test_a_figure_with_one_value_per_run_is_never_coloured_and_says_so(golden_run, tmp_path):
+    run = golden_run("regressed")
+    _set_repeats(run, "off", "parallel_prefixes", "second_pass_speedup", [1.0])
+    _set_repeats(run, "on-r2", "parallel_prefixes", "second_pass_speedup", [2.6])
+    html = write_report(run, tmp_path / "reports").read_text()
     td = _cell_html(html, "second-pass speedup", 1)
     assert td.startswith('<td class="" title="not tested: no test: 1 vs 1 values') and "n=1/1 · no test" in td
     # ... and what would test it: more repeats, or a gate

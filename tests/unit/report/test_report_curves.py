@@ -26,7 +26,7 @@ from harness.report.curves import lag_warnings, load_curves, round_series
 from harness.report.html import write_report
 from harness.report.view import load_view
 from harness.scenario import load_scenario_text
-from harness.store import results
+from harness.store import results, run_folder
 from tests.conftest import only_run, run_harness, sim_scenario, write_scenario
 from tests.factories import MS, make_record, write_run
 from tests.sim_workloads import workload
@@ -231,7 +231,7 @@ def test_decimate_keeps_the_ends_and_at_most_max_points():
 def test_compare_pairs_curve_points_and_shows_the_knee(tmp_path):
     base = _run(tmp_path, "20261201T000000Z-aaaaaa")
     cand = _run(tmp_path, "20261201T010000Z-bbbbbb", on={"scale": 1.5})  # ON 50 % slower everywhere
-    comp = compare_runs(results.load_run(base), results.load_run(cand))
+    comp = compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     points = {(c.variant, c.phase): c for c in comp.curves}
     assert set(points) == {(v, f"rate_{r}") for v in ("off", "on") for r in RATES}
     on4 = points[("on", "rate_4")]
@@ -260,7 +260,7 @@ def test_compare_pairs_curve_points_and_shows_the_knee(tmp_path):
 def test_curve_points_are_not_compared_when_the_grids_differ(tmp_path):
     base = _run(tmp_path, "20261201T000000Z-aaaaaa")
     cand = _run(tmp_path, "20261201T010000Z-bbbbbb", rates=(1, 2, 8))
-    comp = compare_runs(results.load_run(base), results.load_run(cand))
+    comp = compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     assert comp.curves and all(c.state == "not_comparable" for c in comp.curves)
     assert (
         "rate grids differ: baseline [rate_1, rate_2, rate_4], candidate [rate_1, rate_2, rate_8]"
@@ -280,7 +280,7 @@ def test_a_vanished_knee_is_the_worst_regression_and_fails_the_gate(tmp_path):
     JUnit and the report."""
     base = _run(tmp_path, "20261201T000000Z-aaaaaa")
     cand = _run(tmp_path, "20261201T010000Z-bbbbbb", on={"scale": 3.0})
-    comp = compare_runs(results.load_run(base), results.load_run(cand))
+    comp = compare_runs(run_folder.load_run(base), run_folder.load_run(cand))
     knee = _knee_row(comp)
     assert (knee.state, knee.candidate_below, knee.candidate_p50, knee.baseline_p50) == ("regression", 1.0, None, 4.0)
     assert knee.gating and knee.n_candidate == 1 and "lowest rate tried (1) missed the SLO at p90" in knee.note
@@ -309,12 +309,12 @@ def test_a_vanished_knee_is_the_worst_regression_and_fails_the_gate(tmp_path):
 def test_a_knee_that_appears_is_an_improvement_and_none_in_either_run_is_inconclusive(tmp_path):
     slow = _run(tmp_path, "20261201T000000Z-aaaaaa", on={"scale": 3.0})
     fast = _run(tmp_path, "20261201T010000Z-bbbbbb")
-    comp = compare_runs(results.load_run(slow), results.load_run(fast))
+    comp = compare_runs(run_folder.load_run(slow), run_folder.load_run(fast))
     knee = _knee_row(comp)
     assert (knee.state, knee.baseline_below, knee.baseline_p50, knee.candidate_p50) == ("improved", 1.0, None, 4.0)
     assert "| on | ol.knee_rate | yes | &lt; 1 req/s | 4 req/s |" in to_markdown(comp)
     both = compare_runs(
-        results.load_run(slow), results.load_run(_run(tmp_path, "20261201T020000Z-cccccc", on={"scale": 3.0}))
+        run_folder.load_run(slow), run_folder.load_run(_run(tmp_path, "20261201T020000Z-cccccc", on={"scale": 3.0}))
     )
     knee = _knee_row(both)
     assert knee.state == "inconclusive" and knee.baseline_below == knee.candidate_below == 1.0
@@ -324,7 +324,7 @@ def test_a_knee_that_appears_is_an_improvement_and_none_in_either_run_is_inconcl
 def test_a_vanished_knee_on_another_grid_stays_not_comparable(tmp_path):
     base = _run(tmp_path, "20261201T000000Z-aaaaaa")
     cand = _run(tmp_path, "20261201T010000Z-bbbbbb", rates=(1, 2, 8), on={"scale": 3.0})
-    knee = _knee_row(compare_runs(results.load_run(base), results.load_run(cand)))
+    knee = _knee_row(compare_runs(run_folder.load_run(base), run_folder.load_run(cand)))
     assert knee.state == "not_comparable" and knee.candidate_below is None
 
 

@@ -16,7 +16,7 @@ from harness.core.exit_codes import ExitCode
 from harness.run import lanes
 from harness.run.runner import RunOptions, run_scenario
 from harness.scenario import load_scenario
-from harness.store import results
+from harness.store import results, run_folder
 from tests.conftest import (
     TINY_QUALITY,
     alive,
@@ -134,11 +134,11 @@ def test_a_run_on_two_gpus_runs_variants_at_once_each_with_its_own(tmp_path):
         RunOptions(results_dir=tmp_path / "results", live_progress=False, gpus=["0", "1"]),
     )
     assert outcome.exit_code == ExitCode.OK, outcome.verdict
-    run = results.load_run(outcome.run_dir)
-    assert run.manifest["gpus"] == {"ids": ["0", "1"], "side_by_side": True}
+    run = run_folder.load_run(outcome.run_dir)
+    assert run.manifest.raw["gpus"] == {"ids": ["0", "1"], "side_by_side": True}
     spans = {}
     for v in run.variants:
-        st = v.status
+        st = v.status.to_json()
         assert st["state"] == "ok"
         (gpu,) = st["gpu_ids"]
         log = (
@@ -157,12 +157,12 @@ def test_a_run_on_two_gpus_runs_variants_at_once_each_with_its_own(tmp_path):
     assert abs(spans["off"][0] - spans["on-r2"][0]) < spans["on-r3"][0] - min(spans["off"][0], spans["on-r2"][0])
     # the samples are the host's, shared: labelled so
     for v in run.variants:
-        assert "ran on this host meanwhile" in v.summary["sampling"]["system_shared"]
+        assert "ran on this host meanwhile" in v.summary.sampling["system_shared"]
         samples = list(results.read_jsonl(run.paths.root / v.name / "samples.jsonl"))
         assert samples and all(x["system_shared"] is True for x in samples)
     # parity still pairs OFF with each ON from their files
     for v in run.variants[1:]:
-        assert v.summary["quality"]["parity"]["verdict"] == "PASS", v.summary["quality"]
+        assert v.summary.parity["verdict"] == "PASS", v.summary.quality
 
 
 def _sim_pids(root_pid: int) -> list[int]:

@@ -12,7 +12,7 @@ import pytest
 from harness.analysis.run_products import judge_run
 from harness.cli import main
 from harness.run.merge import MergeRefused, merge_runs
-from harness.store import results
+from harness.store import results, run_folder
 
 HASH_A = "a" * 64
 HASH_B = "b" * 64
@@ -94,11 +94,13 @@ def test_merges_shards_keeping_assigned_baseline(tmp_path, capsys):
     code = merge_cli(s2, s1, "--results-dir", tmp_path / "out")
     out = capsys.readouterr().out
     assert "merged:" in out and "dropped" not in out  # a support baseline copy is expected
-    run = results.load_run(next((tmp_path / "out" / "tiny").iterdir()))
+    run = run_folder.load_run(next((tmp_path / "out" / "tiny").iterdir()))
     assert run.complete
     assert [v.name for v in run.variants] == ALL
-    assert run.variant("off").status["host"] == "h1"  # the assigned copy, not shard 2's support copy
-    m = run.manifest
+    assert (
+        json.loads(run.variant("off").paths.status.read_text())["host"] == "h1"
+    )  # the assigned copy, not shard 2's support copy
+    m = run.manifest.raw
     assert [(s["run_id"], s["host"]["kernel"], s["variants"]) for s in m["shards"]] == [
         ("r1", "h1", ["off", "on-a"]),
         ("r2", "h2", ["on-b"]),
@@ -152,13 +154,13 @@ def test_duplicate_variant_keeps_the_complete_then_latest_copy(tmp_path):
     b2 = make_run(tmp_path / "in", "r3", {"on-b": "ok"}, shard=(2, 2), all_variants=ALL)
     b3 = make_run(tmp_path / "in", "r0", {"on-b": "ok"}, shard=(2, 2), all_variants=ALL)  # older, complete
     root = merge_runs([a, b1, b2, b3], tmp_path / "out").root
-    run = results.load_run(root)
-    assert run.variant("on-b").summary["from"] == "r3"
-    kept = {d["run_id"]: d["state"] for d in run.manifest["merge"]["dropped"]}
+    run = run_folder.load_run(root)
+    assert run.variant("on-b").summary.raw["from"] == "r3"
+    kept = {d["run_id"]: d["state"] for d in run.manifest.raw["merge"]["dropped"]}
     assert kept == {"r2": "interrupted", "r0": "ok"}
     # r2 itself was not complete, so neither is the merge
     assert not run.complete
-    assert any("r2 is not complete" in p for p in run.manifest["merge"]["problems"])
+    assert any("r2 is not complete" in p for p in run.manifest.raw["merge"]["problems"])
 
 
 def test_incomplete_inputs_give_an_incomplete_merge(tmp_path, capsys):
@@ -177,7 +179,7 @@ def test_unmet_expectation_exits_1(tmp_path):
     a = make_run(tmp_path / "in", "r1", {"off": "ok", "on-a": "failed"})
     assert merge_cli(a, "--results-dir", tmp_path / "out") == 1
     root = next((tmp_path / "out" / "tiny").iterdir())
-    assert results.load_run(root).complete
+    assert run_folder.load_run(root).complete
     verdict = json.loads((root / "verdict.json").read_text())
     assert verdict["outcome"] == "FAIL" and verdict["exit_code"] == 1, verdict
 

@@ -10,6 +10,7 @@ import pytest
 from harness.compare.startup import MIN_CHANGE_S, host_pool_row
 from harness.server import startup_phases as sp
 from tests.conftest import run_in_process, sim_scenario, write_scenario
+from tests.factories import as_status
 
 
 def _t(stamp: str) -> float:
@@ -71,12 +72,12 @@ def test_a_start_without_hicache_or_graphs_gives_those_phases_no_time():
 
 def test_history_names_and_one_console_line():
     status = {"startup": {"phases": {"weight_load": 30.0, "host_pool": 11.0}}}
-    assert sp.history_values(status) == {"startup.weight_load_s": 30.0, "startup.host_pool_s": 11.0}
+    assert sp.history_values(status["startup"]) == {"startup.weight_load_s": 30.0, "startup.host_pool_s": 11.0}
     assert sp.summary_line(status["startup"]) == "weight_load 30 s, host_pool 11 s"
 
 
 def _status(host_pool_s):
-    return {"startup": {"phases": {"weight_load": 30.0, "host_pool": host_pool_s}}}
+    return as_status({"startup": {"phases": {"weight_load": 30.0, "host_pool": host_pool_s}}})
 
 
 def test_compare_judges_the_host_pool_on_size_beyond_the_stamps_resolution():
@@ -87,8 +88,8 @@ def test_compare_judges_the_host_pool_on_size_beyond_the_stamps_resolution():
     assert host_pool_row("on", _status(2.0), _status(2.0 + MIN_CHANGE_S - 1), {})["state"] == "unchanged"
     # beyond the resolution but within the threshold
     assert host_pool_row("on", _status(100.0), _status(103.0), {"startup_s": 0.1})["state"] == "unchanged"
-    assert host_pool_row("off", {"startup": {"phases": {}}}, {}, {}) is None
-    assert host_pool_row("on", {}, _status(3.0), {})["state"] == "not_comparable"
+    assert host_pool_row("off", as_status({"startup": {"phases": {}}}), as_status({}), {}) is None
+    assert host_pool_row("on", as_status({}), _status(3.0), {})["state"] == "not_comparable"
 
 
 def test_the_simulator_logs_a_start_as_sglang_does(tmp_path):
@@ -103,7 +104,7 @@ def test_the_simulator_logs_a_start_as_sglang_does(tmp_path):
     ).replace("startup_s: 1.0,", "startup_s: 1.0, capture_s: 1.2, register_s_per_gb: 12, warmup_s: 1.0,")
     outcome, run = run_in_process(write_scenario(tmp_path, text), tmp_path)
     assert outcome.exit_code == 0
-    st = run.variants[0].status
+    st = run.variants[0].status.to_json()
     phases = st["startup"]["phases"]
     assert set(phases) == set(sp.PHASES)
     # the host pool: 16385 tokens x 16 KiB = 0.27 GB at 12 s/GB = 3.2 s; whole-second stamps: +-1 s

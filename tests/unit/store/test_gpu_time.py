@@ -81,7 +81,7 @@ def test_a_run_records_each_variants_gpu_time(tmp_path, capsys):
     outcome, run = run_in_process(path, tmp_path)
     assert outcome.exit_code == 0
     for v in run.variants:
-        t = v.status["timing"]
+        t = v.status.timing
         assert t["gpus"] == 1
         assert sum(t["seconds"].values()) == pytest.approx(t["wall_s"], abs=0.01)
         assert t["seconds"]["startup"] > 0 and t["seconds"]["work"] > 0 and t["seconds"]["quality"] > 0
@@ -96,7 +96,7 @@ def test_a_run_records_each_variants_gpu_time(tmp_path, capsys):
     assert reasks["off"] and all(q["churn"]["flushed"] is True and q["churn"]["requests"] == 0 for q in reasks["off"])
     assert reasks["off"][0]["cached_tokens"] == 0  # a cold prefill, as after churn
     assert all(not q["churn"].get("flushed") and q["churn"]["accepted"] > 0 for q in reasks["on-r2"])
-    assert run.variants[0].status["timing"]["waits_s"].get("quality_churn", 0.0) == 0.0
+    assert run.variants[0].status.timing["waits_s"].get("quality_churn", 0.0) == 0.0
     total = gpu_time.run_folder_gpu_time(run.paths)
     assert set(total["variants"]) == {"off", "on-r2"}
     assert total["wall_s"] is not None
@@ -104,8 +104,8 @@ def test_a_run_records_each_variants_gpu_time(tmp_path, capsys):
     assert "GPU-minutes by where they went" in err and "of them the harness's own waits: idle_window" in err
     assert total["waits_gpu_minutes"]["final_liveness"] > 0
     # history shows them over nights, lower is better
-    values = gpu_time.history_values(run.variants[0].status)
-    assert values["gpu_time.gpu_minutes_total"] == run.variants[0].status["timing"]["gpu_minutes_total"]
+    values = gpu_time.history_values(run.variants[0].status.timing)
+    assert values["gpu_time.gpu_minutes_total"] == run.variants[0].status.timing["gpu_minutes_total"]
     assert history.metric_direction("gpu_time.startup_gpu_minutes") == (False, "GPU-min")
     h = history.collect(tmp_path / "results", "tiny")
     assert "gpu_time.work_gpu_minutes" in h.series

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.store import results
+from harness.store import results, run_folder
 
 
 def test_safe_name_cannot_escape(tmp_path):
@@ -87,9 +87,9 @@ def test_load_run_refuses_other_schema_version(tmp_path):
     run = results.create_run_dir(tmp_path, "s", "r1")
     results.write_json_atomic(run.manifest, {"schema_version": 99, "variants": []})
     with pytest.raises(results.ResultsError, match="schema_version 99"):
-        results.load_run(run.root)
+        run_folder.load_run(run.root)
     with pytest.raises(results.ResultsError, match="no such run folder"):
-        results.load_run(tmp_path / "missing")
+        run_folder.load_run(tmp_path / "missing")
 
 
 WRITER = textwrap.dedent(

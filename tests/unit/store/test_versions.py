@@ -103,7 +103,7 @@ def test_the_manifest_parses_its_stored_scenario_once():
     m = read_manifest(GOLDEN / "healthy")
     assert m.names == ["off", "on-r2", "on-200gb"]
     assert m.variant("off").hicache is None and m.variant("on-r2").hicache.ratio == 2.0
-    assert m.scenario.workload_kinds["repeat_prefill"] == "repeat_prefill"
+    assert [w["kind"] for w in m.scenario.data["workloads"]][:2] == ["cold_prefill", "repeat_prefill"]
     assert m.scenario.data is m.scenario.data  # parsed once
     assert m.scenario.block("quality")["baseline_variant"] == "off"
 
@@ -114,7 +114,7 @@ def test_a_stored_scenario_that_is_not_yaml_reads_as_empty(tmp_path):
     m["scenario"]["text"] = "workloads: [unclosed"
     _write(tmp_path / "run" / "manifest.json", m)
     stored = read_manifest(tmp_path / "run").scenario
-    assert stored.data == {} and stored.workload_kinds == {}
+    assert stored.data == {} and stored.block("verdict") == {}
 
 
 def test_load_run_gives_typed_variants_and_not_run_without_a_status():

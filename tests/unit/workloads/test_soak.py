@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from harness.analysis.summary import add_sample_figures
 from harness.analysis.verdict import Outcome, variant_verdict
 from harness.workloads.kinds.soak import NOT_MEASURED, sample_figures
+from tests.factories import as_status, as_summary
 from tests.sim_workloads import run_on, sim, workload
 
 MIX = [{"kind": "cold_prefill", "n": 1, "prompt_tokens": 64, "warmup": 0}]
@@ -65,12 +66,12 @@ def test_sample_figures_judge_each_series_on_its_slices():
 
 def test_a_leak_fails_the_variant_and_an_inconclusive_series_makes_it_inconclusive():
     cfg = soak(duration_s=8, slice_s=1, settle_slices=1, series=["server_rss"])
-    status = {"state": "ok"}
+    status = as_status({"state": "ok"})
 
     def verdict(rss: list[float], slices: int = 8):
         summary = {"n_requests": 5, "n_errors": 0, "workloads": {}}
         add_sample_figures(summary, _samples({"server_rss_kib": rss}, slices), {"soak": "soak"}, {"soak": cfg})
-        return variant_verdict("v", status, summary)
+        return variant_verdict("v", status, as_summary(summary))
 
     leak = verdict([1024 * (100 + 10 * k) for k in range(8)])
     assert leak.outcome is Outcome.FAIL and leak.reasons[0].code == "soak_leak"
