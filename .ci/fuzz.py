@@ -35,8 +35,14 @@ DATASETS = {
 }
 HOSTILE_NUMBERS = [
     "0", "-1", "1e-300", "1e300", ".inf", "-.inf", ".nan", "0x7fffffffffffffff", "99999999999999999999",
-    "1_000", "0o777", "-0", "3.5", "true", "null", '""', "[]", "{}",
+    "1_000", "0o777", "-0", "3.5", "true", "null", '""', "[]", "{}", "NaN", "Infinity", "-Infinity", "9" * 400,
 ]  # fmt: skip
+# Nesting through aliases: 24 anchors, each 60 levels inside the next (1,440 levels, ~3 KB)
+ALIAS_NEST = (
+    "\n"
+    + "\n".join(["a0: &a0 x"] + [f"a{i}: &a{i} " + "[" * 60 + f"*a{i - 1}" + "]" * 60 for i in range(1, 25)])
+    + "\n"
+)
 CASE_ALARM_S = 20  # one case; a hang is a failure, not a slow case
 
 
@@ -78,7 +84,8 @@ def mutate(text: str, rng: random.Random) -> str:
             lines.insert(k, lines[k])
             text = "\n".join(lines)
         else:  # nesting or an alias bomb spliced in
-            text = text[:i] + rng.choice(["[" * 2000, "{a: " * 300, "&x [*x]", "*nope", "\0", "'"]) + text[i:]
+            splice = ["[" * 2000, "{a: " * 300, "&x [*x]", "*nope", "\0", "'", ALIAS_NEST, '"\\ud800"', "\ufeff"]
+            text = text[:i] + rng.choice(splice) + text[i:]
     return text
 
 
@@ -100,9 +107,15 @@ def one_dataset(fmt: str, text: str, where: Path) -> int:
     path = where / f"fuzz{DATASETS[fmt].suffix}"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     try:
-        D.load_dataset(fmt, path)
+        requests = D.load_dataset(fmt, path)
     except D.DatasetError:
         return 2
+    if fmt == "mooncake":  # what the replay does with them next: its clock, each prompt's ids
+        D.trace_offsets_ns(requests)
+        for r in requests[:50]:
+            D.trace_input_ids(r, 16, 32000, 0)
+    for r in requests:
+        "".join(r.parts).encode("utf-8")  # a lone surrogate crashed the run here (exit 3)
     return 0
 
 

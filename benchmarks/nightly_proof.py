@@ -13,7 +13,12 @@ its outcome and the gating rows that regressed.
   stay the same, as a slower build's would). The claim: FAIL on every night, the first and each
   one after, by the gate row meant to catch it (``FAULTS`` below).
 ``--baseline-from RUN``: a healthy night already run is copied into each series as its first
-night instead of running one (so the fault series share one healthy baseline).
+night instead of running one (so the fault series share one healthy baseline). ``--jobs K``
+(with ``--baseline-from``): K nights at once, from every series, in the order (series, night);
+each night still compares with ``--baseline latest`` in its own series' folder when it ends, so
+a fault night is set against the newest night of its series that is complete and did not FAIL
+(a night still running has no verdict and is never a baseline). The twin's nights mostly wait on
+the simulated GPU's modelled time, so K of them share the cores.
 
 Every run folder and log goes under ``--out`` (default under /tmp), never into the repository;
 the harness is the one of this checkout (PYTHONPATH). ``--time-scale`` is passed as a build flag
@@ -33,11 +38,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -115,9 +123,14 @@ def env_for(build: str | None, time_scale: float | None) -> dict[str, str]:
     return env
 
 
-def newest_run(results_dir: Path) -> Path | None:
-    runs = sorted(p for p in results_dir.glob("*/*") if p.is_dir())
-    return runs[-1] if runs else None
+def _own_run(log: Path, results_dir: Path) -> Path | None:
+    """The run folder a night's log names (its first "run PATH" line): with --jobs several nights
+    write into one results folder at once, so the newest folder may be another night's."""
+    for line in log.read_text(errors="replace").splitlines():
+        m = re.search(r"\] run (\S+) \(", line)
+        if m and Path(m.group(1)).is_dir():
+            return Path(m.group(1))
+    return None
 
 
 def one_night(scenario: Path, folder: Path, index: int, fault: str | None, args: argparse.Namespace) -> Night:
@@ -134,7 +147,7 @@ def one_night(scenario: Path, folder: Path, index: int, fault: str | None, args:
             stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
-        run_dir = newest_run(results_dir)
+        run_dir = _own_run(log, results_dir)
         cmp_exit = outcome = baseline = None
         regressed: list[str] = []
         unsure: list[str] = []
@@ -171,6 +184,48 @@ def _row_name(m: dict) -> str:
 def _matches(meant: str, regressed: list[str]) -> bool:
     variant, _, row = meant.rpartition(":")
     return any(r.endswith(":" + row) and (not variant or r.startswith(variant + ":")) for r in regressed)
+
+
+def _seed_series(name: str, out: Path, args: argparse.Namespace) -> Series:
+    """A series whose first night is the copy of ``--baseline-from``."""
+    folder = out / name
+    dest = folder / "results" / args.baseline_from.parent.name / args.baseline_from.name
+    if not dest.exists():
+        shutil.copytree(args.baseline_from, dest)
+    fault, meant = FAULTS.get(name, (None, None))
+    return Series(name, fault, meant)
+
+
+def run_parallel(names: list[str], scenario: Path, out: Path, args: argparse.Namespace) -> list[Series]:
+    """Every series' nights, ``--jobs`` at once (see the module docstring)."""
+    series = [_seed_series(n, out, args) for n in names]
+    lock = threading.Lock()
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(args.burn)]
+
+    def one(s: Series, i: int) -> None:
+        night = one_night(scenario, out / s.name, i, s.fault, args)
+        if s.meant is not None and _matches(s.meant, night.regressed):
+            night.regressed.append(s.meant)
+        with lock:
+            s.nights.append(night)
+            _print_night(s.name, night)
+
+    try:
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = []
+            for i in range(1, args.nights + 1):
+                for s in series:
+                    futures.append(pool.submit(one, s, i))
+                    time.sleep(args.stagger)  # starts spread out: the nights' heavy phases interleave
+            for f in futures:
+                f.result()
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    for s in series:
+        s.nights.sort(key=lambda n: n.index)
+    return series
 
 
 def run_series(name: str, scenario: Path, out: Path, args: argparse.Namespace) -> Series:
@@ -242,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="a healthy run folder copied into each fault series as its first night (instead of running one)",
     )
+    ap.add_argument("--jobs", type=int, default=1, help="nights at once, over every series (needs --baseline-from)")
+    ap.add_argument("--stagger", type=float, default=20.0, help="seconds between two nights' starts with --jobs")
     args = ap.parse_args(argv)
+    if args.jobs > 1 and args.baseline_from is None:
+        ap.error("--jobs needs --baseline-from (the series' shared first night)")
     args.only = args.only or ["off", "on-r1.3"]
     names = args.series or ["healthy"]
     if "all" in names:
@@ -253,7 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="nightly_proof_"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"runs and logs under {out}", flush=True)
-    done = [run_series(n, args.scenario, out, args) for n in names]
+    if args.jobs > 1:
+        done = run_parallel(names, args.scenario, out, args)
+    else:
+        done = [run_series(n, args.scenario, out, args) for n in names]
     print(table(done))
     if args.json:
         print(json.dumps([{**asdict(s), "counts": s.counts(), "met": s.met()} for s in done], indent=1))

@@ -134,6 +134,7 @@ CASES: dict[str, dict[str, Callable[[], Body]]] = {
             ),
         )
     },
+    "cut_short": {"generate": lambda: (200, SSE, _chunks({"finish_reason": None}, n=2))},  # 2 of 3, no reason
     "negative_cached": {"generate": lambda: (200, SSE, _chunks({"cached_tokens": -5, "cached_tokens_details": None}))},
     "cached_over_prompt": {
         "generate": lambda: (

@@ -23,7 +23,7 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.analysis.attribution import attribute
 from harness.analysis.cost import Prices, run_costs, slo_goodput, variant_cost
@@ -39,6 +39,9 @@ from harness.store.manifest import Manifest
 from harness.store.records import RequestRecord
 from harness.store.stats import STAT_KEYS
 from harness.store.variant_status import NOT_RUN
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 PARITY_FILE = "parity.json"
 VERDICT_FILE = "verdict.json"
@@ -203,7 +206,7 @@ def parity_headline(report: dict) -> dict:
     return out
 
 
-def evaluate_run_parity(scenario, run: results.RunPaths, variant_names: list[str]) -> dict[str, dict]:
+def evaluate_run_parity(scenario: Scenario, run: results.RunPaths, variant_names: list[str]) -> dict[str, dict]:
     """Parity of every variant that has quality rows against the baseline variant (each full
     report written to its ``parity.json``); {variant: headline}."""
     if not scenario.quality.enabled:
@@ -229,7 +232,7 @@ def evaluate_run_parity(scenario, run: results.RunPaths, variant_names: list[str
     return verdicts
 
 
-def write_run_products(scenario, run: results.RunPaths) -> None:
+def write_run_products(scenario: Scenario, run: results.RunPaths) -> None:
     """Once every variant ran: parity into the summaries of the arms that have it, then summary.csv."""
     names = [v["name"] for v in results.read_json(run.manifest)["variants"]]
     for name, headline in evaluate_run_parity(scenario, run, names).items():

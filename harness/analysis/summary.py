@@ -377,7 +377,14 @@ def tier_prediction(
     """Predicted vs achieved tier hits of every phase (`harness.measures.tier_model`), and the shortfalls of
     the phases that exist to hit a tier the variant has."""
     flush = [wl for wl, cfg in (workload_configs or {}).items() if getattr(cfg, "flush_before", False)]
-    preds = phase_predictions(records, pools, flush)
+    # a workload that restarts the server (its config's ``restarts_before``: phase -> came back changed)
+    restarts = {
+        (wl, phase): changed
+        for wl, cfg in (workload_configs or {}).items()
+        if callable(getattr(cfg, "restarts_before", None))
+        for phase, changed in cfg.restarts_before().items()
+    }
+    preds = phase_predictions(records, pools, flush, restarts)
     have = set(tiers or ("device",))
     hit_phase = {}
     for wl, phase in preds:

@@ -13,9 +13,13 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.core.exit_codes import ExitCode
 from harness.core.optional import require_extra
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 
 def add_parser(sub) -> None:
@@ -40,6 +44,12 @@ def add_parser(sub) -> None:
     s.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override a scenario value for every step (as run --set)"
     )
+    s.add_argument(
+        "--good-repeats",
+        type=int,
+        metavar="N",
+        help="repeats of the good side's run, the baseline every step is judged against (default: the scenario's)",
+    )
     s.add_argument("--dir", metavar="DIR", help="the bisect folder (default: bisect/<scenario>-<UTC time>)")
     s.add_argument("--resume", metavar="DIR", help="go on with the bisection in DIR (finished steps are not redone)")
     s.set_defaults(func=cli_main)
@@ -62,6 +72,8 @@ def cli_main(args) -> int:
         ]
         if missing:
             return _bad(f"bisect: give {', '.join(missing)} (or --resume DIR)")
+        if args.good_repeats is not None and args.good_repeats < 1:
+            return _bad(f"bisect: --good-repeats {args.good_repeats}: at least 1")
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         root = Path(args.dir) if args.dir else b.default_root(Path(args.scenario), stamp)
         state = b.new_bisection(
@@ -73,6 +85,7 @@ def cli_main(args) -> int:
             args.build,
             list(args.set or []),
             args.build_cmd,
+            args.good_repeats,
         )
         print(f"harness bisect: {len(state.commits) - 1} commits from {args.good} to {args.bad}; folder {state.root}")
     scenario = b.load_step(
@@ -96,7 +109,7 @@ def _runner():
     """Runs one step's scenario as ``harness run --only V --no-report`` would."""
     from harness.run import runner
 
-    def run(scenario, only: list[str], results_dir: Path):
+    def run(scenario: Scenario, only: list[str], results_dir: Path):
         options = runner.RunOptions(results_dir=results_dir, only=list(only), draw_report=None)
         out = runner.run_scenario(scenario, options, harness_argv=sys.argv)
         print(f"harness bisect: run {out.run_dir}: exit {int(out.exit_code)}", flush=True)

@@ -8,10 +8,10 @@ import sys
 from harness.core.exit_codes import ExitCode
 
 
-def load_scenario_or_exit(path: str | None, urls: list[str] | None = None, overrides=()):
+def load_scenario_or_exit(path: str | None, urls: list[str] | None = None, overrides=(), workloads=None):
     """The scenario of ``path``; with ``urls`` (``run --url``) its backend-external form, one
     variant per URL (``path`` None: the bundled default workloads); ``overrides``: ``--set``'s
-    (`harness.scenario.overrides`)."""
+    (`harness.scenario.overrides`); ``workloads``: only those run (a ``--decide`` round)."""
     from harness.core.bundled import resolve_scenario_path
     from harness.scenario import ScenarioError, load_scenario
     from harness.scenario.overrides import load_with_overrides
@@ -27,8 +27,8 @@ def load_scenario_or_exit(path: str | None, urls: list[str] | None = None, overr
             except ValueError as exc:
                 raise SystemExit(bad(str(exc))) from None
             return scenario_with_urls(resolved, pairs, overrides=overrides)
-        if overrides:
-            return load_with_overrides(resolved, overrides)
+        if overrides or workloads is not None:
+            return load_with_overrides(resolved, overrides, workloads=workloads)
         return load_scenario(resolved)
     except ScenarioError as exc:
         for line in exc.lines:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.core.errors import BadInput
 from harness.core.exit_codes import ExitCode
 
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
-def run_find_ratio(args, scenario, options, report_run) -> int:
+
+def run_find_ratio(args, scenario: Scenario, options, report_run) -> int:
     from harness.run import find_ratio, manifest, runner
 
     for flag, given in (("--decide", args.decide), ("--resume", args.resume), ("--shard", args.shard)):

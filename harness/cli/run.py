@@ -9,6 +9,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.analysis.verdict import Outcome
 from harness.cli.common import bad, load_scenario_or_exit, scenario_overrides
@@ -16,6 +17,9 @@ from harness.core.errors import BadInput
 from harness.core.exit_codes import ExitCode
 from harness.core.optional import MissingExtra, require_extra
 from harness.run.estimate import design_warning_lines, design_warnings, estimate_run
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 
 def add_parser(sub) -> None:
@@ -77,6 +81,14 @@ def add_parser(sub) -> None:
     )
     s.add_argument("--baseline", default="latest", metavar="RUN|latest", help="--decide's baseline (default: latest)")
     s.add_argument(
+        "--pool",
+        type=int,
+        default=1,
+        metavar="K",
+        help="--decide with --baseline latest: the baseline side is the last K passing nights pooled, so both sides "
+        "have more values than one night (default 1)",
+    )
+    s.add_argument(
         "--find-ratio",
         action="store_true",
         help="run one HiCache variant (--only V) at its predicted safe-ratio boundary and a step above, for the "
@@ -106,7 +118,7 @@ def _draw_report(run_root: Path, reports_dir: Path) -> Path:
 def cli_main(args) -> int:
     """A fresh run, or with --resume the rest of an interrupted one; --dry-run prints what would start."""
     from harness.compare.planning import resolve_repeats
-    from harness.run import manifest, resume, runner
+    from harness.run import builds, manifest, resume, runner
     from harness.run.shard import select_run_variants
 
     if args.scenario is None and not args.url:
@@ -172,7 +184,10 @@ def cli_main(args) -> int:
             outcome = runner.execute_run(scenario, options, reopened.run, reopened.variants, prior=reopened.prior)
         elif args.dry_run:
             variants, _ = select_run_variants(scenario, options.only, options.shard)
+            found = builds.dry_run_lines(scenario, variants)  # BuildError (exit 2): as the run refuses it
             sys.stdout.write(manifest.dry_run_text(scenario, variants))
+            for line in found:
+                print(line)
             if scenario.server.backend == "external":
                 pass  # no estimate: its pools and speeds are the running servers'
             elif scenario.estimate is None:
@@ -197,7 +212,7 @@ def cli_main(args) -> int:
     return _decide(args, scenario, options, outcome.run_dir, code)
 
 
-def _decide(args, scenario, options, night: Path, night_code: int) -> int:
+def _decide(args, scenario: Scenario, options, night: Path, night_code: int) -> int:
     """``--decide``: the rounds the comparison with ``--baseline`` advises (harness/compare/rounds.py);
     the exit code is the final comparison's, or the night's own where the comparison PASSes and
     the night's verdict did not."""
@@ -207,9 +222,11 @@ def _decide(args, scenario, options, night: Path, night_code: int) -> int:
     from harness.compare.rounds import decide
     from harness.run import runner
 
-    def run_round(repeats: int, variants: list[str]):
+    def run_round(repeats: int, variants: list[str], workloads: list[str] | None = None):
         args_round = argparse.Namespace(**{**vars(args), "repeats": repeats, "no_quality": True})
-        round_scenario = load_scenario_or_exit(args.scenario, args.url, scenario_overrides(args_round))
+        round_scenario = load_scenario_or_exit(
+            args.scenario, args.url, scenario_overrides(args_round), None if args.url else (workloads or None)
+        )
         round_options = dataclasses.replace(options, only=list(variants), draw_report=None, start_lines=[])
         try:
             out = runner.run_scenario(round_scenario, round_options, harness_argv=sys.argv)
@@ -219,12 +236,12 @@ def _decide(args, scenario, options, night: Path, night_code: int) -> int:
         return out.run_dir, out.exit_code
 
     budget = scenario.verdict.budget_minutes
-    baseline, rounds = decide(night, args.baseline, Path(args.results_dir), run_round, budget)
+    baseline, rounds = decide(night, args.baseline, Path(args.results_dir), run_round, budget, args.pool)
     look = argparse.Namespace(
         run=str(night),
         baseline=baseline,
         results_dir=args.results_dir,
-        pool=1,
+        pool=args.pool if args.baseline == "latest" else 1,
         round=[str(r) for r in rounds],
         junit=None,
         markdown=None,

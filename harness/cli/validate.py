@@ -4,6 +4,7 @@ safe-ratio boundary lines. Light: it loads no HTTP client and no pandas."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from harness.cli.common import load_scenario_or_exit
@@ -24,9 +25,15 @@ def add_parser(sub) -> None:
 
 def cli_main(args) -> int:
     from harness.compare.planning import resolve_repeats
+    from harness.scenario.checks import build_source_problems
 
     scenario = load_scenario_or_exit(args.scenario)
     variants = scenario.expand_variants()
+    problems = build_source_problems(scenario, variants)  # what the run's build check refuses first
+    for item in problems:
+        print(item.format(), file=sys.stderr)
+    if problems:
+        return ExitCode.BAD_INPUT
     print(
         f"{args.scenario}: ok — scenario {scenario.name!r}, backend {scenario.server.backend}, "
         f"{plural(len(variants), 'variant')} ({', '.join(v.name for v in variants)}), "

@@ -148,11 +148,14 @@ def _check_workload(metric: str, keep: Sequence[str]) -> bool:
     return first == "quality" or first in keep
 
 
-def load_step(path: Path, plan: StepScenario, repeats: int | None = None):
-    """The loaded step scenario (a round's: ``repeats`` more, quality off, as `--decide`'s)."""
+def load_step(path: Path, plan: StepScenario, repeats: int | None = None, good_repeats: int | None = None):
+    """The loaded step scenario (a round's: ``repeats`` more, quality off, as `--decide`'s; the
+    good side's: ``good_repeats``)."""
     from harness.scenario.overrides import Override, load_with_overrides
 
     extra = []
+    if good_repeats is not None:
+        extra = [Override(f"repeats={good_repeats}", ("repeats",), good_repeats)]
     if repeats is not None:
         extra = [
             Override(f"repeats={repeats}", ("repeats",), repeats),
@@ -178,6 +181,7 @@ class Bisection:
     build: str | None
     sets: list[str]
     build_cmd: str | None
+    good_repeats: int | None = None  # the good side's repeats (the baseline of every step), else the scenario's
     steps: dict[str, dict] = field(default_factory=dict)  # commit → its step
     order: list[str] = field(default_factory=list)  # commits in the order they were tested
     result: dict | None = None
@@ -201,6 +205,7 @@ class Bisection:
             "build": self.build,
             "sets": self.sets,
             "build_cmd": self.build_cmd,
+            "good_repeats": self.good_repeats,
             "commits": self.commits,
             "subjects": self.subjects,
             "steps": self.steps,
@@ -230,6 +235,7 @@ class Bisection:
             d.get("build"),
             list(d.get("sets") or []),
             d.get("build_cmd"),
+            d.get("good_repeats"),
             dict(d.get("steps") or {}),
             list(d.get("order") or []),
             d.get("result"),
@@ -275,6 +281,7 @@ def new_bisection(
     build: str | None,
     sets: list[str],
     build_cmd: str | None,
+    good_repeats: int | None = None,
 ) -> Bisection:
     """A fresh bisection in ``root`` (made; refused when it already holds one): the refs resolved,
     the first-parent history between them, the worktree at ``root/src``."""
@@ -294,7 +301,17 @@ def new_bisection(
     subjects = [git(repo, "log", "-1", "--format=%s", c).strip() for c in commits]
     root.mkdir(parents=True, exist_ok=True)
     state = Bisection(
-        root.resolve(), str(scenario.resolve()), str(repo), good, bad, commits, subjects, build, sets, build_cmd
+        root.resolve(),
+        str(scenario.resolve()),
+        str(repo),
+        good,
+        bad,
+        commits,
+        subjects,
+        build,
+        sets,
+        build_cmd,
+        good_repeats,
     )
     state.build = step_scenario(Path(state.scenario), state.src, build, sets).build  # BadInput before anything is made
     git(repo, "worktree", "add", "--detach", "--force", str(state.src), g)
@@ -345,13 +362,14 @@ class StepRunner:
             return f"the build command exited {r.returncode} ({log.name}): {tail[0]}"
         return None
 
-    def run_commit(self, commit: str, plan: StepScenario) -> tuple[Any | None, str | None]:
-        """(the run's outcome, None) or (None, why the commit is skipped)."""
+    def run_commit(self, commit: str, plan: StepScenario, repeats: int | None = None) -> tuple[Any | None, str | None]:
+        """(the run's outcome, None) or (None, why the commit is skipped); ``repeats``: the good
+        side's own count (the config hash does not cover it, so the steps compare with it)."""
         why = self.checkout(commit)
         if why:
             return None, why
         try:
-            scn = load_step(Path(self.state.scenario), plan)
+            scn = load_step(Path(self.state.scenario), plan, good_repeats=repeats)
             outcome = self.run(scn, plan.variants, self.state.results_dir)
         except BadInput as exc:  # a build refused by harness/run/builds.py (or its scenario)
             return None, f"cannot build: {str(exc).splitlines()[-1].strip()}"
@@ -435,7 +453,7 @@ def bisect(state: Bisection, stepper: StepRunner) -> dict:
     good, bad = state.commits[0], state.commits[-1]
     if good not in state.steps:
         say(f"harness bisect: the good side: {state.label(good)}")
-        outcome, why = stepper.run_commit(good, plan)
+        outcome, why = stepper.run_commit(good, plan, state.good_repeats)
         if outcome is None:
             raise BadInput(f"bisect: the good commit {good[:10]} {why}: no baseline to bisect against")
         if outcome.exit_code not in (ExitCode.OK, ExitCode.INCONCLUSIVE):

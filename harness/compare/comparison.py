@@ -128,14 +128,16 @@ class VariantRow:
 @dataclass(frozen=True)
 class NextRound:
     """The extra round an INCONCLUSIVE look advises: its number (2 = the first extra round), the
-    most the scenario allows, the repeats it adds, the variants it runs, and the inconclusive
-    gating rows it is for ("variant workload.phase.metric: why")."""
+    most the scenario allows, the repeats it adds, the variants it runs, the inconclusive
+    gating rows it is for ("variant workload.phase.metric: why") and the workloads those rows
+    are of (the round runs only them)."""
 
     number: int
     most: int
     repeats: int
     variants: list[str]
     rows: list[str]
+    workloads: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -25,13 +25,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness.compare.power import POWER, log_spread, parity_keys_needed, units_needed
 from harness.compare.statistics import ALPHA, MIN_VALUES, threshold_for
 from harness.scenario.models import AUTO_REPEATS
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 PLAN_NIGHTS = 5  # the earlier runs whose spread a plan pools
 MAX_LINES = 12  # rows a plan prints (a scenario without a gate has dozens)
@@ -252,7 +255,7 @@ def _nights(n: int) -> str:
     return f"{n} night" + ("" if n == 1 else "s")
 
 
-def workload_minutes(scenario: Any, variants: Sequence[Any]) -> dict[str, float] | None:
+def workload_minutes(scenario: Scenario, variants: Sequence[Any]) -> dict[str, float] | None:
     """{workload: GPU-minutes of one repeat of it over the variants} from `harness.run.estimate`
     (None without a prefill speed)."""
     from harness.run.estimate import estimate_run
@@ -297,7 +300,7 @@ def earlier_runs(results_dir: Path, scenario_name: str, limit: int = PLAN_NIGHTS
     return out
 
 
-def plan_scenario(scenario: Any, results_dir: Path | None, runs: Sequence[Any] | None = None) -> ScenarioPlan:
+def plan_scenario(scenario: Scenario, results_dir: Path | None, runs: Sequence[Any] | None = None) -> ScenarioPlan:
     """The plan of a loaded scenario from its earlier runs under ``results_dir`` (or ``runs``,
     newest first)."""
     from harness.quality.parity import ALPHA as PARITY_ALPHA
@@ -394,7 +397,7 @@ def plan_scenario(scenario: Any, results_dir: Path | None, runs: Sequence[Any] |
     return plan
 
 
-def resolve_repeats(scenario: Any, results_dir: Path | None) -> list[str]:
+def resolve_repeats(scenario: Scenario, results_dir: Path | None) -> list[str]:
     """The plan's lines for a command to print; with ``repeats: auto`` the scenario's repeats set
     to `ScenarioPlan.auto_repeats` first (and the plan redone at that count). A plan never stops
     a run: one that cannot be made is one line saying why."""

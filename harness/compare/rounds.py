@@ -1,10 +1,11 @@
 """``harness run SCENARIO --decide [--baseline latest|RUN]``: decide sequentially by itself. After
 the night, compare it with the baseline; while the comparison is INCONCLUSIVE, it advises a round
 (`harness.compare.comparison.NextRound`: a round left under ``verdict.rounds``, the repeats the
-worst inconclusive gating row still needs, only the variants whose rows need them) and the GPU
+worst inconclusive gating row still needs, only the variants and the workloads whose rows need
+them) and the GPU
 minutes measured so far (the night and its rounds, `harness.store.gpu_time`) have not reached
 ``verdict.budget_minutes``, run that round as a new run folder (``--repeats N --no-quality
---only V``, the night's other ``--set`` kept so the config hashes match) and compare again with
+--only V`` and only those workloads, the night's other ``--set`` kept so the config hashes match) and compare again with
 every round pooled (`compare_runs` tests each look at the alpha ``verdict.rounds`` spends on it).
 One console line per round says which rows and why, one why the loop stopped; the final look is
 ``harness compare``'s (comparison.json, the Markdown, its exit code). docs/reports.md, "Decide
@@ -27,14 +28,15 @@ def spent_minutes(runs: list[run_folder.LoadedRun]) -> float:
 
 
 def decide(
-    night: Path, baseline: str, results_dir: Path, run_round, budget_minutes: float | None
+    night: Path, baseline: str, results_dir: Path, run_round, budget_minutes: float | None, pool: int = 1
 ) -> tuple[str, list[Path]]:
     """Compare ``night`` with ``baseline`` (``latest`` is chosen once, before any round exists),
-    adding the rounds the looks advise; ``run_round(repeats, variants)`` runs one and returns
+    adding the rounds the looks advise; ``run_round(repeats, variants, workloads)`` runs one and returns
     (its folder or None, its exit code). Returns (the baseline, the rounds' folders) for the
-    final look, which the caller makes with ``harness compare``."""
+    final look, which the caller makes with ``harness compare``. ``pool``: with ``latest``, the
+    last ``pool`` passing nights pooled as the baseline side (`harness compare --pool`)."""
     cand = read_run(night)
-    choice = load_baseline(baseline, results_dir, cand)
+    choice = load_baseline(baseline, results_dir, cand, pool if baseline == "latest" else 1)
     if choice.run is None:
         print("harness: --decide: no baseline to compare with; no rounds run", flush=True)
     rounds: list[run_folder.LoadedRun] = []
@@ -59,17 +61,21 @@ def decide(
         budget = f" of verdict.budget_minutes {budget_minutes:g}" if budget_minutes is not None else ""
         print(
             f"harness: {look}; round {nxt.number} of at most {nxt.most}: {nxt.repeats} more repeats of "
-            f"{', '.join(nxt.variants)} without quality, for " + "; ".join(nxt.rows) + f" ({spent:.3g} GPU-minutes "
+            f"{', '.join(nxt.variants)} without quality, only {', '.join(nxt.workloads) or 'every workload'}, for "
+            + "; ".join(nxt.rows)
+            + f" ({spent:.3g} GPU-minutes "
             f"spent{budget})",
             flush=True,
         )
-        folder, code = run_round(nxt.repeats, nxt.variants)
+        folder, code = run_round(nxt.repeats, nxt.variants, nxt.workloads)
         if folder is None or code not in (ExitCode.OK, ExitCode.FAILED, ExitCode.INCONCLUSIVE):
             print(f"harness: round {nxt.number} did not complete (exit {int(code)}): not pooled; stopping", flush=True)
             break
         print(f"harness: round {nxt.number}: {folder} (exit {int(code)}), pooled with the night", flush=True)
         rounds.append(read_run(folder))
-    return (str(choice.run.paths.root) if choice.run is not None else baseline), [r.paths.root for r in rounds]
+    pooled = baseline == "latest" and pool > 1  # the final look chooses the same nights again (rounds are newer)
+    chosen = str(choice.run.paths.root) if choice.run is not None and not pooled else baseline
+    return chosen, [r.paths.root for r in rounds]
 
 
 def _why_none(cand: run_folder.LoadedRun, rounds: list[run_folder.LoadedRun]) -> str:

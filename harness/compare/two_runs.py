@@ -28,6 +28,7 @@ from harness.compare.curves import curve_points
 from harness.compare.gating import judge
 from harness.compare.power import comparison_advice, next_round
 from harness.compare.rows import (
+    PARITY,
     client_bound_rows,
     compare_variant,
     metric_samples,
@@ -277,12 +278,10 @@ def compare_runs(
         comp.advice = comparison_advice(comp.metrics, done, bool(exp.gate))
         more = next_round(comp.metrics, done)
         if more is not None and allowed > len(rounds) and more[0] > done:
-            rows = [
-                f"{r.variant} {r.workload}.{r.phase}.{r.metric}: {r.note or 'inconclusive'}"
-                for r in comp.metrics
-                if r.gating and r.state == "inconclusive" and r.variant in more[1]
-            ]
-            comp.next_round = NextRound(len(rounds) + 2, allowed + 1, more[0] - done, more[1], rows)
+            stuck = [r for r in comp.metrics if r.gating and r.state == "inconclusive" and r.variant in more[1]]
+            rows = [f"{r.variant} {r.workload}.{r.phase}.{r.metric}: {r.note or 'inconclusive'}" for r in stuck]
+            loads = sorted({r.workload for r in stuck if r.sample != "verdict" and r.workload != PARITY[0]})
+            comp.next_round = NextRound(len(rounds) + 2, allowed + 1, more[0] - done, more[1], rows, loads)
             scenario_path = cand.manifest.scenario.path or "SCENARIO"
             only = " ".join(f"--only {v}" for v in more[1])
             added = " ".join(f"--round {r.paths.root}" for r in rounds)

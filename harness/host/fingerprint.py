@@ -11,13 +11,12 @@ import fnmatch
 import os
 import platform
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.host import nvml, procfs
-from harness.store.secrets import MIN_SCRUB_LENGTH, REDACTED, Redactor, is_secret_name, remember_secret
+from harness.store.secrets import REDACTED, Redactor, is_secret_name
 
 # Environment variables worth recording: sglang/HiCache knobs, CUDA/NCCL placement, threading.
 ENV_ALLOWLIST = (
@@ -51,32 +50,6 @@ def allowlisted_env(
     out = r.env(keep)
     out.update(r.scenario_env(dict(extra or {})))  # what the scenario set: harmless tuning only
     return dict(sorted(out.items()))
-
-
-def run_redactor(scenario, argv: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> Redactor:
-    """The run's one :class:`Redactor`: it learns, once, the secret values of the scenario file
-    as written (its parsed YAML), of every variant's merged args and env (``${VAR}`` expanded,
-    matrix axes applied, ``extra_args`` split), of the harness's ``argv`` and of this process's
-    credential-named environment variables (``environ``, default ``os.environ``). Multi-line
-    values are also learnt line by line, so a file scrubbed a run of lines at a time loses them."""
-    r = Redactor()
-    try:
-        r.learn(load_yaml_text(scenario.text or "", str(scenario.path or "<scenario>")).data)
-    except YamlLoadError:
-        pass
-    for v in scenario.expand_variants():
-        r.learn({"args": dict(v.args), "env": dict(v.env)})
-        r.learn_env(dict(v.env))
-    r.learn(list(argv), dict(os.environ if environ is None else environ))
-    r.values |= {line.strip() for v in r.values for line in v.splitlines() if len(line.strip()) >= MIN_SCRUB_LENGTH}
-    # A switch under a credential-looking name (HF_HUB_DISABLE_TOKEN=true) is no secret, and
-    # scrubbing "true" from every text would garble the manifest and the logs.
-    r.values -= {v for v in r.values if v.strip().lower() in _NOT_SECRET_VALUES}
-    remember_secret(*r.values)
-    return r
-
-
-_NOT_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "auto", "default", "enabled", "disabled"})
 
 
 def scrub_json(redactor: Redactor, node: Any) -> Any:

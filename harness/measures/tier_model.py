@@ -165,6 +165,14 @@ class TierModel:
         self.storage = _Lru(p.storage_tokens) if p.storage and not p.hybrid else None
         self.seen: dict[str, str] = {}  # every prompt sent since the last flush → why it left (if it did)
 
+    def restart(self, changed: bool) -> None:
+        """The server was restarted: its GPU and host pools start empty; the storage tier's files
+        stay, unless it came back changed (another model or dtype: none of them may be served)."""
+        storage = self.storage
+        self.reset()
+        if not changed:
+            self.storage = storage
+
     def send(self, key: str, prompt_tokens: int, total_tokens: int) -> Prediction:
         """One request: where its prompt is found now, then its insertion."""
         hit = self.pools.hit_tokens(prompt_tokens)
@@ -233,18 +241,27 @@ class PhasePrediction:
 
 
 def phase_predictions(
-    records: Iterable[RequestRecord], pools: TierPools, flush_workloads: Iterable[str] = ()
+    records: Iterable[RequestRecord],
+    pools: TierPools,
+    flush_workloads: Iterable[str] = (),
+    restarts: Mapping[tuple[str, str], bool] | None = None,
 ) -> dict[tuple[str, str], PhasePrediction]:
     """{(workload, phase): predicted and achieved tier tokens} over the measured requests, every
-    request (warm-ups and errors too: they were sent) replayed in send order."""
+    request (warm-ups and errors too: they were sent) replayed in send order. ``restarts``: the
+    (workload, phase) the server was restarted before, and whether it came back changed."""
     model = TierModel(pools)
     flush = set(flush_workloads)
+    restarts = restarts or {}
     started: set[tuple[str, int]] = set()
+    restarted: set[tuple[str, str, int]] = set()
     out: dict[tuple[str, str], PhasePrediction] = {}
     for r in sorted(records, key=lambda r: (r.sent_ns, r.index)):
         if r.workload in flush and (r.workload, r.repeat) not in started:
             model.reset()
         started.add((r.workload, r.repeat))
+        if (r.workload, r.phase) in restarts and (r.workload, r.phase, r.repeat) not in restarted:
+            model.restart(restarts[(r.workload, r.phase)])
+            restarted.add((r.workload, r.phase, r.repeat))
         n = M.prompt_token_count(r) or r.prompt_len
         pred = model.send(r.input_hash, n, n + (r.completion_tokens or 0))
         if r.warmup or r.error is not None:

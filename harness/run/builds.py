@@ -31,11 +31,17 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.core.errors import BadInput
+from harness.core.sglang_source import source_package_dir, source_problem
 from harness.host import fingerprint
-from harness.server.process import SGLANG_MODULE, SIM_MODULE, build_launch_spec, source_package_dir
+from harness.run.launch import launch_spec
+from harness.server.process import SGLANG_MODULE, SIM_MODULE
 from harness.sim.args import sim_version
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 BUILD_MISMATCH = "build_mismatch"  # a variant's cause: its server reported another build's version
 IMPORT_TIMEOUT_S = 120.0  # a real sglang imports torch and friends: seconds, not minutes
@@ -72,20 +78,6 @@ class BuildCheck:
 
     def to_json(self) -> dict:
         return {**asdict(self), "location": self.location}
-
-
-def source_problem(source: Path) -> str | None:
-    """Why ``source`` is not a checkout of sglang, or None."""
-    if not source.exists():
-        return f"sglang_source {source} does not exist"
-    if not source.is_dir():
-        return f"sglang_source {source} is not a directory"
-    if not (source_package_dir(source) / "sglang" / "__init__.py").is_file():
-        return (
-            f"sglang_source {source} is not a checkout of sglang: neither python/sglang/__init__.py "
-            f"nor sglang/__init__.py is in it"
-        )
-    return None
 
 
 def import_sglang(command: Sequence[str], env: Mapping[str, str], timeout_s: float) -> tuple[str, str | None]:
@@ -126,10 +118,10 @@ def _inside(file: str, folder: Path) -> bool:
     return True
 
 
-def check_variant_build(scenario, variant, timeout_s: float = IMPORT_TIMEOUT_S) -> BuildCheck:
+def check_variant_build(scenario: Scenario, variant, timeout_s: float = IMPORT_TIMEOUT_S) -> BuildCheck:
     """One variant's build, checked as its server would be launched. Raises :class:`BuildError`
     with the problem."""
-    spec = build_launch_spec(scenario, variant, 0)
+    spec = launch_spec(scenario, variant, 0)
     env = spec.full_env()
     sim = variant.backend == "sim"
     command = _interpreter(spec.argv)
@@ -166,7 +158,7 @@ def check_variant_build(scenario, variant, timeout_s: float = IMPORT_TIMEOUT_S) 
     )
 
 
-def verify_builds(scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOUT_S) -> dict[str, BuildCheck]:
+def verify_builds(scenario: Scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOUT_S) -> dict[str, BuildCheck]:
     """Every variant's build checked (once per build, interpreter and import-relevant
     environment). Returns {variant name: BuildCheck}; raises one :class:`BuildError` listing
     every build that failed, with the variants that use it. A running server (``backend:
@@ -177,7 +169,7 @@ def verify_builds(scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOU
     for v in variants:
         if v.backend == "external":  # started by someone else: its version is what it reports
             continue
-        spec = build_launch_spec(scenario, v, 0)
+        spec = launch_spec(scenario, v, 0)
         env = spec.full_env()
         key = (
             v.build,
@@ -199,6 +191,39 @@ def verify_builds(scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOU
         lines = [f"build {key[0]!r} (variants {', '.join(users[key])}): {e}" for key, e in failed]
         raise BuildError("refused before any server started:\n  " + "\n  ".join(lines))
     return out
+
+
+def dry_run_lines(scenario: Scenario, variants: Sequence, timeout_s: float = IMPORT_TIMEOUT_S) -> list[str]:
+    """``harness run --dry-run``: every build with a ``sglang_source`` checked as the run checks it
+    (:func:`verify_builds`: the checkout is there, holds sglang, and the interpreter imports sglang
+    from it; :class:`BuildError`, exit 2, otherwise) and what was found, a comment line each. The
+    dry run printed the argv of a build whose source did not exist, or imported another sglang."""
+    from harness.scenario.checks import build_source_problems
+    from harness.spec.errors import ScenarioError
+
+    if problems := build_source_problems(scenario, list(variants)):  # as validate says them
+        raise ScenarioError(problems)
+    sourced = [v for v in variants if v.sglang_source and v.backend != "external"]
+    lines, seen = [], set()
+    for name, c in verify_builds(scenario, sourced, timeout_s).items():
+        if (c.build, c.sglang_source, c.imported_file) in seen:
+            continue
+        seen.add((c.build, c.sglang_source, c.imported_file))
+        git = c.git or {}
+        state = ", ".join(
+            x
+            for x in (
+                f"commit {str(git['commit'])[:12]}" if git.get("commit") else "not a git checkout",
+                f"branch {git['branch']}" if git.get("branch") else "",
+                "dirty" if git.get("dirty") else "",
+            )
+            if x
+        )
+        lines.append(
+            f"# build {c.build!r} (variant {name}): sglang {c.version or '?'} imported from {c.imported_file}"
+            f" inside {c.sglang_source} ({state})"
+        )
+    return lines
 
 
 def confirm_server(check: BuildCheck | None, reported_version: str | None) -> str | None:

@@ -53,8 +53,6 @@ from harness.workloads import kinds
 from harness.workloads.estimating import EstimateContext, WorkEstimate
 from harness.workloads.estimating import est as _est
 
-GIB = 1024**3
-
 
 def _ctx(
     pool: PoolEstimate,

@@ -16,7 +16,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -36,6 +36,9 @@ from harness.server.info import (
     use_api_key,
 )
 from harness.server.metrics_page import checked_metric_values, parse_metrics_text
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 THIS_MACHINE = "this machine"
 SERVER_HOST = "the server's host"
@@ -159,7 +162,7 @@ def metrics_problem(url: str, timeout_s: float = 5.0) -> str | None:
     return None
 
 
-def api_key(scenario, environ: Mapping[str, str] | None = None) -> str | None:
+def api_key(scenario: Scenario, environ: Mapping[str, str] | None = None) -> str | None:
     """The servers' API key from the variable ``server.api_key_env`` names (None: no key asked);
     EndpointRefused, one line, when that variable is unset or empty."""
     name = scenario.server.api_key_env
@@ -208,7 +211,7 @@ class AttachedRun:
         return out
 
 
-def attach(scenario, variants: list[Variant], timeout_s: float = 10.0) -> AttachedRun:
+def attach(scenario: Scenario, variants: list[Variant], timeout_s: float = 10.0) -> AttachedRun:
     """Probe each external variant's server (in order; the first refusal raises), set each
     variant's ``hicache`` from the server's own arguments and, when the scenario asks for parity,
     its OFF baseline: ``quality.baseline_variant`` if given (its server must have HiCache off),
@@ -231,7 +234,7 @@ def attach(scenario, variants: list[Variant], timeout_s: float = 10.0) -> Attach
     return AttachedRun(endpoints, attached, skipped)
 
 
-def _resolve_baseline(scenario, endpoints: dict[str, Endpoint]) -> str | None:
+def _resolve_baseline(scenario: Scenario, endpoints: dict[str, Endpoint]) -> str | None:
     """Pick the parity baseline (``quality.baseline_variant``); without one OFF and one ON server,
     turn parity off and say why (the returned line)."""
 

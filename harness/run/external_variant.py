@@ -5,6 +5,8 @@ the serving window as for a launched server (`harness.run.launched`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.analysis import run_products
 from harness.host import fingerprint
 from harness.measures import roofline
@@ -24,9 +26,12 @@ from harness.server.process import ExternalServer
 from harness.store import gpu_time, results
 from harness.store.variant_status import FAILED, OK, VariantOutcome, VariantStatus
 
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
+
 
 def run_external_variant(
-    scenario, variant, run: results.RunPaths, progress: Progress, state: RunState
+    scenario: Scenario, variant, run: results.RunPaths, progress: Progress, state: RunState
 ) -> VariantOutcome:
     """One variant on a server somebody else runs: no preflight, start, stop or cooldown. Its
     /get_server_info is read again (the server may have been restarted since the run began), the

@@ -23,13 +23,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.core.errors import BadInput
 from harness.run import ratio_boundary
 from harness.run.hostpool import preflight_variant
 from harness.server import logscan
 from harness.store import results
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 RESULT_FILE = "ratio_boundary.json"
 MEMORY_CAUSES = (logscan.HOST_MEMORY, logscan.OUT_OF_MEMORY, "preflight")
@@ -60,7 +63,7 @@ class Plan:
         return out
 
 
-def _base_variant(scenario, only: list[str] | None):
+def _base_variant(scenario: Scenario, only: list[str] | None):
     hicache = [v for v in scenario.expand_variants() if v.hicache is not None and v.backend != "external"]
     if only:
         hicache = [v for v in hicache if v.name in only]
@@ -74,7 +77,7 @@ def _base_variant(scenario, only: list[str] | None):
     return hicache[0]
 
 
-def plan(scenario, only: list[str] | None = None) -> Plan:
+def plan(scenario: Scenario, only: list[str] | None = None) -> Plan:
     """The points to run for the variant ``only`` names (or the scenario's first HiCache variant)."""
     base = _base_variant(scenario, only)
     record = preflight_variant(scenario, base)
@@ -101,7 +104,7 @@ def plan(scenario, only: list[str] | None = None) -> Plan:
     return out
 
 
-def prepare(scenario, p: Plan):
+def prepare(scenario: Scenario, p: Plan):
     """The scenario to run: the plan's points as its variants, under ``<name>-find-ratio``, with no
     gate, checks or quality arm (a run of the boundary, never a night's baseline)."""
     base = scenario.variant(p.variant)

@@ -32,6 +32,7 @@ from harness.core.model_config import load_model_shape
 from harness.core.sglang_defaults import SGLANG_DEFAULT_HICACHE_RATIO
 from harness.host import procfs
 from harness.run.gpu_pool import GIB, kv_dtype_bytes_for, pool_args_from_server_args, predict_device_pool
+from harness.scenario.models import Scenario, Variant
 from harness.server import logscan
 
 GB = 1e9
@@ -293,8 +294,8 @@ def check_budget(
 
 
 def preflight_variant(
-    scenario: Any,
-    variant: Any,
+    scenario: Scenario,
+    variant: Variant,
     device_pool_tokens: int | None = None,
     *,
     mem_available_kib: int | None = None,
@@ -318,29 +319,22 @@ def preflight_variant(
     `--max-mamba-cache-size`. For `backend: sim` with `sim.mem_available_gib`, that pretended
     value is the MemAvailable (the simulator applies sglang's rule to it).
     """
-    cfg = getattr(scenario, "preflight", None)
-    mode = getattr(cfg, "mode", "warn") if cfg is not None else "warn"
+    cfg = scenario.preflight
+    mode = cfg.mode
     if mode == "off":
         return None
     server = scenario.server
-    tp_size = int(getattr(server, "tp_size", 1) or 1)
-    reserve_gib = float(getattr(cfg, "reserve_gib", DEFAULT_RESERVE_GIB) if cfg is not None else DEFAULT_RESERVE_GIB)
-    sim_host = (
-        getattr(getattr(server, "sim", None), "host", None) if getattr(server, "backend", None) == "sim" else None
-    )
-    if sim_host is not None and "reserve_gib" not in getattr(cfg, "model_fields_set", ()):
+    sim = server.sim if server.backend == "sim" else None
+    tp_size = int(server.tp_size or 1)
+    reserve_gib = float(cfg.reserve_gib)
+    sim_host = sim.host if sim is not None else None
+    if sim_host is not None and "reserve_gib" not in cfg.model_fields_set:
         reserve_gib = float(sim_host.reserve_gib)  # the simulated build's own reserve, unless preflight says otherwise
-    ranks = getattr(cfg, "ranks_on_host", None) if cfg is not None else None
-    ranks_on_host = int(ranks) if ranks else tp_size
+    ranks_on_host = int(cfg.ranks_on_host) if cfg.ranks_on_host else tp_size
     stage = "after_ready" if device_pool_tokens is not None else "before_launch"
 
     source = "host"
-    sim = getattr(server, "sim", None)
-    if (
-        mem_available_kib is None
-        and getattr(server, "backend", None) == "sim"
-        and getattr(sim, "mem_available_gib", None) is not None
-    ):
+    if mem_available_kib is None and sim is not None and sim.mem_available_gib is not None:
         mem_available_kib = int(sim.mem_available_gib * 1024 * 1024)
         source = "sim.mem_available_gib"
     # After ready, judge against the MemAvailable read before launch: by then the server's own
@@ -365,14 +359,14 @@ def preflight_variant(
         if source.endswith("before launch")
         else mem_available_kib
     )
-    dip_gib = getattr(cfg, "load_dip_gib", None) if cfg is not None else None
+    dip_gib = cfg.load_dip_gib
     if dip_gib is None:
         dip_gib = sim_host.load_dip_gib if sim_host is not None else 0.0
     dip_kib = int(float(dip_gib) * 1024**2)
     mem_available_kib = max(0, idle_kib - dip_kib)
 
-    model_path = getattr(variant, "model_path", None) or server.model_path
-    args = dict(getattr(variant, "args", None) or getattr(server, "args", None) or {})
+    model_path = variant.model_path or server.model_path
+    args = dict(variant.args or server.args or {})
     pool_args = pool_args_from_server_args(args)
     tokens = device_pool_tokens if device_pool_tokens is not None else pool_args.max_total_tokens
     device_pool: dict[str, Any] = {
@@ -407,13 +401,13 @@ def preflight_variant(
     else:
         kv_dtype_bytes = kv_dtype_bytes_for(pool_args.kv_cache_dtype)
         mamba_slots = mamba_device_slots if mamba_device_slots is not None else pool_args.max_mamba_cache_size
-        if tokens is None and getattr(server, "backend", "sglang") != "sim" and getattr(variant, "hicache", None):
+        if tokens is None and server.backend != "sim" and variant.hicache:
             device_pool.update(
                 predict_device_pool(
                     shape,
                     tp_size,
                     args,
-                    gpu_mem_gib if gpu_mem_gib is not None else getattr(cfg, "gpu_mem_gib", None),
+                    gpu_mem_gib if gpu_mem_gib is not None else cfg.gpu_mem_gib,
                     kv_dtype_bytes,
                     mamba_slots,
                 )
@@ -421,7 +415,7 @@ def preflight_variant(
             tokens = device_pool["tokens"]
         prediction = predict_host_pool(
             shape,
-            getattr(variant, "hicache", None),
+            variant.hicache,
             tokens,
             tp_size,
             page_size=pool_args.page_size,
@@ -439,17 +433,16 @@ def preflight_variant(
 # ----------------------------------------------------------------------------- the GPU pool
 
 
-def host_size_split(scenario: Any) -> Literal["proportional", "each"]:
+def host_size_split(scenario: Scenario) -> Literal["proportional", "each"]:
     """How this scenario's servers share ``--hicache-size`` between a hybrid model's host pools:
     ``preflight.host_size_split``, where "auto" is the server's own rule (sglang 0.5.17:
     proportional; the simulator: ``server.sim.host_split``)."""
-    chosen = getattr(getattr(scenario, "preflight", None), "host_size_split", "auto")
+    chosen = scenario.preflight.host_size_split
     if chosen in ("each", "proportional"):
         return chosen
     server = scenario.server
-    if getattr(server, "backend", "sglang") == "sim":
-        sim = getattr(server, "sim", None)
-        return "proportional" if getattr(sim, "host_split", "each") == "proportional" else "each"
+    if server.backend == "sim":
+        return "proportional" if server.sim is not None and server.sim.host_split == "proportional" else "each"
     return "proportional"
 
 
@@ -472,16 +465,16 @@ def preflight_line(variant_name: str, record: Mapping[str, Any] | None) -> str |
     return " ".join(parts)
 
 
-def pools_from_log(log_text: str, scenario: Any, variant: Any) -> dict[str, Any]:
+def pools_from_log(log_text: str, scenario: Scenario, variant: Variant) -> dict[str, Any]:
     """``logscan.parse_pools`` with the variant's model sizes, so a mamba host pool logged in GB
     only gets its slot count (status.json ``pools``)."""
     server = scenario.server
-    tp_size = int(getattr(server, "tp_size", 1) or 1)
+    tp_size = int(server.tp_size or 1)
     try:
-        shape = load_model_shape(getattr(variant, "model_path", None) or server.model_path)
+        shape = load_model_shape(variant.model_path or server.model_path)
     except Exception:  # noqa: BLE001 - sizes from the log alone
         return logscan.parse_pools(log_text).to_json()
-    args = dict(getattr(variant, "args", None) or getattr(server, "args", None) or {})
+    args = dict(variant.args or server.args or {})
     kv_dtype = kv_dtype_bytes_for(pool_args_from_server_args(args).kv_cache_dtype)
     return logscan.parse_pools(
         log_text,

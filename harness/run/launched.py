@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from harness.analysis import run_products
 from harness.core.errors import BadInput
@@ -16,6 +17,7 @@ from harness.host import fingerprint, nvml
 from harness.measures import roofline
 from harness.run import builds, cooldown, hostpool, ratio_boundary, serving_window
 from harness.run.external_variant import run_external_variant
+from harness.run.launch import launch_spec
 from harness.run.progress import Progress
 from harness.run.signals import Signals
 from harness.run.variant_io import (
@@ -28,16 +30,19 @@ from harness.run.variant_io import (
 )
 from harness.server import logscan, startup_phases
 from harness.server.info import BAD_SERVER_ANSWER, ServerAnswerError, fetch_server_info
-from harness.server.process import ServerProcess, build_launch_spec, free_port
+from harness.server.process import ServerProcess, free_port
 from harness.sim.cli import unmodelled_flags
 from harness.sim.host import HOST_DIR_ENV as SIM_HOST_DIR_ENV
 from harness.sim.host import HOST_DIR_NAME as SIM_HOST_DIR_NAME
 from harness.store import gpu_time, results
 from harness.store.variant_status import FAILED, OK, REFUSED, STARTUP_FAILED, VariantOutcome, VariantStatus
 
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
+
 
 def run_variant(
-    scenario,
+    scenario: Scenario,
     variant,
     run: results.RunPaths,
     progress: Progress,
@@ -78,7 +83,7 @@ def run_variant(
     line = hostpool.preflight_line(variant.name, prediction)
     if line:  # said before launch, in warn mode too: a pool that will not fit, a predicted GPU pool
         progress.note(line)
-    unmodelled = unmodelled_flags(build_launch_spec(scenario, variant, 0).argv) if status.simulated else {}
+    unmodelled = unmodelled_flags(launch_spec(scenario, variant, 0).argv) if status.simulated else {}
     if unmodelled:
         progress.note(
             f"simulator: {variant.name}: accepted, not modelled: "
@@ -95,7 +100,7 @@ def run_variant(
     for attempt in range(1, max_attempts + 1):
         status.attempts = attempt
         port = _free_port(variant.host if variant.host != "0.0.0.0" else "127.0.0.1")
-        spec = build_launch_spec(scenario, variant, port)
+        spec = launch_spec(scenario, variant, port)
         if gpu_env:  # its GPU set, over whatever the scenario's env said
             spec = dataclasses.replace(spec, env_overrides={**spec.env_overrides, **gpu_env})
         if spec.simulated and variant.sim is not None and variant.sim.host is not None:
@@ -271,7 +276,7 @@ def _free_port(host: str) -> int:
 
 
 def _cooldown(
-    scenario, baseline, progress: Progress, status: VariantStatus, sampler=None, check_host: bool = True
+    scenario: Scenario, baseline, progress: Progress, status: VariantStatus, sampler=None, check_host: bool = True
 ) -> bool:
     if status.clock is not None:
         status.clock.enter(gpu_time.COOLDOWN, "cooldown_wait")

@@ -8,26 +8,32 @@ from __future__ import annotations
 import functools
 import os
 import shlex
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import __version__
+from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.host import fingerprint
 from harness.run import builds, external, ratio_boundary
+from harness.run.launch import launch_spec
 from harness.scenario import scenario_hash, variant_config_hash
 from harness.server.client import client_stack
-from harness.server.process import build_launch_spec
 from harness.sim.cli import unmodelled_flags
 from harness.store import results
-from harness.store.secrets import Redactor
+from harness.store.secrets import MIN_SCRUB_LENGTH, Redactor, remember_secret
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 
-def describe_launch(scenario, variant, port: int = 30000, redactor: Redactor | None = None) -> dict:
+def describe_launch(scenario: Scenario, variant, port: int = 30000, redactor: Redactor | None = None) -> dict:
     """A variant's launch argv and env additions, secrets redacted (``redactor``: the run's; by
     default one that learns the scenario's). An external variant starts nothing: no argv."""
-    redactor = redactor or fingerprint.run_redactor(scenario)
+    redactor = redactor or run_redactor(scenario)
     if variant.backend == "external":
         return {"name": variant.name, "argv": [], "env": {}, "simulated": False, "url": variant.url}
-    spec = build_launch_spec(scenario, variant, port)
+    spec = launch_spec(scenario, variant, port)
     return {
         "name": variant.name,
         "argv": redactor.argv(spec.argv),
@@ -36,10 +42,10 @@ def describe_launch(scenario, variant, port: int = 30000, redactor: Redactor | N
     }
 
 
-def dry_run_text(scenario, variants: list) -> str:
+def dry_run_text(scenario: Scenario, variants: list) -> str:
     """Each variant's exact argv and env additions, shell-quoted, secrets redacted
     (``harness run --dry-run``)."""
-    redactor = fingerprint.run_redactor(scenario)
+    redactor = run_redactor(scenario)
     out = []
     for v in variants:
         d = describe_launch(scenario, v, redactor=redactor)
@@ -56,7 +62,7 @@ def dry_run_text(scenario, variants: list) -> str:
 
 
 def build_manifest(
-    scenario,
+    scenario: Scenario,
     variants: list,
     argv: list[str],
     simulated: bool,
@@ -68,7 +74,7 @@ def build_manifest(
     ``attached``: an external run's probed servers (each variant's ``server``: URL, version,
     the server's own arguments, HiCache as it reports it, /metrics, whose host is sampled).
     ``checks``: each variant's verified build (``builds.verify_builds``), kept per variant."""
-    redactor = redactor or fingerprint.run_redactor(scenario, argv)
+    redactor = redactor or run_redactor(scenario, argv)
     checks = checks or {}
     entries = []
     for v in variants:
@@ -138,7 +144,7 @@ def build_manifest(
             elif check.location:
                 sglang["git"] = fingerprint.git_state(Path(check.location))
         else:
-            spec = build_launch_spec(scenario, v0, 0)
+            spec = launch_spec(scenario, v0, 0)
             sglang = fingerprint.sglang_version(v0.python, env=spec.full_env())
         manifest["sglang"] = fingerprint.scrub_json(redactor, sglang)
     else:
@@ -148,7 +154,7 @@ def build_manifest(
     return manifest
 
 
-def learn_server_secrets(redactor: Redactor, attached: external.AttachedRun, scenario) -> None:
+def learn_server_secrets(redactor: Redactor, attached: external.AttachedRun, scenario: Scenario) -> None:
     """The string values under secret names in the servers' own arguments (``api_key``), and the
     key ``server.api_key_env`` names, scrubbed from every file of the run like the scenario's
     (numbers are figures, never secrets)."""
@@ -158,3 +164,29 @@ def learn_server_secrets(redactor: Redactor, attached: external.AttachedRun, sce
     for e in attached.endpoints.values():
         if e.info is not None:
             redactor.learn({k: v for k, v in e.info.raw.items() if isinstance(v, str)})
+
+
+def run_redactor(scenario: Scenario, argv: Sequence[str] = (), environ: Mapping[str, str] | None = None) -> Redactor:
+    """The run's one :class:`Redactor`: it learns, once, the secret values of the scenario file
+    as written (its parsed YAML), of every variant's merged args and env (``${VAR}`` expanded,
+    matrix axes applied, ``extra_args`` split), of the harness's ``argv`` and of this process's
+    credential-named environment variables (``environ``, default ``os.environ``). Multi-line
+    values are also learnt line by line, so a file scrubbed a run of lines at a time loses them."""
+    r = Redactor()
+    try:
+        r.learn(load_yaml_text(scenario.text or "", str(scenario.path or "<scenario>")).data)
+    except YamlLoadError:
+        pass
+    for v in scenario.expand_variants():
+        r.learn({"args": dict(v.args), "env": dict(v.env)})
+        r.learn_env(dict(v.env))
+    r.learn(list(argv), dict(os.environ if environ is None else environ))
+    r.values |= {line.strip() for v in r.values for line in v.splitlines() if len(line.strip()) >= MIN_SCRUB_LENGTH}
+    # A switch under a credential-looking name (HF_HUB_DISABLE_TOKEN=true) is no secret, and
+    # scrubbing "true" from every text would garble the manifest and the logs.
+    r.values -= {v for v in r.values if v.strip().lower() in _NOT_SECRET_VALUES}
+    remember_secret(*r.values)
+    return r
+
+
+_NOT_SECRET_VALUES = frozenset({"true", "false", "none", "null", "yes", "auto", "default", "enabled", "disabled"})

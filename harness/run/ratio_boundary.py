@@ -26,11 +26,14 @@ the mamba pool and the ``--hicache-size`` split are the preflight's own.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
 from harness.host import cgroup, procfs
 from harness.run.gpu_pool import GIB, pool_args_from_server_args
 from harness.run.hostpool import GB, check_budget, predict_host_pool, preflight_variant
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 Knob = Literal["ratio", "size_gb"]
 MAX_STEPS = 1 << 16  # the search never looks past 65536 steps (ratio 16384 at 0.25)
@@ -233,7 +236,7 @@ def boundary(
     )
 
 
-def host_figures(scenario: Any, record: Mapping[str, Any]) -> HostFigures:
+def host_figures(scenario: Scenario, record: Mapping[str, Any]) -> HostFigures:
     """The host's figures for a variant's boundary: the simulated host's (``server.sim.host``) for
     the simulator, else /proc/meminfo and the cgroup. MemAvailable is the one the preflight record
     read (before the load dip)."""
@@ -267,7 +270,7 @@ def host_figures(scenario: Any, record: Mapping[str, Any]) -> HostFigures:
     )
 
 
-def for_record(scenario: Any, variant: Any, record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def for_record(scenario: Scenario, variant: Any, record: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The boundary (JSON-ready) for a variant's preflight record, None when there is none."""
     if not record or getattr(variant, "hicache", None) is None:
         return None
@@ -282,7 +285,7 @@ def for_record(scenario: Any, variant: Any, record: Mapping[str, Any] | None) ->
     return b.to_dict() if b is not None else None
 
 
-def boundary_lines(scenario: Any, variants: list) -> list[str]:
+def boundary_lines(scenario: Scenario, variants: list) -> list[str]:
     """The safe-ratio boundary of each HiCache variant, one line each (``--dry-run``, ``validate``):
     predicted before launch, so a device pool sglang sizes itself is the preflight's prediction."""
     lines = []

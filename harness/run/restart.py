@@ -10,9 +10,12 @@ import asyncio
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from harness.server.process import build_launch_spec
+from harness.run.launch import launch_spec
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +27,9 @@ class RestartFailed(RuntimeError):
 class Restarter:
     """``await restarter(change)`` restarts ``server``; ``restarting`` is true meanwhile."""
 
-    def __init__(self, scenario, variant, server, sampler, on_phase: Callable[[str], None], hold, resume) -> None:
+    def __init__(
+        self, scenario: Scenario, variant, server, sampler, on_phase: Callable[[str], None], hold, resume
+    ) -> None:
         self.scenario, self.variant, self.server, self.sampler = scenario, variant, server, sampler
         self.on_phase, self.hold, self.resume = on_phase, hold, resume
         self.restarting = False
@@ -48,7 +53,7 @@ class Restarter:
         server = self.server
         server.stop()
         v = self.changed_variant(change)
-        new = build_launch_spec(self.scenario, v, server.spec.port)
+        new = launch_spec(self.scenario, v, server.spec.port)
         server.spec = dataclasses.replace(new, env_overrides={**server.spec.env_overrides, **new.env_overrides})
         server.start()
         ready = server.wait_ready(v.startup_timeout_s)

@@ -29,15 +29,20 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.core.errors import BadInput
 from harness.host import fingerprint
+from harness.run.manifest import run_redactor
 from harness.run.shard import select_run_variants
 from harness.scenario import variant_config_hash
 from harness.server.process import clear_orphans
 from harness.store import results
 from harness.store.manifest import read_manifest
 from harness.store.variant_status import FINAL_STATES, VariantOutcome, read_status, variant_state
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 
 class ResumeRefused(BadInput, ValueError):
@@ -73,7 +78,7 @@ def holds_only_its_lock(run_dir: Path) -> bool:
         return False
 
 
-def check_fresh_start(scenario, run_dir: Path) -> None:
+def check_fresh_start(scenario: Scenario, run_dir: Path) -> None:
     """A lock-only folder is started in only where this scenario's runs live (``<results>/<its
     name>/<run id>``); ResumeRefused otherwise."""
     want = results.safe_name(scenario.name)
@@ -84,7 +89,7 @@ def check_fresh_start(scenario, run_dir: Path) -> None:
         )
 
 
-def plan_resume(run_dir: Path, scenario, variants: list | None = None) -> ResumePlan:
+def plan_resume(run_dir: Path, scenario: Scenario, variants: list | None = None) -> ResumePlan:
     """Compare the run's manifest with the scenario now and sort its variants into skip/rerun.
 
     ``variants``: the scenario's expanded variants (default: all of them). Refusals are collected,
@@ -137,7 +142,9 @@ def plan_resume(run_dir: Path, scenario, variants: list | None = None) -> Resume
     return plan
 
 
-def _selection_matches(scenario, only: list[str] | None, shard: tuple[int, int] | None, manifest: dict) -> str | None:
+def _selection_matches(
+    scenario: Scenario, only: list[str] | None, shard: tuple[int, int] | None, manifest: dict
+) -> str | None:
     """With --only or --shard given, the selection must be the run's; else a refusal message."""
     if not only and shard is None:
         return None
@@ -153,7 +160,7 @@ def _selection_matches(scenario, only: list[str] | None, shard: tuple[int, int] 
 
 
 def check_resume(
-    scenario, run_dir: Path, only: list[str] | None = None, shard: tuple[int, int] | None = None
+    scenario: Scenario, run_dir: Path, only: list[str] | None = None, shard: tuple[int, int] | None = None
 ) -> ResumePlan:
     """The plan to resume ``run_dir`` with this scenario (and the --only/--shard given, which must
     select what the run holds); :class:`ResumeRefused` listing every reason it cannot be resumed."""
@@ -184,7 +191,7 @@ class ReopenedRun:
             self.lock.close()
 
 
-def reopen_run(plan: ResumePlan, scenario, harness_argv: list[str]) -> ReopenedRun:
+def reopen_run(plan: ResumePlan, scenario: Scenario, harness_argv: list[str]) -> ReopenedRun:
     """Take the run's lock (``results.RunLocked`` while another process holds it) and keep it;
     plan again under it (another resume may have finished meanwhile: ``ResumeRefused`` if the
     run cannot be resumed now); stop the servers of this results folder whose harness is gone;
@@ -196,7 +203,7 @@ def reopen_run(plan: ResumePlan, scenario, harness_argv: list[str]) -> ReopenedR
         plan = plan_resume(run.root, scenario)
         if not plan.ok:
             raise ResumeRefused(f"cannot resume {run.root}:\n  " + "\n  ".join(plan.refusals))
-        redactor = fingerprint.run_redactor(scenario, harness_argv)
+        redactor = run_redactor(scenario, harness_argv)
         orphans = clear_orphans(run.root.resolve().parent.parent)  # the run's results folder (GpuBusy: exit 2)
         prior = [dataclasses.replace(read_status(run.variant(name).status).outcome(), name=name) for name in plan.skip]
         moved = {

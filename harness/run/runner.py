@@ -10,7 +10,7 @@ server tree, flushes files, marks the run interrupted and exits 130 (P15).
 
 Before a fresh run writes anything it stops the servers earlier runs of its results folder left
 behind, or refuses while another run's server holds one of its GPUs (``server.clear_orphans``).
-Every file it writes goes through the run's one secret redactor (``fingerprint.run_redactor``):
+Every file it writes goes through the run's one secret redactor (``harness.run.manifest.run_redactor``):
 the manifest, each status.json and server_info.json, and the server logs once their server has
 stopped (docs/security.md).
 
@@ -25,18 +25,18 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.analysis import run_products
 from harness.analysis.expectations import evaluate_run_expectations
 from harness.analysis.verdict import Outcome, RunVerdict, VerdictPolicy
 from harness.core.errors import BadInput
 from harness.core.exit_codes import ExitCode
-from harness.host import fingerprint
 from harness.probe.run import run_probes
 from harness.run import builds, external, lanes
 from harness.run.estimate import design_warning_lines, design_warnings, request_counts
 from harness.run.launched import check_hosts, run_variant
-from harness.run.manifest import build_manifest, learn_server_secrets
+from harness.run.manifest import build_manifest, learn_server_secrets, run_redactor
 from harness.run.progress import Progress, plural
 from harness.run.shard import select_run_variants
 from harness.run.signals import Signals
@@ -45,6 +45,9 @@ from harness.server.process import clear_orphans
 from harness.store import gpu_time, results
 from harness.store.secrets import Redactor
 from harness.store.variant_status import VariantOutcome, server_origin
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +88,13 @@ class RunOptions:
     into: Path | None = None
 
 
-def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) -> RunOutcome:
+def run_scenario(scenario: Scenario, options: RunOptions, harness_argv: list[str] = ()) -> RunOutcome:
     """A fresh run of the variants ``options`` select (``--only``, ``--shard``) into a new run
     folder. ValueError (exit 2) names an unknown ``--only`` variant or a bad shard. ``harness_argv``:
     the harness command line, kept (redacted) in the manifest."""
     variants, shard_plan = select_run_variants(scenario, options.only, options.shard)
     simulated = scenario.server.backend == "sim"
-    redactor = fingerprint.run_redactor(scenario, harness_argv)
+    redactor = run_redactor(scenario, harness_argv)
     attached = None
     if scenario.server.backend == "external":  # before any request and any file: EndpointRefused (exit 2)
         attached = external.attach(scenario, variants)
@@ -139,7 +142,7 @@ def run_scenario(scenario, options: RunOptions, harness_argv: list[str] = ()) ->
 
 
 def execute_run(
-    scenario,
+    scenario: Scenario,
     options: RunOptions,
     run: results.RunPaths,
     variants: list,
@@ -158,7 +161,7 @@ def execute_run(
     """
     if options.preflight_mode is not None:
         scenario.preflight.mode = options.preflight_mode
-    redactor = redactor or fingerprint.run_redactor(scenario, sys.argv)
+    redactor = redactor or run_redactor(scenario, sys.argv)
     if scenario.server.backend == "external" and attached is None:  # a resumed run: ask the servers again
         attached = external.attach(scenario, variants)
         variants = attached.variants
@@ -170,7 +173,7 @@ def execute_run(
 
 
 def _execute_locked(
-    scenario,
+    scenario: Scenario,
     options,
     run,
     variants,
@@ -249,7 +252,9 @@ def _execute_locked(
     return outcome
 
 
-def _side_by_side(scenario, run, variants, gpu_ids, progress: Progress, counts, redactor, checks) -> lanes.Lanes:
+def _side_by_side(
+    scenario: Scenario, run, variants, gpu_ids, progress: Progress, counts, redactor, checks
+) -> lanes.Lanes:
     """The run's variants side by side on ``gpu_ids`` (`harness.run.lanes`), each as
     :func:`run_variant` runs it, with its GPU set."""
     lanes.check_fits(variants, gpu_ids)
@@ -288,7 +293,7 @@ def _side_by_side(scenario, run, variants, gpu_ids, progress: Progress, counts, 
     return lanes.Lanes(gpu_ids, run_one, lambda: RunState(redactor, checks), on_start, on_end)
 
 
-def finish_run(scenario, run: results.RunPaths, interrupted: bool = False) -> RunVerdict:
+def finish_run(scenario: Scenario, run: results.RunPaths, interrupted: bool = False) -> RunVerdict:
     """Run-level products once every variant ran (quality parity across arms, summary.csv, the
     scenario's within-run expectations in expectations.json), then the run's verdict
     (verdict.json). An interrupted run gets its verdict only: its arms are not all there."""

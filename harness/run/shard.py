@@ -27,9 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 RULE = "cost-desc,name; snake; baseline-per-shard"
 
@@ -111,7 +114,7 @@ class ShardPlan:
         }
 
 
-def needs_baseline(scenario: Any, variants: Iterable[Any], baseline: str | None) -> bool:
+def needs_baseline(scenario: Scenario, variants: Iterable[Any], baseline: str | None) -> bool:
     """Whether a shard with these variants needs the baseline arm for parity: quality is on and
     some other variant is expected to come up (and so asks the quality tasks)."""
     if not baseline or not scenario.quality.enabled:
@@ -119,7 +122,7 @@ def needs_baseline(scenario: Any, variants: Iterable[Any], baseline: str | None)
     return any(_name(v) != baseline and getattr(v, "expect", "ok") == "ok" for v in variants)
 
 
-def plan_shard(scenario: Any, variants: list[Any], index: int, count: int) -> ShardPlan:
+def plan_shard(scenario: Scenario, variants: list[Any], index: int, count: int) -> ShardPlan:
     """Shard ``index`` (1-based) of ``count`` over ``variants`` (already filtered by --only)."""
     if not (count >= 1 and 1 <= index <= count):
         raise SelectionError(f"--shard: expected 1 <= I <= N, got {index}/{count}")
@@ -158,7 +161,7 @@ def select_variants(variants: list[Any], only: list[str] | None) -> list[Any]:
 
 
 def select_run_variants(
-    scenario: Any, only: list[str] | None = None, shard: tuple[int, int] | None = None
+    scenario: Scenario, only: list[str] | None = None, shard: tuple[int, int] | None = None
 ) -> tuple[list[Any], ShardPlan | None]:
     """The variants one ``harness run`` runs: ``--only``, then shard I/N of those (its own plus
     the parity baseline it needs). The plan is None without ``--shard``."""

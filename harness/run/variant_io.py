@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.analysis import run_products
 from harness.measures import roofline, tier_model
 from harness.run import builds, external
@@ -14,6 +16,9 @@ from harness.sim.host import HOST_DIR_ENV as SIM_HOST_DIR_ENV
 from harness.store import results
 from harness.store.secrets import Redactor
 from harness.store.variant_status import ATTACHED, LAUNCHED, VariantOutcome, VariantStatus
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Scenario
 
 
 class RunState:
@@ -74,7 +79,7 @@ def variant_tier_pools(variant, status: VariantStatus, info) -> tier_model.TierP
 
 
 def window_summary(
-    scenario,
+    scenario: Scenario,
     variant,
     window,
     sampling: dict | None,
@@ -126,7 +131,9 @@ def finish_variant(
     return status.outcome()
 
 
-def start_sampler(scenario, server: ServerProcess | ExternalServer, vpaths, endpoint=None, shared: bool = False):
+def start_sampler(
+    scenario: Scenario, server: ServerProcess | ExternalServer, vpaths, endpoint=None, shared: bool = False
+):
     """The variant's sampler: its server's process tree, GPUs and /metrics. An external server
     (``endpoint``) has no process here: this machine's memory, its GPUs only when the server
     runs on this machine (all of them: which ones it uses is unknown), /metrics where they answer."""

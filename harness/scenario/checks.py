@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from difflib import get_close_matches
+from pathlib import Path
 from typing import Any
 
-from harness.core.yaml_lines import format_path, line_for
+from harness.core.sglang_source import source_problem
+from harness.core.yaml_lines import format_path, line_for, load_yaml_text
 from harness.measures.metrics import GATEABLE, METRICS
 from harness.scenario.models import DEFAULT_BUILD, Scenario, Variant, VariantFields
 from harness.scenario.server_models import HiCache
@@ -271,6 +273,25 @@ def late_checks(scn: Scenario, variants: list[Variant], lines: dict, file: str) 
         )
         if problem:
             add(("gate", i), problem)
+    return errs
+
+
+def build_source_problems(scn: Scenario, variants: list[Variant]) -> list[ErrorItem]:
+    """Each build's ``sglang_source`` that is not there or holds no sglang, as `harness validate`
+    and the dry run say it (`file:line builds.<name>.sglang_source: ...`); the run refuses the same
+    before any server starts (harness/run/builds.py). Not part of loading: `harness bisect` loads a
+    scenario whose source it then replaces with each step's worktree."""
+    file = str(scn._path) if scn._path is not None else "<string>"
+    lines = load_yaml_text(scn.text, file).lines if scn.text else {}
+    errs, sources = [], set()
+    for v in variants:
+        if v.sglang_source and v.sglang_source not in sources and v.backend != "external":
+            sources.add(v.sglang_source)
+            problem = source_problem(Path(v.sglang_source))
+            if problem:
+                key = (*(("server",) if v.build == DEFAULT_BUILD else ("builds", v.build)), "sglang_source")
+                msg = f"{problem} (build {v.build!r}, variant {v.name})"
+                errs.append(ErrorItem(file, line_for(lines, key), format_path(key), msg))
     return errs
 
 

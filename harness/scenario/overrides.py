@@ -154,9 +154,11 @@ def load_with_overrides(
     overrides: Sequence[Override],
     rewrite=None,
     env: Mapping[str, str] | None = None,
+    workloads: Sequence[str] | None = None,
 ) -> Scenario:
     """The scenario of ``path`` with ``overrides`` applied; ``rewrite`` (tree → tree), applied after
-    them, is ``--url``'s. ScenarioError: the file's own errors with its lines (when it is loaded as
+    them, is ``--url``'s; ``workloads``: only these (by name) run (`keep_workloads`: a round of
+    ``run --decide``). ScenarioError: the file's own errors with its lines (when it is loaded as
     it is), then the overrides'."""
     src = Path(path)
     if rewrite is None:
@@ -169,6 +171,10 @@ def load_with_overrides(
         raise ScenarioError([ErrorItem(str(src), 1, None, "a scenario must be a mapping")])
     tree, paths = override_tree({"name": src.stem, **y.data}, overrides)
     unrun = set_aside_quality_checks(tree) if any(p[:1] == ("quality",) for p in paths) else []
+    if workloads is not None:
+        unrun += keep_workloads(tree, workloads)
+        overrides = [*overrides, Override(f"workloads={','.join(workloads)}", ("workloads",), list(workloads))]
+        paths = [*paths, ("workloads",)]
     if rewrite is not None:
         tree = rewrite(tree)
     text = header(src.name, overrides, paths, rewrite is not None) + json.dumps(tree, indent=2) + "\n"
@@ -180,6 +186,35 @@ def load_with_overrides(
     scn._overrides = [o.text for o in overrides]
     scn._unrun_checks = unrun
     return scn
+
+
+def _workload_of(entry: Any) -> str | None:
+    """The workload a gate entry or check names (``[variant:] workload.…``); None for quality,
+    sampling, pools and status, which name none."""
+    if not isinstance(entry, str):
+        return None
+    head = entry.split(":", 1)[1] if ":" in entry else entry  # a metric has no ':'; a variant name may have dots
+    name = head.strip().split(".", 1)[0].split()[0] if head.strip() else ""
+    return None if name in ("quality", "sampling", "pools", "status", "") else name
+
+
+def keep_workloads(tree: dict, names: Sequence[str]) -> list[dict[str, str]]:
+    """Only the workloads ``names`` (by name, else kind) stay in ``tree`` (in place), with the gate
+    entries and checks that name them; the checks of the others are returned as not evaluated. A
+    round of ``harness run --decide`` runs only what its undecided rows need."""
+    keep = set(names)
+    items = tree.get("workloads")
+    if isinstance(items, list):
+        tree["workloads"] = [w for w in items if isinstance(w, Mapping) and str(w.get("name") or w.get("kind")) in keep]
+    if isinstance(tree.get("gate"), list):
+        tree["gate"] = [g for g in tree["gate"] if _workload_of(g) in keep or _workload_of(g) is None]
+    expectations = tree.get("expectations")
+    if not isinstance(expectations, dict) or not isinstance(expectations.get("checks"), list):
+        return []
+    out = [c for c in expectations["checks"] if _workload_of(c) is not None and _workload_of(c) not in keep]
+    expectations["checks"] = [c for c in expectations["checks"] if c not in out]
+    why = f"this round runs only {', '.join(names)} (run --decide)"
+    return [{"check": c, "reason": why} for c in out]
 
 
 def set_aside_quality_checks(tree: dict) -> list[dict[str, str]]:

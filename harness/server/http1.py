@@ -37,6 +37,7 @@ from typing import Protocol
 
 from harness.core import bounds
 from harness.core.errors import Broken
+from harness.core.wire import SENT_HEADER
 
 MAX_HEAD_BYTES = bounds.HTTP_HEAD_BYTES  # status line + headers
 DRAIN_BYTES = 64 << 10  # read after the consumer is DONE, to keep the connection
@@ -419,7 +420,9 @@ class Connection(asyncio.Protocol):
             ex._finish(None if self.draining else HttpError("connection", "closed"))
 
     # -- sending ------------------------------------------------------------------------------
-    def send(self, ex: Exchange, data: bytes) -> None:
+    def send(self, ex: Exchange, head: bytes, body: bytes) -> None:
+        """Write one request: ``head`` (ending in its blank line) with `SENT_HEADER` added, the
+        instant it is written, then ``body``."""
         self.ex = ex
         self.state = _HEAD
         self.buf = b""
@@ -428,5 +431,5 @@ class Connection(asyncio.Protocol):
         ex.wall_start = time.time()
         ex.sent_ns = time.perf_counter_ns()
         assert self.transport is not None
-        self.transport.write(data)
+        self.transport.writelines((head[:-2], b"%s: %d\r\n\r\n" % (SENT_HEADER, ex.sent_ns), body))
         self.used = True

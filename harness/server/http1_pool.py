@@ -154,15 +154,15 @@ class Pool:
         while self._idle and not self._closed:
             conn, _ = self._idle.popitem()
             if conn.alive:
-                return self._send_on(conn, consumer, self.head_bytes(method, path, len(body), content_type) + body)
+                return self._send_on(conn, consumer, self.head_bytes(method, path, len(body), content_type), body)
         return None
 
-    def _send_on(self, conn: Connection, consumer: Consumer, data: bytes) -> Exchange:
+    def _send_on(self, conn: Connection, consumer: Consumer, head: bytes, body: bytes) -> Exchange:
         ex = Exchange(consumer)
         ex.waiter = asyncio.get_running_loop().create_future()
         ex.conn = conn
         ex.reused = conn.used
-        conn.send(ex, data)
+        conn.send(ex, head, body)
         return ex
 
     async def send(
@@ -178,7 +178,7 @@ class Pool:
         """Get a connection (an idle one, a new one — `fresh`: always new — or wait for one) and
         write the request on it; the exchange's `waiter` resolves when it is over."""
         conn = await self._acquire(fresh)
-        return self._send_on(conn, consumer, self.head_bytes(method, path, len(body), content_type) + body)
+        return self._send_on(conn, consumer, self.head_bytes(method, path, len(body), content_type), body)
 
     @staticmethod
     def stale(ex: Exchange) -> bool:

@@ -35,6 +35,7 @@ from pathlib import Path
 import psutil
 
 from harness.core.errors import BadInput
+from harness.core.sglang_source import source_package_dir
 from harness.host import nvml
 from harness.server import logscan
 from harness.server.info import NoAnswer, get_status
@@ -95,8 +96,8 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
-    """The argv and env of one variant's server.
+def build_launch_spec(variant, port: int, *, enable_metrics: bool = False) -> LaunchSpec:
+    """The argv and env of one variant's server (``enable_metrics``: its /metrics, for the sampler).
 
     The resolved ``variant`` carries the interpreter, prefix, model, TP size and its merged
     args/env (variant over server); ``variant.flag_argv()`` gives the HiCache flags and args.
@@ -104,7 +105,7 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
     """
     simulated = variant.backend == "sim"
     flags = variant.flag_argv()
-    if scenario.sampling.enabled and scenario.sampling.server_metrics and "--enable-metrics" not in flags:
+    if enable_metrics and "--enable-metrics" not in flags:
         flags.append("--enable-metrics")
     core = ["--model-path", str(variant.model_path), "--host", variant.host, "--port", str(port)]
     if variant.tp_size > 1:
@@ -158,12 +159,6 @@ def build_launch_spec(scenario, variant, port: int) -> LaunchSpec:
             env[SIM_SOURCE_ENV] = str(pkg)
     argv = [*variant.command_prefix, python, "-m", module, *core, *flags, *sim_flags]
     return LaunchSpec(tuple(argv), env, variant.host, port, simulated)
-
-
-def source_package_dir(source: Path) -> Path:
-    """The folder holding the ``sglang`` package in a checkout: ``python/`` of a git checkout of
-    sglang (``python/sglang``), else the folder itself (``sglang/`` directly in it)."""
-    return source / "python" if (source / "python" / "sglang").is_dir() else source
 
 
 def _prepend_path(first: str, rest: str | None) -> str:

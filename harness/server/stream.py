@@ -145,6 +145,7 @@ class StreamAccumulator:
         self.sent_prompt_tokens = sent_prompt_tokens
         asked = max_new_tokens if type(max_new_tokens) is int and max_new_tokens >= 0 else UNKNOWN_MAX_NEW
         self.max_output_tokens = asked + OUTPUT_SLACK
+        self.asked_tokens = max_new_tokens if asked == max_new_tokens else None
         self.max_chunks = CHUNKS_PER_TOKEN * asked + OUTPUT_SLACK
         self.max_text_chars = TEXT_CHARS_PER_TOKEN * asked + MAX_LINE_BYTES
         self.output_ids: list[int] = []
@@ -401,6 +402,9 @@ class StreamAccumulator:
             completion = None
         if sum(self.chunk_new_tokens) > self.max_output_tokens:
             problems.append(f"more than {self.max_output_tokens} output tokens")
+        got, asked = completion if completion is not None else sum(self.chunk_new_tokens), self.asked_tokens
+        if self.done and self.finish_reason is None and asked is not None and got < asked:  # cut short, silently
+            problems.append(f"the answer ended at {got} of the {asked} tokens asked, with no finish reason")
         sent = self.sent_prompt_tokens
         if sent is not None and self.error is None and self.done:
             # the server's counts against what was sent: an answer that does not say how long the

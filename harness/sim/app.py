@@ -35,6 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from harness.core.wire import SENT_HEADER, sent_age_s
 from harness.sim.engine import Engine
 from harness.sim.faults import Fault, FaultArg
 from harness.sim.request import RequestError, SamplingParams, SimRequest
@@ -252,9 +253,15 @@ def build_app(st: AppState) -> Starlette:
         out["meta_info"] = _meta(req, engine.cfg.storage_backend, time_stats=st.enable_metrics)
         return out
 
+    def sent_age(request: Request) -> float:
+        """How long ago the harness's client wrote this request (`harness.core.wire`): the
+        scheduler starts its modelled time there."""
+        return sent_age_s(request.headers.get(SENT_HEADER.decode()), time.perf_counter_ns())
+
     async def generate(request: Request) -> Response:
         if (r := not_ready()) is not None:
             return r
+        age = sent_age(request)
         try:
             body = await read_body(request)
             ids = _input_ids(body, st)
@@ -270,7 +277,7 @@ def build_app(st: AppState) -> Starlette:
                 return_logprob=bool(body.get("return_logprob", False)),
                 top_logprobs_num=top_k,
             )
-            engine.submit(req)
+            engine.submit(req, age)
         except RequestError as exc:
             return _error(str(exc))
         if body.get("stream"):
@@ -306,6 +313,7 @@ def build_app(st: AppState) -> Starlette:
     async def completions(request: Request) -> Response:
         if (r := not_ready()) is not None:
             return r
+        age = sent_age(request)
         try:
             body = await read_body(request)
             prompt = body.get("prompt")
@@ -316,7 +324,7 @@ def build_app(st: AppState) -> Starlette:
             # text prompts are tokenised even with --skip-tokenizer-init, as sglang's OpenAI server does
             ids = st.tokenizer.encode(prompt) if isinstance(prompt, str) else _input_ids({"input_ids": prompt}, st)
             req = SimRequest(rid=f"cmpl-{uuid.uuid4().hex}", input_ids=ids, sampling=openai_sampling(body, 16))
-            engine.submit(req)
+            engine.submit(req, age)
         except RequestError as exc:
             return _error(str(exc))
         return await openai_answer(request, body, req, chat=False)
@@ -328,6 +336,7 @@ def build_app(st: AppState) -> Starlette:
         assistant role), then ``[DONE]``."""
         if (r := not_ready()) is not None:
             return r
+        age = sent_age(request)
         try:
             body = await read_body(request)
             try:
@@ -336,7 +345,7 @@ def build_app(st: AppState) -> Starlette:
                 raise RequestError(str(exc)) from None
             ids = st.tokenizer.encode(text)
             req = SimRequest(rid=uuid.uuid4().hex, input_ids=ids, sampling=openai_sampling(body, 128))
-            engine.submit(req)
+            engine.submit(req, age)
         except RequestError as exc:
             return _error(str(exc))
         return await openai_answer(request, body, req, chat=True)

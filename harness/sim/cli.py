@@ -130,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--log-level-http", default=None)
     a("--log-requests", action="store_true")
     a("--enable-metrics", action="store_true")
+    a("--enable-request-time-stats-logging", action="store_true")
     a("--enable-cache-report", action="store_true")
     a("--enable-deterministic-inference", action="store_true")
     a("--incremental-streaming-output", action="store_true")

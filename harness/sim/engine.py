@@ -85,6 +85,7 @@ class EngineConfig:
     storage_backend: str | None = None  # --hicache-storage-backend (None: no L3 tier)
     prefetch_threshold: int = 256  # tokens: fewer storage hits are not prefetched (sglang's default)
     layout: str | None = None  # the host pool's layout as resolved (page_first + direct: page_first_direct)
+    log_time_stats: bool = False  # --enable-request-time-stats-logging: a ReqTimeStats line per finished request
 
 
 class Engine:
@@ -130,8 +131,9 @@ class Engine:
     def busy(self) -> bool:
         return bool(self.waiting or self.running or self.chunked)
 
-    def submit(self, req: SimRequest) -> None:
-        """Validate and queue; raises RequestError for what sglang rejects up front."""
+    def submit(self, req: SimRequest, sent_age_s: float = 0.0) -> None:
+        """Validate and queue; raises RequestError for what sglang rejects up front. ``sent_age_s``:
+        how long ago the client sent it (`harness.core.wire`): its prefill may start from then."""
         n = len(req.input_ids)
         if n == 0:
             raise RequestError("The input_ids must not be empty.")
@@ -161,7 +163,7 @@ class Engine:
             every = self.cfg.faults.get(Fault.stall_every)
             if every is not None and self._request_count % int(every) == 0:
                 req.stall = True
-        req.arrived = asyncio.get_running_loop().time()
+        req.arrived = asyncio.get_running_loop().time() - max(0.0, sent_age_s)
         self.waiting.append(req)
         self._wake.set()
 
@@ -483,12 +485,33 @@ class Engine:
         """Answer the request now; its pages go into the cache in `_retire`, before the next batch."""
         req.finish_reason = reason or {"type": "length", "length": req.sampling.max_new_tokens}
         req.finished_at = time.perf_counter()
+        if self.cfg.log_time_stats and not req.internal:
+            self._log_time_stats(req)
         if not req.internal:
             self.metrics.inc("num_requests", 1)
             self.metrics["e2e"].observe(req.finished_at - req.created)
             self.last_response_at = time.monotonic()
         self._retiring.append(req)
         req.updates.put_nowait(None)
+
+    def _log_time_stats(self, req: SimRequest) -> None:
+        """sglang 0.5.17's ``Req.log_time_stats`` line (``--enable-request-time-stats-logging``, the
+        scheduler's, at a request's end): queue = first prefill batch - wait queue, forward = that
+        batch's start to now, entry_time the wait-queue entry as unix seconds."""
+        now = asyncio.get_running_loop().time()
+        queue = (req.forward_entry_at - req.arrived) if req.forward_entry_at is not None else 0.0
+        forward = (now - req.forward_entry_at) if req.forward_entry_at is not None else 0.0
+        log.info(
+            "ReqTimeStats(rid=%s, input_len=%d, cached_input_len=%d, output_len=%d, attempts=1, type=unified): "
+            "queue_duration=%.2fms, forward_duration=%.2fms, entry_time=%.3f",
+            req.rid,
+            len(req.input_ids),
+            req.cached_tokens,
+            len(req.output_ids),
+            queue * 1e3,
+            forward * 1e3,
+            time.time() - (now - req.arrived),
+        )
 
     def _retire(self) -> None:
         """Insert the finished requests' prompt+output into the cache and release their locks."""

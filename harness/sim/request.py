@@ -44,7 +44,7 @@ class SimRequest:
     # filled by the scheduler
     updates: asyncio.Queue = field(default_factory=asyncio.Queue)
     created: float = field(default_factory=time.perf_counter)
-    arrived: float = 0.0  # loop time of submit(): the earliest its prefill may start
+    arrived: float = 0.0  # loop time the client sent it (submit() less its age): the earliest its prefill may start
     first_token_at: float | None = None
     finished_at: float | None = None
     locked: list[Page] = field(default_factory=list)

@@ -8,14 +8,13 @@ roll!`` -- and the ``--sim-fault`` misbehaviours the harness must survive.
 Log lines (stdout, ``[YYYY-mm-dd HH:MM:SS]`` or ``[... TP0]`` prefixed):
 ``server_args=ServerArgs(...)``, a ``SIMULATED sglang server`` banner, ``Load weight begin/end``,
 ``KV Cache is allocated. #tokens: N, K size: X GB, V size: X GB`` (hybrid: ``Mamba Cache is
-allocated. ...``), ``Allocating kv hierarchical KV host pool: N tokens, X GB host memory.``
-(hybrid: ``Allocating X GB host memory for hierarchical Mamba cache (layout=L).``),
-``max_total_num_tokens=N, chunked_prefill_size=..., max_prefill_tokens=...,
-max_running_requests=..., context_len=..., available_gpu_mem=... GB``, uvicorn's lines,
-``End of prefill warmup with status 200, ...``, ``The server is fired up and ready to roll!``.
-Failures print a scheduler traceback (``ValueError: Not enough host memory available. ...``,
-``AssertionError: Unsupported layout: layer_first``, ``CUDA error: an illegal memory access was
-encountered``) and exit 1.
+allocated. ...``), ``Allocating kv hierarchical KV host pool: N tokens, X GB host memory.`` (hybrid:
+``Allocating X GB host memory for hierarchical Mamba cache (layout=L).``), ``max_total_num_tokens=N,
+chunked_prefill_size=..., max_prefill_tokens=..., max_running_requests=..., context_len=...,
+available_gpu_mem=... GB``, uvicorn's lines, ``End of prefill warmup with status 200, ...``, ``The
+server is fired up and ready to roll!``. Failures print a scheduler traceback (``ValueError: Not
+enough host memory available. ...``, ``AssertionError: Unsupported layout: layer_first``, ``CUDA
+error: an illegal memory access was encountered``) and exit 1.
 """
 
 from __future__ import annotations
@@ -485,6 +484,7 @@ async def _serve(plan: Plan) -> int:
         storage_backend=plan.storage_backend,
         prefetch_threshold=plan.prefetch_threshold,
         layout=plan.layout if plan.hicache else None,
+        log_time_stats=bool(a["enable_request_time_stats_logging"]),
     )
     metrics = SimMetrics(plan.served_model_name, plan.storage_backend if a["enable_metrics"] else None)
     # outputs are drawn from the vocabulary text can be decoded from: the tokenizer's, when loaded

@@ -33,7 +33,7 @@
 # bisect.json still comes back.
 #
 # Environment: OUT (/tmp/out-bisect), CALL_BUDGET_S (570), RESERVE_S (30), SITE (/tmp/sglang-site),
-# REPO, BISECT_DIR, COMMITS (4), SLOW_AT (2), SLOW_SLEEP_MS (20), MODEL_PATH (/tmp/models/llama-sharp),
+# REPO, BISECT_DIR, COMMITS (4), SLOW_AT (2), SLOW_SLEEP_MS (20), GOOD_REPEATS (20), MODEL_PATH (/tmp/models/llama-sharp),
 # PY (python3), SKIP_INSTALL=1 (the site and model already there), HISTORY_ONLY=1 (make the
 # history and stop: what tests/integration/test_bisect.py runs without a GPU), RESUME=1 (a second
 # call on the still-warm machine after a cut one: no new history, `harness bisect --resume
@@ -51,6 +51,7 @@ BISECT_DIR=${BISECT_DIR:-/tmp/bisect-h200}
 COMMITS=${COMMITS:-4}
 SLOW_AT=${SLOW_AT:-2}
 SLOW_SLEEP_MS=${SLOW_SLEEP_MS:-20}
+GOOD_REPEATS=${GOOD_REPEATS:-20}   # the good side's repeats: 40 host hits, the baseline of every step
 export MODEL_PATH=${MODEL_PATH:-/tmp/models/llama-sharp}
 SCRIPTS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)   # not HERE: .gpu/install.sh sets its own HERE
 case "$COMMITS" in ''|*[!0-9]*) echo "COMMITS must be a whole number" >&2; exit 2 ;; esac
@@ -96,7 +97,8 @@ say "history at $REPO:"; cat "$OUT/history.txt"
 GOOD=$(g rev-list --max-parents=0 HEAD)
 BAD=$(g rev-parse HEAD)
 [ "${HISTORY_ONLY:-0}" = 1 ] && exit 0
-BISECT_ARGS=(scenarios/gpu/h200_bisect.yaml --repo "$REPO" --good "$GOOD" --bad "$BAD" --dir "$BISECT_DIR")
+BISECT_ARGS=(scenarios/gpu/h200_bisect.yaml --repo "$REPO" --good "$GOOD" --bad "$BAD" --dir "$BISECT_DIR"
+             --good-repeats "$GOOD_REPEATS")
 fi
 
 # ---- the bisection

@@ -102,7 +102,7 @@ def verdicts(folder: Path) -> dict[int, str]:
 def test_bisect_finds_the_commit_that_turned_the_fault_on(tmp_path, capsys):
     commits = make_history(tmp_path / "repo", 5, slow_at=3)
     folder = tmp_path / "bis"
-    rc = bisect_cli(scenario(tmp_path), tmp_path / "repo", commits, folder)
+    rc = bisect_cli(scenario(tmp_path), tmp_path / "repo", commits, folder, "--good-repeats", "2")
     out = capsys.readouterr().out
     assert rc == 1, out  # the first bad commit found: FAIL's code
     state = json.loads((folder / b.STATE_FILE).read_text())
@@ -115,7 +115,9 @@ def test_bisect_finds_the_commit_that_turned_the_fault_on(tmp_path, capsys):
     manifest = json.loads((Path(step["runs"][0]) / "manifest.json").read_text())
     ran = json.loads("\n".join(x for x in manifest["scenario"]["text"].splitlines() if not x.startswith("#")))
     assert [w["kind"] for w in ran["workloads"]] == ["cold_prefill"]
-    assert manifest["variants"][0]["build"]["git"]["commit"] == commits[3]
+    assert manifest["variants"][0]["build"]["git"]["commit"] == commits[3] and manifest["repeats"] == 1
+    good = json.loads((Path(state["steps"][commits[0]]["runs"][0]) / "manifest.json").read_text())
+    assert good["repeats"] == 2  # --good-repeats: a larger baseline, still compared with every step
     summary = (folder / b.SUMMARY_FILE).read_text()
     assert f"first bad commit {commits[3][:10]}" in summary and "commit 3 slows prefill" in summary
     assert "+HARNESS_SIM_BUILD = '--sim-fault slow_prefill=4'" in (folder / b.DIFF_FILE).read_text()
@@ -263,11 +265,11 @@ def test_the_h200_script_makes_a_history_with_one_slow_commit(tmp_path):
     # the scenario each step runs: the gated workload in its variant, the source at the worktree
     plan = b.step_scenario(ROOT / "scenarios/gpu/h200_bisect.yaml", repo, None, [])
     assert (plan.variants, plan.workloads, plan.build, plan.parity) == (["on-r2"], ["repeat_prefill"], "default", False)
-    from harness.server.process import build_launch_spec
+    from harness.run.launch import launch_spec
 
     scn = b.load_step(ROOT / "scenarios/gpu/h200_bisect.yaml", plan)
     (variant,) = scn.expand_variants()
-    assert build_launch_spec(scn, variant, 30000).full_env()["PYTHONPATH"].split(":")[0] == str(repo / "python")
+    assert launch_spec(scn, variant, 30000).full_env()["PYTHONPATH"].split(":")[0] == str(repo / "python")
 
 
 # A stand-in site whose `python -m sglang.launch_server` is the simulator (reporting the package's
@@ -300,6 +302,7 @@ def test_the_h200_script_bisects_a_simulated_site_to_its_slow_commit(tmp_path):
         "PY": __import__("sys").executable,
         "SGLANG_PYTHON": __import__("sys").executable,
         "SKIP_INSTALL": "1",
+        "GOOD_REPEATS": "10",
         "SITE": str(site),
         "REPO": str(tmp_path / "repo"),
         "BISECT_DIR": str(tmp_path / "bis"),

@@ -34,9 +34,14 @@ workloads:
     n: 1
     prompt_tokens: 1024
     warmup: 0
+  - kind: short_ttft
+    n: 2
+    prompt_tokens: 32
+    long_prompt_tokens: null
 sampling: {enabled: false}
 gate: [cold_prefill.cold.ttft_ms]
 expectations:
+  checks: ["short_ttft.alone.n >= 2"]
   thresholds: {ttft_ms: 100%}
 verdict: {rounds: 2{budget}}
 """
@@ -70,7 +75,7 @@ def test_an_inconclusive_night_gets_the_round_it_needs_and_decides(tmp_path, bas
     rc, out, new = _decide(tmp_path, results, base, "", capsys)
     lines = [line for line in out.splitlines() if line.startswith("harness: ")]
     assert lines[0].startswith("harness: look 1: INCONCLUSIVE; round 2 of at most 3: "), out
-    assert "more repeats of off without quality, for off cold_prefill.cold.ttft_ms: " in lines[0]
+    assert "more repeats of off without quality, only cold_prefill, for off cold_prefill.cold.ttft_ms: " in lines[0]
     assert lines[1].startswith("harness: round 2: ") and "pooled with the night" in lines[1]
     assert lines[-1] == "harness: look 2: PASS: decided", out
     assert rc == 0 and len(new) == 2  # the night and its round, each its own run folder
@@ -78,6 +83,13 @@ def test_an_inconclusive_night_gets_the_round_it_needs_and_decides(tmp_path, bas
     rnd = max(new)
     manifest = json.loads((rnd / "manifest.json").read_text())
     assert manifest["repeats"] > 1 and [v["name"] for v in manifest["variants"]] == ["off"]
+    # the round ran only the workload its undecided row needs; the other's check is not evaluated there
+    assert [r["workload"] for r in map(json.loads, (rnd / "off" / "requests.jsonl").open())] == ["cold_prefill"] * (
+        manifest["repeats"]
+    )
+    expectations = json.loads((rnd / "expectations.json").read_text())
+    (check,) = [c for c in expectations["checks"] if c["check"] == "short_ttft.alone.n >= 2"]
+    assert check["outcome"] == "skipped" and "this round runs only cold_prefill" in check["reason"]
     comparison = json.loads((night / "comparison.json").read_text())
     assert comparison["verdict"] == "PASS" and comparison["candidate"]["rounds"] == [rnd.name]
     (row,) = [m for m in comparison["metrics"] if m["gating"]]

@@ -468,15 +468,15 @@ def test_nightly_load_scenario_puts_the_build_under_test_first_and_sizes_its_hit
     src = tmp_path / "nightly"
     (src / "python/sglang").mkdir(parents=True)
     (src / "python/sglang/__init__.py").write_text('__version__ = "0.5.17"\n')
+    from harness.run.launch import launch_spec
     from harness.scenario import load_scenario
-    from harness.server.process import build_launch_spec
 
     env = {"SGLANG_SOURCE": str(src)}
     assert _harness("validate", "scenarios/gpu/h200_nightly_load.yaml", env=env).returncode == 0
     r = _harness("run", "scenarios/gpu/h200_nightly_load.yaml", "--dry-run", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     (variant,) = load_scenario(GPU / "h200_nightly_load.yaml", env=env).expand_variants()
-    spec = build_launch_spec(load_scenario(GPU / "h200_nightly_load.yaml", env=env), variant, 30000)
+    spec = launch_spec(load_scenario(GPU / "h200_nightly_load.yaml", env=env), variant, 30000)
     assert spec.env_overrides["PYTHONPATH"].split(os.pathsep)[0] == str(src / "python")
     assert (
         not any(k.startswith("HICACHE_SLOW_LOAD") for k in spec.env_overrides)

@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 
 from harness.core.exit_codes import ExitCode
+from harness.run.launch import launch_spec
 from harness.run.serving_window import HangWatch, final_liveness
 from harness.scenario import load_scenario
 from harness.scenario.server_models import Watchdog
 from harness.server import logscan
-from harness.server.process import ServerProcess, build_launch_spec, free_port
+from harness.server.process import ServerProcess, free_port
 from harness.store.records import RequestRecord
 from tests.conftest import run_in_process, session_alive, start_harness, write_sim_scenario
 
@@ -416,7 +417,7 @@ def test_final_check_tells_a_hung_server_from_a_dead_one():
 def test_stop_continues_a_stopped_tree_so_sigterm_reaches_it(tmp_path):
     scenario = load_scenario(_scenario(tmp_path, "- name: a\n", SEQUENTIAL, "{}"))
     (variant,) = scenario.expand_variants()
-    server = ServerProcess(build_launch_spec(scenario, variant, free_port()), tmp_path / "server.log")
+    server = ServerProcess(launch_spec(scenario, variant, free_port()), tmp_path / "server.log")
     server.start()
     try:
         assert server.wait_ready(20).ready

@@ -15,10 +15,11 @@ import psutil
 import pytest
 
 from harness.core.exit_codes import ExitCode
+from harness.run.launch import launch_spec
 from harness.run.signals import Signals
 from harness.scenario import load_scenario
 from harness.server import logscan
-from harness.server.process import ServerProcess, build_launch_spec, free_port, port_is_bindable
+from harness.server.process import ServerProcess, free_port, port_is_bindable
 from harness.store import results
 from tests.conftest import run_in_process, session_alive, start_harness, write_sim_scenario
 
@@ -73,7 +74,7 @@ def _server(tmp_path, faults: list[str]) -> ServerProcess:
     path = write_sim_scenario(tmp_path, "- name: v\n  sim_faults: [" + ", ".join(faults) + "]\n")
     scenario = load_scenario(path)
     variant = scenario.expand_variants()[0]
-    spec = build_launch_spec(scenario, variant, free_port())
+    spec = launch_spec(scenario, variant, free_port())
     return ServerProcess(spec, tmp_path / "server.log", poll_interval_s=0.25)
 
 

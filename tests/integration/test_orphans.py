@@ -16,16 +16,10 @@ import pytest
 
 from harness import cli
 from harness.core.exit_codes import ExitCode
+from harness.run.launch import launch_spec
 from harness.scenario import load_scenario
 from harness.server import process as server_mod
-from harness.server.process import (
-    GpuBusy,
-    ServerProcess,
-    build_launch_spec,
-    clear_orphans,
-    find_marked_servers,
-    free_port,
-)
+from harness.server.process import GpuBusy, ServerProcess, clear_orphans, find_marked_servers, free_port
 from tests.conftest import REPO, alive, harness_env, run_in_process, session_alive, write_sim_scenario
 
 
@@ -39,11 +33,12 @@ _DIES_AFTER_SPAWN = """\
 import os, signal, sys
 from pathlib import Path
 from harness.scenario import load_scenario
-from harness.server.process import ServerProcess, build_launch_spec, free_port
+from harness.run.launch import launch_spec
+from harness.server.process import ServerProcess, free_port
 scenario = load_scenario(sys.argv[1])
 variant = scenario.expand_variants()[0]
 run = Path(sys.argv[2])
-server = ServerProcess(build_launch_spec(scenario, variant, free_port()), run / variant.name / "server.log",
+server = ServerProcess(launch_spec(scenario, variant, free_port()), run / variant.name / "server.log",
                        run_dir=run, variant=variant.name)
 server.start()
 print(server.pid, flush=True)
@@ -104,7 +99,7 @@ def test_a_gpu_held_by_a_live_runs_server_refuses_the_run_naming_it(tmp_path, mo
     (variant,) = scenario.expand_variants()
     other_run = tmp_path / "results" / "orphans" / "20260101T000000Z-live00"
     server = ServerProcess(
-        build_launch_spec(scenario, variant, free_port()),
+        launch_spec(scenario, variant, free_port()),
         other_run / "a" / "server.log",
         run_dir=other_run,
         variant="a",

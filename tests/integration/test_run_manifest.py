@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from harness.host import fingerprint
+from harness.run.manifest import run_redactor
 from harness.run.progress import Progress
 from harness.run.runner import RunOptions, run_scenario
 from harness.scenario import load_scenario
@@ -173,7 +174,7 @@ def test_the_run_redactor_learns_values_not_switches(tmp_path):
           env: {HF_TOKEN: "${PLANTED:-hf_from_default}", MULTI_SECRET: "line-one-secret\\nline-two-secret"}
         """),
     )
-    r = fingerprint.run_redactor(
+    r = run_redactor(
         load_scenario(path),
         ["harness", "--api-key=argv-key-1"],
         environ={"HF_HUB_DISABLE_TOKEN": "true", "GITHUB_TOKEN": "ghs_abcdef", "HOME": "/root"},

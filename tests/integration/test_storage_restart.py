@@ -73,6 +73,11 @@ def test_after_a_restart_storage_serves_its_model_and_refuses_another(tmp_path):
     assert _storage(recs, "other_model", "after_change") == [0, 0]
     assert _storage(recs, "wider_dtype", "after_change") == [0, 0]
     assert summary["workloads"]["other_model"]["derived"]["foreign_storage_tokens"] == 0
+    # the tier model knows the restart: pools empty, the files kept -- or, changed, unusable
+    phases = summary["tier_prediction"]["phases"]
+    same = phases["same"]["after_restart"]
+    assert same["predicted"]["device"] == 0 and same["predicted"]["storage"] > 0 and same["shortfall"] == 0
+    assert phases["other_model"]["after_change"]["predicted_total"] == 0
     log = (tmp_path / "results" / "restart").glob("*/on-file/server.log")
     assert "Short read" in next(log).read_text()  # the fp8 pages read by bf16: refused, not served
     files = list((tmp_path / "l3").iterdir())

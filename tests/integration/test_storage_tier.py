@@ -16,9 +16,9 @@ from harness.probe.disk import disk_bandwidth
 from harness.probe.run import run_probes
 from harness.quality.parity import evaluate_parity
 from harness.quality.run import run_quality
+from harness.run.launch import launch_spec
 from harness.scenario import ScenarioError, load_scenario_text
 from harness.server.client import StreamingClient
-from harness.server.process import build_launch_spec
 from harness.sim.testing import MODELS, SimProcess
 from harness.store.records import RequestRecord
 from tests.conftest import write_scenario
@@ -54,7 +54,7 @@ def scenario(tmp_path, text: str = SCENARIO):
 def test_storage_options_become_sglang_flags_and_env(tmp_path):
     scn = scenario(tmp_path)
     (v,) = scn.expand_variants()
-    spec = build_launch_spec(scn, v, 31000)
+    spec = launch_spec(scn, v, 31000)
     argv = list(spec.argv)
     assert argv[argv.index("--hicache-storage-backend") + 1] == "file"
     assert argv[argv.index("--hicache-storage-prefetch-policy") + 1] == "wait_complete"
@@ -69,7 +69,7 @@ def test_a_variant_env_overrides_the_storage_dir(tmp_path):
     text = SCENARIO + "    env: {SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR: /mnt/nvme/l3}\n"
     scn = scenario(tmp_path, text)
     (v,) = scn.expand_variants()
-    assert build_launch_spec(scn, v, 31000).env_overrides["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == "/mnt/nvme/l3"
+    assert launch_spec(scn, v, 31000).env_overrides["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == "/mnt/nvme/l3"
     assert v.storage_dir() == "/mnt/nvme/l3"
 
 

@@ -5,7 +5,8 @@ test on every memory series the sampler keeps: LEAK / STABLE / INCONCLUSIVE per 
 multi_turn, ... with their own keys); every ``slice_s`` seconds, ``ceil(duration_s / slice_s)``
 times, each member runs once in order, with never-seen prompts of its own each slice (a
 repeat_prefill's repeats hit its own slice's prompts), and the slice then waits for its end (a
-slice whose mix overran starts the next one at once, counted in ``overran_slices``). Each slice is
+slice whose mix overran starts the next one at once: the soak then lasts longer than
+``duration_s``, its slices as many as planned). Each slice is
 one sampler phase (``<soak>/slice007``); the records are the soak's, phase ``<member>/<its
 phase>`` (``decode/decode``, ``cold_prefill/cold``), so its summary has every member's figures
 pooled over the slices.

@@ -50,6 +50,11 @@ class StorageRestart(PrefillConfig):
     def longest_request_tokens(self, pool_tokens: int) -> int:
         return self.prompt_tokens.resolve(pool_tokens) + self.new_tokens()
 
+    def restarts_before(self) -> dict[str, bool]:
+        """The phase the server is restarted before, and whether it comes back changed (the tier
+        model empties its pools there: harness.measures.tier_model)."""
+        return {after_phase(self): self.restart_with is not None}
+
 
 class StorageServedAcrossChange(RuntimeError):
     """A storage hit after the server came back with another model, dtype or layout."""

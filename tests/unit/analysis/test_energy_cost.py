@@ -3,6 +3,8 @@ million tokens at the SLO with the cheapest variant that meets it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.analysis.cost import Prices, run_costs, slo_goodput, variant_cost
@@ -82,3 +84,22 @@ def test_the_slo_goodput_is_the_first_swept_workloads_in_tokens_per_second():
     summary["workloads"]["ol"]["derived"]["knee_rate"] = None  # the lowest point already missed it
     assert slo_goodput(summary)[2] is False
     assert slo_goodput({"workloads": {"cold": {"derived": {}}}}) == (None, None, False)
+
+
+def test_the_scenarios_prices_are_range_checked_and_named_by_their_key():
+    from harness.scenario.loading import load_scenario_text
+    from harness.spec.errors import ScenarioError
+
+    model = Path(__file__).resolve().parents[3] / "scenarios" / "models" / "llama-tiny"
+    base = f"name: p\nserver: {{backend: sim, model_path: {model}}}\nvariants: [{{name: off}}]\n"
+    ok = load_scenario_text(base + "cost: {gpu_hour_usd: 3.5}\n")
+    assert ok.cost.gpu_hour_usd == 3.5 and ok.cost.host_ram_gb_hour_usd == 0.0
+    for bad, key in [
+        ("cost: {gpu_hour_usd: -1}", "cost.gpu_hour_usd"),
+        ("cost: {gpu_hour_usd: 1, host_ram_gb_hour_usd: 1000}", "cost.host_ram_gb_hour_usd"),
+        ("cost: {host_ram_gb_hour_usd: 0.01}", "cost.gpu_hour_usd"),  # required
+        ("cost: {gpu_hour_usd: 1, tb_month: 3}", "cost.tb_month"),
+    ]:
+        with pytest.raises(ScenarioError) as e:
+            load_scenario_text(base + bad + "\n")
+        assert key in str(e.value), (bad, str(e.value))

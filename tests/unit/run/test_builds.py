@@ -131,6 +131,37 @@ def test_an_interpreter_that_imports_sglang_from_elsewhere_is_refused_with_both_
     assert check.imported_file == str(patched / "python" / "sglang" / "__init__.py")
 
 
+def test_the_dry_run_and_validate_check_a_builds_source(tmp_path, capsys, no_server_starts):
+    """`--dry-run` printed the argv of a build whose checkout did not exist, or whose interpreter
+    imported another sglang, and exited 0; `validate` said ok. Both now refuse what the run refuses
+    (exit 2), and the dry run says which sglang each build imports, from which commit."""
+    missing = tmp_path / "no-such-checkout"
+    path = write_scenario(tmp_path, _sglang_scenario(f"patched: {{sglang_source: {missing}}}\n"))
+    for command in (["validate", str(path)], ["run", str(path), "--dry-run"]):
+        assert cli.main(command) == ExitCode.BAD_INPUT, command
+        err = capsys.readouterr().err
+        assert f"builds.patched.sglang_source: sglang_source {missing} does not exist" in err, err
+
+    patched = fake_sglang(tmp_path / "patched", "0.5.17+patch", git=True)
+    site = fake_sglang(tmp_path / "site", "0.5.17", layout="flat")
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    path = write_scenario(tmp_path, _sglang_scenario(f"patched: {{python: {wrapper}, sglang_source: {patched}}}\n"))
+    assert cli.main(["run", str(path), "--dry-run"]) == ExitCode.BAD_INPUT
+    assert f"imports sglang from {site / 'sglang' / '__init__.py'}" in capsys.readouterr().err
+
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    assert cli.main(["run", str(path), "--dry-run"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=patched, capture_output=True, text=True).stdout[:12]
+    assert (
+        f"# build 'patched' (variant a): sglang 0.5.17+patch imported from "
+        f"{patched / 'python' / 'sglang' / '__init__.py'} inside {patched} (commit {commit}, branch patched-branch)"
+    ) in out, out
+    assert no_server_starts == []
+
+
 def test_a_source_whose_sglang_does_not_import_is_refused(tmp_path):
     """A checkout whose sglang fails to import is refused with the import's error, not started."""
     patched = fake_sglang(tmp_path / "patched", "1")
@@ -266,6 +297,7 @@ def test_build_env_and_args_sit_between_the_servers_and_the_variants(tmp_path):
         "  args: {--x: 1, --y: 1}\n  extra_args: --z 3\n",
         "- name: a\n  build: p\n  env: {B: variant}\n  args: {--y: 2}\n- name: b\n",
     ).replace("  model_path: /nonexistent/model\n", "  model_path: /m\n  env: {A: server}\n  args: {--x: 0}\n")
+    fake_sglang(tmp_path / "src", "0.5.17+p")
     scn = load_scenario_text(text, base_dir=tmp_path)
     a, b = scn.expand_variants()
     assert (a.build, a.python, a.sglang_source) == ("p", "/opt/p/bin/python", str(tmp_path / "src"))

@@ -3,8 +3,6 @@ cooldown wait (with injected readers, plus one real held buffer)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from harness.core.model_config import load_model_shape
@@ -12,8 +10,8 @@ from harness.host.procfs import read_mem_available_kib
 from harness.run import cooldown
 from harness.run.gpu_pool import kv_dtype_bytes_for, pool_args_from_server_args
 from harness.run.hostpool import DEVICE_POOL_UNKNOWN, check_budget, predict_host_pool, preflight_variant
+from tests.unit.run.scenario_objects import MODELS, scenario, variant
 
-MODELS = Path(__file__).resolve().parents[3] / "scenarios" / "models"
 KIB_PER_GIB = 1024 * 1024
 
 
@@ -192,29 +190,17 @@ def test_cooldown_not_clean_while_a_real_buffer_is_held():
 
 
 def _scenario(mode="warn", backend="sim", mem_gib=None, ranks=None, tp=1):
-    from types import SimpleNamespace as NS
-
-    return NS(
-        preflight=NS(mode=mode, reserve_gib=10, ranks_on_host=ranks),
-        server=NS(
-            backend=backend,
-            model_path=str(MODELS / "llama-tiny"),
-            tp_size=tp,
-            args={},
-            sim=NS(mem_available_gib=mem_gib),
-        ),
-    )
+    sim = {"mem_available_gib": mem_gib} if backend == "sim" and mem_gib is not None else None
+    return scenario(backend=backend, tp=tp, sim=sim, mode=mode, ranks_on_host=ranks)
 
 
-def _variant(name, hicache, **args):
-    from types import SimpleNamespace as NS
-
-    return NS(name=name, hicache=hicache, args={f"--{k.replace('_', '-')}": v for k, v in args.items()})
+def _variant(sc, name, hicache, **args):
+    return variant(sc, name, hicache, {f"--{k.replace('_', '-')}": v for k, v in args.items()})
 
 
 def test_preflight_variant_before_launch_and_after_ready():
     sc = _scenario(mem_gib=None, backend="sglang")
-    v = _variant("pv-on", {"ratio": 2.0})
+    v = _variant(sc, "pv-on", {"ratio": 2.0})
     before = preflight_variant(sc, v)
     assert before["stage"] == "before_launch" and before["fits"] is None
     assert "max_total_num_tokens" in before["reason"]
@@ -235,15 +221,17 @@ def test_preflight_variant_before_launch_and_after_ready():
 
 def test_preflight_variant_uses_max_total_tokens_arg_and_sim_memory():
     sc = _scenario(mem_gib=10.5)  # 0.5 GiB budget
-    small = preflight_variant(sc, _variant("s", {"ratio": 1.0}, max_total_tokens=20000))
+    small = preflight_variant(sc, _variant(sc, "s", {"ratio": 1.0}, max_total_tokens=20000))
     assert small["fits"] is True and small["mem_available_source"] == "sim.mem_available_gib"
-    big = preflight_variant(sc, _variant("b", {"ratio": 2.0}, max_total_tokens=20000))
+    big = preflight_variant(sc, _variant(sc, "b", {"ratio": 2.0}, max_total_tokens=20000))
     assert big["fits"] is False and big["failing_pool"] == "kv"
-    assert preflight_variant(_scenario(mode="off"), _variant("x", None)) is None
-    off = preflight_variant(sc, _variant("off", None))
+    off_sc = _scenario(mode="off")
+    assert preflight_variant(off_sc, _variant(off_sc, "x", None)) is None
+    off = preflight_variant(sc, _variant(sc, "off", None))
     assert off["fits"] is True and off["requested_gb"] == 0
     # TP2 on one host: the budget is split between the ranks
-    tp2 = preflight_variant(_scenario(mem_gib=11.0, tp=2), _variant("t", {"ratio": 1.0}, max_total_tokens=40000))
+    sc2 = _scenario(mem_gib=11.0, tp=2)
+    tp2 = preflight_variant(sc2, _variant(sc2, "t", {"ratio": 1.0}, max_total_tokens=40000))
     assert tp2["ranks_on_host"] == 2
     assert tp2["budget_gb"] == pytest.approx(2**30 / 2 / 1e9, abs=1e-3)
 

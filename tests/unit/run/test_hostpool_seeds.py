@@ -5,16 +5,13 @@ the host-size split of a hybrid model (sglang 0.5.17's proportional split, each-
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from types import SimpleNamespace as NS
 
 import pytest
 
 from harness.core.model_config import load_model_shape, shape_from_dict
 from harness.run.gpu_pool import default_mem_fraction_static
 from harness.run.hostpool import host_size_split, predict_host_pool, preflight_line, preflight_variant
-
-MODELS = Path(__file__).resolve().parents[3] / "scenarios" / "models"
+from tests.unit.run.scenario_objects import MODELS, scenario, variant
 
 
 def test_mla_kv_bytes_are_the_latent_on_every_rank():
@@ -31,16 +28,8 @@ def test_mla_kv_bytes_are_the_latent_on_every_rank():
 
 
 def _scn(backend="sglang", split="auto", sim_split="each", gpu_mem_gib=None, model="llama3-8b", args=None):
-    return NS(
-        preflight=NS(mode="warn", reserve_gib=10, ranks_on_host=None, host_size_split=split, gpu_mem_gib=gpu_mem_gib),
-        server=NS(
-            backend=backend,
-            model_path=str(MODELS / model),
-            tp_size=1,
-            args=args or {},
-            sim=NS(mem_available_gib=None, host_split=sim_split),
-        ),
-    )
+    sim = {"host_split": sim_split} if backend == "sim" else None
+    return scenario(backend, model, args=args, sim=sim, host_size_split=split, gpu_mem_gib=gpu_mem_gib)
 
 
 def test_host_size_split_auto_follows_the_server():
@@ -61,7 +50,7 @@ def test_seed_004_split_native_129_slots_and_explicit_mamba_size():
     assert explicit.known and explicit.size_split == "explicit"
     assert explicit.mamba_host_slots == int(6e9 // shape.mamba_bytes_per_slot(1)) + 1
     sc = _scn(model="qwen3.5-4b-shape", args={"--hicache-mamba-size-gb": 6, "--max-total-tokens": 176_256})
-    rec = preflight_variant(sc, NS(name="v", hicache={"size_gb": 14}, args=sc.server.args), mem_available_kib=64 << 20)
+    rec = preflight_variant(sc, variant(sc, "v", {"size_gb": 14}), mem_available_kib=64 << 20)
     assert rec["prediction"]["mamba_host_slots"] == explicit.mamba_host_slots
 
 
@@ -70,7 +59,7 @@ def test_gpu_pool_predicted_before_launch_when_sglang_sizes_it():
     assert default_mem_fraction_static(141.0) == pytest.approx((141 * 1024 - 12_928) / (141 * 1024), abs=1e-3)
     assert default_mem_fraction_static(141.0, chunked_prefill_size=2048) == pytest.approx(0.929, abs=1e-3)
     sc = _scn(gpu_mem_gib=141.0)
-    v = NS(name="on-r2", hicache={"ratio": 2}, args={})
+    v = variant(sc, "on-r2", {"ratio": 2})
     rec = preflight_variant(sc, v, mem_available_kib=2000 << 20)
     pool = rec["device_pool"]
     assert pool["source"] == "predicted" and pool["gpu_mem_source"] == "preflight.gpu_mem_gib"
@@ -80,10 +69,8 @@ def test_gpu_pool_predicted_before_launch_when_sglang_sizes_it():
     line = preflight_line("on-r2", rec)
     assert line.startswith("preflight: on-r2: GPU pool ~") and "fits" in line
     # given --mem-fraction-static wins over the default rule
-    rec2 = preflight_variant(
-        _scn(gpu_mem_gib=141.0), NS(name="v", hicache={"ratio": 2}, args={"--mem-fraction-static": 0.5})
-    )
+    rec2 = preflight_variant(sc, variant(sc, "v", {"ratio": 2}, {"--mem-fraction-static": 0.5}))
     assert rec2["device_pool"]["mem_fraction_static"] == 0.5 and rec2["device_pool"]["tokens"] < pool["tokens"]
     # a pool the args fix is not predicted and not printed
-    fixed = preflight_variant(sc, NS(name="f", hicache={"ratio": 2}, args={"--max-total-tokens": 20480}))
+    fixed = preflight_variant(sc, variant(sc, "f", {"ratio": 2}, {"--max-total-tokens": 20480}))
     assert fixed["device_pool"]["source"] == "--max-total-tokens" and preflight_line("f", fixed) is None

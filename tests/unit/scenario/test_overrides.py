@@ -102,3 +102,38 @@ def test_resume_says_the_overrides_again(tmp_path):
 
     args = build_parser().parse_args(["run", "s.yaml", "--set", "repeats=2", "--no-quality"])
     assert args.set == ["repeats=2"] and args.no_quality and Path(args.scenario).name == "s.yaml"
+
+
+def test_keep_workloads_keeps_those_and_what_names_them():
+    """A --decide round runs only the workloads its undecided rows need: the others, their gate
+    entries and their checks go (the checks come back as not evaluated, with why)."""
+    from harness.scenario.overrides import keep_workloads
+
+    tree = {
+        "workloads": [{"kind": "cold_prefill"}, {"kind": "repeat_prefill", "name": "host_reuse"}, {"kind": "decode"}],
+        "gate": ["cold_prefill.cold.ttft_ms", "on-r1.3: host_reuse.repeat_after_evict.ttft_ms", "on: quality.parity"],
+        "expectations": {
+            "checks": [
+                "on-r1.3: decode.decode.tpot_ms < 30",
+                "cold_prefill.cold.n >= 1",
+                "quality.parity == PASS",
+                "sampling.idle.max_pswpin_kib_s < 1",
+            ]
+        },
+    }
+    unrun = keep_workloads(tree, ["cold_prefill", "host_reuse"])
+    assert [w.get("name") or w["kind"] for w in tree["workloads"]] == ["cold_prefill", "host_reuse"]
+    assert tree["gate"] == tree["gate"][:3] and len(tree["gate"]) == 3  # every entry names a kept workload or none
+    assert tree["expectations"]["checks"] == [
+        "cold_prefill.cold.n >= 1",
+        "quality.parity == PASS",
+        "sampling.idle.max_pswpin_kib_s < 1",
+    ]
+    assert unrun == [
+        {
+            "check": "on-r1.3: decode.decode.tpot_ms < 30",
+            "reason": "this round runs only cold_prefill, host_reuse (run --decide)",
+        }
+    ]
+    keep_workloads(tree, ["cold_prefill"])
+    assert tree["gate"] == ["cold_prefill.cold.ttft_ms", "on: quality.parity"]

@@ -132,6 +132,7 @@ BAD_STREAMS = {
         ["prompt_tokens", "cached_tokens", "cached_host"],
     ),
     "bad_output_id": ("output id -1 is not a token id", []),
+    "cut_short": ("the answer ended at 2 of the 3 tokens asked, with no finish reason", []),
     "list_meta": ("meta_info is [1, 2], not an object", ["prompt_tokens", "cached_tokens"]),
     "deep_json": ("invalid JSON in stream (JSON nested too deep to read", ["prompt_tokens", "cached_tokens"]),
 }

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from harness.core.wire import SENT_HEADER
 from harness.server import http1, http1_pool
 
 
@@ -420,3 +421,28 @@ def test_run_uses_uvloop_when_installed_and_the_pool_works_there(raw_server):
     loop_type, outs = http1.run(go())
     assert loop_type is uvloop.Loop
     assert all(ex.error is None for ex in outs) and len(server.ports) == 1
+
+
+def test_every_request_carries_the_instant_it_was_written(raw_server):
+    """`harness.core.wire.SENT_HEADER` holds the very ``sent_ns`` the exchange records, in its
+    head, before the body (the simulator starts a request's modelled time there)."""
+    heads: list[bytes] = []
+
+    def script(conn, head, n):
+        heads.append(head)
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+    server = raw_server(script)
+
+    async def go():
+        pool = http1_pool.Pool(server.url)
+        ex = await pool.request("POST", "/g", b'{"a": 1}', Collect())
+        await pool.aclose()
+        return ex
+
+    ex = run(go())
+    lines = heads[0].split(b"\r\n")
+    stamped = [ln for ln in lines if ln.lower().startswith(SENT_HEADER + b":")]
+    assert stamped == [SENT_HEADER + b": %d" % ex.sent_ns]
+    assert any(ln.lower() == b"content-length: 8" for ln in lines)
+    assert ex.status == 200

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import time
 
 import httpx
 import pytest
@@ -97,3 +99,28 @@ def test_a_negative_queue_time_is_no_figure_and_no_error():
     acc = _accumulated(-1796000000.5)
     assert acc.error is None and acc.queue_time is None
     assert _accumulated(0.25).queue_time == 0.25
+
+
+LOG_LINE = re.compile(
+    r"ReqTimeStats\(rid=(\S+), input_len=(\d+), cached_input_len=(\d+), output_len=(\d+), attempts=1, "
+    r"type=unified\): queue_duration=([\d.]+)ms, forward_duration=([\d.]+)ms, entry_time=[\d.]+"
+)
+
+
+def test_enable_request_time_stats_logging_logs_sglang_s_line_per_request():
+    # sglang 0.5.17: Req.log_time_stats at a request's end, only with the flag; the same queueing
+    # as meta_info.queue_time (milliseconds, 2 decimals)
+    with SimProcess(ARGS + ["--enable-metrics", "--enable-request-time-stats-logging"], time_scale=SCALE) as sim:
+        a, b = _two_behind_each_other(sim.url)
+        deadline = time.monotonic() + 10
+        while len(LOG_LINE.findall(sim.output())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lines = {m[0]: m for m in LOG_LINE.findall(sim.output())}
+        for r in (a, b):
+            rid, n_in, cached, n_out, queue_ms, forward_ms = lines[r.rid]
+            assert (int(n_in), int(cached), int(n_out)) == (r.prompt_tokens, r.cached_tokens, 3)
+            assert float(queue_ms) == pytest.approx(r.queue_time_s * 1e3, abs=0.01)
+            assert float(forward_ms) > 0
+    with SimProcess(ARGS, time_scale=SCALE) as sim:
+        _two_behind_each_other(sim.url)
+        assert "ReqTimeStats" not in sim.output()

@@ -64,6 +64,7 @@ CASES = {
     ),
     "huge garbage line": ("mooncake", b"{" + b"x" * (8 << 20) + b"\n", "not a JSON line"),
     "NaN timestamp": ("mooncake", _line().replace(b'"timestamp": 0', b'"timestamp": NaN'), "finite"),
+    "a 400-digit timestamp": ("mooncake", _line().replace(b'"timestamp": 0', b'"timestamp": ' + b"9" * 400), "2^53"),
     "Infinity length": ("mooncake", _line().replace(b'"input_length": 10', b'"input_length": Infinity'), "16,777,216"),
     "a 1e300-token prompt": ("mooncake", _line(input_length=1e300), "16,777,216"),
     "2 million hash ids": ("mooncake", _line(hash_ids=[1] * 2_000_000), "more than 65,536"),
