@@ -30,7 +30,10 @@ traceback, never "bad input".
         ├── NoAnswer          harness/server/info.py      a control request that got no (complete) answer
         ├── HttpError         harness/server/http1.py     a broken HTTP/1.1 exchange
         ├── MetricsUnavailable harness/server/metrics_page.py  no /metrics to read
-        └── ProbeFailure      harness/probe/worker.py     a platform probe that could not run
+        ├── ProbeFailure      harness/probe/worker.py     a platform probe that could not run
+        ├── RestartFailed     harness/run/restart.py      a server that did not come back after a planned restart
+        └── StorageServedAcrossChange  harness/workloads/kinds/storage_restart.py  storage entries of
+                              another model, dtype or layout served after a restart
 
 The classes that were a ``ValueError`` (``ModelConfigError``, ``TooLarge``, ``RunLocked``, ``DatasetError``,
 ``GpuBusy``, ``SelectionError``, ``BuildError``, ``EndpointRefused``, ``ResumeRefused``) still are
@@ -39,7 +42,9 @@ keep working; the command line maps only these classes, never a bare ``ValueErro
 
 Signals that never leave their module are not errors and stay outside the root:
 ``StopSending`` (harness/workloads/context.py: stop a workload's sending) and the client's
-``_Bad`` (harness/server/stream.py: one bad answer, turned into the record's error).
+``_Bad`` (harness/server/stream.py: one bad answer, turned into the record's error). Bisect's
+``Interrupted`` (harness/compare/bisect.py: a step's run was stopped by a signal) is caught by
+its command (harness/cli/bisect.py), which ends with 130.
 """
 
 from __future__ import annotations

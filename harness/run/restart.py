@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from harness.core.errors import Broken
 from harness.run.launch import launch_spec
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class RestartFailed(RuntimeError):
+class RestartFailed(Broken, RuntimeError):
     """The server did not come back ready after a planned restart."""
 
 

@@ -22,6 +22,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from harness.core.errors import Broken
 from harness.spec.values import Count, PosInt, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
@@ -56,7 +57,7 @@ class StorageRestart(PrefillConfig):
         return {after_phase(self): self.restart_with is not None}
 
 
-class StorageServedAcrossChange(RuntimeError):
+class StorageServedAcrossChange(Broken, RuntimeError):
     """A storage hit after the server came back with another model, dtype or layout."""
 
 

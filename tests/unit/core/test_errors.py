@@ -15,8 +15,8 @@ from harness.core.errors import BadInput, Broken, HarnessError
 from harness.core.exit_codes import ExitCode
 from harness.run.shard import SelectionError
 
-# Signals caught inside their own module, never an error a user sees.
-SIGNALS = {"harness.workloads.context.StopSending", "harness.server.stream._Bad"}
+# Signals caught inside their own module (bisect's by its command), never an error a user sees.
+SIGNALS = {"harness.workloads.context.StopSending", "harness.server.stream._Bad", "harness.compare.bisect.Interrupted"}
 
 
 def _harness_modules():
@@ -62,7 +62,7 @@ def test_the_cli_maps_classes_to_exit_codes(monkeypatch, capsys, caplog, raised,
     def fails(args):
         raise raised
 
-    monkeypatch.setattr(cli, "cmd_schema", fails)
+    monkeypatch.setattr(cli.schema, "cli_main", fails)  # bound when main() builds the parser
     assert cli.main(["schema"]) == code
     err = capsys.readouterr().err + caplog.text
     assert str(raised).strip("'") in err
