@@ -178,7 +178,9 @@ async def _updates(
     """Yield after each scheduler update, coalescing what piled up meanwhile. With ``request``
     (a non-streaming answer), a client that went away aborts the request, as sglang's does."""
     while True:
-        if request is None or engine is None:
+        if req.done:
+            pass  # finished while the consumer was away (a slow client): its last state is yielded below
+        elif request is None or engine is None:
             await req.updates.get()
         else:
             try:
@@ -193,8 +195,12 @@ async def _updates(
                 continue
         while not req.updates.empty():
             req.updates.get_nowait()
+        # whether the consumer sees the end is decided now: a request that finishes while the
+        # consumer writes this update (a client slow to read) gets one more update, its last one
+        # (returning on req.done after the yield dropped the final chunk and its finish_reason)
+        done = req.done
         yield None
-        if req.done:
+        if done:
             return
 
 
