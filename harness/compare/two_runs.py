@@ -31,11 +31,11 @@ from harness.compare.rows import (
     PARITY,
     client_bound_rows,
     compare_variant,
+    derived_values,
     metric_samples,
     parity_row,
     unexercised_rows,
     vanished_knees,
-    variant_derived_values,
 )
 from harness.compare.runs import (
     BaselineChoice,
@@ -53,6 +53,7 @@ from harness.compare.runs import (
 from harness.compare.startup import host_pool_row
 from harness.compare.statistics import ALPHA, look_alpha
 from harness.store import results, run_folder
+from harness.store.summary import Summary
 
 # ------------------------------------------------------------------------------------ two runs
 
@@ -65,13 +66,14 @@ def _round_why(run: run_folder.LoadedRun) -> str:
 
 def pooled_baseline(
     sides: Sequence[tuple[str, run_folder.LoadedVariant]], names_to_kinds: Mapping[str, str]
-) -> tuple[pd.DataFrame, dict[tuple[str, str], list[float]]]:
+) -> tuple[pd.DataFrame, dict[tuple[str, str], list[float]], Summary | None]:
     """One variant's requests frame and derived values over the nights of a baseline pool
     ((run id, variant) each, newest first): the frames concatenated with each concurrency group
     named by its night (a group of one night is never merged with another's), the per-repeat
-    derived values of every night one list."""
-    frames, derived = [], {}
-    for run_id, v in sides:
+    derived values of every night one list; and the first night's figures
+    (`harness.analysis.figures`), which the other rows of the variant read, computed once."""
+    frames, derived, first = [], {}, None
+    for i, (run_id, v) in enumerate(sides):
         req = variant_requests(v)
         if len(sides) > 1 and len(req):
             req = req.copy()
@@ -79,9 +81,11 @@ def pooled_baseline(
                 f"{run_id}/{g}" if isinstance(g, str) else None for g in req["concurrency_group"]
             ]
         frames.append(req)
-        for key, vs in variant_derived_values(v, names_to_kinds).items():
+        figures = variant_figures(v, names_to_kinds)
+        first = figures if i == 0 else first
+        for key, vs in derived_values(figures, names_to_kinds).items():
             derived.setdefault(key, []).extend(vs)
-    return (frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)), derived
+    return (frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)), derived, first
 
 
 def pool_drift(
@@ -234,8 +238,8 @@ def compare_runs(
             )
         )
         if state == "compared":
-            base_req, base_derived = pooled_baseline([(base.run_id, bv), *_same_variant(pool, name)], base_kinds)
-            cand_req, cand_derived = pooled_baseline(
+            base_req, base_derived, bf = pooled_baseline([(base.run_id, bv), *_same_variant(pool, name)], base_kinds)
+            cand_req, cand_derived, cf = pooled_baseline(
                 [(cand.run_id, cv), *_same_variant(rounds, name, hashes_c.get(name))], cand_kinds
             )
             rows = compare_variant(
@@ -249,7 +253,6 @@ def compare_runs(
                 cand_kinds,
                 alpha,
             )
-            bf, cf = variant_figures(bv, base_kinds), variant_figures(cv, cand_kinds)
             vanished_knees(name, bf, cf, cand_kinds, rows, thresholds)
             unexercised_rows(bf, cf, rows)
             client_bound_rows(bf, cf, rows)
