@@ -31,6 +31,7 @@ import numpy as np
 
 from harness.compare.power import POWER, log_spread, parity_keys_needed, units_needed
 from harness.compare.statistics import ALPHA, MIN_VALUES, threshold_for
+from harness.core.optional import MissingExtra
 from harness.scenario.models import AUTO_REPEATS
 
 if TYPE_CHECKING:
@@ -408,5 +409,7 @@ def resolve_repeats(scenario: Scenario, results_dir: Path | None) -> list[str]:
         n, why = plan.auto_repeats()
         scenario.repeats = n
         return [f"repeats: auto → {n}: {why}", *plan_scenario(scenario, results_dir).lines()]
+    except MissingExtra as exc:  # scipy's power arithmetic: a core install runs without a plan
+        return [f"plan for a verdict: not made ({exc})"]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return [f"plan for a verdict: not made ({type(exc).__name__}: {exc})"]

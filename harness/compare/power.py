@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from harness.compare.statistics import ALPHA, MIN_MANN_WHITNEY, MIN_VALUES
+from harness.core.optional import require
 
 POWER = 0.95
 MW_EFFICIENCY = 3 / math.pi  # Mann-Whitney's asymptotic relative efficiency to the t-test (normal data)
@@ -26,7 +27,7 @@ def units_needed(sd_log: float, threshold: float, alpha: float = ALPHA, power: f
     ``sd_log``: the noncentral t power of Welch's t (equal n) at the n compare's test at that n is
     worth (`_effective_n`: Yuen's trimming keeps fewer values, Mann-Whitney is 3/π as efficient
     on normal data). None when it exceeds ``MAX_UNITS`` or the threshold is 0. Pure."""
-    from scipy import stats
+    stats = require("scipy.stats", "stats", "the plan for a verdict")
 
     if threshold <= 0 or not math.isfinite(sd_log):
         return None
@@ -51,7 +52,7 @@ def power_at(n: int, sd_log: float, threshold: float, alpha: float = ALPHA) -> f
     """The power of compare's test at ``n`` units a side to find a change of ``threshold`` when
     one unit's log value has standard deviation ``sd_log`` (the arithmetic of `units_needed`);
     0 below 2 units. Pure."""
-    from scipy import stats
+    stats = require("scipy.stats", "stats", "the plan for a verdict")
 
     if n < MIN_VALUES or threshold <= 0:
         return 0.0

@@ -183,6 +183,19 @@ def test_what_needs_no_extra_runs_without_them(tmp_path):
     assert (tmp_path / "t" / "requests.csv").is_file()
 
 
+def test_validate_and_run_after_an_earlier_run_need_no_stats_extra(golden_run, monkeypatch):
+    """The plan for a verdict sizes repeats from an earlier run's spread with scipy; without the
+    [stats] extra it is one line saying so, and validate still passes (it was exit 3, a traceback,
+    as was `harness run` a second time after README's main job)."""
+    run = golden_run("healthy")
+    monkeypatch.setenv("GOLDEN_MODEL", str(ROOT / "scenarios" / "models" / "llama-tiny"))
+    blocked = "jinja2,matplotlib,scipy,starlette,uvicorn,tokenizers"
+    r = harness_without(blocked, "validate", "tests/golden/golden.yaml", "--results-dir", str(run.parent.parent))
+    assert r.returncode == 0, r.stderr
+    assert "plan for a verdict: not made (the plan for a verdict needs the [stats] extra" in r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+
+
 def test_require_names_the_extra_and_passes_through_broken_imports(monkeypatch):
     with pytest.raises(optional.MissingExtra) as ei:
         optional.require("no_such_module_for_the_test", "report", "harness report")
