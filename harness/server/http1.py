@@ -62,8 +62,35 @@ def run(coro):
     if event_loop_name() == "uvloop":
         import uvloop  # optional, heavy-ish: only when asked for
 
-        return uvloop.run(coro)
-    return asyncio.run(coro)
+        return run_interruptible(uvloop.run, coro)
+    return run_interruptible(asyncio.run, coro)
+
+
+def run_interruptible(loop_runner, coro):
+    """`loop_runner(coro)`, where an interrupt stays an interrupt. A signal whose handler raises
+    KeyboardInterrupt can land while the loop sets itself up (uvloop's signal socketpair): the
+    loop is left marked running, and closing it raises ``RuntimeError: Cannot close a running
+    event loop`` over the interrupt. That error is the interrupt's, so the interrupt is raised
+    (exit 130 and the run's rows kept), not a harness bug (exit 3)."""
+    try:
+        return loop_runner(coro)
+    except Exception as exc:
+        interrupt = _interrupt_under(exc)
+        if interrupt is None:
+            raise
+        raise interrupt from exc
+
+
+def _interrupt_under(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt that `exc` was raised while handling, if any."""
+    seen: set[int] = set()
+    cause = exc.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None
 
 
 # What a consumer's `on_data` returns.

@@ -446,3 +446,33 @@ def test_every_request_carries_the_instant_it_was_written(raw_server):
     assert stamped == [SENT_HEADER + b": %d" % ex.sent_ns]
     assert any(ln.lower() == b"content-length: 8" for ln in lines)
     assert ex.status == 200
+
+
+# --------------------------------------------------------------- an interrupt during loop set-up
+
+
+def _loop_runner_hit_while_setting_up(coro):
+    """What uvloop.run does when SIGTERM's handler raises inside the loop's set-up (the signal
+    socketpair): the interrupt unwinds, and closing the loop, still marked running, raises over it."""
+    coro.close()
+    try:
+        raise KeyboardInterrupt("SIGTERM")
+    except KeyboardInterrupt:
+        raise RuntimeError("Cannot close a running event loop") from None
+
+
+def test_an_interrupt_while_the_loop_sets_up_stays_an_interrupt():
+    async def body():
+        return 1
+
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        http1.run_interruptible(_loop_runner_hit_while_setting_up, body())
+
+
+def test_a_loop_error_without_an_interrupt_is_raised_as_it_is():
+    async def body():
+        raise RuntimeError("a harness bug")
+
+    with pytest.raises(RuntimeError, match="a harness bug"):
+        http1.run_interruptible(asyncio.run, body())
+    assert http1.run_interruptible(asyncio.run, asyncio.sleep(0, result=7)) == 7
