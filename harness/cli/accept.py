@@ -1,6 +1,6 @@
 """``harness accept RUN [--note TEXT]``: the team accepts a run as a baseline. ``harness compare
---baseline latest`` never takes a night whose own comparison FAILed (a regressed build stays red
-night after night); an accepted run it takes whatever its verdicts, and a baseline pool never
+--baseline latest`` never takes a night whose own comparison FAILed or was INCONCLUSIVE against a
+baseline (a regressed build stays red night after night); an accepted run it takes whatever its verdicts, and a baseline pool never
 reaches past it. Writes accepted.json into the run folder (`harness.compare.runs.accept_run`)."""
 
 from __future__ import annotations

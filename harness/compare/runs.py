@@ -35,6 +35,7 @@ from harness.workloads import workload_kinds
 
 COMPARISON_FILE = "comparison.json"
 ACCEPTED_FILE = "accepted.json"
+NO_BASELINE = "no baseline"  # `compared_outcome`'s "against" for a comparison that found none (a first night)
 
 
 class BaselineMismatch(BadInput):
@@ -243,15 +244,17 @@ def compared_outcome(run: run_folder.LoadedRun) -> tuple[str | None, str]:
     if not isinstance(data, dict) or not isinstance(data.get("verdict"), str):
         return None, ""
     base = data.get("baseline") if isinstance(data.get("baseline"), dict) else {}
-    return data["verdict"], str(base.get("run_id") or "no baseline")
+    return data["verdict"], str(base.get("run_id") or NO_BASELINE)
 
 
 def choose_latest(results_dir: Path, cand: run_folder.LoadedRun, pool: int = 1) -> BaselineChoice:
     """``--baseline latest``: the newest run of the candidate's scenario under ``results_dir``
     that is older than the candidate, COMPLETE, not a shard, has the same scenario text and
-    variant config hashes, whose verdict is PASS, and whose own comparison did not FAIL (a
-    regressed night is never a baseline, so a regressed build stays red night after night) —
-    unless the run was accepted (`accept_run`: eligible whatever its verdicts). A FAIL,
+    variant config hashes, whose verdict is PASS, and whose own comparison neither FAILed nor
+    was INCONCLUSIVE against a baseline (a regressed night is never a baseline, nor one whose
+    regression was too small or too noisy to prove, so a regressed build stays red night after
+    night; a first night, compared with no baseline, is one) — unless the run was accepted
+    (`accept_run`: eligible whatever its verdicts). A FAIL,
     INCONCLUSIVE or unreadable run is never picked; each newer run passed over is listed with its
     reason. ``pool`` > 1: up to that many such runs, newest first (`BaselineChoice.pool` holds
     the older ones), never reaching past an accepted run."""
@@ -293,6 +296,13 @@ def choose_latest(results_dir: Path, cand: run_folder.LoadedRun, pool: int = 1) 
                 f"`harness accept {p}` makes it one)"
             )
             continue
+        if accept is None and compared == Outcome.INCONCLUSIVE.value and against != NO_BASELINE:
+            passed.append(
+                f"{p.name} (its own comparison with {against} was INCONCLUSIVE: a night not shown to be as good "
+                f"as its baseline is no baseline, or a regression too small to prove would pass from the next "
+                f"night on; `harness accept {p}` makes it one)"
+            )
+            continue
         why = f"accepted ({accept.get('accepted_at')}: {accept.get('note') or 'no note'})" if accept else source
         picked.append((run, why))
         if len(picked) >= pool or accept is not None:
@@ -301,13 +311,13 @@ def choose_latest(results_dir: Path, cand: run_folder.LoadedRun, pool: int = 1) 
         return BaselineChoice(
             None,
             f"no baseline: no earlier run of {cand.scenario_name} under {results_dir} "
-            "with the same scenario and config has the verdict PASS and a comparison that did not FAIL",
+            "with the same scenario and config has the verdict PASS and a comparison (if any) that PASSed or had no baseline",
             passed,
         )
     (run, why), older = picked[0], picked[1:]
     how = (
         f"baseline {run.run_id}: the newest earlier run of {cand.scenario_name} "
-        f"with the same scenario and config whose verdict is PASS and whose comparison did not FAIL ({why})"
+        f"with the same scenario and config whose verdict is PASS and whose comparison (if any) PASSed or had no baseline ({why})"
     )
     if older:
         how += f"; pooled with the {len(older)} before it: " + ", ".join(r.run_id for r, _ in older)

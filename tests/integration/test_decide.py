@@ -105,3 +105,32 @@ def test_the_budget_stops_the_rounds(tmp_path, baseline, capsys):
     assert "round 2 not run: " in out and "verdict.budget_minutes 0.001 spent" in out
     (night,) = new
     assert json.loads((night / "comparison.json").read_text())["verdict"] == "INCONCLUSIVE"
+
+
+@pytest.mark.slow  # seven nights and a round: ~30-40 s on a loaded box
+def test_a_pool_of_nights_is_the_baseline_of_every_look(tmp_path, capsys):
+    """--decide --baseline latest --pool 6: six earlier nights of one request each are pooled into
+    a baseline of 6 values (one night alone has no spread: a side needs 2+), every look is made
+    against that pool, and the last look PASSes with the pool named in comparison.json."""
+    scenario = write_scenario(tmp_path, SCENARIO.replace("{budget}", ""))
+    results = tmp_path / "r"
+    base = ["run", str(scenario), "--results-dir", str(results), "--no-report"]
+    for _ in range(POOL):
+        assert main(base) == 0
+    nights = sorted(_runs(results))  # run ids sort as they were made
+    capsys.readouterr()
+    rc = main([*base, "--decide", "--baseline", "latest", "--pool", str(POOL)])
+    out = capsys.readouterr().out
+    new = sorted(_runs(results) - set(nights))
+    assert rc == 0 and len(new) >= 2, out  # the night and its round(s)
+    assert "harness: look 1: INCONCLUSIVE; round 2 of at most 3: " in out
+    assert "PASS: decided" in out, out
+    comparison = json.loads((new[0] / "comparison.json").read_text())
+    assert comparison["verdict"] == "PASS" and comparison["candidate"]["rounds"] == [r.name for r in new[1:]]
+    assert comparison["baseline"]["run_id"] == nights[-1].name
+    assert comparison["baseline"]["pool"] == [n.name for n in reversed(nights[:-1])]
+    (row,) = [m for m in comparison["metrics"] if m["gating"]]
+    assert row["n_baseline"] == POOL and row["n_candidate"] > 1
+
+
+POOL = 6

@@ -664,7 +664,7 @@ def test_latest_is_the_newest_passing_run_of_the_same_config(tmp_path, capsys):
     err = capsys.readouterr().err
     assert (
         f"baseline {good.name}: the newest earlier run of synth with the same scenario and config whose "
-        "verdict is PASS and whose comparison did not FAIL (verdict.json)" in err
+        "verdict is PASS and whose comparison (if any) PASSed or had no baseline (verdict.json)" in err
     )
     for run, why in (
         (failed, "verdict FAIL"),
@@ -820,23 +820,50 @@ def test_passes_are_counted_by_repeat(tmp_path):
 
 
 def test_a_regressed_build_stays_red_until_accepted(tmp_path, capsys):
-    """Night B is 10 % slower: FAIL against A. Night C (the same slow build) is compared with A
-    again, not with B (whose own comparison failed): FAIL again. Once the team accepts B, C is
-    compared with B: PASS."""
+    """Night B is 10 % slower: FAIL against A. Nights C and D (the same slow build) are compared
+    with A again, not with B or C (whose own comparisons failed): FAIL, FAIL. Once the team
+    accepts B, C is compared with B and D with C: PASS, PASS."""
     a = write_run(tmp_path, A, {"on": cold_records(noisy(100, 8, seed=1))})
-    b = write_run(tmp_path, B, {"on": cold_records(noisy(110, 8, seed=2))})
-    c = write_run(tmp_path, C3, {"on": cold_records(noisy(110, 8, seed=3))})
-    for run in (a, b, c):
+    slow = [
+        write_run(tmp_path, rid, {"on": cold_records(noisy(110, 8, seed=i))}) for i, rid in enumerate((B, C3, D), 2)
+    ]
+    b, c, d = slow
+    for run in (a, *slow):
         write_verdict(run, "PASS")  # the runs' own verdicts: a slower build passes its own checks
-    assert cli_main(args(b, "latest", tmp_path)) == ExitCode.FAILED
-    assert cli_main(args(c, "latest", tmp_path)) == ExitCode.FAILED
-    assert comparison(c)["baseline"]["run_id"] == a.name
-    assert f"{b.name} (its own comparison with {a.name} FAILed" in capsys.readouterr().err
+    for night in slow:
+        assert cli_main(args(night, "latest", tmp_path)) == ExitCode.FAILED
+        assert comparison(night)["baseline"]["run_id"] == a.name
+    err = capsys.readouterr().err
+    assert f"{b.name} (its own comparison with {a.name} FAILed" in err
+    assert f"{c.name} (its own comparison with {a.name} FAILed" in err
     assert harness(["accept", str(b), "--note", "the new allocator: 10 % slower, on purpose"]) == ExitCode.OK
     assert json.loads((b / "accepted.json").read_text())["comparison_verdict"] == "FAIL"
     assert cli_main(args(c, "latest", tmp_path)) == ExitCode.OK
     data = comparison(c)
     assert data["baseline"]["run_id"] == b.name and "accepted" in data["baseline_choice"][0]
+    assert cli_main(args(d, "latest", tmp_path)) == ExitCode.OK
+    assert comparison(d)["baseline"]["run_id"] == c.name  # C's comparison now PASSed: the new normal
+
+
+def test_an_inconclusive_night_is_no_baseline(tmp_path, capsys):
+    """Night B is a 10 % slower build measured on too few requests to prove it: INCONCLUSIVE
+    against A. It is no baseline: night C (the same build, measured enough) is compared with A,
+    and FAILs, instead of passing against B. A first night (INCONCLUSIVE: no baseline) is one."""
+    a = write_run(tmp_path, A, {"on": cold_records(noisy(100, 8, seed=1))})
+    b = write_run(tmp_path, B, {"on": cold_records(noisy(110, 1, seed=2))})
+    c = write_run(tmp_path, C3, {"on": cold_records(noisy(110, 8, seed=3))})
+    for run in (a, b, c):
+        write_verdict(run, "PASS")
+    assert cli_main(args(a, "latest", tmp_path)) == ExitCode.INCONCLUSIVE  # the first night: no baseline
+    assert cli_main(args(b, "latest", tmp_path)) == ExitCode.INCONCLUSIVE
+    assert comparison(b)["baseline"]["run_id"] == a.name
+    capsys.readouterr()
+    assert cli_main(args(c, "latest", tmp_path)) == ExitCode.FAILED
+    assert comparison(c)["baseline"]["run_id"] == a.name
+    assert f"{b.name} (its own comparison with {a.name} was INCONCLUSIVE" in capsys.readouterr().err
+    assert harness(["accept", str(b)]) == ExitCode.OK
+    assert cli_main(args(c, "latest", tmp_path)) == ExitCode.INCONCLUSIVE  # against B's one value: cannot tell
+    assert comparison(c)["baseline"]["run_id"] == b.name
 
 
 def test_a_pool_of_nights_is_one_baseline(tmp_path):
