@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,13 @@ import httpx
 from pydantic import TypeAdapter
 
 from harness.analysis.summary import summarize
+from harness.core.model_config import model_vocab_size
+from harness.quality.config import Quality
+from harness.quality.run import QualityArm, arm_tokenizer, plan_quality, run_quality
 from harness.scenario import Workload
 from harness.server.client import StreamingClient
 from harness.sim.testing import MODELS, SimProcess
+from harness.store.quality_record import QualityRecord
 from harness.store.records import RequestRecord
 from harness.workloads import WorkloadContext, WorkloadsOutcome, run_workloads
 
@@ -101,21 +104,30 @@ def max_in_flight(records: Sequence[RequestRecord]) -> int:
     return most
 
 
-@dataclass
-class QualityCtx:
-    """What `harness.quality.run_quality` needs of a variant's context, against a simulator:
-    the records it writes are kept in ``rows``, phases are ignored."""
-
-    base_url: str
-    client: object
-    pool_tokens: int
-    seed: int = 0
-    variant: str = ""
-    model_path: str = str(MODELS / "llama-tiny")
-    rows: list = field(default_factory=list)
-
-    def record(self, r):
-        self.rows.append(r)
-
-    def set_phase(self, p, detail=None):
-        pass
+async def ask_quality(
+    base_url: str,
+    client: StreamingClient,
+    pool: int,
+    cfg: dict,
+    role: str,
+    *,
+    seed: int = 0,
+    model_path: str = str(MODELS / "llama-tiny"),
+) -> list[QualityRecord]:
+    """The quality arm of ``cfg`` (the ``quality:`` block as a dict) on a simulator, built as the
+    serving window builds it (`harness.run.serving_window`): the plan resolved once against
+    ``pool``, the arm named after its role; the answers are returned."""
+    q = Quality(**cfg)
+    tokenizer = arm_tokenizer(q, model_path)
+    arm = QualityArm(
+        client=client,
+        role=role,
+        variant=role,
+        seed=seed,
+        vocab_size=model_vocab_size(model_path),
+        pool_tokens=pool,
+        record=lambda rec: None,
+        tokenizer=tokenizer,
+        base_url=base_url,
+    )
+    return await run_quality(arm, plan_quality(q, pool, tokenizer is not None))

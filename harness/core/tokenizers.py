@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 
-class _Adapter:
+class Tokenizer:
     """``encode(text) -> list[int]`` / ``decode(ids) -> str`` over HF ``tokenizers`` or
     ``transformers`` tokenizers (or anything whose ``encode`` returns ids or an Encoding)."""
 
@@ -40,17 +40,17 @@ class _Adapter:
         return None
 
 
-def as_tokenizer(obj: Any) -> _Adapter:
+def as_tokenizer(obj: Any) -> Tokenizer:
     """Wrap a tokenizer object (HF ``tokenizers.Tokenizer``, ``transformers`` tokenizer, or an
     object with ``encode(text)``) so that ``encode`` returns ``list[int]``."""
-    if isinstance(obj, _Adapter):
+    if isinstance(obj, Tokenizer):
         return obj
     if not callable(getattr(obj, "encode", None)):
         raise TypeError(f"{type(obj).__name__} has no encode(text) method")
-    return _Adapter(obj)
+    return Tokenizer(obj)
 
 
-def load_tokenizer(model_path: str | Path | None) -> _Adapter | None:
+def load_tokenizer(model_path: str | Path | None) -> Tokenizer | None:
     """The model's tokenizer from local files only (``tokenizer.json`` through ``tokenizers``,
     else ``transformers.AutoTokenizer`` with ``local_files_only``), or None if there is none."""
     if not model_path:
@@ -59,16 +59,16 @@ def load_tokenizer(model_path: str | Path | None) -> _Adapter | None:
     tj = path / "tokenizer.json"
     if tj.is_file():
         try:
-            from tokenizers import Tokenizer
+            from tokenizers import Tokenizer as HFTokenizer
 
-            return _Adapter(Tokenizer.from_file(str(tj)))
+            return Tokenizer(HFTokenizer.from_file(str(tj)))
         except Exception:  # noqa: BLE001 - fall through to transformers
             pass
     if path.is_dir() and any((path / f).exists() for f in ("tokenizer_config.json", "tokenizer.model", "vocab.json")):
         try:
             from transformers import AutoTokenizer
 
-            return _Adapter(AutoTokenizer.from_pretrained(str(path), local_files_only=True))
+            return Tokenizer(AutoTokenizer.from_pretrained(str(path), local_files_only=True))
         except Exception:  # noqa: BLE001 - no usable tokenizer
             return None
     return None

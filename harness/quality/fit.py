@@ -18,7 +18,6 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from harness.core.model_config import model_vocab_size  # noqa: F401 - re-exported for quality.run
 from harness.core.tokenizers import as_tokenizer
 from harness.quality.tasks import Sample, default_filler_units, generate, sample_seed, with_filler
 

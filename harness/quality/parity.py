@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Literal
 
+from harness.quality.config import Quality
 from harness.quality.floor import (
     DLOGPROB_TOL,
     FloorTest,
@@ -153,13 +154,6 @@ def mcnemar_exact_p(lost: int, gained: int) -> float:
 
 def _as_record(r: Any) -> QualityRecord:
     return r if isinstance(r, QualityRecord) else QualityRecord.from_dict(r)
-
-
-def _cfg(cfg: Any, name: str, default: Any) -> Any:
-    if cfg is None:
-        return default
-    v = cfg.get(name, default) if isinstance(cfg, dict) else getattr(cfg, name, default)
-    return default if v is None else v
 
 
 def _pairs(
@@ -302,7 +296,7 @@ def evaluate_parity(
     on_records: Iterable[Any],
     off_records: Iterable[Any],
     control_records: Iterable[Any] | None = None,
-    cfg: Any = None,
+    cfg: Quality | None = None,
     *,
     alpha: float = ALPHA,
 ) -> ParityReport:
@@ -311,10 +305,11 @@ def evaluate_parity(
 
     Records may be QualityRecords or their dicts (quality.jsonl rows). If ``control_records``
     is None, baseline records with ``arm_role == "control"`` among ``off_records`` are used.
-    ``cfg`` (the scenario's quality block, or a dict) gives ``tie_epsilon`` and
+    ``cfg`` (the scenario's ``quality:`` block; None: its defaults) gives ``tie_epsilon`` and
     ``top_logprobs`` (top-k, capped at 5). ``alpha``: the significance a FAIL needs."""
-    eps = float(_cfg(cfg, "tie_epsilon", 0.05))
-    k = min(5, int(_cfg(cfg, "top_logprobs", 5)) or 5)
+    cfg = cfg if cfg is not None else Quality()
+    eps = cfg.tie_epsilon
+    k = min(5, cfg.top_logprobs)
     on = [_as_record(r) for r in on_records]
     off_all = [_as_record(r) for r in off_records]
     off = [r for r in off_all if r.arm_role != "control"]

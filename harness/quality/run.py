@@ -4,40 +4,48 @@ One job: for each sample (task × length × index), ask it cold, push it out of 
 churn traffic (sized by `harness.quality.churn` from the server's pools and input limit), ask it
 again (``reasks`` times, churn before each), and turn every answer into a QualityRecord. Greedy
 (temperature 0), fixed ``max_new_tokens`` with ``ignore_eos``, logprobs with top-k. The baseline
-(``arm_role="off"``) runs a second pass recorded as ``control`` when ``cfg.control`` is set: the
+(``QualityArm.role == "off"``) runs a second pass recorded as ``control`` when the plan says so: the
 OFF-vs-OFF floor (cold ask 0s, then re-asks that hit the GPU cache, without churn).
 
-Parity itself is pure and lives in `harness.quality.parity`; ``evaluate_parity`` is re-exported
-here for the runner.
+The serving window resolves the ``quality:`` block once (`plan_quality`, against the server's
+pool) and hands the arm its server (`QualityArm`); nothing here reads the scenario. Parity itself
+is pure and lives in `harness.quality.parity`; ``evaluate_parity`` is re-exported here for the
+runner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.core.sglang_defaults import SGLANG_DEFAULT_HICACHE_RATIO
 from harness.core.tokenizers import load_tokenizer
 from harness.quality.churn import ChurnPlan, plan_churn
+from harness.quality.config import Quality
 from harness.quality.fit import (
     FittedPrompt,
     fit_sample,
-    model_vocab_size,
     token_id_prompt,
 )
 from harness.quality.parity import ParityReport, evaluate_parity
 from harness.quality.scoring import score_answer
-from harness.quality.tasks import TASKS, generate
+from harness.quality.tasks import generate
 from harness.server.info import ServerAnswerError, ServerInfo, afetch_server_info
-from harness.server.request import GenerateRequest, Labels
+from harness.server.request import Abort, GenerateRequest, Labels
 from harness.spec.values import resolve_tokens
 from harness.store.quality_record import QualityRecord
 from harness.workloads.prompts import PromptFactory, derive_seed
 
+if TYPE_CHECKING:  # the client (httpx) is loaded by whoever runs the arm
+    from harness.core.tokenizers import Tokenizer
+    from harness.server.client import StreamingClient
+
 __all__ = [
     "ParityReport",
+    "QualityArm",
     "QualityPlan",
+    "arm_tokenizer",
     "evaluate_parity",
     "plan_quality",
     "resolve_tokens",
@@ -46,16 +54,12 @@ __all__ = [
 ]
 
 MIN_CHURN_CHUNK = 16  # halving a refused churn request stops here
-
-
-def _get(cfg: Any, name: str, default: Any) -> Any:
-    v = cfg.get(name, default) if isinstance(cfg, dict) else getattr(cfg, name, default)
-    return default if v is None else v
+ARM_ROLES = ("on", "off", "control")
 
 
 @dataclass(frozen=True)
 class QualityPlan:
-    """What one arm will ask: resolved from the quality config and the server's pool."""
+    """What one arm will ask: the ``quality:`` block resolved once against the server's pool."""
 
     tasks: tuple[str, ...]
     lengths: tuple[int, ...]
@@ -69,31 +73,74 @@ class QualityPlan:
     churn_past_host: bool = False  # ON arm: churn past the host pool too, so re-asks come from storage
 
 
-def plan_quality(cfg: Any, pool_tokens: int | None, have_tokenizer: bool) -> QualityPlan:
-    tasks = tuple(_get(cfg, "tasks", TASKS))
-    unknown = [t for t in tasks if t not in TASKS]
-    if unknown:
-        raise ValueError(f"unknown quality task(s) {unknown}; known: {', '.join(TASKS)}")
-    mode = str(_get(cfg, "mode", "auto"))
+def plan_quality(cfg: Quality, pool_tokens: int | None, have_tokenizer: bool) -> QualityPlan:
+    """``cfg``'s sizes resolved against a GPU pool of ``pool_tokens``; ``mode: auto`` is text
+    with a tokenizer, token ids without one (text without one is refused)."""
+    mode = cfg.mode
     if mode == "auto":
         mode = "text" if have_tokenizer else "token_ids"
     elif mode == "text" and not have_tokenizer:
         raise ValueError("quality.mode is text but no tokenizer was found for the model")
     return QualityPlan(
-        tasks=tasks,
-        lengths=tuple(resolve_tokens(x, pool_tokens) for x in _get(cfg, "lengths", [8000])),
-        samples_per_task=int(_get(cfg, "samples_per_task", 2)),
-        max_new_tokens=int(_get(cfg, "max_new_tokens", 32)),
-        churn_tokens=resolve_tokens(_get(cfg, "churn_tokens", "1.5x pool"), pool_tokens),
-        reasks=int(_get(cfg, "reasks", 2)),
-        top_logprobs=int(_get(cfg, "top_logprobs", 5)),
+        tasks=tuple(cfg.tasks),
+        lengths=tuple(resolve_tokens(x, pool_tokens) for x in cfg.lengths),
+        samples_per_task=cfg.samples_per_task,
+        max_new_tokens=cfg.max_new_tokens,
+        churn_tokens=resolve_tokens(cfg.churn_tokens, pool_tokens),
+        reasks=cfg.reasks,
+        top_logprobs=cfg.top_logprobs,
         mode=mode,
-        control=bool(_get(cfg, "control", True)),
-        churn_past_host=bool(_get(cfg, "churn_past_host", False)),
+        control=cfg.control,
+        churn_past_host=cfg.churn_past_host,
     )
 
 
-def build_prompts(plan: QualityPlan, seed: int, tokenizer: Any, vocab_size: int) -> list[FittedPrompt]:
+def arm_tokenizer(cfg: Quality, model_path: str | None) -> Tokenizer | None:
+    """The model's tokenizer from its local files, unless ``cfg`` asks for token ids only."""
+    return None if cfg.mode == "token_ids" else load_tokenizer(model_path)
+
+
+def _no_phase(name: str, detail: str | None = None) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class QualityArm:
+    """One arm's server and where its answers go, handed to `run_quality` by the serving window.
+
+    ``record`` writes each answer (quality.jsonl); ``set_phase(label, detail=...)`` labels the
+    samples (``detail``: the console line only); ``abort`` stops the pass once fired;
+    ``confirm_death`` (after a failed request) says whether the server is gone. The server's
+    figures size the churn (`harness.quality.churn`): ``pool_tokens`` (its GPU pool; also what
+    ``"x pool"`` sizes resolve against), ``host_pool_tokens`` (the server log's host-pool line),
+    ``server_info`` (its /get_server_info answer, raw or parsed); without one the arm reads it
+    from ``base_url``."""
+
+    client: StreamingClient
+    role: str  # "on" | "off" (the baseline; it also runs the control pass when the plan says so)
+    variant: str
+    seed: int
+    vocab_size: int
+    pool_tokens: int | None
+    record: Callable[[QualityRecord], None]
+    set_phase: Callable[..., None] = _no_phase
+    abort: Abort | None = None
+    confirm_death: Callable[[], Awaitable[bool]] | None = None
+    tokenizer: Tokenizer | None = None  # text mode: fits the samples and decodes the answers
+    host_pool_tokens: int | None = None
+    server_info: ServerInfo | Mapping[str, Any] | None = None
+    base_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ARM_ROLES:
+            raise ValueError(f"arm role must be on, off or control, not {self.role!r}")
+
+    @property
+    def aborted(self) -> bool:
+        return self.abort is not None and self.abort.fired
+
+
+def build_prompts(plan: QualityPlan, seed: int, tokenizer: Tokenizer | None, vocab_size: int) -> list[FittedPrompt]:
     """Every sample of the plan with its final input ids (deterministic: both arms get the same)."""
     out = []
     for length in plan.lengths:
@@ -104,17 +151,6 @@ def build_prompts(plan: QualityPlan, seed: int, tokenizer: Any, vocab_size: int)
                 else:
                     out.append(token_id_prompt(task, length, i, seed, vocab_size))
     return out
-
-
-def _set_phase(ctx: Any, phase: str, detail: str | None = None) -> None:
-    """``phase`` labels the samples and the requests; ``detail`` (which task, sample and ask) is
-    for the console's progress line only."""
-    f = getattr(ctx, "set_phase", None)
-    if callable(f):
-        if detail is None:
-            f(phase)
-        else:
-            f(phase, detail=detail)
 
 
 @dataclass(frozen=True)
@@ -169,13 +205,11 @@ def server_limits(
 
 
 async def _churn(
-    ctx: Any,
+    arm: QualityArm,
     factory: PromptFactory,
     churn: ChurnPlan,
     state: dict,
     key: object,
-    variant: str,
-    abort: Any,
     detail: str | None = None,
     flush: bool = False,
 ) -> dict:
@@ -191,18 +225,18 @@ async def _churn(
     out = {"tokens": churn.tokens, "accepted": 0, "requests": 0, "failed": 0, "error": None, "chunk": state["chunk"]}
     if churn.tokens <= 0:
         return out
-    if flush and hasattr(ctx.client, "flush_cache"):
-        _set_phase(ctx, "quality_flush", detail)
-        if await ctx.client.flush_cache():
+    if flush:
+        arm.set_phase("quality_flush", detail=detail)
+        if await arm.client.flush_cache():
             return {**out, "tokens": 0, "flushed": True}
-    _set_phase(ctx, "quality_churn", detail)
+    arm.set_phase("quality_churn", detail=detail)
     left, j = churn.tokens, 0
     while left > 0:
         n = min(left, state["chunk"])
         ids = factory.one(n, key=("quality_churn", key, j))
         req = GenerateRequest(input_ids=ids, max_new_tokens=1, temperature=0.0)
-        rr = await ctx.client.generate(
-            req, Labels(variant=variant, workload="quality", phase="quality_churn", index=j), abort=abort
+        rr = await arm.client.generate(
+            req, Labels(variant=arm.variant, workload="quality", phase="quality_churn", index=j), abort=arm.abort
         )
         out["requests"] += 1
         j += 1
@@ -213,7 +247,7 @@ async def _churn(
         out["failed"] += 1
         if out["error"] is None:
             out["error"] = f"{rr.error} (churn request of {n} tokens)"
-        if await _server_gone(ctx, abort):
+        if await _server_gone(arm):
             break
         if rr.error == "http_400" and n > MIN_CHURN_CHUNK:
             state["chunk"] = max(MIN_CHURN_CHUNK, n // 2)  # retry the same tokens in smaller requests
@@ -223,66 +257,32 @@ async def _churn(
     return out
 
 
-async def _server_gone(ctx: Any, abort: Any) -> bool:
-    """After a failed request: has the server died (ctx.confirm_death) or the run been aborted?"""
-    if abort is not None and getattr(abort, "fired", False):
+async def _server_gone(arm: QualityArm) -> bool:
+    """After a failed request: has the server died (``arm.confirm_death``) or the run been aborted?"""
+    if arm.aborted:
         return True
-    confirm = getattr(ctx, "confirm_death", None)
-    return bool(await confirm()) if callable(confirm) else False
+    return bool(await arm.confirm_death()) if arm.confirm_death is not None else False
 
 
-async def run_quality(
-    ctx: Any,
-    cfg: Any,
-    arm_role: str,
-    *,
-    host_pool_tokens: int | None = None,
-    server_info: ServerInfo | Mapping[str, Any] | None = None,
-) -> list[QualityRecord]:
-    """Ask every quality sample of ``cfg`` on ctx's server; record and return the answers.
-
-    ``ctx`` (e.g. a `harness.workloads.context.WorkloadContext` with extras) needs: ``client`` (a
-    `harness.server.client.StreamingClient`), ``pool_tokens`` (device pool, for ``"x pool"`` values and
-    churn sizing), ``seed``, and ``record_quality`` or ``record`` (callable taking a
-    QualityRecord; writes quality.jsonl — ``record_quality`` wins when both exist). Optional:
-    ``set_phase``, ``variant``, ``model_path`` (tokenizer files for text mode; vocab size),
-    ``tokenizer`` (an override), ``vocab_size``, ``abort`` (`harness.server.request.Abort`),
-    ``confirm_death`` (async; stops the pass when the server is gone after a failed request) and
-    ``base_url`` (to read /get_server_info when ``server_info`` is not given).
-    ``arm_role``: ``"on"`` or ``"off"`` (the baseline; also runs the control pass if
-    ``cfg.control``).
-    ``host_pool_tokens``: the server's KV host pool in tokens (status.json's
-    ``pools.host_pool_tokens``, parsed from the server log); ``server_info``: its
-    /get_server_info answer, raw or a `harness.server.info.ServerInfo` (context length, HiCache
-    ratio and write policy). Both size the churn (`harness.quality.churn`); without them the arm
-    reads /get_server_info from ``ctx.base_url`` and derives the host pool."""
-    if arm_role not in ("on", "off", "control"):
-        raise ValueError(f"arm_role must be on, off or control, not {arm_role!r}")
-    model_path = getattr(ctx, "model_path", None)
-    tokenizer = getattr(ctx, "tokenizer", None)
-    if tokenizer is None and str(_get(cfg, "mode", "auto")) != "token_ids":
-        tokenizer = load_tokenizer(model_path)
-    vocab = getattr(ctx, "vocab_size", None) or model_vocab_size(model_path)
-    pool = getattr(ctx, "pool_tokens", None)
-    plan = plan_quality(cfg, pool, tokenizer is not None)
-    seed = int(getattr(ctx, "seed", 0) or 0)
-    variant = str(getattr(ctx, "variant", "") or getattr(ctx, "variant_name", "") or "")
-    abort = getattr(ctx, "abort", None)
-    record = getattr(ctx, "record_quality", None) or getattr(ctx, "record", None)
+async def run_quality(arm: QualityArm, plan: QualityPlan) -> list[QualityRecord]:
+    """Ask every sample of ``plan`` on the arm's server; record (``arm.record``) and return the
+    answers. The OFF arm (``arm.role == "off"``) also runs the control pass when ``plan.control``."""
+    tokenizer, seed, variant = arm.tokenizer, arm.seed, arm.variant
+    if plan.mode == "text" and tokenizer is None:
+        raise ValueError("a text-mode quality plan needs the arm's tokenizer")
+    vocab = arm.vocab_size
     prompts = build_prompts(plan, seed, tokenizer, vocab)
 
-    base_url = getattr(ctx, "base_url", None)
-    if server_info is None and isinstance(base_url, str) and plan.churn_tokens > 0:
+    server_info = arm.server_info
+    if server_info is None and arm.base_url is not None and plan.churn_tokens > 0:
         try:
-            server_info = await afetch_server_info(base_url)
+            server_info = await afetch_server_info(arm.base_url)
         except ServerAnswerError:
             server_info = None  # unusable answer: size the churn without it
-    if host_pool_tokens is None:
-        host_pool_tokens = getattr(ctx, "host_pool_tokens", None)
-    limits = server_limits(server_info, pool, host_pool_tokens)
+    limits = server_limits(server_info, arm.pool_tokens, arm.host_pool_tokens)
     longest = max((p.n_tokens for p in prompts), default=0) + plan.max_new_tokens
 
-    roles = [arm_role] + (["control"] if arm_role == "off" and plan.control else [])
+    roles = [arm.role] + (["control"] if arm.role == "off" and plan.control else [])
     out: list[QualityRecord] = []
     si = as_server_info(server_info)
     has_storage = si is not None and si.hicache.storage_backend is not None
@@ -312,13 +312,11 @@ async def run_quality(
             # The OFF pass left its last samples on the GPU: one churn first, so the control's
             # ask 0s are cold prefills like every other arm's.
             await _churn(
-                ctx,
+                arm,
                 factory,
                 churn,
                 state,
                 ("control", "start"),
-                variant,
-                abort,
                 "control: before its samples",
                 flush=no_lower_tier,
             )
@@ -334,20 +332,18 @@ async def run_quality(
                 detail = f"{role}: {s.task}@{s.length_target} sample {s.index} ask {ask}/{plan.reasks}"
                 if ask > 0 and role != "control":
                     sent = await _churn(
-                        ctx,
+                        arm,
                         factory,
                         churn,
                         state,
                         (role, s.key, ask),
-                        variant,
-                        abort,
                         f"{detail} (churn first)",
                         flush=no_lower_tier and role == "off",
                     )
-                    if abort is not None and getattr(abort, "fired", False):
+                    if arm.aborted:
                         return out
                 phase = "quality_cold" if ask == 0 else "quality_reask"
-                _set_phase(ctx, phase, detail)
+                arm.set_phase(phase, detail=detail)
                 req = GenerateRequest(
                     input_ids=list(p.input_ids),
                     max_new_tokens=plan.max_new_tokens,
@@ -356,10 +352,10 @@ async def run_quality(
                     return_logprob=True,
                     top_logprobs_num=plan.top_logprobs,
                 )
-                rr = await ctx.client.generate(
+                rr = await arm.client.generate(
                     req,
                     Labels(variant=variant, workload="quality", phase=phase, repeat=ask, index=s.index),
-                    abort=abort,
+                    abort=arm.abort,
                 )
                 text = rr.text
                 correct = score = None
@@ -401,10 +397,7 @@ async def run_quality(
                     churn_plan=churn_plan,
                 )
                 out.append(qr)
-                if callable(record):
-                    record(qr)
-                if (rr.error is not None and await _server_gone(ctx, abort)) or (
-                    abort is not None and getattr(abort, "fired", False)
-                ):
+                arm.record(qr)
+                if (rr.error is not None and await _server_gone(arm)) or arm.aborted:
                     return out
     return out

@@ -332,10 +332,9 @@ def run_window(
                     alive=restarter.alive if restarter is not None else server.alive,
                     request_timeout_s=variant.request_timeout_s,
                     scenario_dir=scenario.base_dir,
+                    model_path=variant.model_path,
                     restart=restarter,
                 )
-                ctx.record_quality = quality_rows
-                ctx.model_path = variant.model_path
                 current.append(ctx)
                 if watch.verdict is not None:  # given up between two contexts: send nothing
                     ctx.mark_hung()
@@ -375,13 +374,25 @@ def run_window(
                 role = "off" if variant.name == scenario.quality.baseline_variant else "on"
                 ctx = make_ctx(0)
                 try:
-                    await quality_run.run_quality(
-                        ctx,
-                        scenario.quality,
-                        role,
+                    tokenizer = quality_run.arm_tokenizer(scenario.quality, variant.model_path)
+                    plan = quality_run.plan_quality(scenario.quality, pool_tokens, tokenizer is not None)
+                    arm = quality_run.QualityArm(
+                        client=client,
+                        role=role,
+                        variant=variant.name,
+                        seed=scenario.seed,
+                        vocab_size=vocab,
+                        pool_tokens=pool_tokens,
+                        record=quality_rows,
+                        set_phase=phase,
+                        abort=ctx.abort,
+                        confirm_death=ctx.confirm_death,
+                        tokenizer=tokenizer,
                         host_pool_tokens=pools.get("host_pool_tokens"),
                         server_info=info.raw if info is not None else None,
+                        base_url=spec.base_url,
                     )
+                    await quality_run.run_quality(arm, plan)
                 except Exception as exc:  # noqa: BLE001 - a harness-side error fails this variant, not the run
                     if ctx.server_hung:
                         return hung(when="quality")

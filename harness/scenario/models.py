@@ -20,6 +20,7 @@ from pydantic import (
     field_validator,
 )
 
+from harness.quality.config import Quality
 from harness.scenario.server_models import (
     FILE_BACKEND_DEFAULT_DIR,
     FILE_BACKEND_DIR_ENV,
@@ -34,7 +35,6 @@ from harness.spec.values import (
     MAX_REPEATS,
     ArgsDict,
     CheckT,
-    Count,
     EnvDict,
     Fault,
     GateT,
@@ -46,9 +46,6 @@ from harness.spec.values import (
     ScenarioModel,
     ScenarioName,
     ThresholdT,
-    TokenSize,
-    TokenSizeOrZeroT,
-    TokenSizeT,
     field_error,
     fmt_num,
     no_bool,
@@ -59,7 +56,6 @@ from harness.spec.values import (
 from harness.workloads import kinds
 
 CAUSES = logscan.STARTUP_CAUSES  # what expect_cause may name: harness/server/logscan.py declares them
-QUALITY_TASKS = ("needle", "multi_needle", "variable_tracking", "aggregation", "ordered_codes")
 # The build a variant runs when it names none: the ``server`` block's own python, sglang_source,
 # env and args (harness/run/builds.py).
 DEFAULT_BUILD = "default"
@@ -157,23 +153,6 @@ class Preflight(ScenarioModel):
     load_dip_gib: NonNegFloat | None = None
     page_cache_floor_gib: NonNegFloat | None = None
     boundary_step: ranged(float, 0.01, 64, "ratio or GB") = 0.25
-
-
-class Quality(ScenarioModel):
-    enabled: bool = False
-    baseline_variant: str | None = None  # None: the first variant without HiCache (filled at load)
-    control: bool = True
-    tasks: Annotated[list[Literal[QUALITY_TASKS]], Field(min_length=1)] = list(QUALITY_TASKS)  # type: ignore[valid-type]
-    lengths: Annotated[list[TokenSizeT], Field(min_length=1)] = [TokenSize(tokens=8000)]
-    samples_per_task: Count = 2
-    max_new_tokens: PosInt = 32
-    churn_tokens: TokenSizeOrZeroT = TokenSize(pool_fraction=1.5)  # 0: no churn (parity NOT_EXERCISED)
-    reasks: Count = 2
-    top_logprobs: PosInt = 5
-    tie_epsilon: NonNegFloat = 0.05
-    mode: Literal["auto", "text", "token_ids"] = "auto"
-    # the ON arm's churn also fills the host pool, so re-asks come back from the storage tier (L3)
-    churn_past_host: bool = False
 
 
 def _fraction(v: Any) -> Any:

@@ -59,6 +59,7 @@ class WorkloadContext:
     prompts: PromptFactory | None = None
     death_grace_s: float = 2.0  # after a connection error, how long to wait for the pid to go
     scenario_dir: Path | None = None  # relative file paths of a workload (datasets) resolve here
+    model_path: str | None = None  # the variant's model folder (a dataset's tokenizer when it names none)
     # stop the server, keep its storage directory, start it again (optionally changed: model_path,
     # args) and wait until ready; None: the harness does not own the server (backend: external)
     restart: Callable[[Mapping[str, Any] | None], Awaitable[None]] | None = None

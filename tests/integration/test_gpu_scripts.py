@@ -139,8 +139,9 @@ def test_curriculum_and_lr(train):
 def test_harness_reads_the_model_folder_in_text_mode(tok, train, tmp_path):
     """What run_quality does with the trained model's folder: finds tokenizer.json, reads the
     vocab from config.json, fits every sample to the scenario's length."""
+    from harness.core.model_config import model_vocab_size
     from harness.core.tokenizers import load_tokenizer
-    from harness.quality.fit import model_vocab_size
+    from harness.quality.config import Quality
     from harness.quality.run import build_prompts, plan_quality
 
     tok.save(str(tmp_path / "tokenizer.json"))
@@ -148,7 +149,7 @@ def test_harness_reads_the_model_folder_in_text_mode(tok, train, tmp_path):
     t = load_tokenizer(tmp_path)
     assert t is not None and model_vocab_size(tmp_path) == 1024
     plan = plan_quality(
-        {"tasks": list(train.DEFAULT_TASKS), "lengths": [4000], "samples_per_task": 2, "mode": "text"}, 20480, True
+        Quality(tasks=list(train.DEFAULT_TASKS), lengths=[4000], samples_per_task=2, mode="text"), 20480, True
     )
     prompts = build_prompts(plan, 7, t, 1024)
     assert len(prompts) == 8

@@ -312,7 +312,7 @@ def test_a_harness_bug_mid_variant_stops_the_server_and_exits_3(tmp_path, monkey
 def test_a_quality_arm_error_fails_that_variant_and_the_run_goes_on(tmp_path, monkeypatch):
     import harness.quality.run as quality_run
 
-    async def broken(ctx, cfg, role, **kwargs):
+    async def broken(arm, plan):
         raise RuntimeError("bug in a task generator")
 
     monkeypatch.setattr(quality_run, "run_quality", broken)

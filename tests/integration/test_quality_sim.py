@@ -11,9 +11,10 @@ import asyncio
 
 import pytest
 
+from harness.quality.config import Quality
 from harness.quality.parity import evaluate_parity
 from harness.sim.testing import MODELS, SimProcess
-from tests.sim_workloads import QualityCtx
+from tests.sim_workloads import ask_quality
 
 pytestmark = pytest.mark.skipif(not (MODELS / "llama-tiny" / "config.json").exists(), reason="needs llama-tiny")
 
@@ -84,12 +85,11 @@ def servers():
 
 
 def quality(server: SimProcess, cfg: dict, role: str, *, pool: int = POOL, seed: int = 0):
-    from harness.quality.run import run_quality
     from harness.server.client import StreamingClient
 
     async def go():
         async with StreamingClient(server.url, timeout_s=60) as client:
-            return await run_quality(QualityCtx(server.url, client, pool, seed=seed, variant=role), cfg, role)
+            return await ask_quality(server.url, client, pool, cfg, role, seed=seed)
 
     recs = asyncio.run(go())
     assert all(r.error is None for r in recs), [r.error for r in recs if r.error]
@@ -103,7 +103,7 @@ def off_records(servers):
 
 def test_normal_is_pass_with_host_hits_on_every_reask(servers, off_records):
     on = quality(servers["on"], CFG, "on")
-    rep = evaluate_parity(on, off_records, cfg=CFG)
+    rep = evaluate_parity(on, off_records, cfg=Quality(**CFG))
     assert rep.verdict == "PASS", rep.reason
     assert not rep.baseline_noise and rep.errors == 0
     assert rep.reasks == 10 and rep.reasks_with_host_hit == rep.reasks
@@ -115,7 +115,7 @@ def test_normal_is_pass_with_host_hits_on_every_reask(servers, off_records):
 
 def test_corrupt_host_load_is_fail_at_token_zero(servers, off_records):
     on = quality(servers["corrupt"], CFG, "on")
-    rep = evaluate_parity(on, off_records, cfg=CFG)
+    rep = evaluate_parity(on, off_records, cfg=Quality(**CFG))
     assert rep.verdict == "FAIL", rep.reason
     bad = [c for c in rep.comparisons if not c.token_equal]
     assert bad and all(c.ask > 0 and c.first_divergence == 0 for c in bad)
@@ -127,7 +127,7 @@ def test_working_set_that_stays_on_gpu_is_not_exercised(servers):
     cfg = {**CFG, "churn_tokens": 0, "control": False, "tasks": ["needle", "ordered_codes"]}
     off = quality(servers["off"], cfg, "off", seed=7)
     on = quality(servers["on"], cfg, "on", seed=7)
-    rep = evaluate_parity(on, off, cfg=cfg)
+    rep = evaluate_parity(on, off, cfg=Quality(**cfg))
     assert rep.host_hit_requests == 0
     assert rep.verdict == "NOT_EXERCISED"
     assert "0 of 4 re-asks hit the host tier: churn disabled (quality.churn_tokens 0)" in rep.reason
@@ -147,7 +147,7 @@ def _nondeterministic_verdict(servers, seed: int) -> str:
     assert all((r.cached_device or 0) > 0 for r in control if r.ask > 0)  # GPU hits
     assert all(not r.cached_tokens for r in control if r.ask == 0)  # cold
     on = quality(servers["ties"], NONDET_CFG, "on", seed=seed)
-    rep = evaluate_parity(on, off, cfg=NONDET_CFG)
+    rep = evaluate_parity(on, off, cfg=Quality(**NONDET_CFG))
     assert rep.reasks_with_host_hit == rep.reasks == 20
     assert rep.floor.control.differing > 0 and rep.floor.on.differing > 0  # the floor is not zero
     assert rep.verdict in ("PASS", "WARN"), rep.reason
@@ -168,7 +168,7 @@ def test_nondeterministic_server_is_not_fail_across_seeds(servers):
 def test_corrupt_host_load_on_a_nondeterministic_server_still_fails(servers):
     off = quality(servers["off_ties"], NONDET_CFG, "off", seed=21)
     on = quality(servers["corrupt_ties"], NONDET_CFG, "on", seed=21)
-    rep = evaluate_parity(on, off, cfg=NONDET_CFG)
+    rep = evaluate_parity(on, off, cfg=Quality(**NONDET_CFG))
     assert rep.verdict == "FAIL", rep.reason
     assert rep.floor.on.outside_topk >= 20 and rep.floor.control.outside_topk == 0
 
@@ -182,13 +182,13 @@ def test_pool_over_twice_the_context_still_reaches_the_host(servers):
     plan = on[0].churn_plan
     assert plan["max_input"] == 2046 and plan["chunk"] == 2046 and plan["tokens"] >= 4 * POOL
     assert all(r.churn["failed"] == 0 for r in on if r.ask > 0)
-    rep = evaluate_parity(on, off, cfg=cfg)
+    rep = evaluate_parity(on, off, cfg=Quality(**cfg))
     assert rep.reasks_with_host_hit == rep.reasks == 2 and rep.verdict == "PASS", rep.reason
 
 
 def test_ratio_one_host_pool_is_not_exercised_and_says_why(servers, off_records):
     on = quality(servers["on_ratio1"], CFG, "on")
-    rep = evaluate_parity(on, off_records, cfg=CFG)
+    rep = evaluate_parity(on, off_records, cfg=Quality(**CFG))
     assert rep.verdict == "NOT_EXERCISED"
     assert "0 of 10 re-asks hit the host tier: no churn can push a 1008-token prompt out of the GPU pool" in rep.reason
     assert "--hicache-ratio >= 1.28" in rep.reason

@@ -14,15 +14,15 @@ from harness.analysis.samples import storage_io, summarize_samples
 from harness.measures.metrics import METRICS
 from harness.probe.disk import disk_bandwidth
 from harness.probe.run import run_probes
+from harness.quality.config import Quality
 from harness.quality.parity import evaluate_parity
-from harness.quality.run import run_quality
 from harness.run.launch import launch_spec
 from harness.scenario import ScenarioError, load_scenario_text
 from harness.server.client import StreamingClient
 from harness.sim.testing import MODELS, SimProcess
 from harness.store.records import RequestRecord
 from tests.conftest import write_scenario
-from tests.sim_workloads import QualityCtx, run_on, sim, summary_of, workload
+from tests.sim_workloads import ask_quality, run_on, sim, summary_of, workload
 
 pytestmark = pytest.mark.skipif(not (MODELS / "llama-tiny" / "config.json").exists(), reason="needs llama-tiny")
 
@@ -220,7 +220,7 @@ def _server(*extra: str) -> SimProcess:
 def _quality(server: SimProcess, role: str):
     async def go():
         async with StreamingClient(server.url, timeout_s=60) as client:
-            return await run_quality(QualityCtx(server.url, client, POOL, variant=role), QCFG, role)
+            return await ask_quality(server.url, client, POOL, QCFG, role)
 
     recs = asyncio.run(go())
     assert all(r.error is None for r in recs), [r.error for r in recs if r.error]
@@ -254,7 +254,7 @@ def off_records(parity_servers):
 
 def test_parity_passes_with_reasks_served_from_storage(parity_servers, off_records):
     on = _quality(parity_servers["storage"], "on")
-    rep = evaluate_parity(on, off_records, cfg=QCFG)
+    rep = evaluate_parity(on, off_records, cfg=Quality(**QCFG))
     assert rep.verdict == "PASS", rep.reason
     reasks = [r for r in on if r.ask > 0]
     assert reasks and all(r.cached_storage and not r.cached_host for r in reasks)  # from L3, not the host
@@ -263,14 +263,14 @@ def test_parity_passes_with_reasks_served_from_storage(parity_servers, off_recor
 
 def test_parity_fails_on_corrupt_storage(parity_servers, off_records):
     on = _quality(parity_servers["corrupt"], "on")
-    rep = evaluate_parity(on, off_records, cfg=QCFG)
+    rep = evaluate_parity(on, off_records, cfg=Quality(**QCFG))
     assert rep.verdict == "FAIL", rep.reason
     assert any(r.cached_storage for r in on)
 
 
 def test_missing_storage_pages_recompute_and_parity_is_not_exercised(parity_servers, off_records):
     on = _quality(parity_servers["missing"], "on")
-    rep = evaluate_parity(on, off_records, cfg=QCFG)
+    rep = evaluate_parity(on, off_records, cfg=Quality(**QCFG))
     # every re-ask recomputed (right answers, no storage hit): nothing came back through the host
     assert not any(r.cached_storage or r.cached_host for r in on if r.ask > 0)
     assert all(c.token_equal for c in rep.comparisons)

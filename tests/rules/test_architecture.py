@@ -111,8 +111,8 @@ LAYERS = [
     "harness.probe",  # platform probes
     "harness.server",  # one server: process, control plane, client, transport, clock, log, sampler
     "harness.workloads",  # what is sent: declarations, the kinds, prompts, datasets
+    "harness.quality",  # the quality arm, its `quality:` block, parity
     "harness.scenario",  # YAML -> typed scenario and variants
-    "harness.quality",  # the quality arm and parity
     "harness.analysis",  # records -> summaries, frames, expectations, verdicts, run products
     "harness.run",  # running a scenario
     "harness.compare",  # comparisons and history

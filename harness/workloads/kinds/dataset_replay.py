@@ -131,7 +131,7 @@ def _encoder(ctx: WorkloadContext, cfg: DatasetReplay) -> Any:
     """The text encoder of ``cfg.mode`` (see the module docstring); says so when it falls back."""
     if cfg.mode == "token_ids":
         return D.WordIds(ctx.vocab_size)
-    where = resolve_path(cfg.tokenizer, ctx.scenario_dir) if cfg.tokenizer else getattr(ctx, "model_path", None)
+    where = resolve_path(cfg.tokenizer, ctx.scenario_dir) if cfg.tokenizer else ctx.model_path
     tok = D.load_text_tokenizer(where)
     if tok is not None:
         return tok

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from harness.core.model_config import model_vocab_size
 from harness.core.tokenizers import as_tokenizer, load_tokenizer
-from harness.quality.fit import fit_sample, model_vocab_size, token_id_prompt
+from harness.quality.fit import fit_sample, token_id_prompt
 from harness.quality.tasks import TASKS, filler_corpus, generate
 
 tokenizers = pytest.importorskip("tokenizers")

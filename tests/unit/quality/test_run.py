@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from harness.quality.churn import plan_churn
+from harness.quality.config import Quality
 from harness.quality.parity import evaluate_parity
 from harness.quality.run import (
+    QualityArm,
     ServerLimits,
     plan_quality,
     resolve_tokens,
@@ -84,6 +86,8 @@ class Ctx:
     phases: list[str] = field(default_factory=list)
     details: list[str | None] = field(default_factory=list)  # the console line's part, per phase
     rows: list = field(default_factory=list)
+    tokenizer: object = None
+    confirm_death = None  # the server is never gone unless a test says so
 
     def record(self, r):
         self.rows.append(r)
@@ -106,8 +110,24 @@ CFG = dict(
 )
 
 
-def run(ctx, cfg, role, **kw):
-    return asyncio.run(run_quality(ctx, cfg, role, **kw))
+def run(ctx, cfg, role, **server):
+    """The arm on ``ctx``'s stand-in server, as the serving window builds it; ``server``: what
+    it knows of the server (host_pool_tokens, server_info)."""
+    cfg = Quality(**cfg)
+    arm = QualityArm(
+        client=ctx.client,
+        role=role,
+        variant=ctx.variant,
+        seed=ctx.seed,
+        vocab_size=ctx.vocab_size,
+        pool_tokens=ctx.pool_tokens,
+        record=ctx.record,
+        set_phase=ctx.set_phase,
+        confirm_death=ctx.confirm_death,
+        tokenizer=ctx.tokenizer,
+        **server,
+    )
+    return asyncio.run(run_quality(arm, plan_quality(cfg, ctx.pool_tokens, ctx.tokenizer is not None)))
 
 
 def test_resolve_tokens():
@@ -120,12 +140,12 @@ def test_resolve_tokens():
 
 
 def test_plan_modes():
-    assert plan_quality(CFG, 4000, have_tokenizer=False).mode == "token_ids"
-    assert plan_quality(CFG, 4000, have_tokenizer=True).mode == "text"
+    assert plan_quality(Quality(**CFG), 4000, have_tokenizer=False).mode == "token_ids"
+    assert plan_quality(Quality(**CFG), 4000, have_tokenizer=True).mode == "text"
     with pytest.raises(ValueError, match="tokenizer"):
-        plan_quality({**CFG, "mode": "text"}, 4000, have_tokenizer=False)
-    with pytest.raises(ValueError, match="unknown quality task"):
-        plan_quality({**CFG, "tasks": ["bogus"]}, 4000, False)
+        plan_quality(Quality(**{**CFG, "mode": "text"}), 4000, have_tokenizer=False)
+    with pytest.raises(ValueError, match="tasks"):  # the block refuses an unknown task as it is read
+        Quality(**{**CFG, "tasks": ["bogus"]})
 
 
 def test_sequence_records_and_parity():
@@ -158,7 +178,7 @@ def test_sequence_records_and_parity():
     assert all(not r.cached_tokens for r in control if r.ask == 0)  # cold: one churn opened the pass
     assert all(r.cached_device == 1000 and r.churn is None for r in control if r.ask > 0)  # GPU hits, no churn
     assert [r.input_hash for r in off if r.arm_role == "off"] == [r.input_hash for r in on]
-    rep = evaluate_parity(on, off, cfg=CFG)
+    rep = evaluate_parity(on, off, cfg=Quality(**CFG))
     assert rep.verdict == "PASS" and rep.reasks == rep.reasks_with_host_hit == 8
 
 
@@ -167,7 +187,7 @@ def test_no_churn_is_not_exercised():
     on = run(Ctx(TinyServer(4000, True), 4000), cfg, "on")
     off = run(Ctx(TinyServer(4000, False), 4000), cfg, "off")
     assert all(r.cached_device == 1000 for r in on if r.ask > 0)
-    assert evaluate_parity(on, off, cfg=cfg).verdict == "NOT_EXERCISED"
+    assert evaluate_parity(on, off, cfg=Quality(**cfg)).verdict == "NOT_EXERCISED"
 
 
 def test_text_mode_scores_with_tokenizer():
@@ -180,13 +200,9 @@ def test_text_mode_scores_with_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator(filler_corpus(500), trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
 
-    @dataclass
-    class TCtx(Ctx):
-        tokenizer: object = None
-
     from harness.core.tokenizers import as_tokenizer
 
-    ctx = TCtx(TinyServer(4000, True), 4000, tokenizer=as_tokenizer(tok))
+    ctx = Ctx(TinyServer(4000, True), 4000, tokenizer=as_tokenizer(tok))
     recs = run(ctx, {**CFG, "tasks": ["needle"], "reasks": 1, "control": False}, "on")
     assert all(r.mode == "text" and r.correct is False and r.score == 0.0 and r.answer for r in recs)
     assert all(r.prompt_tokens <= 1000 for r in recs)
@@ -209,7 +225,7 @@ def test_stops_when_the_server_is_gone():
 
     @dataclass
     class DCtx(Ctx):
-        async def confirm_death(self):
+        async def confirm_death(self):  # type: ignore[override]
             return True
 
     ctx = DCtx(Dead(4000, True), 4000)
@@ -303,7 +319,7 @@ def test_ratio_one_host_pool_is_not_exercised_with_the_reason():
     cfg = {**CFG, "lengths": [1000], "control": False}
     on = run(Ctx(TinyServer(4000, True, host=4001), 4000), cfg, "on", host_pool_tokens=4001)
     off = run(Ctx(TinyServer(4000, False), 4000), cfg, "off")
-    rep = evaluate_parity(on, off, cfg=cfg)
+    rep = evaluate_parity(on, off, cfg=Quality(**cfg))
     assert rep.verdict == "NOT_EXERCISED"
     assert "0 of 8 re-asks hit the host tier: no churn can push a 1004-token prompt out of the GPU pool" in rep.reason
     assert "--hicache-ratio >= " in rep.reason
