@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from harness.store.quality_record import QualityRecord
 
 Kind = Literal["equal", "tie_flip", "divergence"]
 
@@ -104,8 +107,8 @@ def compare_outputs(ref: Any, cand: Any, tie_epsilon: float = 0.05, top_k: int =
     )
 
 
-def _through_host(rec: Any) -> int | None:
+def _through_host(rec: QualityRecord) -> int | None:
     """Tokens whose KV came back through the host tier: host hits plus storage (L3) hits, which
     sglang prefetches into the host pool first. None when the server reported neither."""
-    host, storage = getattr(rec, "cached_host", None), getattr(rec, "cached_storage", None)
+    host, storage = rec.cached_host, rec.cached_storage
     return None if host is None and storage is None else (host or 0) + (storage or 0)

@@ -129,12 +129,20 @@ def build_launch_spec(variant, port: int, *, enable_metrics: bool = False) -> La
         ]
         if sim.mem_available_gib is not None:
             sim_flags += ["--sim-mem-available-gib", _fmt(sim.mem_available_gib)]
-        for knob in ("capture_s", "register_s_per_gb", "warmup_s"):
-            if getattr(sim, knob):
-                sim_flags += ["--sim-" + knob.replace("_", "-"), _fmt(getattr(sim, knob))]
-        for knob in ("storage_gb", "storage_read_gbs", "storage_write_gbs"):
-            if getattr(sim, knob) is not None:
-                sim_flags += ["--sim-" + knob.replace("_", "-"), _fmt(getattr(sim, knob))]
+        for flag, value in (
+            ("--sim-capture-s", sim.capture_s),
+            ("--sim-register-s-per-gb", sim.register_s_per_gb),
+            ("--sim-warmup-s", sim.warmup_s),
+        ):
+            if value:
+                sim_flags += [flag, _fmt(value)]
+        for flag, value in (
+            ("--sim-storage-gb", sim.storage_gb),
+            ("--sim-storage-read-gbs", sim.storage_read_gbs),
+            ("--sim-storage-write-gbs", sim.storage_write_gbs),
+        ):
+            if value is not None:
+                sim_flags += [flag, _fmt(value)]
         if sim.host_split != "each":
             sim_flags += ["--sim-host-split", sim.host_split]
         if sim.storage_persist:
@@ -144,9 +152,14 @@ def build_launch_spec(variant, port: int, *, enable_metrics: bool = False) -> La
             sim_flags += ["--sim-host-mem-total-gib", _fmt(h.mem_total_gib)]
             if h.reserve_gib != 10.0:
                 sim_flags += ["--sim-host-reserve-gib", _fmt(h.reserve_gib)]
-            for knob in ("page_cache_gib", "swap_gib", "load_dip_gib", "cgroup_limit_gib"):
-                if getattr(h, knob):
-                    sim_flags += ["--sim-host-" + knob.replace("_", "-"), _fmt(getattr(h, knob))]
+            for flag, value in (
+                ("--sim-host-page-cache-gib", h.page_cache_gib),
+                ("--sim-host-swap-gib", h.swap_gib),
+                ("--sim-host-load-dip-gib", h.load_dip_gib),
+                ("--sim-host-cgroup-limit-gib", h.cgroup_limit_gib),
+            ):
+                if value:
+                    sim_flags += [flag, _fmt(value)]
         for fault in variant.all_sim_faults():
             sim_flags += ["--sim-fault", fault]
         env["PYTHONPATH"] = _prepend_path(str(repo_root()), env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))

@@ -33,6 +33,8 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from harness.store.records import RequestRecord
+
 SPIN_NS = 2_000_000  # the last 2 ms before an instant are waited for turn by turn
 LEAD_NS = 20_000_000  # send_schedule starts each request this long before its instant
 LAG_LIMIT_MS = 1.0  # schedule lag p99 beyond this: the run is client-bound
@@ -197,13 +199,12 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def schedule_lag(records: Iterable[Any], *, limit_ms: float = LAG_LIMIT_MS) -> ScheduleLag:
-    """Lag = sent_ns − scheduled_ns of every record with a `scheduled_ns` (records or row
-    dicts). Early sends (negative lag) count as 0: a request is never sent before its instant."""
+def schedule_lag(records: Iterable[RequestRecord], *, limit_ms: float = LAG_LIMIT_MS) -> ScheduleLag:
+    """Lag = sent_ns − scheduled_ns of every record with a `scheduled_ns`. Early sends (negative
+    lag) count as 0: a request is never sent before its instant."""
     lags = []
     for r in records:
-        sched = r.get("scheduled_ns") if isinstance(r, dict) else getattr(r, "scheduled_ns", None)
-        sent = r.get("sent_ns") if isinstance(r, dict) else getattr(r, "sent_ns", None)
+        sched, sent = r.scheduled_ns, r.sent_ns
         if sched is None or sent is None:
             continue
         lags.append(max(0, sent - sched) / 1e6)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from harness.workloads import kinds as _kinds_package
+from harness.workloads.config import WorkloadConfig
 from harness.workloads.kind import Derived, WorkloadKind
 
 # Public names of the running side, loaded on first use (they pull in the HTTP client).
@@ -39,9 +40,10 @@ def kinds() -> dict[str, WorkloadKind]:
     found: dict[str, WorkloadKind] = {}
     for info in sorted(pkgutil.iter_modules(_kinds_package.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"{_kinds_package.__name__}.{info.name}")
-        declared = getattr(module, "KIND", None)
-        if isinstance(declared, WorkloadKind):
-            found[declared.name] = declared
+        declared = module.KIND  # a module of the kinds package is a kind: one without KIND is a bug
+        if not isinstance(declared, WorkloadKind):
+            raise TypeError(f"{module.__name__}.KIND is a {type(declared).__name__}, not a WorkloadKind")
+        found[declared.name] = declared
     _check_derived_names(found.values())
     return found
 
@@ -75,8 +77,10 @@ def workload_kinds(scenario_workloads: Any) -> dict[str, str]:
     for w in scenario_workloads or []:
         if isinstance(w, Mapping):
             kind, name = w.get("kind"), w.get("name")
+        elif isinstance(w, WorkloadConfig):
+            kind, name = w.kind, w.name  # type: ignore[attr-defined]  # kind: each kind's Literal
         else:
-            kind, name = getattr(w, "kind", None), getattr(w, "name", None)
+            continue
         if isinstance(kind, str):
             out[str(name or kind)] = kind
     return out

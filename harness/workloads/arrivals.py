@@ -126,16 +126,16 @@ class Load(ScenarioModel):
     @model_validator(mode="after")
     def _check_load(self):
         rates, caps = _one_or_list(self.rate), _one_or_list(self.max_concurrency)
-        for name, values in (("rate", rates), ("max_concurrency", caps)):
+        for name, values, given in (("rate", rates, self.rate), ("max_concurrency", caps, self.max_concurrency)):
             if len(values) > MAX_POINTS:
                 raise field_error(f"{name}: at most {MAX_POINTS} sweep points, got {len(values)}")
             if len(set(values)) != len(values):
                 raise field_error(f"{name}: a sweep's values must differ, got {values}")
-            if isinstance(getattr(self, name), list) and not values:
+            if isinstance(given, list) and not values:
                 raise field_error(f"{name}: an empty list sweeps nothing")
         if isinstance(self.rate, list) and isinstance(self.max_concurrency, list):
             raise field_error("sweep one axis at a time: rate or max_concurrency, not both as lists")
-        if getattr(self, "arrivals", None) != "trace":
+        if self.arrivals != "trace":
             if not rates and not caps:
                 raise field_error("give a rate (requests/s, open loop) or max_concurrency (closed loop)")
             if not rates and self.duration_s is None and self.cooldown_s:

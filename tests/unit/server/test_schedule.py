@@ -35,7 +35,7 @@ def test_lag_is_sent_minus_scheduled_and_flags_a_client_bound_run():
 
 
 def test_unscheduled_rows_are_left_out_and_early_sends_count_as_zero():
-    rows = [rec(10, None).to_dict(), {"sent_ns": 5, "scheduled_ns": 10}, rec(3_000_000, 1_000_000)]
+    rows = [rec(10, None), rec(5, 10), rec(3_000_000, 1_000_000)]
     lag = schedule_lag(rows)
     assert lag.n == 2 and lag.p50_ms == pytest.approx(1.0) and lag.max_ms == pytest.approx(2.0)
     assert schedule_lag([]) == ScheduleLag(0, None, None, None, 1.0, False)
