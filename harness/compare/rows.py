@@ -26,7 +26,15 @@ from harness.compare.comparison import MetricRow
 from harness.compare.curves import KNEE_AXES, KNEE_BELOW_TEST, grid, knee_below, load_points
 from harness.compare.power import pooled_log_spread, units_needed
 from harness.compare.statistics import ALPHA, decide, finite, per_unit, threshold_for
-from harness.compare.tails import MIN_DRIFT_UNITS, decide_drift, decide_tail, tail_min_values
+from harness.compare.tails import (
+    MIN_DRIFT_UNITS,
+    MIN_TAIL_SHARE_UNITS,
+    decide_drift,
+    decide_tail,
+    decide_tail_share,
+    tail_min_values,
+    tail_share,
+)
 from harness.measures.metrics import METRICS
 from harness.store import run_folder
 from harness.store.summary import Summary
@@ -263,15 +271,26 @@ def tail_and_drift_rows(
                 d.test, d.p_value, d.state, d.note, sample=unit,
             )
         )  # fmt: skip
-    if info.drift and c.size >= 3 * MIN_DRIFT_UNITS:
-        metric = str(info.drift_name)
+    if info.tail is not None and not info.higher_is_better and max(b.size, c.size) >= MIN_TAIL_SHARE_UNITS:
+        metric = str(info.tail_share_name)
         thr, src = threshold_for(dict(thresholds), wl, ph, metric)
-        d, n_first, n_last = decide_drift(c, info.higher_is_better, thr)
-        third = c.size // 3
+        d = decide_tail_share(b, c, thr)
+        shares = [tail_share(x, thr)[2] if x.size else None for x in (b, c)]
         out.append(
             MetricRow(
-                name, wl, ph, metric, info.unit, info.higher_is_better, float(np.median(c[:third])),
-                float(np.median(c[-third:])), n_first, n_last, d.change, thr, src, d.test, d.p_value, d.state,
+                name, wl, ph, metric, "share", False, shares[0], shares[1], int(b.size), int(c.size), d.change, thr,
+                src, d.test, d.p_value, d.state, d.note, sample=unit,
+            )
+        )  # fmt: skip
+    if info.drift and max(b.size, c.size) >= MIN_DRIFT_UNITS:
+        metric = str(info.drift_name)
+        thr, src = threshold_for(dict(thresholds), wl, ph, metric)
+        d, drift_b, drift_c = decide_drift(b, c, info.higher_is_better, thr)
+        out.append(
+            MetricRow(
+                name, wl, ph, metric, "ratio", info.higher_is_better,
+                None if drift_b is None else 1 + drift_b, None if drift_c is None else 1 + drift_c,
+                int(b.size), int(c.size), d.change, thr, src, d.test, d.p_value, d.state,
                 d.note, d.ci_low, d.ci_high, d.mde, sample=unit,
             )
         )  # fmt: skip

@@ -204,9 +204,11 @@ class Metric:
     compared: bool = False
     compared_when: Callable[[pd.DataFrame], bool] | None = None
     # Where compared, compare also adds a tail row "<name>_p<q>" (the quantile q of one value per
-    # independent unit, `harness.compare.tails.decide_tail`; lower-is-better metrics only) and,
-    # with ``drift``, a within-run row "<name>_drift": the candidate's last third of a phase
-    # against its own first third, in the order sent (`harness.compare.tails.decide_drift`).
+    # independent unit, `harness.compare.tails.decide_tail`; lower-is-better metrics only), a
+    # tail-share row "<name>_tail" (the share of units beyond (1 + threshold) x each night's own
+    # median, `decide_tail_share`) and, with ``drift``, a row "<name>_drift": a phase's last third
+    # against its first third, in the order sent, the candidate's ratio against the baseline's
+    # (`harness.compare.tails.decide_drift`).
     tail: float | None = None
     drift: bool = False
     # A row is kept only where this holds of one side's values or the other's (None: always):
@@ -218,6 +220,11 @@ class Metric:
     def tail_name(self) -> str | None:
         """The tail row's metric name, e.g. ``ttft_ms_p99``; None without a tail."""
         return None if self.tail is None else f"{self.name}_p{round(self.tail * 100):d}"
+
+    @property
+    def tail_share_name(self) -> str | None:
+        """The tail-share row's metric name, e.g. ``ttft_ms_tail``; None without a tail."""
+        return None if self.tail is None else f"{self.name}_tail"
 
     @property
     def drift_name(self) -> str | None:
@@ -310,7 +317,11 @@ REQUEST_METRICS = [m.name for m in METRICS.values() if m.per == "request"]
 # The metric names a gate may name as ``workload.phase.<name>``: every compared metric, its tail
 # row and its drift row (what `harness.compare` judges).
 GATEABLE: dict[str, Metric] = {
-    name: m for m in METRICS.values() if m.compared for name in (m.name, m.tail_name, m.drift_name) if name is not None
+    name: m
+    for m in METRICS.values()
+    if m.compared
+    for name in (m.name, m.tail_name, m.tail_share_name, m.drift_name)
+    if name is not None
 }
 # The per-record derivation of each request metric (what the summary applies to each record).
 DERIVATIONS: dict[str, Callable[[RequestRecord], float | None]] = {
