@@ -102,7 +102,10 @@ async def send_schedule(
     """Call `send(start_ns + offset, *args, **kwargs)` for each `(offset, args, kwargs)`; the
     results in item order. Each call starts `lead_ns` before its instant (in time order), not all
     at once: building thousands of requests up front would itself make the first ones late.
-    `start_ns` defaults to `lead_ns` from now. A call that raises (or is cancelled) ends the
+    `start_ns` defaults to `lead_ns` from now. After a stall of the process (a loaded box), calls
+    already due go out in the order the loop resumes them, not by instant: those started after the
+    stall run before earlier ones still waiting on their timers (each record's lag says how late
+    it went out). A call that raises (or is cancelled) ends the
     schedule: nothing more is started, the calls in progress are cancelled, the error is raised.
     Runs inside `young_collections_only`."""
     clock = time.perf_counter_ns

@@ -77,9 +77,14 @@ def test_sleep_until_never_returns_early_and_send_schedule_keeps_order():
     assert out[0][1] - out[1][1] == 3_000_000
 
 
-def test_send_schedule_collects_only_young_garbage_while_it_sends():
+@pytest.mark.parametrize("stall_at", [None, 150])
+def test_send_schedule_collects_only_young_garbage_while_it_sends(stall_at):
     """The collector's older generations take milliseconds (they grow with all the process holds):
-    while a schedule runs only the youngest is collected; young cyclic garbage is still freed."""
+    while a schedule runs only the youngest is collected; young cyclic garbage is still freed.
+    `stall_at`: the process stops 50 ms while starting call 150 (a loaded box descheduling it);
+    the calls started after the stall are already due and run before the earlier ones, which
+    still wait on their timers, so the last call to send is not call 299 then (measured at call
+    299, 73-212 of the cycles had been made and freed: the test failed under load)."""
 
     class Node:
         pass
@@ -88,24 +93,31 @@ def test_send_schedule_collects_only_young_garbage_while_it_sends():
     freed_by_the_last_send = []
     gens: list[int] = []  # the generations collected between the first send and the last
     sending = False
+    sent = 0
 
     def seen(phase, info):
         if phase == "start" and sending:
             gens.append(info["generation"])
 
-    async def send(t_ns, i):
-        nonlocal sending
+    async def sends(t_ns, i):
+        nonlocal sending, sent
         await sleep_until_ns(t_ns)
-        sending = sending or i == 0
+        sending = True
         a, b = Node(), Node()
         a.other, b.other = b, a  # cyclic garbage: only the collector frees it
         cycles.append(weakref.ref(a))
         del a, b
         kept = [{"chunk": k} for k in range(200)]  # what a record keeps: survives every collection
-        if i == 299:
+        sent += 1
+        if sent == 300:  # the last to send, whichever call it is
             freed_by_the_last_send.append(sum(c() is None for c in cycles))
             sending = False
         return kept
+
+    def send(t_ns, i):
+        if i == stall_at:
+            time.sleep(0.05)
+        return sends(t_ns, i)
 
     before = gc.get_threshold()
     gc.collect()
