@@ -77,7 +77,16 @@ def run_external_variant(
     sampler = start_sampler(scenario, server, vpaths, endpoint)
     state.sampler = sampler
     window = serving_window.run_window(
-        serving_window.WindowInputs(scenario, variant, server, server, sampler, vpaths, progress, pools),
+        serving_window.WindowInputs(
+            plan=serving_window.plan_window(scenario, variant),
+            variant=variant,
+            spec=server,
+            server=server,
+            sampler=sampler,
+            vpaths=vpaths,
+            progress=progress,
+            pools=pools,
+        ),
         info,
         clock=status.clock,
     )

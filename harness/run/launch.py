@@ -12,7 +12,11 @@ if TYPE_CHECKING:
     from harness.scenario.models import Scenario, Variant
 
 
+def metrics_enabled(scenario: Scenario) -> bool:
+    """Whether a server is launched with ``--enable-metrics``: the sampler reads its /metrics."""
+    return scenario.sampling.enabled and scenario.sampling.server_metrics
+
+
 def launch_spec(scenario: Scenario, variant: Variant, port: int) -> LaunchSpec:
     """The argv and env of ``variant``'s server on ``port``."""
-    sampling = scenario.sampling
-    return build_launch_spec(variant, port, enable_metrics=sampling.enabled and sampling.server_metrics)
+    return build_launch_spec(variant, port, enable_metrics=metrics_enabled(scenario))

@@ -184,7 +184,16 @@ def run_variant(
         status.preflight["boundary"] = ratio_boundary.for_record(scenario, variant, status.preflight)
 
     window = serving_window.run_window(
-        serving_window.WindowInputs(scenario, variant, spec, server, sampler, vpaths, progress, pools),
+        serving_window.WindowInputs(
+            plan=serving_window.plan_window(scenario, variant),
+            variant=variant,
+            spec=spec,
+            server=server,
+            sampler=sampler,
+            vpaths=vpaths,
+            progress=progress,
+            pools=pools,
+        ),
         info,
         clock=clock,
     )

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from harness.core.errors import Broken
-from harness.run.launch import launch_spec
+from harness.server.process import build_launch_spec
 
 if TYPE_CHECKING:
-    from harness.scenario.models import Scenario
+    from harness.run.sampler import Sampler
+    from harness.scenario.models import Variant
+    from harness.server.process import ServerProcess
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +28,25 @@ class RestartFailed(Broken, RuntimeError):
 
 
 class Restarter:
-    """``await restarter(change)`` restarts ``server``; ``restarting`` is true meanwhile."""
+    """``await restarter(change)`` restarts ``server``; ``restarting`` is true meanwhile. It
+    launches as the first launch did (``enable_metrics``); a changed model's relative path is
+    taken from ``scenario_dir``."""
 
     def __init__(
-        self, scenario: Scenario, variant, server, sampler, on_phase: Callable[[str], None], hold, resume
+        self,
+        variant: Variant,
+        server: ServerProcess,
+        sampler: Sampler | None,
+        on_phase: Callable[[str], None],
+        hold: Callable[[], None],
+        resume: Callable[[], None],
+        *,
+        scenario_dir: Path | None,
+        enable_metrics: bool,
     ) -> None:
-        self.scenario, self.variant, self.server, self.sampler = scenario, variant, server, sampler
+        self.variant, self.server, self.sampler = variant, server, sampler
         self.on_phase, self.hold, self.resume = on_phase, hold, resume
+        self.scenario_dir, self.enable_metrics = scenario_dir, enable_metrics
         self.restarting = False
 
     def alive(self) -> bool:
@@ -45,8 +59,8 @@ class Restarter:
         update: dict[str, Any] = {"args": {**v.args, **(change.get("args") or {})}}
         if change.get("model_path"):
             path = Path(change["model_path"])
-            if not path.is_absolute() and self.scenario.base_dir is not None:
-                path = Path(self.scenario.base_dir) / path
+            if not path.is_absolute() and self.scenario_dir is not None:
+                path = Path(self.scenario_dir) / path
             update.update(model_path=str(path), model_path_spec=str(change["model_path"]))
         return v.model_copy(update=update)
 
@@ -54,7 +68,7 @@ class Restarter:
         server = self.server
         server.stop()
         v = self.changed_variant(change)
-        new = launch_spec(self.scenario, v, server.spec.port)
+        new = build_launch_spec(v, server.spec.port, enable_metrics=self.enable_metrics)
         server.spec = dataclasses.replace(new, env_overrides={**server.spec.env_overrides, **new.env_overrides})
         server.start()
         ready = server.wait_ready(v.startup_timeout_s)

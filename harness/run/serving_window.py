@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING
 from harness.core import stall
 from harness.core.model_config import model_vocab_size
 from harness.quality import run as quality_run
+from harness.quality.config import Quality
+from harness.run.launch import metrics_enabled
 from harness.run.restart import Restarter
 from harness.server import http1, logscan
 from harness.server.client import StreamingClient
@@ -43,6 +45,7 @@ from harness.server.request import GenerateRequest, Labels
 from harness.store import gpu_time, results
 from harness.store.records import RequestRecord
 from harness.store.variant_status import FAILED, OK, PARTIAL
+from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext
 from harness.workloads.sequence import run_workloads
 
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
     from harness.run.progress import Progress
     from harness.run.sampler import Sampler
     from harness.scenario.models import Scenario, Variant
+    from harness.scenario.server_models import Watchdog
     from harness.server.process import ExternalServer, LaunchSpec, ServerProcess
 
 log = logging.getLogger(__name__)
@@ -103,7 +107,7 @@ class HangWatch:
 
     def __init__(
         self,
-        cfg,
+        cfg: Watchdog,
         request_timeout_s: float,
         probe: Callable[[float], Awaitable[str | None]],
         alive: Callable[[], bool],
@@ -248,10 +252,47 @@ async def _smoke_request(client: StreamingClient, variant: str, vocab: int, reco
 
 
 @dataclass(frozen=True)
-class WindowInputs:
-    """What a serving window works on: one variant's ready server and where its figures go."""
+class WindowPlan:
+    """What one variant's serving window does, resolved once from its scenario (`plan_window`).
+    The stages the window drives get typed pieces of it — the workloads their configs and a
+    `WorkloadContext`, the quality arm its ``quality:`` block, resolved against the server's pool
+    into a `harness.quality.run.QualityPlan` — never the scenario."""
 
-    scenario: Scenario
+    idle_s: float  # the idle window before the workloads (0 without sampling)
+    watchdog: Watchdog  # server.watchdog: the hang watch's limits
+    liveness_idle_s: float  # the final check's idle wait
+    workloads: tuple[WorkloadConfig, ...]  # one repeat's list; none: one smoke request
+    repeats: int
+    seed: int
+    scenario_dir: Path | None  # relative paths (datasets, a restart's model) resolve here
+    quality: Quality | None  # None: no quality arm
+    quality_role: str  # "off" on the parity baseline, else "on"
+    enable_metrics: bool  # a planned restart launches as the first launch did
+
+
+def plan_window(scenario: Scenario, variant: Variant) -> WindowPlan:
+    """``variant``'s serving window, from its scenario."""
+    q = scenario.quality
+    return WindowPlan(
+        idle_s=scenario.sampling.idle_window_s if scenario.sampling.enabled else 0.0,
+        watchdog=scenario.server.watchdog,
+        liveness_idle_s=scenario.server.liveness_idle_s,
+        workloads=tuple(scenario.workloads),
+        repeats=scenario.repeats,
+        seed=scenario.seed,
+        scenario_dir=scenario.base_dir,
+        quality=q if q.enabled else None,
+        quality_role="off" if variant.name == q.baseline_variant else "on",
+        enable_metrics=metrics_enabled(scenario),
+    )
+
+
+@dataclass(frozen=True)
+class WindowInputs:
+    """What a serving window works on: its plan, one variant's ready server and where its
+    figures go."""
+
+    plan: WindowPlan
     variant: Variant
     spec: LaunchSpec | ExternalServer  # the launch spec (a launched server) or the attached server
     server: ServerProcess | ExternalServer
@@ -269,7 +310,7 @@ def run_window(
     """Idle window, workloads, quality arm, final liveness on a ready server; never stops it.
     ``info``: the server's validated /get_server_info (the quality arm sizes its churn from it);
     ``clock``: the variant's GPU time, switched to work, quality and idle as the window goes."""
-    scenario, variant, spec, server = inputs.scenario, inputs.variant, inputs.spec, inputs.server
+    plan, variant, spec, server = inputs.plan, inputs.variant, inputs.spec, inputs.server
     sampler, vpaths, progress, pools = inputs.sampler, inputs.vpaths, inputs.progress, inputs.pools
     clock = clock or gpu_time.PhaseClock(0)
 
@@ -284,7 +325,7 @@ def run_window(
     window_started = time.monotonic()
     clock.enter(gpu_time.IDLE, "idle_window")
     phase("idle")
-    if not _wait_alive(server, scenario.sampling.idle_window_s if scenario.sampling.enabled else 0.0):
+    if not _wait_alive(server, plan.idle_s):
         return WindowResult(PARTIAL, logscan.SERVER_DIED, {"when": "idle window"})
 
     pool_tokens = int(pools.get("max_total_num_tokens") or DEFAULT_POOL_TOKENS)
@@ -296,7 +337,7 @@ def run_window(
             current[-1].mark_hung()
 
     watch = HangWatch(
-        scenario.server.watchdog,
+        plan.watchdog,
         variant.request_timeout_s,
         lambda timeout_s: probe_health(spec.base_url, timeout_s),
         lambda: server.alive(),  # the server object outlives a planned restart (harness.run.restart)
@@ -305,7 +346,16 @@ def run_window(
     )
     # a launched server can be restarted by a workload (storage_restart); an attached one cannot
     restarter = (
-        Restarter(scenario, variant, server, sampler, phase, watch.hold, watch.resume)
+        Restarter(
+            variant,
+            server,
+            sampler,
+            phase,
+            watch.hold,
+            watch.resume,
+            scenario_dir=plan.scenario_dir,
+            enable_metrics=plan.enable_metrics,
+        )
         if variant.backend != "external"
         else None
     )
@@ -326,12 +376,12 @@ def run_window(
                     repeat=repeat,
                     pool_tokens=pool_tokens,
                     vocab_size=vocab,
-                    seed=scenario.seed,
+                    seed=plan.seed,
                     record=requests,
                     set_phase=phase,
                     alive=restarter.alive if restarter is not None else server.alive,
                     request_timeout_s=variant.request_timeout_s,
-                    scenario_dir=scenario.base_dir,
+                    scenario_dir=plan.scenario_dir,
                     model_path=variant.model_path,
                     restart=restarter,
                 )
@@ -341,17 +391,17 @@ def run_window(
                 return ctx
 
             clock.enter(gpu_time.WORK)
-            if not scenario.workloads:
+            if not plan.workloads:
                 rec = await _smoke_request(client, variant.name, vocab, requests, make_ctx(0).abort)
                 if watch.verdict is not None:
                     return hung(when="smoke request")
                 if rec.error is not None:
                     return FAILED, "request_error", {"error": rec.error}
-            for repeat in range(scenario.repeats):
+            for repeat in range(plan.repeats):
                 ctx = make_ctx(repeat)
                 if ctx.server_hung:
                     return hung(repeat=repeat)
-                outcome = await run_workloads(ctx, scenario.workloads)
+                outcome = await run_workloads(ctx, plan.workloads)
                 detail = {
                     "repeat": repeat,
                     "completed": outcome.completed,
@@ -369,18 +419,17 @@ def run_window(
                     return FAILED, logscan.TIMEOUT, detail
                 if outcome.failed:
                     return FAILED, "workload_error", detail
-            if scenario.quality.enabled:
+            if plan.quality is not None:
                 clock.enter(gpu_time.QUALITY)
-                role = "off" if variant.name == scenario.quality.baseline_variant else "on"
                 ctx = make_ctx(0)
                 try:
-                    tokenizer = quality_run.arm_tokenizer(scenario.quality, variant.model_path)
-                    plan = quality_run.plan_quality(scenario.quality, pool_tokens, tokenizer is not None)
+                    tokenizer = quality_run.arm_tokenizer(plan.quality, variant.model_path)
+                    asks = quality_run.plan_quality(plan.quality, pool_tokens, tokenizer is not None)
                     arm = quality_run.QualityArm(
                         client=client,
-                        role=role,
+                        role=plan.quality_role,
                         variant=variant.name,
-                        seed=scenario.seed,
+                        seed=plan.seed,
                         vocab_size=vocab,
                         pool_tokens=pool_tokens,
                         record=quality_rows,
@@ -392,7 +441,7 @@ def run_window(
                         server_info=info.raw if info is not None else None,
                         base_url=spec.base_url,
                     )
-                    await quality_run.run_quality(arm, plan)
+                    await quality_run.run_quality(arm, asks)
                 except Exception as exc:  # noqa: BLE001 - a harness-side error fails this variant, not the run
                     if ctx.server_hung:
                         return hung(when="quality")
@@ -420,9 +469,7 @@ def run_window(
 
     if state == OK:
         phase("final_check")
-        cause, why = final_liveness(
-            server, spec.base_url, scenario.server.liveness_idle_s, scenario.server.watchdog.probe_timeout_s
-        )
+        cause, why = final_liveness(server, spec.base_url, plan.liveness_idle_s, plan.watchdog.probe_timeout_s)
         if cause is not None:  # every answer was fine; the server was not, after them (P6)
             state, detail = FAILED, {"when": "after last response", "check": why}
             if cause == logscan.SERVER_HUNG:
