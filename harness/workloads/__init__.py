@@ -13,6 +13,7 @@ import pkgutil
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from harness.core.errors import Broken
 from harness.workloads import kinds as _kinds_package
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.kind import Derived, WorkloadKind
@@ -35,14 +36,19 @@ def __getattr__(name: str) -> Any:
 
 @functools.cache
 def kinds() -> dict[str, WorkloadKind]:
-    """{kind name: declaration} of every module in ``harness.workloads.kinds`` that exports
-    ``KIND``, by name."""
+    """{kind name: declaration} of every module in ``harness.workloads.kinds``, by name: each
+    exports ``KIND`` (a module without one, or with another thing, is refused: `Broken`)."""
     found: dict[str, WorkloadKind] = {}
     for info in sorted(pkgutil.iter_modules(_kinds_package.__path__), key=lambda i: i.name):
         module = importlib.import_module(f"{_kinds_package.__name__}.{info.name}")
-        declared = module.KIND  # a module of the kinds package is a kind: one without KIND is a bug
+        try:
+            declared = module.KIND  # a module of the kinds package is a kind: one without KIND is a bug
+        except AttributeError:
+            raise Broken(
+                f"{module.__name__} declares no KIND (every module in harness/workloads/kinds/ is a kind)"
+            ) from None
         if not isinstance(declared, WorkloadKind):
-            raise TypeError(f"{module.__name__}.KIND is a {type(declared).__name__}, not a WorkloadKind")
+            raise Broken(f"{module.__name__}.KIND is a {type(declared).__name__}, not a WorkloadKind")
         found[declared.name] = declared
     _check_derived_names(found.values())
     return found
