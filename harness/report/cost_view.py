@@ -5,6 +5,7 @@ summary's ``energy``, `harness.analysis.energy`; nothing recomputed)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from harness.analysis.run_products import COST_FILE
@@ -20,7 +21,9 @@ def cost_headline(view: Any) -> dict[str, Any] | None:
     priced = cost.get("variants") or {}
     rows, simulated = [], False
     for n in view.names:
-        energy = (view.summary(n) or {}).get("energy") or {}
+        summary = view.summary(n)
+        energy = summary.energy if summary is not None else {}
+        total = energy.get("total")
         c = priced.get(n) or {}
         if not c and not energy:
             continue
@@ -35,7 +38,7 @@ def cost_headline(view: Any) -> dict[str, Any] | None:
                 "goodput_tok_s": c.get("goodput_tok_s"),
                 "usd_per_mtok": c.get("usd_per_mtok"),
                 "meets_slo": c.get("meets_slo"),
-                "j_per_token": (energy.get("total") or {}).get("j_per_token"),
+                "j_per_token": total.get("j_per_token") if isinstance(total, Mapping) else None,
                 "energy_source": energy.get("source"),
                 "cheapest": n == cost.get("cheapest"),
             }

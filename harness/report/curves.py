@@ -22,6 +22,7 @@ from typing import Any
 from harness.report.view import RunView
 from harness.server.schedule import LAG_LIMIT_MS
 from harness.store.stats import PERCENTILES
+from harness.store.summary import PhaseSummary, Stats, WorkloadSummary
 
 CURVE_METRICS = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"))
 SLO_LIMITS = ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -80,20 +81,20 @@ def slo_of(view: RunView, workload: str) -> tuple[dict[str, float], int | None]:
     return limits, int(pct) if isinstance(pct, int) else None
 
 
-def _percentiles(stats: Mapping[str, Any] | None) -> dict[str, float | None]:
-    return {p: _num((stats or {}).get(p)) for p in PERCENTILES}
+def _percentiles(stats: Stats | None) -> dict[str, float | None]:
+    return {p: _num(stats[p]) if stats is not None else None for p in PERCENTILES}
 
 
-def _point(phase: str, p: Mapping[str, Any]) -> CurvePoint:
-    f = p.get("figures") or {}
-    metrics = p.get("metrics") or {}
+def _point(phase: str, p: PhaseSummary) -> CurvePoint:
+    f = p.figures
+    metrics = p.metrics
     return CurvePoint(
         phase=phase,
         axis=f.get("sweep_axis"),
         value=_num(f.get("sweep_value")),
         offered_rps=_num(f.get("offered_rps")),
         achieved_rps=_num(f.get("achieved_rps")),
-        n=int(p.get("n") or 0),
+        n=p.n,
         latency={m: _percentiles(metrics.get(m)) for m, _ in CURVE_METRICS},
         goodput_rps=_num(f.get("goodput_rps")),
         slo_met_fraction=_num(f.get("slo_met_fraction")),
@@ -104,12 +105,19 @@ def _point(phase: str, p: Mapping[str, Any]) -> CurvePoint:
     )
 
 
-def _phases(view: RunView, name: str, workload: str) -> Mapping[str, Any]:
-    return (((view.summary(name).get("workloads") or {}).get(workload) or {}).get("phases")) or {}
+def _workload(view: RunView, name: str, workload: str) -> WorkloadSummary | None:
+    summary = view.summary(name)
+    return summary.workload(workload) if summary is not None else None
 
 
-def _derived(view: RunView, name: str, workload: str) -> Mapping[str, Any]:
-    return (((view.summary(name).get("workloads") or {}).get(workload) or {}).get("derived")) or {}
+def _phases(view: RunView, name: str, workload: str) -> Mapping[str, PhaseSummary]:
+    w = _workload(view, name, workload)
+    return w.phases if w is not None else {}
+
+
+def _derived(view: RunView, name: str, workload: str) -> Mapping[str, float | None]:
+    w = _workload(view, name, workload)
+    return w.derived if w is not None else {}
 
 
 def load_curves(view: RunView) -> list[LoadCurves]:
@@ -127,9 +135,7 @@ def load_curves(view: RunView) -> list[LoadCurves]:
         for n in view.names:
             if not view.ok(n):
                 continue
-            pts = [
-                _point(ph, p) for ph, p in _phases(view, n, wl).items() if isinstance((p or {}).get("figures"), dict)
-            ]
+            pts = [_point(ph, p) for ph, p in _phases(view, n, wl).items() if p.figures]
             if not pts:
                 continue
             pts.sort(key=lambda c: (c.value is None, c.value or 0.0))
@@ -193,7 +199,7 @@ def round_series(view: RunView) -> list[RoundSeries]:
         kind = view.kind(wl)
         if kind is None or kind.round_of is None:
             continue
-        by_variant: dict[str, dict[int, Mapping[str, Any]]] = {}
+        by_variant: dict[str, dict[int, PhaseSummary]] = {}
         for n in view.names:
             if not view.ok(n):
                 continue
@@ -208,15 +214,13 @@ def round_series(view: RunView) -> list[RoundSeries]:
         share: dict[str, list[float | None]] = {}
         for n, rounds in by_variant.items():
             ttft[n] = {
-                p: [
-                    _num((((rounds.get(k) or {}).get("metrics") or {}).get("ttft_ms") or {}).get(p)) for k in all_rounds
-                ]
+                p: [_num(rounds[k].stat("ttft_ms", p)) if k in rounds else None for k in all_rounds]
                 for p in PERCENTILES
             }
             t: dict[str, list[float]] = {"device": [], "host": [], "storage": [], "computed": []}
             share[n] = []
             for k in all_rounds:
-                h = (rounds.get(k) or {}).get("hits") or {}
+                h = rounds[k].hits if k in rounds else {}
                 prompt = float(h.get("prompt_tokens") or 0)
                 t["device"].append(float(h.get("device_tokens") or 0))
                 t["host"].append(float(h.get("host_tokens") or 0))
@@ -242,19 +246,27 @@ class LagWarning:
     client_bound: bool
 
 
+def _phase_figures(view: RunView, name: str) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(workload, phase, its figures) of a variant's phases whose kind declares phase figures (as
+    `harness.compare.curves` reads them: a phase without figures has none to show)."""
+    summary = view.summary(name)
+    return [
+        (wl, ph, p.figures)
+        for wl, w in (summary.measured if summary is not None else {}).items()
+        for ph, p in w.phases.items()
+        if p.figures
+    ]
+
+
 def lag_warnings(view: RunView) -> list[LagWarning]:
     """Phases (of variants that ran) whose p99 schedule lag is over 1 ms or that their workload
     flagged client-bound, in variant and workload order."""
     out = []
     for n in view.names:
-        for wl, w in (view.summary(n).get("workloads") or {}).items():
-            for ph, p in ((w or {}).get("phases") or {}).items():
-                f = (p or {}).get("figures")
-                if not isinstance(f, dict):
-                    continue
-                lag, bound = _num(f.get("lag_p99_ms")), f.get("client_bound") is True
-                if bound or (lag is not None and lag > LAG_LIMIT_MS):
-                    out.append(LagWarning(n, wl, ph, lag, _num(f.get("lag_limit_ms")), bound))
+        for wl, ph, f in _phase_figures(view, n):
+            lag, bound = _num(f.get("lag_p99_ms")), f.get("client_bound") is True
+            if bound or (lag is not None and lag > LAG_LIMIT_MS):
+                out.append(LagWarning(n, wl, ph, lag, _num(f.get("lag_limit_ms")), bound))
     return out
 
 
@@ -262,11 +274,9 @@ def lag_series(view: RunView, name: str) -> tuple[list[str], dict[str, list[floa
     """(phase labels, {"p50": ..., "p99": ...}) of a variant's scheduled phases' send lag (ms)."""
     labels: list[str] = []
     vals: dict[str, list[float | None]] = {"lag p50": [], "lag p99": []}
-    for wl, w in (view.summary(name).get("workloads") or {}).items():
-        for ph, p in ((w or {}).get("phases") or {}).items():
-            f = (p or {}).get("figures")
-            if isinstance(f, dict) and f.get("lag_n"):
-                labels.append(f"{wl}/{ph}")
-                vals["lag p50"].append(_num(f.get("lag_p50_ms")))
-                vals["lag p99"].append(_num(f.get("lag_p99_ms")))
+    for wl, ph, f in _phase_figures(view, name):
+        if f.get("lag_n"):
+            labels.append(f"{wl}/{ph}")
+            vals["lag p50"].append(_num(f.get("lag_p50_ms")))
+            vals["lag p99"].append(_num(f.get("lag_p99_ms")))
     return labels, vals

@@ -9,7 +9,6 @@ reference, not a competitor. Also the roofline and tier-prediction rows the repo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -21,15 +20,18 @@ from harness.analysis.summary import unexercised_figures
 from harness.measures.metrics import METRICS
 from harness.report.tables import Row, Samples, finite_values, sampling_phases, table_row
 from harness.report.view import RunView, baseline_variant
+from harness.store.summary import Summary
 from harness.workloads.kind import PhaseStat, ReportRow
 
 
-def report_value(summary: dict, workload: str, value: str | PhaseStat) -> float | None:
-    """A report row's figure from a variant summary: a phase statistic, or a derived figure."""
-    w = (summary.get("workloads") or {}).get(workload) or {}
+def report_value(summary: Summary | None, workload: str, value: str | PhaseStat) -> float | None:
+    """A report row's figure from a variant's figures: a phase statistic, or a derived figure."""
+    w = summary.workload(workload) if summary is not None else None
+    if w is None:
+        return None
     if isinstance(value, PhaseStat):
-        return value.of(w.get("phases") or {})
-    return (w.get("derived") or {}).get(value)
+        return value.stored(w.phases)
+    return w.derived.get(value)
 
 
 def _phase_values(view: RunView, name: str, workload: str, stat: PhaseStat, groups: dict[str, pd.DataFrame]) -> Samples:
@@ -51,16 +53,16 @@ def _phase_values(view: RunView, name: str, workload: str, stat: PhaseStat, grou
     return Samples(finite_values(sel[stat.metric].to_numpy(dtype=float)) if stat.metric in sel else np.array([]), "req")
 
 
-def repeat_values(summary: Mapping, workload: str, derived: str) -> list[float]:
+def repeat_values(summary: Summary | None, workload: str, derived: str) -> list[float]:
     """A derived figure's per-repeat values from the figures' ``workloads[wl].derived_by_repeat``
-    ({figure: [values]}, the one shape written; `harness.analysis.figures` recomputes it for a
-    summary that predates it); [] when there are none."""
-    w = (summary.get("workloads") or {}).get(workload) or {}
-    vals = (w.get("derived_by_repeat") or {}).get(derived) or []
+    (`harness.analysis.figures` recomputes it for a summary that predates it); [] when there
+    are none."""
+    w = summary.workload(workload) if summary is not None else None
+    vals = w.repeat_values(derived) if w is not None else ()
     return [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
 
 
-def _derived_values(summary: Mapping, workload: str, derived: str) -> Samples:
+def _derived_values(summary: Summary | None, workload: str, derived: str) -> Samples:
     """A derived figure's per-repeat values; without them, its one value for the run (no test)."""
     per_repeat = repeat_values(summary, workload, derived)
     if per_repeat:
@@ -75,9 +77,9 @@ def host_hit_phases(view: RunView, workload: str, base: str | None) -> set[str]:
     for n in view.names:
         if n == base or not view.ok(n):
             continue
-        w = (view.summary(n).get("workloads") or {}).get(workload) or {}
-        for ph, d in (w.get("phases") or {}).items():
-            if ((d or {}).get("hits") or {}).get("host_tokens"):
+        f = view.summary(n)
+        for ph, d in (f.phases(workload) if f is not None else {}).items():
+            if d.hits.get("host_tokens"):
                 out.add(ph)
     return out
 
@@ -129,7 +131,7 @@ def mark_unexercised(view: RunView, workload: str, figure: str, row: Row) -> Non
     """Mark the cells of a derived figure that a variant measured on a cache phase without a hit
     of the tier it exists to measure (summary ``unexercised``): the number is recompute's."""
     for n, cell in zip(view.names, row.cells):
-        why = unexercised_figures(view.typed_summary(n)).get((workload, figure))
+        why = unexercised_figures(view.summary(n)).get((workload, figure))
         if why is not None:
             cell.css, cell.sub, cell.title = "warn", "⚠ no tier hit: measured recompute", why
 
@@ -141,7 +143,7 @@ def load_back(view: RunView, name: str) -> dict[str, Any]:
     b = s = tok = 0.0
     have_b = have_s = have_t = False
     for d in sampling_phases(view, name).values():
-        for k, v in (d.get("counter_deltas") or {}).items():
+        for k, v in d.counter_deltas.items():
             if k.startswith("sglang:load_back_bytes_total"):
                 b += v
                 have_b = True
@@ -177,26 +179,33 @@ def roofline_rows(view: RunView, name: str) -> list[dict[str, Any]]:
     floor its KV bytes and uncached suffix allow, what it took, and recomputing it; with its
     attribution (summary ``attribution``, `harness.analysis.attribution`) under ``split``."""
     summary = view.summary(name)
-    split = {(a.get("workload"), a.get("phase")): a for a in summary.get("attribution") or []}
+    if summary is None:
+        return []
+    split = {(a.get("workload"), a.get("phase")): a for a in summary.attribution}
     out = []
-    for wl, w in (summary.get("workloads") or {}).items():
-        for phase, p in (w.get("phases") or {}).items():
-            roof = p.get("roofline")
-            if roof:
-                out.append({"variant": name, "workload": wl, "phase": phase, **roof, "split": split.get((wl, phase))})
+    for wl, w in summary.measured.items():
+        for phase, p in w.phases.items():
+            if p.roofline:
+                out.append(
+                    {"variant": name, "workload": wl, "phase": phase, **p.roofline, "split": split.get((wl, phase))}
+                )
     return out
 
 
 def tier_prediction_rows(view: RunView, name: str) -> list[dict[str, Any]]:
     """Each phase's predicted vs achieved tier tokens (summary ``tier_prediction``,
     `harness.measures.tier_model`), where either is nonzero."""
-    tp = view.summary(name).get("tier_prediction") or {}
-    short = {(s.get("workload"), s.get("phase")) for s in tp.get("shortfalls") or []}
+    summary = view.summary(name)
+    if summary is None:
+        return []
+    tiers = summary.tiers
     out = []
-    for wl, phases in (tp.get("phases") or {}).items():
+    for wl, phases in tiers.phases.items():
         for phase, p in phases.items():
             if p.get("predicted_total") or p.get("achieved_cached"):
-                out.append({"variant": name, "workload": wl, "phase": phase, "short": (wl, phase) in short, **p})
+                out.append(
+                    {"variant": name, "workload": wl, "phase": phase, "short": (wl, phase) in tiers.shortfalls, **p}
+                )
     return out
 
 
@@ -206,9 +215,11 @@ def storage_bandwidth(view: RunView, name: str) -> dict[str, Any]:
     fraction of the probed disk's read / write bandwidth (``probe.disk``)."""
     acc = {"prefetch": [0.0, 0.0], "backup": [0.0, 0.0]}  # [sum of GB/s over ops, ops]
     for d in sampling_phases(view, name).values():
-        st = d.get("storage") or {}
+        st = d.storage
+        if st is None:
+            continue
         for op, tot in acc.items():
-            ops, gbs = st.get(f"{op}_ops") or 0.0, st.get(f"{op}_gbs")
+            ops, gbs = st.ops[op], st.gbs[op]
             if ops > 0 and gbs is not None:
                 tot[0] += gbs * ops
                 tot[1] += ops
@@ -231,17 +242,14 @@ def hicache_table(view: RunView) -> tuple[list[Row], str | None]:
         kind = view.kind(wl)
         if kind is not None:
             rows += workload_rows(view, wl, kind.report_rows, base)
-    has_parity = any((view.summary(n).get("quality") or {}).get("parity") for n in view.names)
+    parity = {n: f.parity if (f := view.summary(n)) is not None else {} for n in view.names}
+    has_parity = any(parity.values())
     rows.append(
         table_row(
             view,
             "quality parity",
             "",
-            lambda n: (
-                "reference"
-                if n == base and has_parity
-                else ((view.summary(n).get("quality") or {}).get("parity") or {}).get("verdict")
-            ),
+            lambda n: "reference" if n == base and has_parity else parity[n].get("verdict"),
             None,
             base,
             note="ON vs OFF against OFF vs OFF (see Quality)",

@@ -392,9 +392,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
             load_backs.append({"variant": n, **load_back(view, n)})
             rooflines.extend(roofline_rows(view, n))
     csv = view.root / "summary.csv"
-    unexercised = [
-        {"variant": n, "text": w.text} for n in view.names for w in unexercised_warnings(n, view.typed_summary(n))
-    ]
+    unexercised = [{"variant": n, "text": w.text} for n in view.names for w in unexercised_warnings(n, view.summary(n))]
     design = [
         {"variant": n, "text": w}
         for n, ws in (view.manifest.get("design_warnings") or {}).items()

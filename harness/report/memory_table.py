@@ -4,11 +4,12 @@ swap-in, GPU memory, the preflight's prediction against the outcome; and which G
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from harness.report.formatting import KIB_PER_GIB, failure_text, fmt_num
 from harness.report.tables import Cell, Row, sampling_phases
 from harness.report.view import RunView
+from harness.store.phase_samples import PhaseSamples
 from harness.store.variant_status import ATTACHED, LAUNCHED
 
 # Sampler phases the runner sets around the workloads (not load); the quality arm's phases
@@ -18,15 +19,17 @@ NON_LOAD_PHASES = frozenset(
 )
 
 
-def _agg(phases: dict[str, dict], key: str, how, which=None) -> float | None:
-    vals = [d.get(key) for ph, d in phases.items() if (which is None or which(ph)) and d.get(key) is not None]
+def _agg(
+    phases: Mapping[str, PhaseSamples], figure: Callable[[PhaseSamples], float | None], how, which=None
+) -> float | None:
+    vals = [v for ph, d in phases.items() if (which is None or which(ph)) and (v := figure(d)) is not None]
     return how(vals) if vals else None
 
 
-def _gpu_peak(phases: dict[str, dict]) -> dict[str, float]:
+def _gpu_peak(phases: Mapping[str, PhaseSamples]) -> dict[str, float]:
     out: dict[str, float] = {}
     for d in phases.values():
-        for idx, v in (d.get("peak_gpu_mem_used_mib") or {}).items():
+        for idx, v in d.peak_gpu_mem_used_mib.items():
             out[idx] = max(out.get(idx, -1.0), v)
     return out
 
@@ -35,20 +38,20 @@ def _idx(i: str) -> tuple[int, str]:
     return (int(i), "") if str(i).isdigit() else (1 << 30, str(i))
 
 
-def gpus_sampled(phases: Mapping[str, Mapping]) -> list[str]:
+def gpus_sampled(phases: Mapping[str, PhaseSamples]) -> list[str]:
     """The GPU indices a variant's samples read (phase summaries' ``gpus_sampled``; for a run
     recorded before that field, the GPUs its peaks name)."""
     seen: set[str] = set()
     for d in phases.values():
-        seen.update(str(i) for i in (d.get("gpus_sampled") or d.get("peak_gpu_mem_used_mib") or {}))
+        seen.update(str(i) for i in (d.gpus_sampled or d.peak_gpu_mem_used_mib))
     return sorted(seen, key=_idx)
 
 
-def gpu_selection_words(phases: Mapping[str, Mapping]) -> str:
+def gpu_selection_words(phases: Mapping[str, PhaseSamples]) -> str:
     """How the sampled GPUs were chosen (the last ``gpu_selection`` recorded), or why unknown."""
-    sel = next((d.get("gpu_selection") for d in reversed(list(phases.values())) if d.get("gpu_selection")), None)
-    if isinstance(sel, Mapping) and sel.get("how"):
-        return str(sel["how"])
+    sel = next((d.gpu_selection for d in reversed(list(phases.values())) if d.gpu_selection is not None), None)
+    if sel is not None and sel.how:
+        return sel.how
     return "how the GPUs were chosen is not recorded (a run from before per-variant GPU selection read every GPU)"
 
 
@@ -104,39 +107,45 @@ def memory_table(view: RunView) -> list[Row]:
         mamba,
         note="hybrid models, from the server log; host slots from its GB and the model's bytes per slot",
     )
-    sampling = {n: view.summary(n).get("sampling") or {} for n in view.names}
-    if any(s.get("host") for s in sampling.values()):  # external servers: whose host the rows below show
+    sampling = {n: f.samples if (f := view.summary(n)) is not None else None for n in view.names}
+    if any(s is not None and s.host for s in sampling.values()):  # external servers: whose host the rows below show
         plain(
             "host memory sampled on",
             "",
             lambda n: (
-                Cell(sampling[n]["host"], None, css="bad")
-                if sampling[n].get("server_host_sampled") is False
-                else sampling[n].get("host")
+                None
+                if (s := sampling[n]) is None
+                else Cell(s.host, None, css="bad")
+                if s.server_host_sampled is False
+                else s.host
             ),
             note="a remote server: MemAvailable, swap and page cache are this machine's, not the server's host",
         )
-    plain("MemAvailable min", "GiB", lambda n: gib(_agg(sampling_phases(view, n), "min_mem_available_kib", min)))
+    plain(
+        "MemAvailable min", "GiB", lambda n: gib(_agg(sampling_phases(view, n), lambda p: p.min_mem_available_kib, min))
+    )
     plain(
         "MemAvailable min while idle",
         "GiB",
-        lambda n: gib(_agg(sampling_phases(view, n), "min_mem_available_kib", min, lambda p: p == "idle")),
+        lambda n: gib(_agg(sampling_phases(view, n), lambda p: p.min_mem_available_kib, min, lambda p: p == "idle")),
     )
-    plain("page cache (Cached) min", "GiB", lambda n: gib(_agg(sampling_phases(view, n), "min_cached_kib", min)))
-    plain("Mlocked max", "GiB", lambda n: gib(_agg(sampling_phases(view, n), "max_mlocked_kib", max)))
+    plain(
+        "page cache (Cached) min", "GiB", lambda n: gib(_agg(sampling_phases(view, n), lambda p: p.min_cached_kib, min))
+    )
+    plain("Mlocked max", "GiB", lambda n: gib(_agg(sampling_phases(view, n), lambda p: p.max_mlocked_kib, max)))
     for label, which in (("idle", lambda p: p == "idle"), ("under load", load)):
 
         def swap(n, which=which):
             ph = sampling_phases(view, n)
-            mean = _agg(ph, "mean_pswpin_kib_s", max, which)
-            mx = _agg(ph, "max_pswpin_kib_s", max, which)
+            mean = _agg(ph, lambda p: p.mean_pswpin_kib_s, max, which)
+            mx = _agg(ph, lambda p: p.max_pswpin_kib_s, max, which)
             if mean is None and mx is None:
                 return None
             css = "bad" if (mx or 0) > 0 else ""
             return Cell(f"{fmt_num(mean)} / {fmt_num(mx)}", mx, css=css)
 
         plain(f"swap-in (si) {label}, mean / max", "KB/s", swap, note="pswpin, per phase")
-    plain("server RSS max", "GiB", lambda n: gib(_agg(sampling_phases(view, n), "max_server_rss_kib", max)))
+    plain("server RSS max", "GiB", lambda n: gib(_agg(sampling_phases(view, n), lambda p: p.max_server_rss_kib, max)))
 
     def gpu(n):
         peak = _gpu_peak(sampling_phases(view, n))

@@ -73,7 +73,8 @@ def parity_groups(view: RunView) -> list[dict]:
     reason, ON and control differing pairs, ON-worse / control-worse keys and p)."""
     out = []
     for n in view.names:
-        p = (view.summary(n).get("quality") or {}).get("parity")
+        summary = view.summary(n)
+        p = summary.parity if summary is not None else None
         if not p:
             continue
         full = view.parity(n) or {}

@@ -8,6 +8,7 @@ or tier-hit bars is each workload kind's declaration (`WorkloadKind.pass_walls`,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,9 @@ import pandas as pd
 
 from harness.report.formatting import KIB_PER_GIB
 from harness.report.memory_table import gpu_selection_words, gpus_sampled
+from harness.report.tables import sampling_phases
 from harness.report.view import RunView
+from harness.store.summary import Summary, WorkloadSummary
 from harness.workloads.kind import PhaseStat
 
 TIMESERIES_MAX_POINTS = 1500
@@ -45,7 +48,7 @@ def downsample(df: pd.DataFrame, max_points: int = TIMESERIES_MAX_POINTS) -> pd.
 def gpu_label(view: RunView, name: str) -> tuple[str, str]:
     """(legend label, how chosen) of a variant's GPU-memory series: the sum over the GPUs its
     sampler read (phase summaries' ``gpus_sampled``: the variant's own GPUs, not the host's)."""
-    phases = ((view.summary(name).get("sampling") or {}).get("phases")) or {}
+    phases = sampling_phases(view, name)
     gpus = gpus_sampled(phases)
     if not gpus:
         return "GPU memory used (GPUs sampled not recorded)", gpu_selection_words(phases)
@@ -94,8 +97,8 @@ def ttft_groups(view: RunView) -> dict[str, list[tuple[str, dict[str, np.ndarray
     return {wl: list(phs.items()) for wl, phs in out.items()}
 
 
-def _workloads(summary: dict) -> dict[str, dict]:
-    return summary.get("workloads") or {}
+def _workloads(summary: Summary | None) -> Mapping[str, WorkloadSummary]:
+    return summary.measured if summary is not None else {}
 
 
 def pass_walls(view: RunView) -> tuple[list[str], dict[str, list[float | None]]]:
@@ -107,7 +110,7 @@ def pass_walls(view: RunView) -> tuple[list[str], dict[str, list[float | None]]]
             kind = view.kind(wl)
             if kind is None or not kind.pass_walls:
                 continue
-            for ph in w.get("phases") or {}:
+            for ph in w.phases:
                 if (wl, ph) not in keys:
                     keys.append((wl, ph))
     vals: dict[str, list[float | None]] = {}
@@ -115,7 +118,7 @@ def pass_walls(view: RunView) -> tuple[list[str], dict[str, list[float | None]]]
         if not view.ok(n):
             continue
         wls = _workloads(view.summary(n))
-        vals[n] = [PhaseStat(ph, "pass_wall_s").of((wls.get(wl) or {}).get("phases") or {}) for wl, ph in keys]
+        vals[n] = [PhaseStat(ph, "pass_wall_s").stored(wls[wl].phases) if wl in wls else None for wl, ph in keys]
     return [f"{wl}/{ph}" for wl, ph in keys], vals
 
 
@@ -127,8 +130,8 @@ def tier_hits(view: RunView, name: str) -> dict[str, list]:
         kind = view.kind(wl)
         if kind is None or not kind.tier_hit_phases:
             continue
-        for ph, p in (w.get("phases") or {}).items():
-            h = p.get("hits") or {}
+        for ph, p in w.phases.items():
+            h = p.hits
             if not h.get("prompt_tokens"):
                 continue
             labels.append(f"{wl}/{ph}")

@@ -24,8 +24,9 @@ def soak_panels(view: Any) -> list[dict[str, Any]]:
     values, intercept}]}] for every variant whose summary has a workload's ``from_samples``."""
     out = []
     for n in view.names:
-        for wl, entry in ((view.summary(n) or {}).get("workloads") or {}).items():
-            fs = (entry or {}).get("from_samples") or {}
+        summary = view.summary(n)
+        for wl, entry in (summary.measured if summary is not None else {}).items():
+            fs = entry.from_samples
             if not isinstance(fs.get("series"), dict):
                 continue
             rows = []

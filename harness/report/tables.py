@@ -14,7 +14,7 @@ coloured. A significant change under 1 % is not coloured either. Every cell says
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ import numpy as np
 
 from harness.report.formatting import VERDICT_CSS, failure_text, fmt_num
 from harness.report.view import RunView
+from harness.store.phase_samples import PhaseSamples
 
 ALPHA = 0.05
 MIN_DELTA = 0.01  # a significant change smaller than this is not coloured
@@ -252,6 +253,7 @@ def _rel(v: float, base: float | None) -> float:
     return (v - base) / abs(base) if base else math.nan
 
 
-def sampling_phases(view: RunView, name: str) -> dict[str, dict]:
-    """A variant's per-phase sampling summaries (summary ``sampling.phases``)."""
-    return ((view.summary(name).get("sampling") or {}).get("phases")) or {}
+def sampling_phases(view: RunView, name: str) -> Mapping[str, PhaseSamples]:
+    """A variant's per-phase sampling summaries (summary ``sampling.phases``, typed)."""
+    summary = view.summary(name)
+    return summary.samples.phases if summary is not None else {}

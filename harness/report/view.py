@@ -88,13 +88,8 @@ class RunView:
     def status(self, name: str) -> dict:
         return self.statuses[name]
 
-    def summary(self, name: str) -> dict:
-        """The variant's figures as JSON ({} without a summary)."""
-        f = self.figures.get(name)
-        return dict(f.raw) if f is not None else {}
-
-    def typed_summary(self, name: str) -> Summary | None:
-        """The variant's figures, typed (`harness.store.summary`)."""
+    def summary(self, name: str) -> Summary | None:
+        """The variant's figures, typed (`harness.store.summary`); None without a summary."""
         return self.figures.get(name)
 
     def ok(self, name: str) -> bool:

@@ -4,7 +4,7 @@
 `read_summary` brings an older file up to today's version first (`harness.store.versions`), then
 checks the shape every reader relies on: a file that is not a summary is a ResultsError (exit 2)
 naming the file and the key, never a KeyError further on. The sections other modules own and
-shape (``quality``, ``sampling``, ``unexercised``, ``tier_prediction``, ``attribution``, ``energy``, a phase's
+shape (``quality``, ``sampling`` (also typed: `harness.store.phase_samples`), ``unexercised``, ``tier_prediction``, ``attribution``, ``energy``, a phase's
 ``figures`` and ``roofline``) are kept as the JSON they are, each behind its own attribute;
 `Summary.raw` is the whole upgraded object (what summary.csv and a merge copy).
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.store import results, versions
+from harness.store.phase_samples import SamplingSummary
 from harness.store.stats import STAT_KEYS
 
 Json = Mapping[str, Any]
@@ -118,6 +119,11 @@ class WorkloadSummary:
     history_stats_by_repeat: Mapping[str, tuple[float | None, ...]] | None
     from_samples: Json  # the kind's judgement of the samples (a soak's slopes and findings), {} without one
 
+    def repeat_values(self, figure: str) -> tuple[float | None, ...]:
+        """A derived figure's per-repeat values (() when there are none)."""
+        by_repeat = self.derived_by_repeat
+        return by_repeat.get(figure, ()) if by_repeat is not None else ()
+
     @classmethod
     def from_json(cls, path: Path, where: str, data: Any) -> WorkloadSummary:
         data = _mapping(path, where, data, optional=False)
@@ -146,6 +152,29 @@ class WorkloadSummary:
 
 
 @dataclass(frozen=True)
+class TierPrediction:
+    """``tier_prediction`` (`harness.measures.tier_model`): per workload and phase the predicted
+    and achieved tier tokens (each phase's stored object), and the phases that fell short."""
+
+    phases: Mapping[str, Mapping[str, Json]]
+    shortfalls: frozenset[tuple[Any, Any]]  # (workload, phase)
+
+    @classmethod
+    def from_json(cls, path: Path, data: Json) -> TierPrediction:
+        phases = {
+            wl: {
+                ph: _mapping(path, f"tier_prediction.phases.{wl}.{ph}", p)
+                for ph, p in _mapping(path, f"tier_prediction.phases.{wl}", v).items()
+            }
+            for wl, v in _mapping(path, "tier_prediction.phases", data.get("phases")).items()
+        }
+        short = data.get("shortfalls") or []
+        if not isinstance(short, list) or not all(isinstance(x, Mapping) for x in short):
+            raise _bad(path, "tier_prediction.shortfalls", "expected a list of objects")
+        return cls(phases, frozenset((x.get("workload"), x.get("phase")) for x in short))
+
+
+@dataclass(frozen=True)
 class Summary:
     """A variant's summary.json, today's version. ``workloads`` is None for a variant that
     measured nothing (never zeros)."""
@@ -161,14 +190,21 @@ class Summary:
     workloads: Mapping[str, WorkloadSummary] | None
     quality: Json  # {n_records, parity: its headline} ({} without quality rows)
     sampling: Json  # harness.analysis.samples per phase ({} without samples)
+    samples: SamplingSummary  # the same, typed (`harness.store.phase_samples`)
     unexercised: tuple[Json, ...]  # harness.analysis.summary.unexercised_phases
     tier_prediction: Json  # harness.measures.tier_model ({} without pools)
+    tiers: TierPrediction  # the same, typed
     attribution: tuple[Json, ...]  # harness.analysis.attribution
     energy: Json  # harness.analysis.energy: joules per token, per phase and in all ({} without one)
     raw: Json  # the whole upgraded object
 
+    @property
+    def measured(self) -> Mapping[str, WorkloadSummary]:
+        """The workloads it measured, in order ({} for a variant that measured nothing)."""
+        return self.workloads if self.workloads is not None else {}
+
     def workload(self, name: str) -> WorkloadSummary | None:
-        return (self.workloads or {}).get(name)
+        return self.measured.get(name)
 
     def phases(self, workload: str) -> Mapping[str, PhaseSummary]:
         w = self.workload(workload)
@@ -211,6 +247,7 @@ class Summary:
             return tuple(v)
 
         quality = _mapping(path, "quality", data.get("quality"))
+        tier_prediction = _mapping(path, "tier_prediction", data.get("tier_prediction"))
         if not isinstance(quality.get("parity") or {}, Mapping):
             raise _bad(path, "quality.parity", "expected an object")
         return cls(
@@ -225,8 +262,10 @@ class Summary:
             workloads=workloads,
             quality=quality,
             sampling=_mapping(path, "sampling", data.get("sampling")),
+            samples=SamplingSummary.from_json(data.get("sampling")),
             unexercised=listed("unexercised"),
-            tier_prediction=_mapping(path, "tier_prediction", data.get("tier_prediction")),
+            tier_prediction=tier_prediction,
+            tiers=TierPrediction.from_json(path, tier_prediction),
             attribution=listed("attribution"),
             energy=_mapping(path, "energy", data.get("energy")),
             raw=data,
