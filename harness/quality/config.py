@@ -10,15 +10,8 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from harness.quality.tasks import TASKS
-from harness.spec.values import (
-    Count,
-    NonNegFloat,
-    PosInt,
-    ScenarioModel,
-    TokenSize,
-    TokenSizeOrZeroT,
-    TokenSizeT,
-)
+from harness.spec.numbers import count, ranged, tokens
+from harness.spec.values import ScenarioModel, TokenSize, TokenSizeOrZeroT, TokenSizeT
 
 
 class Quality(ScenarioModel):
@@ -27,12 +20,12 @@ class Quality(ScenarioModel):
     control: bool = True
     tasks: Annotated[list[Literal[TASKS]], Field(min_length=1)] = list(TASKS)  # type: ignore[valid-type]
     lengths: Annotated[list[TokenSizeT], Field(min_length=1)] = [TokenSize(tokens=8000)]
-    samples_per_task: Count = 2
-    max_new_tokens: PosInt = 32
+    samples_per_task: count("samples per task") = 2
+    max_new_tokens: tokens() = 32
     churn_tokens: TokenSizeOrZeroT = TokenSize(pool_fraction=1.5)  # 0: no churn (parity NOT_EXERCISED)
-    reasks: Count = 2
-    top_logprobs: PosInt = 5
-    tie_epsilon: NonNegFloat = 0.05
+    reasks: count("re-asks") = 2
+    top_logprobs: count("logprobs per token", 1000) = 5
+    tie_epsilon: ranged(float, 0, 100, "nats (log-probability)") = 0.05
     mode: Literal["auto", "text", "token_ids"] = "auto"
     # the ON arm's churn also fills the host pool, so re-asks come back from the storage tier (L3)
     churn_past_host: bool = False

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from harness.core.yaml_lines import format_path, line_for
 from harness.scenario.models import Scenario
 from harness.spec.errors import ErrorItem
-from harness.spec.values import show_value
+from harness.spec.numbers import show_value
 from harness.workloads import kinds
 
 

@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     PlainValidator,
@@ -31,8 +30,8 @@ from harness.scenario.server_models import (
     hicache_shorthand,
 )
 from harness.server import logscan
+from harness.spec.numbers import DAY_S, MAX_REPEATS, count, gib, ranged, seconds, show_value, tokens
 from harness.spec.values import (
-    MAX_REPEATS,
     ArgsDict,
     CheckT,
     EnvDict,
@@ -40,17 +39,11 @@ from harness.spec.values import (
     GateT,
     GpuMode,
     Name,
-    NonNegFloat,
-    PosFloat,
-    PosInt,
     ScenarioModel,
     ScenarioName,
     ThresholdT,
     field_error,
     fmt_num,
-    no_bool,
-    ranged,
-    show_value,
     url_problem,
 )
 from harness.workloads import kinds
@@ -129,54 +122,35 @@ class MatrixEntry(VariantFields):
 class Sampling(ScenarioModel):
     enabled: bool = True
     interval_s: ranged(float, 0.01, 3600, "s") = 0.5
-    idle_window_s: NonNegFloat = 5.0
+    idle_window_s: seconds(0, 3600) = 5.0
     gpu: GpuMode = "auto"
     server_metrics: bool = True
-    cooldown_timeout_s: NonNegFloat = 120.0
-    cooldown_mem_tolerance_gib: NonNegFloat = 1.0
+    cooldown_timeout_s: seconds(0, DAY_S) = 120.0
+    cooldown_mem_tolerance_gib: gib(0, 1024) = 1.0
 
 
 class Preflight(ScenarioModel):
     mode: Literal["warn", "strict", "off"] = "warn"
-    reserve_gib: NonNegFloat = 10.0
-    ranks_on_host: PosInt | None = None
+    reserve_gib: gib() = 10.0
+    ranks_on_host: count("ranks", 1024) | None = None
     # how --hicache-size is shared by a hybrid model's KV and mamba host pools: "auto" = as the
     # server does it (sglang >= 0.5.17: proportional to the device pools' bytes; the simulator: its
     # server.sim.host_split); "each" = every pool the whole size (older builds)
     host_size_split: Literal["auto", "each", "proportional"] = "auto"
     # one GPU's memory for the before-launch GPU pool prediction when the args do not fix the pool
     # (no --max-total-tokens): None = read it with NVML (the GPUs the variant's server will use)
-    gpu_mem_gib: PosFloat | None = None
+    gpu_mem_gib: gib(0.01, 4096) | None = None
     # the safe-ratio boundary (harness/run/ratio_boundary.py): MemAvailable's drop while weights load
     # (None: 0 on a real host, server.sim.host's for the simulator), the page cache the host must
     # keep (None: what it holds before launch), and the grid of the boundary and of --find-ratio
-    load_dip_gib: NonNegFloat | None = None
-    page_cache_floor_gib: NonNegFloat | None = None
+    load_dip_gib: gib() | None = None
+    page_cache_floor_gib: gib() | None = None
     boundary_step: ranged(float, 0.01, 64, "ratio or GB") = 0.25
 
 
-def _fraction(v: Any) -> Any:
-    """``"1%"`` → 0.01; numbers pass through (validated as 0..1 by the field)."""
-    if isinstance(v, str) and v.strip().endswith("%"):
-        try:
-            return float(v.strip()[:-1]) / 100.0
-        except ValueError:
-            raise field_error(f'expected a percentage like "1%" or a fraction like 0.01, got {v!r}') from None
-    return no_bool(v)
 
 
 AUTO_REPEATS = 3  # ``repeats: auto`` before a plan resolves it: a first night that measures a spread
-
-
-def _repeats(v: Any) -> Any:
-    """``repeats``: a count >= 1, or ``auto`` (0 here; the loader makes it `AUTO_REPEATS` and
-    sets `Scenario.repeats_auto`)."""
-    if v == "auto":
-        return 0
-    v = no_bool(v)
-    if v == 0:
-        raise field_error("must be >= 1 (or auto)")
-    return v
 
 
 class VerdictRules(ScenarioModel):
@@ -184,13 +158,13 @@ class VerdictRules(ScenarioModel):
     the comparison's experiment may spend (harness/compare/planning.py)."""
 
     # GPU-minutes a night may spend on repeats: ``repeats: auto`` stops there
-    budget_minutes: PosFloat | None = None
+    budget_minutes: ranged(float, 0.01, 525_600, "GPU-minutes") | None = None
     # extra rounds (more repeats of the workloads an inconclusive gating row needs) a comparison may
     # pool with the night: alpha is spent equally over the 1 + rounds looks (harness compare --round)
-    rounds: Annotated[int, BeforeValidator(no_bool), Field(ge=0, le=20)] = 0
+    rounds: count("rounds", 20, lo=0) = 0
 
     # requests (not warm-ups) that may fail before the variant is FAIL ("1%" or 0.01)
-    max_error_rate: Annotated[float, BeforeValidator(_fraction), Field(ge=0, le=1)] = 0.01
+    max_error_rate: ranged(float, 0, 1, "fraction of the requests", percent=True) = 0.01
     # parity NOT_EXERCISED is INCONCLUSIVE unless allowed here: true (every variant) or names
     allow_not_exercised: bool | list[Name] = False
 
@@ -207,13 +181,15 @@ class CostPrices(ScenarioModel):
 class Estimate(ScenarioModel):
     """``estimate``: what `harness run --dry-run` needs to estimate the run (harness/run/estimate.py)."""
 
-    prefill_tok_s: PosFloat  # uncached prompt tokens per second on this setup (a measured figure)
-    decode_tok_s: PosFloat | None = None  # one request's output tokens per second
-    startup_s: NonNegFloat = 0.0  # one server start attempt
-    gpu_pool_tokens: PosInt | None = None  # the GPU pool when the args do not pin it
-    gpu_mem_gib: PosFloat | None = None  # one GPU's memory, to predict the pool
-    mem_available_gib: PosFloat | None = None  # MemAvailable while weights load
-    limit_minutes: PosFloat | None = None  # flag a longer run
+    prefill_tok_s: ranged(
+        float, 0.001, 1e9, "tokens/s"
+    )  # uncached prompt tokens per second on this setup (a measured figure)
+    decode_tok_s: ranged(float, 0.001, 1e9, "tokens/s") | None = None  # one request's output tokens per second
+    startup_s: seconds(0, DAY_S) = 0.0  # one server start attempt
+    gpu_pool_tokens: tokens() | None = None  # the GPU pool when the args do not pin it
+    gpu_mem_gib: gib(0.01, 4096) | None = None  # one GPU's memory, to predict the pool
+    mem_available_gib: gib(0.01) | None = None  # MemAvailable while weights load
+    limit_minutes: ranged(float, 0.01, 525_600, "minutes") | None = None  # flag a longer run
 
 
 class Expectations(ScenarioModel):
@@ -301,11 +277,11 @@ class Scenario(ScenarioModel):
 
     name: ScenarioName
     description: str = ""
-    seed: ranged(int, 0, 2**63 - 1, "") = 0
+    seed: ranged(int, 0, 2**63 - 1, "(a seed: no unit)") = 0
     # ``auto``: the count harness.compare.planning plans from the earlier runs' spread (bounded by
     # verdict.budget_minutes), resolved by the command that reads the scenario (run, validate);
     # until then (and for every other reader) AUTO_REPEATS.
-    repeats: Annotated[int, BeforeValidator(_repeats), Field(ge=0, le=MAX_REPEATS)] = 1
+    repeats: ranged(int, 1, MAX_REPEATS, "repeats", words={"auto": 0}) = 1
     server: Server
     # Named sglang installs; a variant (or a matrix axis ``build``) picks one. None: every variant
     # runs the server block's python/sglang_source (the build named ``default``).

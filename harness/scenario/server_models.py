@@ -12,28 +12,22 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (
     AfterValidator,
     BeforeValidator,
-    Field,
     field_validator,
     model_validator,
 )
 
 from harness.core.sglang_defaults import SGLANG_DEFAULT_HICACHE_RATIO
+from harness.spec.numbers import DAY_S, MAX_GIB, count, gib, ranged, seconds, tokens
 from harness.spec.values import (
     ArgsDict,
     EnvDict,
     Fault,
-    NonNegFloat,
-    NonNegInt,
-    PosFloat,
-    PosInt,
     ScenarioModel,
     field_error,
     flag_problem,
     fmt_num,
     host_problem,
-    no_bool,
     parse_extra_args,
-    ranged,
 )
 
 MEM_LAYOUTS = ("layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head")
@@ -45,31 +39,31 @@ class SimHost(ScenarioModel):
     """``server.sim.host``: a simulated host under the simulated server (harness/sim/host.py): its
     memory, page cache, swap and container limit, in the /proc files the sampler reads."""
 
-    mem_total_gib: PosFloat
-    page_cache_gib: NonNegFloat = 0.0  # the file cache the host's other work keeps warm
-    swap_gib: NonNegFloat = 0.0
-    load_dip_gib: NonNegFloat = 0.0  # MemAvailable's drop while weights load (sglang's rule reads it then)
-    cgroup_limit_gib: PosFloat | None = None  # the container's memory limit (sglang does not read it)
+    mem_total_gib: gib(0.01)
+    page_cache_gib: gib() = 0.0  # the file cache the host's other work keeps warm
+    swap_gib: gib() = 0.0
+    load_dip_gib: gib() = 0.0  # MemAvailable's drop while weights load (sglang's rule reads it then)
+    cgroup_limit_gib: gib(0.01) | None = None  # the container's memory limit (sglang does not read it)
     # the simulated build's host-memory reserve: sglang's 10 GiB; seed 000's fork lowered it to start ratio 2
-    reserve_gib: NonNegFloat = 10.0
+    reserve_gib: gib() = 10.0
 
 
 class SimOptions(ScenarioModel):
     """``server.sim``: knobs of the simulated server (backend sim only)."""
 
     time_scale: ranged(float, 1e-4, 1e4, "x the cost model's time") = 1.0
-    host_mem_scale: Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=1)] = 0.0625
-    mem_available_gib: PosFloat | None = None
-    startup_s: NonNegFloat = 1.0
+    host_mem_scale: ranged(float, 1e-6, 1, "fraction of the host pool") = 0.0625
+    mem_available_gib: gib(0.01) | None = None
+    startup_s: seconds(0, DAY_S) = 1.0
     # the rest of a start, as sglang's log splits it (harness.server.startup_phases); not in the config hash
-    capture_s: NonNegFloat = 0.0  # CUDA-graph capture
-    register_s_per_gb: NonNegFloat = 0.0  # pinning the host pools (cudaHostRegister), per GB
-    warmup_s: NonNegFloat = 0.0  # before the warm-up request
+    capture_s: seconds(0, DAY_S) = 0.0  # CUDA-graph capture
+    register_s_per_gb: ranged(float, 0, 3600, "s per GB") = 0.0  # pinning the host pools (cudaHostRegister), per GB
+    warmup_s: seconds(0, DAY_S) = 0.0  # before the warm-up request
     faults: list[Fault] = []
     # the storage tier (L3) of the cost model; None: the simulator's defaults (docs/simulator.md)
-    storage_gb: PosFloat | None = None
-    storage_read_gbs: PosFloat | None = None
-    storage_write_gbs: PosFloat | None = None
+    storage_gb: ranged(float, 0.001, 1e9, "GB") | None = None
+    storage_read_gbs: ranged(float, 0.001, 1e5, "GB/s") | None = None
+    storage_write_gbs: ranged(float, 0.001, 1e5, "GB/s") | None = None
     # hybrid models with hicache size_gb: each host pool gets the whole size, or the size is split by
     # device pool bytes as sglang 0.5.17 does (--sim-host-split)
     host_split: Literal["each", "proportional"] = "each"
@@ -101,11 +95,11 @@ class Watchdog(ScenarioModel):
 
     # No request has finished for this long: ask /health_generate (never sooner, so a server
     # that answers is not disturbed).
-    probe_after_s: PosFloat = 60.0
-    probe_timeout_s: PosFloat = 30.0  # a probe without a 200 by then has failed
-    failed_probes: PosInt = 2  # consecutive failed probes, no request finishing meanwhile
-    consecutive_timeouts: PosInt = 3  # requests in a row that ran into request_timeout_s
-    variant_budget_s: PosFloat | None = None  # wall clock from ready to the end of the quality arm
+    probe_after_s: seconds(0.01, DAY_S) = 60.0
+    probe_timeout_s: seconds(0.01, 3600) = 30.0  # a probe without a 200 by then has failed
+    failed_probes: count("probes", 1000) = 2  # consecutive failed probes, no request finishing meanwhile
+    consecutive_timeouts: count("requests") = 3  # requests in a row that ran into request_timeout_s
+    variant_budget_s: seconds(0.01, 30 * DAY_S) | None = None  # wall clock from ready to the end of the quality arm
 
 
 def _extra_args_ok(v: str) -> str:
@@ -144,12 +138,12 @@ class Server(ScenarioModel):
     # Merged after ``args``; a variant's args still win.
     extra_args: ExtraArgs = ""
     env: EnvDict = {}
-    startup_timeout_s: PosFloat = 600.0
-    startup_retries: NonNegInt = 1
-    request_timeout_s: PosFloat = 300.0
+    startup_timeout_s: seconds(0.01, DAY_S) = 600.0
+    startup_retries: count("extra attempts", 100, lo=0) = 1
+    request_timeout_s: seconds(0.01, DAY_S) = 300.0
     # After the last response the server must stay alive this long, idle, and then answer
     # /health_generate (P6: a crash a few seconds after the last answer fails the variant).
-    liveness_idle_s: NonNegFloat = 3.0
+    liveness_idle_s: seconds(0, 3600) = 3.0
     watchdog: Watchdog = Watchdog()
     sim: SimOptions | None = None
     # backend: external: the NAME of an environment variable holding the servers' API key (their
@@ -187,9 +181,11 @@ class HiCacheStorage(ScenarioModel):
     dir: str | None = None  # file backend: env SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR
     prefetch_policy: Literal[STORAGE_PREFETCH_POLICIES] | None = None  # type: ignore[valid-type]
     # keys of --hicache-storage-backend-extra-config that sglang's HiRadixCache reads
-    prefetch_threshold: PosInt | None = None  # tokens: fewer storage hits are not prefetched
-    prefetch_timeout_base: PosFloat | None = None  # seconds (policy timeout)
-    prefetch_timeout_per_ki_token: PosFloat | None = None  # seconds per 1024 tokens (policy timeout)
+    prefetch_threshold: tokens() | None = None  # tokens: fewer storage hits are not prefetched
+    prefetch_timeout_base: seconds(0.0001, 3600) | None = None  # seconds (policy timeout)
+    prefetch_timeout_per_ki_token: ranged(float, 1e-6, 3600, "s per 1024 tokens") | None = (
+        None  # seconds per 1024 tokens (policy timeout)
+    )
     extra_config: dict[str, ExtraConfigValue] = {}  # any other key, passed as is
 
     def extra_config_json(self) -> str | None:
@@ -226,7 +222,7 @@ class HiCache(ScenarioModel):
     sglang's own default applies (ratio 2.0, write_through, kernel; layout depends on version)."""
 
     ratio: ranged(float, 0.01, 1000, "x the device KV pool") | None = None
-    size_gb: PosFloat | None = None
+    size_gb: ranged(float, 0.001, MAX_GIB, "GB per rank") | None = None
     mem_layout: Literal[MEM_LAYOUTS] | None = None  # type: ignore[valid-type]
     write_policy: Literal[WRITE_POLICIES] | None = None  # type: ignore[valid-type]
     io_backend: Literal[IO_BACKENDS] | None = None  # type: ignore[valid-type]

@@ -1,8 +1,7 @@
 """Scenario value types: token sizes, checks, thresholds, names, flags and env values.
 
-A leaf module (imports nothing else of the harness but the scenario's errors, the simulator's
-fault names and the YAML loader's numeral check): workload configs
-and the scenario models both build on it.
+Imports nothing else of the harness but the scenario's errors, its numbers
+(`harness.spec.numbers`) and the simulator's fault names: workload configs and the scenario models both build on it.
 """
 
 from __future__ import annotations
@@ -18,17 +17,15 @@ from urllib.parse import urlsplit
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
-    Field,
     PlainSerializer,
     PlainValidator,
     WithJsonSchema,
 )
 
-from harness.core.yaml_lines import numeral_problem
 from harness.sim.faults import fault_problem
 from harness.spec.errors import field_error
+from harness.spec.numbers import MAX_POOL_FRACTION, MAX_TOKENS, show_value
 
 T = TypeVar("T")
 
@@ -44,45 +41,6 @@ def as_validator(parse: Callable[[Any], T]) -> Callable[[Any], T]:
             raise field_error(str(e)) from None
 
     return validate
-
-
-def no_bool(v: Any) -> Any:
-    """Every number key's first check: not a boolean, and written plainly in decimal (the YAML
-    loader marks ``0x10``, ``0o17``, ``010`` and ``1_000``: see ``numeral_problem``)."""
-    if isinstance(v, bool):
-        raise field_error(f"expected a number, got {str(v).lower()}")
-    problem = numeral_problem(v)
-    if problem:
-        raise field_error(problem)
-    return v
-
-
-Int = Annotated[int, BeforeValidator(no_bool)]
-PosInt = Annotated[int, BeforeValidator(no_bool), Field(ge=1)]
-# Counts of requests, prompts, passes, ...: a scenario that asks for more could only mean
-# "run forever" or "allocate TiB" (hostile or mistyped input), so it is refused up front.
-MAX_COUNT = 100_000
-MAX_REPEATS = 1_000
-MAX_TOKENS = 1_000_000_000  # longer than any model's context
-MAX_POOL_FRACTION = 100.0
-Count = Annotated[int, BeforeValidator(no_bool), Field(ge=1, le=MAX_COUNT)]
-NonNegInt = Annotated[int, BeforeValidator(no_bool), Field(ge=0)]
-# Every float key is finite and at most MAX_FLOAT (1e300 validated as a time scale that then ran
-# forever). Keys with a narrower sense take `ranged` (bounds and unit declared beside the key;
-# `harness schema` shows both): 1e-300 validated as a HiCache ratio.
-MAX_FLOAT = 1e12
-PosFloat = Annotated[float, BeforeValidator(no_bool), Field(gt=0, le=MAX_FLOAT, allow_inf_nan=False)]
-NonNegFloat = Annotated[float, BeforeValidator(no_bool), Field(ge=0, le=MAX_FLOAT, allow_inf_nan=False)]
-
-
-def ranged(kind: type, lo: float, hi: float, unit: str) -> Any:
-    """A number key of ``kind`` (int or float) in ``[lo, hi]`` with its unit, declared beside
-    the key: `validate` refuses a value outside (naming the key and the range), `harness schema`
-    shows ``minimum``, ``maximum`` and ``unit``."""
-    extra = {"unit": unit} if unit else None
-    if kind is int:
-        return Annotated[int, BeforeValidator(no_bool), Field(ge=lo, le=hi, json_schema_extra=extra)]
-    return Annotated[float, BeforeValidator(no_bool), Field(ge=lo, le=hi, allow_inf_nan=False, json_schema_extra=extra)]
 
 
 _NAME_RE = re.compile(r"^\w[\w.+@-]*$")
@@ -197,6 +155,7 @@ def resolve_tokens(value: Any, pool_tokens: int | None) -> int:
     return TokenSize.parse(value).resolve(pool_tokens)
 
 
+TOKEN_SIZE_UNIT = f"tokens, or 0..{MAX_POOL_FRACTION:g}x pool"
 TokenSizeT = Annotated[
     TokenSize,
     PlainValidator(as_validator(TokenSize.parse)),
@@ -204,9 +163,12 @@ TokenSizeT = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "integer", "minimum": 1},
+                {"type": "integer", "minimum": 1, "maximum": MAX_TOKENS},
                 {"type": "string", "pattern": r"^\s*(\d+\s*[kK]?|(\d+(\.\d*)?|\.\d+)\s*x\s*pool)\s*$"},
             ],
+            "minimum": 1,
+            "maximum": MAX_TOKENS,
+            "unit": TOKEN_SIZE_UNIT,
             "description": 'tokens (int, or "8k") or a fraction of the GPU pool: "0.4x pool"',
         }
     ),
@@ -229,9 +191,12 @@ TokenSizeOrZeroT = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "integer", "minimum": 0},
+                {"type": "integer", "minimum": 0, "maximum": MAX_TOKENS},
                 {"type": "string", "pattern": r"^\s*(\d+\s*[kK]?|(\d+(\.\d*)?|\.\d+)\s*x\s*pool)\s*$"},
             ],
+            "minimum": 0,
+            "maximum": MAX_TOKENS,
+            "unit": TOKEN_SIZE_UNIT,
             "description": 'tokens (int, or "8k"; 0: none) or a fraction of the GPU pool: "0.4x pool"',
         }
     ),
@@ -474,18 +439,6 @@ def fmt_num(v: Any) -> str:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
-
-
-def show_value(v: Any) -> str:
-    if isinstance(v, dict):
-        return "a mapping"
-    if isinstance(v, list):
-        return "a list"
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return str(v).lower()
-    return repr(v)
 
 
 _RESERVED_ARGS = {

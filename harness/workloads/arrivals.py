@@ -49,7 +49,8 @@ from pydantic import model_validator
 
 from harness.server.schedule import LAG_LIMIT_MS, schedule_lag, send_schedule, sleep_until_ns
 from harness.spec.errors import field_error
-from harness.spec.values import Count, NonNegFloat, PosFloat, ScenarioModel
+from harness.spec.numbers import DAY_S, WEEK_S, count, one_or_list, ranged, seconds
+from harness.spec.values import ScenarioModel
 from harness.store.records import RequestRecord
 from harness.workloads.context import StopSending, WorkloadScope
 from harness.workloads.kind import Derived, PhaseSummaries, ReportRow
@@ -111,17 +112,22 @@ def _one_or_list(v: float | list | None) -> list:
     return [] if v is None else list(v) if isinstance(v, list) else [v]
 
 
+Rate = ranged(float, 0.0001, 1e6, "requests/s")
+Concurrency = count("requests in flight")
+LagLimit = ranged(float, 0.001, 60_000, "ms")  # p99 schedule lag
+
+
 class Load(ScenarioModel):
     """Fields of a workload that sends on a clock (mixed into its config)."""
 
     arrivals: Process = "poisson"
-    burstiness: PosFloat = 1.0  # gamma shape, with arrivals: gamma
-    rate: PosFloat | list[PosFloat] | None = None  # requests/s; a list: one phase per rate
-    max_concurrency: Count | list[Count] | None = None  # cap on requests in flight; a list: a sweep
-    duration_s: PosFloat | None = 30.0  # each load point
-    warmup_s: NonNegFloat = 0.0  # sent first, left out of the figures
-    cooldown_s: NonNegFloat = 0.0  # sent last, left out of the figures
-    lag_limit_ms: PosFloat = LAG_LIMIT_MS  # p99 schedule lag beyond this: the phase is client-bound
+    burstiness: ranged(float, 0.001, 1000, "gamma shape (no unit)") = 1.0  # gamma shape, with arrivals: gamma
+    rate: one_or_list(Rate) | None = None  # requests/s; a list: one phase per rate
+    max_concurrency: one_or_list(Concurrency) | None = None  # cap on requests in flight; a list: a sweep
+    duration_s: seconds(0.01, WEEK_S) | None = 30.0  # each load point
+    warmup_s: seconds(0, DAY_S) = 0.0  # sent first, left out of the figures
+    cooldown_s: seconds(0, DAY_S) = 0.0  # sent last, left out of the figures
+    lag_limit_ms: LagLimit = LAG_LIMIT_MS  # p99 schedule lag beyond this: the phase is client-bound
 
     @model_validator(mode="after")
     def _check_load(self):

@@ -8,7 +8,8 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from harness.spec.values import Name, PosFloat, PosInt, ScenarioModel
+from harness.spec.numbers import WEEK_S, seconds, tokens
+from harness.spec.values import Name, ScenarioModel
 
 DEFAULT_NEW_TOKENS = 16
 
@@ -20,7 +21,7 @@ class WorkloadConfig(ScenarioModel):
 
     name: Name | None = None  # default: the kind
     flush_before: bool = False  # POST /flush_cache before the workload starts
-    timeout_s: PosFloat | None = None  # the whole workload, per repeat
+    timeout_s: seconds(0.01, WEEK_S) | None = None  # the whole workload, per repeat
     api: Literal["generate", "completions"] = "generate"
 
     @model_validator(mode="after")
@@ -48,7 +49,7 @@ class WorkloadConfig(ScenarioModel):
 class PrefillConfig(WorkloadConfig):
     """A workload that measures prefill: one output token per request unless told otherwise."""
 
-    max_new_tokens: PosInt = 1
+    max_new_tokens: tokens() = 1
 
     def new_tokens(self) -> int:
         return self.max_new_tokens

@@ -24,28 +24,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from harness.measures import metrics as M
 from harness.spec.errors import field_error
-from harness.spec.values import PosFloat, ScenarioModel
+from harness.spec.numbers import ranged
+from harness.spec.values import ScenarioModel
 from harness.store.records import RequestRecord
 from harness.workloads.kind import Derived, PhaseSummaries, ReportRow
 
 SLO_METRICS = ("ttft_ms", "tpot_ms", "e2e_ms")
-Percentile = Literal[50, 90, 95, 99]
+Percentile = Annotated[Literal[50, 90, 95, 99], Field(json_schema_extra={"unit": "percentile"})]
 _SLOW = 1e18  # an errored request's latency in a percentile: slower than any limit
+
+
+Limit = ranged(float, 0.001, 1e9, "ms")  # a latency limit: up to 11 days
 
 
 class SLO(ScenarioModel):
     """Latency limits a request must meet (ms); at least one."""
 
-    ttft_ms: PosFloat | None = None
-    tpot_ms: PosFloat | None = None
-    e2e_ms: PosFloat | None = None
+    ttft_ms: Limit | None = None
+    tpot_ms: Limit | None = None
+    e2e_ms: Limit | None = None
 
     @model_validator(mode="after")
     def _one_limit(self):

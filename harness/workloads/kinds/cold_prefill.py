@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.spec.values import Count, NonNegInt, TokenSizeT
+from harness.spec.numbers import count
+from harness.spec.values import TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
@@ -18,9 +19,9 @@ class ColdPrefill(PrefillConfig):
     """N never-seen prompts, one at a time."""
 
     kind: Literal["cold_prefill"]
-    n: Count = 1
+    n: count("requests") = 1
     prompt_tokens: TokenSizeT
-    warmup: NonNegInt = 1
+    warmup: count("requests", lo=0) = 1
 
     def longest_request_tokens(self, pool_tokens: int) -> int:
         return self.prompt_tokens.resolve(pool_tokens) + self.new_tokens()

@@ -36,7 +36,8 @@ from typing import Any, Literal
 from pydantic import model_validator
 
 from harness.spec.errors import field_error
-from harness.spec.values import Count, PosFloat, PosInt, TokenSize, TokenSizeT
+from harness.spec.numbers import WEEK_S, count, ranged, seconds, tokens
+from harness.spec.values import TokenSize, TokenSizeT
 from harness.store.records import RequestRecord
 from harness.workloads import datasets as D
 from harness.workloads.arrivals import CLOCK_DERIVED, CLOCK_ROWS, Load, Outgoing, Point, point_figures, run_point
@@ -60,15 +61,17 @@ class DatasetReplay(Load, SLOFields, WorkloadConfig):
     path: str  # the file; relative: to the scenario's folder
     tokenizer: str | None = None  # tokenizer.json or a model folder; default: the variant's model_path
     mode: Literal["auto", "text", "token_ids"] = "auto"
-    max_requests: Count | None = None  # the first N usable requests of the file
+    max_requests: count("requests") | None = None  # the first N usable requests of the file
     order: Literal["file", "shuffled"] = "file"
     max_prompt_tokens: TokenSizeT = TokenSize(pool_fraction=0.5)  # longer prompts are skipped
-    output_tokens: PosInt | None = None  # for every request; default: the dataset's, capped below
-    max_output_tokens: PosInt = 256
-    block_tokens: PosInt = D.MOONCAKE_BLOCK_TOKENS  # mooncake: tokens per hash id
+    output_tokens: tokens() | None = None  # for every request; default: the dataset's, capped below
+    max_output_tokens: tokens() = 256
+    block_tokens: ranged(int, 1, 65_536, "tokens per hash id") = D.MOONCAKE_BLOCK_TOKENS  # mooncake: tokens per hash id
     arrivals: Literal["trace", "poisson", "gamma", "constant"] = "poisson"
-    speed: PosFloat = 1.0  # arrivals: trace, this many times as fast
-    duration_s: PosFloat | None = None  # each load point at most this long (default: until the requests run out)
+    speed: ranged(float, 0.0001, 1e6, "x the trace's pace") = 1.0  # arrivals: trace, this many times as fast
+    duration_s: seconds(0.01, WEEK_S) | None = (
+        None  # each load point at most this long (default: until the requests run out)
+    )
     flush_between_points: bool = True  # a sweep replays the same requests: start each point cold
 
     @model_validator(mode="after")

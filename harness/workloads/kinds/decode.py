@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.spec.values import Count, PosInt, TokenSize, TokenSizeT
+from harness.spec.numbers import count, tokens
+from harness.spec.values import TokenSize, TokenSizeT
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
@@ -18,10 +19,10 @@ class Decode(WorkloadConfig):
     """``n`` batches of ``batch`` requests generating ``output_tokens`` each (ignore_eos)."""
 
     kind: Literal["decode"]
-    batch: Count = 1
-    n: Count = 1
+    batch: count("requests at once") = 1
+    n: count("batches") = 1
     prompt_tokens: TokenSizeT = TokenSize(tokens=128)
-    output_tokens: PosInt = 256
+    output_tokens: tokens() = 256
 
     def longest_request_tokens(self, pool_tokens: int) -> int:
         return self.prompt_tokens.resolve(pool_tokens) + self.output_tokens

@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from harness.spec.values import Count, PosInt, TokenSize, TokenSizeT
+from harness.spec.numbers import count, tokens
+from harness.spec.values import TokenSize, TokenSizeT
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, add, est, mul
@@ -35,10 +36,10 @@ class DecodeDuringRestore(WorkloadConfig):
     """A decode batch alone, then again while large prompts come back from the host tier."""
 
     kind: Literal["decode_during_restore"]
-    batch: Count = 4
+    batch: count("requests at once") = 4
     prompt_tokens: TokenSizeT = TokenSize(tokens=128)
-    output_tokens: PosInt = 256
-    n_restores: Count = 1
+    output_tokens: tokens() = 256
+    n_restores: count("restores") = 1
     restore_tokens: TokenSizeT = TokenSize(pool_fraction=0.5)
     # over the GPU pool (pushes the restore prompts out of it), within a ratio-2 host pool
     eviction_tokens: TokenSizeT = TokenSize(pool_fraction=1.2)

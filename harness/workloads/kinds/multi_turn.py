@@ -13,7 +13,8 @@ from typing import Literal
 
 import numpy as np
 
-from harness.spec.values import Count, PosInt, TokenSize, TokenSizeT
+from harness.spec.numbers import count, tokens
+from harness.spec.values import TokenSize, TokenSizeT
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est
@@ -24,11 +25,11 @@ class MultiTurn(WorkloadConfig):
     """Sessions that grow turn by turn."""
 
     kind: Literal["multi_turn"]
-    sessions: Count = 4
-    turns: Count = 4
+    sessions: count("sessions") = 4
+    turns: count("turns") = 4
     first_turn_tokens: TokenSizeT = TokenSize(tokens=2000)
     turn_tokens: TokenSizeT = TokenSize(tokens=200)
-    output_tokens: PosInt = 32
+    output_tokens: tokens() = 32
 
     def longest_request_tokens(self, pool_tokens: int) -> int:
         turn = self.turn_tokens.resolve(pool_tokens) + self.output_tokens

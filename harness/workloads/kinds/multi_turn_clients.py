@@ -31,12 +31,14 @@ from pydantic import model_validator
 
 from harness.server.schedule import LAG_LIMIT_MS, sleep_until_ns, young_collections_only
 from harness.spec.errors import field_error
-from harness.spec.values import Count, NonNegFloat, PosFloat, PosInt, TokenSize, TokenSizeT
+from harness.spec.numbers import DAY_S, count, ranged, seconds, tokens
+from harness.spec.values import TokenSize, TokenSizeT
 from harness.store.records import RequestRecord
 from harness.workloads.arrivals import (
     LAG_DERIVED,
     LAG_ROWS,
     START_NS,
+    LagLimit,
     Slots,
     freed_at,
     lag_figures,
@@ -56,18 +58,20 @@ class MultiTurnClients(WorkloadConfig):
     """Chat clients whose conversations grow round by round."""
 
     kind: Literal["multi_turn_clients"]
-    clients: Count = 8
-    rounds: Count = 5
+    clients: count("clients") = 8
+    rounds: count("rounds per client") = 5
     first_turn_tokens: TokenSizeT = TokenSize(tokens=1000)
     turn_tokens: TokenSizeT = TokenSize(tokens=200)  # each later round's new user turn
-    output_tokens: PosInt = 64
+    output_tokens: tokens() = 64
     max_context_tokens: TokenSizeT | None = None  # a conversation ends before its prompt + output passes this
-    think_time_s: NonNegFloat = 0.0  # from an answer to the client's next round
-    client_rate: PosFloat | None = None  # rounds per second per client, instead of think time
+    think_time_s: seconds(0, DAY_S) = 0.0  # from an answer to the client's next round
+    client_rate: ranged(float, 0.0001, 1e6, "rounds/s per client") | None = (
+        None  # rounds per second per client, instead of think time
+    )
     gaps: Literal["constant", "exponential"] = "constant"  # think times / gaps between rounds
-    max_parallel: Count | None = None  # requests in flight over all clients
-    start_spread_s: NonNegFloat = 0.0  # first rounds spread evenly over this window
-    lag_limit_ms: PosFloat = LAG_LIMIT_MS
+    max_parallel: count("requests in flight") | None = None  # requests in flight over all clients
+    start_spread_s: seconds(0, DAY_S) = 0.0  # first rounds spread evenly over this window
+    lag_limit_ms: LagLimit = LAG_LIMIT_MS
 
     @model_validator(mode="after")
     def _one_pace(self):

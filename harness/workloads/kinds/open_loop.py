@@ -28,7 +28,8 @@ from typing import Any, Literal
 from pydantic import model_validator
 
 from harness.spec.errors import field_error
-from harness.spec.values import Count, PosFloat, PosInt, TokenSize, TokenSizeT
+from harness.spec.numbers import WEEK_S, count, seconds, tokens
+from harness.spec.values import TokenSize, TokenSizeT
 from harness.store.records import RequestRecord
 from harness.workloads.arrivals import CLOCK_DERIVED, CLOCK_ROWS, Load, Outgoing, point_figures, run_point
 from harness.workloads.config import WorkloadConfig
@@ -43,11 +44,11 @@ class OpenLoop(Load, SLOFields, WorkloadConfig):
     """Synthetic prompts on a clock; a list under ``rate`` or ``max_concurrency`` is a sweep."""
 
     kind: Literal["open_loop"]
-    duration_s: PosFloat = 30.0  # each load point
+    duration_s: seconds(0.01, WEEK_S) = 30.0  # each load point
     prompt_tokens: TokenSizeT = TokenSize(tokens=1000)
     prefix_tokens: TokenSizeT | None = None  # the shared part of each prompt (null: none)
-    prefixes: Count = 1  # distinct shared prefixes, round robin
-    output_tokens: PosInt = 64
+    prefixes: count("prefixes") = 1  # distinct shared prefixes, round robin
+    output_tokens: tokens() = 64
 
     @model_validator(mode="after")
     def _prefix_fits(self):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.spec.values import Count, TokenSizeT
+from harness.spec.numbers import count
+from harness.spec.values import TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
@@ -21,9 +22,9 @@ class ParallelPrefixes(PrefillConfig):
     """K distinct prefixes sent concurrently, ``passes`` times."""
 
     kind: Literal["parallel_prefixes"]
-    k: Count = 8
+    k: count("prompts") = 8
     prompt_tokens: TokenSizeT
-    passes: Count = 2
+    passes: count("passes") = 2
 
     def longest_request_tokens(self, pool_tokens: int) -> int:
         return self.prompt_tokens.resolve(pool_tokens) + self.new_tokens()

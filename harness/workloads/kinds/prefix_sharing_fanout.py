@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.spec.values import Count, TokenSize, TokenSizeT
+from harness.spec.numbers import count
+from harness.spec.values import TokenSize, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, add, est, mul
@@ -31,7 +32,7 @@ class PrefixSharingFanout(PrefillConfig):
     kind: Literal["prefix_sharing_fanout"]
     prefix_tokens: TokenSizeT
     suffix_tokens: TokenSizeT = TokenSize(tokens=128)
-    fanout: Count = 8
+    fanout: count("requests per prefix") = 8
 
     def longest_request_tokens(self, pool_tokens: int) -> int:
         return self.prefix_tokens.resolve(pool_tokens) + self.suffix_tokens.resolve(pool_tokens) + self.new_tokens()

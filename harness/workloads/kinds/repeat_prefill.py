@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from harness.spec.values import Count, TokenSize, TokenSizeT
+from harness.spec.numbers import count
+from harness.spec.values import TokenSize, TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, add, est, mul
@@ -31,7 +32,7 @@ class RepeatPrefill(PrefillConfig):
     """The same prompts again: at once (device hits), then after eviction traffic (host hits)."""
 
     kind: Literal["repeat_prefill"]
-    n: Count = 1
+    n: count("requests") = 1
     prompt_tokens: TokenSizeT
     # Over the GPU pool (pushes the prompts out of it), within a ratio-2 host pool minus the
     # prompts (more would push them out of the host tier too, and the phase would test recompute).

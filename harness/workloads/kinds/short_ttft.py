@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from harness.spec.values import Count, TokenSize, TokenSizeT
+from harness.spec.numbers import count
+from harness.spec.values import TokenSize, TokenSizeT
 from harness.store.records import RequestRecord
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
@@ -28,7 +29,7 @@ class ShortTTFT(PrefillConfig):
     """Short prompts alone, then while a long prefill runs (null ``long_prompt_tokens``: alone only)."""
 
     kind: Literal["short_ttft"]
-    n: Count = 5
+    n: count("requests") = 5
     prompt_tokens: TokenSizeT = TokenSize(tokens=32)
     long_prompt_tokens: TokenSizeT | None = TokenSize(pool_fraction=0.8)
 

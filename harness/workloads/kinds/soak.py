@@ -40,7 +40,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, TypeAdapter, WrapValidator, model_validator
 
 from harness.measures.slope import DEFAULT_LEVEL, INCONCLUSIVE, LEAK, MIN_POINTS, judge_trend
-from harness.spec.values import NonNegInt, PosFloat, ScenarioModel, field_error, ranged
+from harness.spec.numbers import count, ranged
+from harness.spec.values import ScenarioModel, field_error
 from harness.workloads.config import WorkloadConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope, phase_label
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est
@@ -115,17 +116,20 @@ SeriesName = Literal[
 ]
 
 
+MibPerH = ranged(float, 1e-6, 1e9, "MiB per hour")
+
+
 class Tolerances(ScenarioModel):
     """The drift per hour, in each series' bad direction and unit, that a soak accepts."""
 
-    server_rss_mib: PosFloat = 256.0
-    mlocked_mib: PosFloat = 256.0
-    mem_available_mib: PosFloat = 512.0
-    page_cache_floor_mib: PosFloat = 1024.0
-    swap_in_kib_s: PosFloat = 1.0
-    gpu_memory_mib: PosFloat = 256.0
+    server_rss_mib: MibPerH = 256.0
+    mlocked_mib: MibPerH = 256.0
+    mem_available_mib: MibPerH = 512.0
+    page_cache_floor_mib: MibPerH = 1024.0
+    swap_in_kib_s: ranged(float, 1e-6, 1e9, "KiB/s per hour") = 1.0
+    gpu_memory_mib: MibPerH = 256.0
     host_pool_pct: ranged(float, 1e-6, 1e6, "% of the pool per hour") = 5.0  # type: ignore[valid-type]
-    storage_dir_mib: PosFloat = 1024.0
+    storage_dir_mib: MibPerH = 1024.0
 
     def of(self, series: Series) -> float:
         unit = {"MiB": "mib", "KiB/s": "kib_s", "%": "pct"}[series.unit]
@@ -155,11 +159,11 @@ class Soak(WorkloadConfig):
     duration_s: ranged(float, 1.0, 7 * 86400.0, "s") = 600.0  # type: ignore[valid-type]
     slice_s: ranged(float, 0.5, 3600.0, "s") = 30.0  # type: ignore[valid-type]
     mix: Annotated[list[Any], WrapValidator(_mix_members)] = Field(min_length=1)
-    settle_slices: NonNegInt = 2
+    settle_slices: count("slices", lo=0) = 2
     min_slices: ranged(int, 3, 100000, "slices") = MIN_POINTS  # type: ignore[valid-type]
     series: list[SeriesName] | None = None  # None: every series
     tolerance_per_h: Tolerances = Tolerances()
-    level: ranged(float, 0.5, 0.999, "") = DEFAULT_LEVEL  # type: ignore[valid-type]
+    level: ranged(float, 0.5, 0.999, "confidence level (fraction)") = DEFAULT_LEVEL  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _check(self):

@@ -23,7 +23,8 @@ from typing import Any, Literal, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from harness.core.errors import Broken
-from harness.spec.values import Count, PosInt, TokenSizeT
+from harness.spec.numbers import count, tokens
+from harness.spec.values import TokenSizeT
 from harness.workloads.config import PrefillConfig
 from harness.workloads.context import WorkloadContext, WorkloadScope
 from harness.workloads.estimating import EstimateContext, WorkEstimate, est, mul
@@ -43,9 +44,9 @@ class StorageRestart(PrefillConfig):
     """The same prompts before and after a restart that keeps the storage directory."""
 
     kind: Literal["storage_restart"]
-    n: Count = 2
+    n: count("prompts") = 2
     prompt_tokens: TokenSizeT
-    max_new_tokens: PosInt = 8  # enough output to compare after the restart
+    max_new_tokens: tokens() = 8  # enough output to compare after the restart
     restart_with: RestartChange | None = None
 
     def longest_request_tokens(self, pool_tokens: int) -> int:

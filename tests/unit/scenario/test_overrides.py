@@ -47,10 +47,13 @@ def scn_hash_of(*sets: str) -> str:
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("workloads.cold_prefill.n=abc", "--set workloads.cold_prefill.n=abc workloads[0].n: expected an integer"),
+        (
+            "workloads.cold_prefill.n=abc",
+            "--set workloads.cold_prefill.n=abc workloads[0].n: expected a whole number in 1..100,000 requests, got 'abc'",
+        ),
         (
             "variants.on-r2.hicache.ratio=0",
-            "--set variants.on-r2.hicache.ratio=0 variants[1].hicache.ratio: must be >= 0.01",
+            "--set variants.on-r2.hicache.ratio=0 variants[1].hicache.ratio: expected a number in 0.01..1000 x the device KV pool, got 0",
         ),
         ("quality.bogus=1", "--set quality.bogus=1 quality.bogus: unknown key 'bogus'"),
         ("variants.nope.x=1", "--set variants.nope.x=1: variants has no element named 'nope'"),

@@ -80,7 +80,7 @@ def one_error(tmp_path, body, env=None):
         ("bad_syntax.yaml", 5, None, "YAML syntax error"),
         ("bad_unknown_top.yaml", 7, "workload", "unknown key 'workload' (did you mean 'workloads'?)"),
         ("bad_unknown_nested.yaml", 10, "variants[1].hicache.mem_layuot", "unknown key 'mem_layuot'"),
-        ("bad_type.yaml", 5, "server.tp_size", "expected an integer, got 'two'"),
+        ("bad_type.yaml", 5, "server.tp_size", "expected a whole number in 1..1024 GPUs, got 'two'"),
         ("bad_missing.yaml", 2, "server.model_path", "required key is missing"),
         ("bad_dup_variant.yaml", 9, "variants[2].name", "duplicate variant name 'off' (first at variants[0], line 6)"),
         (
@@ -89,8 +89,18 @@ def one_error(tmp_path, body, env=None):
             "server.args.--max-total-tokens",
             "duplicate key '--max-total-tokens' (first at line 6)",
         ),
-        ("bad_ratio.yaml", 9, "variants[1].hicache.ratio", "must be >= 0.01, got 0"),
-        ("bad_length.yaml", 11, "workloads[1].output_tokens", "must be >= 1, got -5"),
+        (
+            "bad_ratio.yaml",
+            9,
+            "variants[1].hicache.ratio",
+            "expected a number in 0.01..1000 x the device KV pool, got 0",
+        ),
+        (
+            "bad_length.yaml",
+            11,
+            "workloads[1].output_tokens",
+            "expected a whole number in 1..1,000,000,000 tokens, got -5",
+        ),
         ("bad_nonutf8.yaml", 2, None, "not valid UTF-8: byte 0xe9 at offset"),
         ("bad_empty.yaml", 1, None, "empty document"),
         ("bad_list.yaml", 1, None, "must be a mapping (key: value lines), got a list"),
@@ -169,17 +179,17 @@ def test_bomb_is_refused_before_it_expands():
             "workloads:\n  - kind: parallel_prefixes\n    k: 0\n    prompt_tokens: 10\n",
             9,
             "workloads[0].k",
-            "must be >= 1",
+            "expected a whole number in 1..100,000 prompts, got 0",
         ),
         ("workloads:\n  - kind: decode\n  - kind: decode\n", 9, "workloads[1]", "duplicate workload name 'decode'"),
-        ("repeats: 0\n", 7, "repeats", "must be >= 1"),
+        ("repeats: 0\n", 7, "repeats", "expected a whole number in 1..1000 repeats, got 0"),
         # hex, octal and '_' numerals: the loader turned 0x10 into 16 and it validated as a ratio
         ("  - name: on\n    hicache: {ratio: 0x10}\n", 8, "variants[1].hicache.ratio", "0x10 is a hex numeral"),
         ("  - name: on\n    hicache: {ratio: 0o3}\n", 8, "variants[1].hicache.ratio", "0o3 is an octal numeral"),
         ("repeats: 010\n", 7, "repeats", "010 is a numeral with a leading zero (octal in YAML 1.1)"),
         ("seed: 1_000\n", 7, "seed", "1_000 is a numeral with '_': write the number in plain decimal (1000)"),
         ("sampling:\n  interval_s: 0_5.0\n", 8, "sampling.interval_s", "0_5.0 is a numeral with '_'"),
-        ("repeats: true\n", 7, "repeats", "expected a number, got true"),
+        ("repeats: true\n", 7, "repeats", "expected a whole number in 1..1000 repeats, got true"),
         # sglang flags the harness reads as numbers: .inf was an OverflowError (exit 3) in validate's plan
         (
             "  - name: on\n    args: {--max-total-tokens: .inf}\n",
@@ -200,8 +210,8 @@ def test_bomb_is_refused_before_it_expands():
             "variants[1].args.--chunked-prefill-size",
             "out of range (-1 to",
         ),
-        ("seed: -1\n", 7, "seed", "must be >= 0"),
-        ("sampling:\n  interval_s: 0\n", 8, "sampling.interval_s", "must be >= 0.01"),
+        ("seed: -1\n", 7, "seed", "expected a whole number in 0..9223372036854775807 (a seed: no unit), got -1"),
+        ("sampling:\n  interval_s: 0\n", 8, "sampling.interval_s", "expected a number in 0.01..3600 s, got 0"),
         ("sampling:\n  gpu: maybe\n", 8, "sampling.gpu", "expected auto, true or false"),
         ("preflight:\n  mode: loud\n", 8, "preflight.mode", "expected one of warn, strict, off, got 'loud'"),
         ("quality:\n  tasks: [needle, haystack]\n", 8, "quality.tasks[1]", "expected one of needle"),
@@ -266,8 +276,18 @@ def test_inline_bad(tmp_path, extra, line, path, msg):
         (BASE + "  - name: ''\n", 7, "variants[1].name", "must not be empty"),
         (BASE + "  - name: a/b\n", 7, "variants[1].name", "not a valid name"),
         (BASE + "  - name: 'a:b'\n", 7, "variants[1].name", "not a valid name"),
-        (BASE + "  - name: on\n    hicache: {ratio: -1}\n", 8, "variants[1].hicache.ratio", "must be >= 0.01"),
-        (BASE + "  - name: on\n    hicache: {size_gb: 0}\n", 8, "variants[1].hicache.size_gb", "must be > 0"),
+        (
+            BASE + "  - name: on\n    hicache: {ratio: -1}\n",
+            8,
+            "variants[1].hicache.ratio",
+            "expected a number in 0.01..1000 x the device KV pool, got -1",
+        ),
+        (
+            BASE + "  - name: on\n    hicache: {size_gb: 0}\n",
+            8,
+            "variants[1].hicache.size_gb",
+            "expected a number in 0.001..65,536 GB per rank, got 0",
+        ),
         (BASE + "  - name: on\n    hicache: {ratio: .inf}\n", 8, "variants[1].hicache.ratio", "finite"),
         (
             BASE + "  - name: on\n    hicache: {write_policy: write_around}\n",
@@ -300,7 +320,7 @@ def test_inline_bad(tmp_path, extra, line, path, msg):
             "name: t\nserver:\n  backend: sim\n  model_path: m\n  tp_size: 0\nvariants:\n  - name: off\n",
             5,
             "server.tp_size",
-            "must be >= 1",
+            "expected a whole number in 1..1024 GPUs, got 0",
         ),
         (
             "name: t\nserver:\n  backend: cuda\n  model_path: m\nvariants:\n  - name: off\n",
@@ -319,7 +339,7 @@ def test_inline_bad(tmp_path, extra, line, path, msg):
             "name: t\nserver:\n  backend: sim\n  model_path: m\n  sim:\n    host_mem_scale: 2\nvariants:\n  - name: off\n",
             6,
             "server.sim.host_mem_scale",
-            "must be <= 1",
+            "expected a number in 1e-06..1 fraction of the host pool, got 2",
         ),
         (
             "name: t\nserver:\n  backend: sim\n  model_path: m\n  sim:\n    faults: ['crash at 3']\nvariants:\n  - name: off\n",
@@ -469,7 +489,10 @@ matrix:
 def test_matrix_bad_axis_value_points_at_value(tmp_path):
     body = BASE + "matrix:\n  - prefix: on\n    axes:\n      hicache.ratio:\n        - 1\n        - 0\n"
     line, path, msg = one_error(tmp_path, body)
-    assert (line, path) == (12, 'matrix[0].axes["hicache.ratio"][1]') and "must be >= 0.01" in msg
+    assert (line, path) == (
+        12,
+        'matrix[0].axes["hicache.ratio"][1]',
+    ) and "expected a number in 0.01..1000 x the device KV pool, got 0" in msg
 
 
 def test_matrix_bad_axis_path(tmp_path):

@@ -76,9 +76,9 @@ CASES = {
         "workloads[0]",
         "more than the GPU pool",
     ),
-    "n 1e12": (_sub("prompt_tokens: 100", "prompt_tokens: 100\n    n: 1e12"), "workloads[0].n", "<= 100000"),
+    "n 1e12": (_sub("prompt_tokens: 100", "prompt_tokens: 100\n    n: 1e12"), "workloads[0].n", "1..100,000 requests"),
     "repeats 1e30": (_sub("name: t\n", "name: t\nrepeats: 1e30\n"), "repeats", ""),
-    "repeats 1e6": (_sub("name: t\n", "name: t\nrepeats: 1000000\n"), "repeats", "<= 1000"),
+    "repeats 1e6": (_sub("name: t\n", "name: t\nrepeats: 1000000\n"), "repeats", "1..1000 repeats"),
     "quality length 1e12": (
         BASE + "quality:\n  enabled: true\n  lengths: [1e12]\n",
         "quality.lengths[0]",
@@ -117,7 +117,7 @@ CASES = {
     "time_scale 1e300": (
         _sub("  args:", "  sim: {time_scale: 1e300}\n  args:"),
         "server.sim.time_scale",
-        "10000",
+        "0.0001..10,000 x the cost model's time",
     ),
     "tp_size 1e6": (_sub("  args:", "  tp_size: 1000000\n  args:"), "server.tp_size", "1024"),
     "seed 2**70": (BASE + "seed: 1180591620717411303424\n", "seed", "9223372036854775807"),
