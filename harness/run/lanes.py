@@ -15,7 +15,9 @@ Signals stay the main thread's (`harness.run.signals.Signals`): the main thread 
 an interrupt there reaches :meth:`Lanes.interrupt`, which, for every running variant, waits for
 its thread to be out of a server spawn (:meth:`Lane.spawning`, the lane's form of
 ``Signals.defer``), stops its server and sampler and marks it ``interrupted``; then it waits a
-bounded time for the threads to unwind. Nothing new starts after an interrupt.
+bounded time for the threads to unwind. Nothing new starts after an interrupt: no variant, and
+no server in a running one (a ``storage_restart`` restart or a start-up retry in the lane's thread
+is refused: the harness may exit before that lane ends, and the server would outlive it).
 """
 
 from __future__ import annotations
@@ -137,12 +139,17 @@ class Lane:
     error: BaseException | None = None
     thread: threading.Thread | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stopped: bool = False  # the run's interrupt (or a harness error) stopped this lane's server
 
     @contextmanager
     def spawning(self) -> Iterator[None]:
         """Held while the lane's thread starts a server and records who it is: an interrupt
-        waits for it, so it never stops a server half-known."""
+        waits for it, so it never stops a server half-known. Once the lane is stopped it starts
+        none (KeyboardInterrupt in the lane's thread): a restart or a retry after the interrupt
+        would bring up a server that nobody stops (the harness exits meanwhile)."""
         with self.lock:
+            if self.stopped:
+                raise KeyboardInterrupt("the run was interrupted: no server starts after it")
             yield
 
 
@@ -243,10 +250,11 @@ class Lanes:
         return done
 
     # -- what the runner's interrupt and error paths call (the main thread) ------------------
-    def _each_running(self, what: Callable[[Any], None]) -> None:
+    def _each_running(self, what: Callable[[Any], None], stop: bool = True) -> None:
         self.cancelled.set()
         for lane in list(self.running):
             with lane.lock:
+                lane.stopped = lane.stopped or stop
                 try:
                     what(lane.state)
                 except Exception:  # noqa: BLE001 - every other lane is still stopped
@@ -262,7 +270,7 @@ class Lanes:
         self._each_running(lambda state: state.stop_processes())
 
     def scrub_logs(self) -> None:
-        self._each_running(lambda state: state.scrub_logs())
+        self._each_running(lambda state: state.scrub_logs(), stop=False)
 
     def join(self, timeout_s: float) -> None:
         import time

@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from harness.core.errors import Broken
+from harness.run import lanes
 from harness.server.process import build_launch_spec
 
 if TYPE_CHECKING:
@@ -64,13 +66,14 @@ class Restarter:
             update.update(model_path=str(path), model_path_spec=str(change["model_path"]))
         return v.model_copy(update=update)
 
-    def _restart_blocking(self, change: Mapping[str, Any] | None):
+    def _restart_blocking(self, change: Mapping[str, Any] | None, spawn_guard):
         server = self.server
         server.stop()
         v = self.changed_variant(change)
         new = build_launch_spec(v, server.spec.port, enable_metrics=self.enable_metrics)
         server.spec = dataclasses.replace(new, env_overrides={**server.spec.env_overrides, **new.env_overrides})
-        server.start()
+        with spawn_guard or nullcontext():  # a side-by-side run's interrupt: no server after it
+            server.start()
         ready = server.wait_ready(v.startup_timeout_s)
         if self.sampler is not None and server.pid is not None:
             self.sampler.follow(server.pid)
@@ -81,7 +84,8 @@ class Restarter:
         self.hold()
         self.on_phase("restart")
         try:
-            ready = await asyncio.to_thread(self._restart_blocking, change)
+            # this thread's spawn guard, taken here: the worker thread that starts the server has none
+            ready = await asyncio.to_thread(self._restart_blocking, change, lanes.current_spawn_guard())
         finally:
             self.restarting = False
             self.resume()
