@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from harness import __version__
@@ -48,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
 _PASSTHROUGH = {"sim": ("harness.sim.cli", "main", "sim"), "probe": ("harness.probe.cli", "main", None)}
 
 
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush would meet the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (captured): nothing will be flushed to a pipe
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in _PASSTHROUGH:
@@ -81,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else ExitCode.BAD_INPUT
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`| head`): what was not read is lost, say so once
+        _drop_stdout()
+        print(f"harness {args.command}: standard output was closed before the command ended", file=sys.stderr)
+        return ExitCode.BROKEN
     except OSError as exc:
         if exc.filename is None:  # not a file's: a harness bug
             logging.getLogger("harness").exception("harness %s failed", args.command)
