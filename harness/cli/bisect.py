@@ -72,8 +72,11 @@ def cli_main(args) -> int:
         ]
         if missing:
             return _bad(f"bisect: give {', '.join(missing)} (or --resume DIR)")
-        if args.good_repeats is not None and args.good_repeats < 1:
-            return _bad(f"bisect: --good-repeats {args.good_repeats}: at least 1")
+        from harness.spec.numbers import MAX_REPEATS
+
+        if args.good_repeats is not None and not 1 <= args.good_repeats <= MAX_REPEATS:
+            # as the scenario's ``repeats`` takes it: refused here, not blamed on the good commit later
+            return _bad(f"bisect: --good-repeats {args.good_repeats}: expected 1..{MAX_REPEATS} repeats")
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         root = Path(args.dir) if args.dir else b.default_root(Path(args.scenario), stamp)
         state = b.new_bisection(
