@@ -95,13 +95,14 @@ def append_step_summary(path: Path, text: str) -> str | None:
 def _compare(args) -> int:
     from harness.compare import load_baseline, read_run, to_junit, to_markdown, two_runs, write_comparison
     from harness.compare.render import console_text
+    from harness.compare.runs import pool_problem
 
     junit = regular_target(Path(args.junit), "--junit") if getattr(args, "junit", None) else None
     markdown = regular_target(Path(args.markdown), "--markdown") if getattr(args, "markdown", None) else None
     cand = read_run(Path(args.run))
     pool = int(getattr(args, "pool", 1) or 1)
-    if pool < 1:
-        raise results.ResultsError(f"--pool {pool}: pool at least one run")
+    if pool_problem(pool):
+        raise results.ResultsError(pool_problem(pool))
     # results/<scenario>/<run_id>: a run made with --results-dir X finds its 'latest' under X
     results_dir = Path(args.results_dir) if args.results_dir else Path(args.run).resolve().parent.parent
     choice = load_baseline(args.baseline, results_dir, cand, pool)

@@ -17,6 +17,7 @@ from harness.core.errors import BadInput
 from harness.core.exit_codes import ExitCode
 from harness.core.optional import MissingExtra, require_extra
 from harness.run.estimate import design_warning_lines, design_warnings, estimate_run
+from harness.run.shard import MAX_SHARDS
 
 if TYPE_CHECKING:
     from harness.scenario.models import Scenario
@@ -83,7 +84,7 @@ def add_parser(sub) -> None:
     s.add_argument(
         "--pool",
         type=int,
-        default=1,
+        default=None,
         metavar="K",
         help="--decide with --baseline latest: the baseline side is the last K passing nights pooled, so both sides "
         "have more values than one night (default 1)",
@@ -106,6 +107,8 @@ def _parse_shard(text: str | None):
         raise SystemExit(bad(f"--shard: expected I/N, got {text!r}")) from None
     if not (n >= 1 and 1 <= i <= n):
         raise SystemExit(bad(f"--shard: expected 1 <= I <= N, got {text!r}"))
+    if n > MAX_SHARDS:  # dealing the variants out into 10^20 shards hung even --dry-run
+        raise SystemExit(bad(f"--shard: at most {MAX_SHARDS} shards, got {text!r}"))
     return (i, n)
 
 
@@ -125,6 +128,14 @@ def cli_main(args) -> int:
         return bad("run: give a SCENARIO file, or --url URL to measure a running server")
     if args.decide and (args.shard or args.resume):
         return bad("run --decide: not with --shard or --resume (a round is a run of the whole night's variants)")
+    if args.pool is not None:  # checked now, not by the final comparison once the night has run
+        from harness.compare.runs import pool_problem
+
+        if not args.decide:
+            return bad("--pool: only with --decide (the nights its comparison pools as the baseline)")
+        if pool_problem(args.pool):
+            return bad(pool_problem(args.pool))
+    args.pool = args.pool or 1
     scenario = load_scenario_or_exit(args.scenario, args.url, scenario_overrides(args))
     for u in scenario.unrun_checks:
         print(f"harness: not evaluated: {u['check']!r}: {u['reason']}", file=sys.stderr)

@@ -324,6 +324,16 @@ def choose_latest(results_dir: Path, cand: run_folder.LoadedRun, pool: int = 1) 
     return BaselineChoice(run, how, passed, [r for r, _ in older])
 
 
+MAX_POOL = 1000  # nights pooled as one baseline side: more is a typo (each is read whole)
+
+
+def pool_problem(pool: int) -> str | None:
+    """What is wrong with ``--pool K`` (nights pooled as the baseline side), or None."""
+    if not 1 <= pool <= MAX_POOL:
+        return f"--pool {pool}: expected 1..{MAX_POOL} nights"
+    return None
+
+
 def load_baseline(baseline: str, results_dir: Path, candidate: run_folder.LoadedRun, pool: int = 1) -> BaselineChoice:
     """The run ``--baseline`` names: a run folder, or ``latest`` (`choose_latest`, with up to
     ``pool`` runs pooled). Raises `results.ResultsError` for a folder that is not a readable run

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from harness.scenario.models import Scenario
 
 RULE = "cost-desc,name; snake; baseline-per-shard"
+MAX_SHARDS = 10_000  # N of --shard I/N: more than any CI matrix or job array
 
 
 class SelectionError(BadInput, ValueError):
@@ -126,6 +127,8 @@ def plan_shard(scenario: Scenario, variants: list[Any], index: int, count: int) 
     """Shard ``index`` (1-based) of ``count`` over ``variants`` (already filtered by --only)."""
     if not (count >= 1 and 1 <= index <= count):
         raise SelectionError(f"--shard: expected 1 <= I <= N, got {index}/{count}")
+    if count > MAX_SHARDS:
+        raise SelectionError(f"--shard: at most {MAX_SHARDS} shards, got {index}/{count}")
     n_workloads = len(getattr(scenario, "workloads", []) or [])
     repeats = int(getattr(scenario, "repeats", 1) or 1)
     quality = bool(scenario.quality.enabled)
