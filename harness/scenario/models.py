@@ -148,8 +148,6 @@ class Preflight(ScenarioModel):
     boundary_step: ranged(float, 0.01, 64, "ratio or GB") = 0.25
 
 
-
-
 AUTO_REPEATS = 3  # ``repeats: auto`` before a plan resolves it: a first night that measures a spread
 
 
