@@ -17,18 +17,6 @@ from pydantic import Discriminator, PlainValidator, Tag, WithJsonSchema
 from harness.core.yaml_lines import numeral_problem
 from harness.spec.errors import field_error
 
-
-def no_bool(v: Any) -> Any:
-    """Every number key's first check: not a boolean, and written plainly in decimal (the YAML
-    loader marks ``0x10``, ``0o17``, ``010`` and ``1_000``: see ``numeral_problem``)."""
-    if isinstance(v, bool):
-        raise field_error(f"expected a number, got {str(v).lower()}")
-    problem = numeral_problem(v)
-    if problem:
-        raise field_error(problem)
-    return v
-
-
 # Counts of requests, prompts, passes, ...: a scenario that asks for more could only mean
 # "run forever" or "allocate TiB" (hostile or mistyped input), so it is refused up front.
 MAX_COUNT = 100_000

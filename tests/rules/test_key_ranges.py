@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import create_model
 
 from harness.scenario.hashing import json_schema
 from harness.scenario.ranges import numeric_keys, ranges_table
@@ -92,13 +92,14 @@ def test_every_default_lies_within_its_range():
 
 
 def test_a_key_without_a_range_or_unit_is_seen():
-    class Bare(BaseModel):
-        plain: float = 1.0
-        nounit: int = 1
-        fine: ranged(float, 0, 1, "fraction") = 0.5  # type: ignore[valid-type]
-        listed: list[float] = []
-
-    schema = {"properties": {"b": {"$ref": "#/$defs/Bare"}}, "$defs": {"Bare": Bare.model_json_schema()}}
+    bare = create_model(
+        "Bare",
+        plain=(float, 1.0),
+        nounit=(int, 1),
+        fine=(ranged(float, 0, 1, "fraction"), 0.5),
+        listed=(list[float], []),
+    )
+    schema = {"properties": {"b": {"$ref": "#/$defs/Bare"}}, "$defs": {"Bare": bare.model_json_schema()}}
     problems = unbounded(schema)
     assert "Bare.plain: a number without minimum and maximum" in problems
     assert "Bare.nounit: a number without a unit" in problems
