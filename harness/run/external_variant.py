@@ -41,7 +41,7 @@ def run_external_variant(
     vpaths = run.variant(variant.name)
     vpaths.root.mkdir(parents=True, exist_ok=True)
     server = ExternalServer(str(variant.url))
-    status = VariantStatus(
+    first = VariantStatus(
         variant=variant.name,
         started_at=results.utc_now_iso(),
         expect=variant.expect,
@@ -49,10 +49,9 @@ def run_external_variant(
         simulated=bool(endpoint.info is not None and endpoint.info.simulated),
         redact=lambda data: fingerprint.scrub_json(state.redactor, data),
         clock=gpu_time.PhaseClock(gpu_time.variant_gpus(variant)),
+        server=server.identity(),
     )
-    status.server = server.identity()
-    state.vpaths, state.status = vpaths, status
-    status.write(vpaths.status)
+    state.begin_variant(vpaths, first)
     progress.phase("asking the server")
     try:
         info = fetch_server_info(server.base_url)
@@ -60,20 +59,19 @@ def run_external_variant(
             raise ServerAnswerError("/get_server_info no longer answers (it did when the run began)")
     except ServerAnswerError as exc:
         detail = {"endpoint": "/get_server_info", "reason": exc.reason, "url": server.base_url}
-        return finish_variant(vpaths, status, FAILED, BAD_SERVER_ANSWER, state.redactor, detail=detail)
+        return finish_variant(vpaths, state, FAILED, BAD_SERVER_ANSWER, detail=detail)
     if info is not None:
         results.write_json_atomic(vpaths.server_info, fingerprint.scrub_json(state.redactor, info.raw))
     changed = endpoint.info.changes(info) if endpoint.info is not None else []
     if changed:  # another server than the one attached (restarted with other args, another version)
         progress.note(f"variant {variant.name}: the attached server changed since the run began: {changed[0]}")
         detail = {"when": "before the variant", "url": server.base_url, "changes": changed[:20]}
-        return finish_variant(vpaths, status, FAILED, SERVER_CHANGED, state.redactor, detail=detail)
+        return finish_variant(vpaths, state, FAILED, SERVER_CHANGED, detail=detail)
     pools = logscan.parse_pools("").to_json()  # no log to read: the server's own figures
     if info is not None:
         pools["max_total_num_tokens"] = info.max_total_num_tokens
         pools["host_pool_tokens"] = info.host_pool_tokens
-    status.pools = pools
-    status.write(vpaths.status)
+    state.update_status(write=True, pools=pools)
     sampler = start_sampler(scenario, server, vpaths, endpoint)
     state.sampler = sampler
     window = serving_window.run_window(
@@ -88,7 +86,7 @@ def run_external_variant(
             pools=pools,
         ),
         info,
-        clock=status.clock,
+        clock=first.clock,
     )
     stop_sampler(sampler)
     state.sampler = None
@@ -109,12 +107,12 @@ def run_external_variant(
     platform = roofline.platform_for(
         results.read_json(run.manifest).get("probe"), None, info.raw if info is not None else None
     )
-    pools = variant_tier_pools(variant, status, info)
+    pools = variant_tier_pools(variant, state.status, info)
     summary = window_summary(scenario, variant, window, sampling, platform, pools, vpaths=vpaths)
     if after_changes:
         progress.note(f"variant {variant.name}: the attached server changed during the variant: {after_changes[0]}")
         detail = {"when": "during the variant", "url": server.base_url, "changes": after_changes[:20]}
-        return finish_variant(vpaths, status, FAILED, SERVER_CHANGED, state.redactor, summary=summary, detail=detail)
+        return finish_variant(vpaths, state, FAILED, SERVER_CHANGED, summary=summary, detail=detail)
     if window.state != OK:
-        status.cause_detail = window.detail
-    return finish_variant(vpaths, status, window.state, window.cause, state.redactor, summary=summary)
+        state.update_status(cause_detail=window.detail)
+    return finish_variant(vpaths, state, window.state, window.cause, summary=summary)

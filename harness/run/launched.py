@@ -59,7 +59,7 @@ def run_variant(
         return run_external_variant(scenario, variant, run, progress, state), env_not_clean
     vpaths = run.variant(variant.name)
     vpaths.root.mkdir(parents=True, exist_ok=True)
-    status = VariantStatus(
+    first = VariantStatus(
         variant=variant.name,
         started_at=results.utc_now_iso(),
         expect=variant.expect,
@@ -70,27 +70,26 @@ def run_variant(
         clock=gpu_time.PhaseClock(gpu_time.variant_gpus(variant, gpu_ids), gpu_ids),
         gpu_ids=list(gpu_ids) if gpu_ids else None,
     )
-    clock = status.clock
+    clock = first.clock
     gpu_env = {"CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)} if gpu_ids else {}
-    state.vpaths, state.status = vpaths, status
-    status.write(vpaths.status)
+    state.begin_variant(vpaths, first)
 
     progress.phase("preflight")
     prediction = hostpool.preflight_variant(scenario, variant)
     if prediction is not None:
         prediction["boundary"] = ratio_boundary.for_record(scenario, variant, prediction)
-    status.preflight = prediction
+    state.update_status(preflight=prediction)
     line = hostpool.preflight_line(variant.name, prediction)
     if line:  # said before launch, in warn mode too: a pool that will not fit, a predicted GPU pool
         progress.note(line)
-    unmodelled = unmodelled_flags(launch_spec(scenario, variant, 0).argv) if status.simulated else {}
+    unmodelled = unmodelled_flags(launch_spec(scenario, variant, 0).argv) if first.simulated else {}
     if unmodelled:
         progress.note(
             f"simulator: {variant.name}: accepted, not modelled: "
             + ", ".join(f"{k} {v}" for k, v in unmodelled.items())
         )
     if prediction and prediction.get("fits") is False and scenario.preflight.mode == "strict":
-        return finish_variant(vpaths, status, REFUSED, "preflight", state.redactor, detail=prediction), env_not_clean
+        return finish_variant(vpaths, state, REFUSED, "preflight", detail=prediction), env_not_clean
     baseline = cooldown.take_baseline(read_gpu=lambda: nvml.read_gpu_mem_used_mib(gpu_env or None))
 
     ready = None
@@ -98,7 +97,7 @@ def run_variant(
     clock.enter(gpu_time.STARTUP)
     max_attempts = 1 + max(0, variant.startup_retries)
     for attempt in range(1, max_attempts + 1):
-        status.attempts = attempt
+        state.update_status(attempts=attempt)
         port = _free_port(variant.host if variant.host != "0.0.0.0" else "127.0.0.1")
         spec = launch_spec(scenario, variant, port)
         if gpu_env:  # its GPU set, over whatever the scenario's env said
@@ -113,15 +112,15 @@ def run_variant(
         state.server = server  # before start(): a Ctrl-C right after it must still stop it (P15)
         with Signals.defer():  # a signal meanwhile is raised once the server is known and recorded
             server.start()
-            status.server = server.identity()
-            status.write(vpaths.status)
+            state.update_status(write=True, server=server.identity())
         sampler = start_sampler(scenario, server, vpaths, shared=shared)
         state.sampler = sampler
         ready = server.wait_ready(variant.startup_timeout_s)
         ready_at = time.time()
-        status.startup = startup_phases.split_startup(
-            server.read_log(), (status.server or {}).get("create_time"), ready_at if ready.ready else None
+        startup = startup_phases.split_startup(
+            server.read_log(), (state.status.server or {}).get("create_time"), ready_at if ready.ready else None
         )
+        state.update_status(startup=startup)
         if ready.ready:
             break
         progress.phase("stopping failed server")
@@ -129,32 +128,37 @@ def run_variant(
         stop_sampler(sampler)
         state.server = state.sampler = None
         log_text = server.read_log()
-        status.exit_code, status.cause, status.cause_detail = ready.exit_code, ready.cause, ready.detail
-        status.log_excerpt = {**logscan.excerpt(log_text, ready.line_number), "file": server.log_path.name}
-        status.survivors = stop.survivors
-        status.pools = hostpool.pools_from_log(log_text, scenario, variant)
+        state.update_status(
+            exit_code=ready.exit_code,
+            cause=ready.cause,
+            cause_detail=ready.detail,
+            log_excerpt={**logscan.excerpt(log_text, ready.line_number), "file": server.log_path.name},
+            survivors=stop.survivors,
+            pools=hostpool.pools_from_log(log_text, scenario, variant),
+        )
         if ready.cause not in logscan.TRANSIENT_CAUSES or attempt == max_attempts:
             break
-        status.set_aside_failed_attempt(attempt)  # a retry follows
+        state.set_aside_failed_attempt(attempt)  # a retry follows
     if not ready.ready:
         clock.enter(gpu_time.COOLDOWN, "stop")
-        unclean = _cooldown(scenario, baseline, progress, status, check_host=not shared)
-        return finish_variant(vpaths, status, STARTUP_FAILED, ready.cause, state.redactor), unclean
+        unclean = _cooldown(scenario, baseline, progress, state, check_host=not shared)
+        return finish_variant(vpaths, state, STARTUP_FAILED, ready.cause), unclean
 
-    status.ready_s = round(ready.seconds, 3)
     clock.enter(gpu_time.IDLE)
-    status.write(vpaths.status)
-    progress.note(f"{variant.name}: ready in {ready.seconds:.1f} s ({startup_phases.summary_line(status.startup)})")
+    ready_status = state.update_status(write=True, ready_s=round(ready.seconds, 3))
+    progress.note(
+        f"{variant.name}: ready in {ready.seconds:.1f} s ({startup_phases.summary_line(ready_status.startup)})"
+    )
 
     def fail_ready_server(cause: str, detail: dict) -> tuple[VariantOutcome, bool]:
         clock.enter(gpu_time.COOLDOWN, "stop")
         progress.phase("stopping")
-        status.stop = dataclasses.asdict(server.stop())
+        state.update_status(stop=dataclasses.asdict(server.stop()))
         state.server = None
-        unclean = _cooldown(scenario, baseline, progress, status, sampler, check_host=not shared)
+        unclean = _cooldown(scenario, baseline, progress, state, sampler, check_host=not shared)
         stop_sampler(sampler)
         state.sampler = None
-        return finish_variant(vpaths, status, FAILED, cause, state.redactor, detail=detail), unclean
+        return finish_variant(vpaths, state, FAILED, cause, detail=detail), unclean
 
     try:
         info = fetch_server_info(spec.base_url)
@@ -172,16 +176,17 @@ def run_variant(
     pools = hostpool.pools_from_log(server.read_log(), scenario, variant)
     if pools["max_total_num_tokens"] is None and info is not None:
         pools["max_total_num_tokens"] = info.max_total_num_tokens
-    status.pools = pools
+    state.update_status(pools=pools)
     if prediction is not None:
-        status.preflight = hostpool.preflight_variant(
+        preflight = hostpool.preflight_variant(
             scenario,
             variant,
             device_pool_tokens=pools["max_total_num_tokens"],
             server_info=info.raw if info is not None else None,
             before=prediction,
         )
-        status.preflight["boundary"] = ratio_boundary.for_record(scenario, variant, status.preflight)
+        preflight["boundary"] = ratio_boundary.for_record(scenario, variant, preflight)
+        state.update_status(preflight=preflight)
 
     window = serving_window.run_window(
         serving_window.WindowInputs(
@@ -200,9 +205,9 @@ def run_variant(
     clock.enter(gpu_time.COOLDOWN, "stop")
     progress.phase("stopping")
     stop = server.stop()
-    status.stop = dataclasses.asdict(stop)
+    state.update_status(stop=dataclasses.asdict(stop))
     state.server = None
-    unclean = _cooldown(scenario, baseline, progress, status, sampler, check_host=not shared)
+    unclean = _cooldown(scenario, baseline, progress, state, sampler, check_host=not shared)
     stop_sampler(sampler)
     state.sampler = None
     sampling = None
@@ -213,16 +218,15 @@ def run_variant(
                 "other variants ran on this host meanwhile (--gpus): MemAvailable, page cache and swap are the host's"
             )
     platform = roofline.platform_for(
-        results.read_json(run.manifest).get("probe"), status.preflight, info.raw if info is not None else None
+        results.read_json(run.manifest).get("probe"), state.status.preflight, info.raw if info is not None else None
     )
-    tier_pools = variant_tier_pools(variant, status, info)
+    tier_pools = variant_tier_pools(variant, state.status, info)
     declined = len(logscan.declined_load_backs(server.read_log()))
     window = _death_with_its_cause(window, server)
     summary = window_summary(scenario, variant, window, sampling, platform, tier_pools, declined, vpaths)
     if window.state != OK:
-        status.cause_detail = window.detail
-        status.log_excerpt = _log_excerpt_for_death(server)
-    return finish_variant(vpaths, status, window.state, window.cause, state.redactor, summary=summary), unclean
+        state.update_status(cause_detail=window.detail, log_excerpt=_log_excerpt_for_death(server))
+    return finish_variant(vpaths, state, window.state, window.cause, summary=summary), unclean
 
 
 def _death_with_its_cause(window, server: ServerProcess):
@@ -285,10 +289,11 @@ def _free_port(host: str) -> int:
 
 
 def _cooldown(
-    scenario: Scenario, baseline, progress: Progress, status: VariantStatus, sampler=None, check_host: bool = True
+    scenario: Scenario, baseline, progress: Progress, state: RunState, sampler=None, check_host: bool = True
 ) -> bool:
-    if status.clock is not None:
-        status.clock.enter(gpu_time.COOLDOWN, "cooldown_wait")
+    clock = state.status.clock if state.status is not None else None
+    if clock is not None:
+        clock.enter(gpu_time.COOLDOWN, "cooldown_wait")
     if sampler is not None:
         sampler.set_phase("cooldown")
     progress.phase("cooldown")
@@ -298,5 +303,5 @@ def _cooldown(
         mem_tolerance_gib=scenario.sampling.cooldown_mem_tolerance_gib,
         check_host=check_host,
     )
-    status.cooldown = result
+    state.update_status(cooldown=result)
     return not bool(result.get("clean", True))  # True: the environment did not come back

@@ -5,7 +5,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+import threading
+from typing import TYPE_CHECKING, Any
 
 from harness.analysis import run_products
 from harness.measures import roofline, tier_model
@@ -30,8 +32,42 @@ class RunState:
         self.server: ServerProcess | None = None
         self.sampler = None
         self.vpaths: results.VariantPaths | None = None
-        self.status: VariantStatus | None = None
+        self.status: VariantStatus | None = None  # the current variant's latest status (a frozen value)
         self.attached: external.AttachedRun | None = None
+        # a side-by-side run's interrupt comes from another thread (harness.run.lanes): it marks the
+        # latest status, never one a step is replacing; reentrant, as an interrupt may land mid-step
+        self._status_lock = threading.RLock()
+
+    def begin_variant(self, vpaths: results.VariantPaths, status: VariantStatus) -> VariantStatus:
+        """The variant starts: its first status kept and written."""
+        with self._status_lock:
+            self.vpaths, self.status = vpaths, status
+            status.write(vpaths.status)
+            return status
+
+    def update_status(self, write: bool = False, **changes: Any) -> VariantStatus:
+        """The current variant's status with ``changes`` (a new value, kept as the latest);
+        ``write``: status.json written with it at once."""
+        with self._status_lock:
+            assert self.status is not None and self.vpaths is not None, "no variant is running"
+            self.status = dataclasses.replace(self.status, **changes) if changes else self.status
+            if write:
+                self.status.write(self.vpaths.status)
+            return self.status
+
+    def set_aside_failed_attempt(self, attempt: int) -> VariantStatus:
+        """A startup retry follows: the attempt's evidence set aside in the latest status."""
+        with self._status_lock:
+            assert self.status is not None
+            self.status = self.status.with_failed_attempt_set_aside(attempt)
+            return self.status
+
+    def finish_status(self, state: str, cause: str | None, detail: Any = None) -> VariantStatus:
+        """The latest status as the variant ended (an interrupted one stays interrupted)."""
+        with self._status_lock:
+            assert self.status is not None
+            self.status = self.status.finished(state, cause, detail)
+            return self.status
 
     def stop_processes(self) -> None:
         if self.sampler is not None:
@@ -46,9 +82,10 @@ class RunState:
 
     def interrupt(self) -> None:
         self.stop_processes()
-        if self.vpaths is not None and self.status is not None:
-            self.status.mark_interrupted()
-            self.status.write(self.vpaths.status)
+        with self._status_lock:
+            if self.vpaths is not None and self.status is not None:
+                self.status = self.status.interrupted()
+                self.status.write(self.vpaths.status)
         self.scrub_logs()
 
     def scrub_logs(self) -> None:
@@ -112,23 +149,21 @@ def window_summary(
 
 def finish_variant(
     vpaths: results.VariantPaths,
-    status: VariantStatus,
+    run_state: RunState,
     state: str,
     cause: str | None,
-    redactor: Redactor,
     detail=None,
     summary: dict | None = None,
 ) -> VariantOutcome:
     """The variant ended (its server stopped): its logs scrubbed of the run's secrets, its
     summary.json (the null summary when it never served), then its final status — so a final
     state on disk always has its summary."""
-    scrub_server_logs(vpaths, redactor)
-    status.finish(state, cause, detail)
+    scrub_server_logs(vpaths, run_state.redactor)
+    status = run_state.finish_status(state, cause, detail)
     if summary is None:
         summary = run_products.null_summary(status.variant, state, cause)
     run_products.write_variant_summary(vpaths, summary)
-    status.write(vpaths.status)
-    return status.outcome()
+    return run_state.update_status(write=True).outcome()  # the latest: an interrupt meanwhile stays
 
 
 def start_sampler(

@@ -1,8 +1,9 @@
 """A variant's ``status.json``: how far its lifecycle got and why it ended (docs/architecture.md).
 
-The runner keeps one :class:`VariantStatus` per variant, sets its typed fields as the variant goes
-from preflight to cooldown, and writes it with :meth:`VariantStatus.write` after every step, so a
-harness killed at any moment leaves the last step on disk. Resume and merge read it back with
+A :class:`VariantStatus` is a frozen value: the runner makes a new one at each step of the
+variant, from preflight to cooldown (``dataclasses.replace``; `harness.run.variant_io.RunState`
+holds the latest, which an interrupt marks), and writes it with :meth:`VariantStatus.write` after
+every step, so a harness killed at any moment leaves the last step on disk. Resume and merge read it back with
 :func:`read_status` / :func:`variant_state`; both decide with :data:`FINAL_STATES`.
 """
 
@@ -77,7 +78,7 @@ class VariantOutcome:
     expect_met: bool = True
 
 
-@dataclass
+@dataclass(frozen=True)
 class VariantStatus:
     """The fields of status.json, in the order they are written."""
 
@@ -109,19 +110,19 @@ class VariantStatus:
     schema_version: int = results.SCHEMA_VERSION
     # Applied to the JSON before every write (the run's secret scrubbing); never written itself.
     redact: Callable[[dict], dict] | None = field(default=None, repr=False, compare=False)
-    # Where the variant's time goes (harness.store.gpu_time); its reading is ``timing`` at every write.
+    # Where the variant's time goes (harness.store.gpu_time); its reading is ``timing`` at every write
+    # (the clock runs on while the status is a value: it is the variant's meter, not a field).
     clock: PhaseClock | None = field(default=None, repr=False, compare=False)
 
     # -- writing ---------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """status.json's object: today's keys, in today's order; the step keys only once set."""
         out: dict[str, Any] = {"schema_version": self.schema_version}
-        if self.clock is not None:
-            self.timing = self.clock.to_json()
+        timing = self.clock.to_json() if self.clock is not None else self.timing
         for f in dataclasses.fields(self):
             if f.name in ("schema_version", "redact", "clock"):
                 continue
-            value = getattr(self, f.name)
+            value = timing if f.name == "timing" else getattr(self, f.name)
             if f.name in _ONLY_WHEN_SET and value is None:
                 continue
             out[f.name] = value
@@ -132,34 +133,42 @@ class VariantStatus:
         results.write_json_atomic(path, self.redact(data) if self.redact is not None else data)
 
     # -- lifecycle steps -------------------------------------------------------------------
-    def set_aside_failed_attempt(self, attempt: int) -> None:
-        """A retry follows: keep this attempt's evidence under ``failed_attempts`` so that a later
+    def with_failed_attempt_set_aside(self, attempt: int) -> VariantStatus:
+        """A retry follows: this attempt's evidence kept under ``failed_attempts``, so that a later
         success reads clean."""
         kept = {k: getattr(self, k) for k in _ATTEMPT_KEYS} | {"attempt": attempt}
-        self.failed_attempts = [*(self.failed_attempts or []), kept]
-        self.exit_code = self.cause = self.log_excerpt = self.survivors = None
-        self.cause_detail = {}
+        return dataclasses.replace(
+            self,
+            failed_attempts=[*(self.failed_attempts or []), kept],
+            exit_code=None,
+            cause=None,
+            log_excerpt=None,
+            survivors=None,
+            cause_detail={},
+        )
 
-    def finish(self, state: str, cause: str | None, detail: Any = None) -> None:
-        """The variant ended in ``state``: stamp the end and judge the declared expectation. An
+    def finished(self, state: str, cause: str | None, detail: Any = None) -> VariantStatus:
+        """The variant ended in ``state``: the end stamped and the declared expectation judged. An
         interrupted variant stays interrupted (a side-by-side variant's thread may finish after
         the run's interrupt marked it, `harness.run.lanes`)."""
         if self.state == INTERRUPTED:
-            return
-        self.state, self.cause = state, cause
+            return self
         if self.clock is not None:
             self.clock.stop()
-        if detail is not None:
-            self.cause_detail = detail
-        self.ended_at = results.utc_now_iso()
-        self.expect_met = self.expectation_met()
+        done = dataclasses.replace(
+            self,
+            state=state,
+            cause=cause,
+            cause_detail=self.cause_detail if detail is None else detail,
+            ended_at=results.utc_now_iso(),
+        )
+        return dataclasses.replace(done, expect_met=done.expectation_met())
 
-    def mark_interrupted(self) -> None:
+    def interrupted(self) -> VariantStatus:
         """SIGINT/SIGTERM reached the harness while this variant ran (no expectation is judged)."""
-        self.state = INTERRUPTED
         if self.clock is not None:
             self.clock.stop()
-        self.ended_at = results.utc_now_iso()
+        return dataclasses.replace(self, state=INTERRUPTED, ended_at=results.utc_now_iso())
 
     def expectation_met(self) -> bool:
         if self.expect == STARTUP_FAILED:

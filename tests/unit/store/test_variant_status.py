@@ -3,6 +3,7 @@ files stay what the committed golden runs hold, key order included."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -49,14 +50,30 @@ def test_a_fresh_status_has_the_step_keys_only_once_they_happened():
         "preflight",
         "simulated",
     ]
-    s.server, s.stop, s.cooldown = {"pid": 1}, {"survivors": []}, {"clean": True}
+    s = dataclasses.replace(s, server={"pid": 1}, stop={"survivors": []}, cooldown={"clean": True})
     assert list(s.to_json())[-3:] == ["server", "stop", "cooldown"]
 
 
+def test_a_status_is_a_value():
+    s = VariantStatus(variant="on")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.state = "ok"  # type: ignore[misc]
+    done = s.finished("ok", None)
+    assert (s.state, s.ended_at, done.state) == ("running", None, "ok") and done.ended_at
+    assert s.interrupted().finished("ok", None).state == "interrupted"  # an interrupt is not undone
+
+
 def test_a_retried_start_keeps_the_failed_attempt_apart():
-    s = VariantStatus(variant="on", expect="ok")
-    s.exit_code, s.cause, s.cause_detail, s.log_excerpt, s.survivors = 1, "host_memory", {"free_gb": 1.0}, {"l": 1}, []
-    s.set_aside_failed_attempt(1)
+    s = VariantStatus(
+        variant="on",
+        expect="ok",
+        exit_code=1,
+        cause="host_memory",
+        cause_detail={"free_gb": 1.0},
+        log_excerpt={"l": 1},
+        survivors=[],
+    )
+    s = s.with_failed_attempt_set_aside(1)
     assert s.failed_attempts == [
         {
             "exit_code": 1,
@@ -83,8 +100,7 @@ def test_a_retried_start_keeps_the_failed_attempt_apart():
     ],
 )
 def test_finish_judges_the_declared_expectation(expect, expect_cause, state, cause, met):
-    s = VariantStatus(variant="v", expect=expect, expect_cause=expect_cause)
-    s.finish(state, cause)
+    s = VariantStatus(variant="v", expect=expect, expect_cause=expect_cause).finished(state, cause)
     assert s.expect_met is met and s.ended_at and s.outcome().expect_met is met
 
 
