@@ -63,7 +63,7 @@ FAULTS: dict[str, tuple[str, str]] = {
     "slow_decode": ("slow_decode=1.15", "decode_bs1.decode.tpot_ms"),
     "slowdown_per_request": ("slowdown_per_request=0.003", "short_tail.alone.ttft_ms_drift"),
     "late_token_flips": ("late_token_flips=200", "on-r1.3:quality.parity"),
-    "slow_when_concurrent": ("slow_when_concurrent=1.3", "decode_bs4.decode.ttft_ms"),
+    "slow_when_concurrent": ("slow_when_concurrent=1.3", "decode_bs4.decode.tpot_ms"),
 }
 
 

@@ -64,6 +64,8 @@ class SimOptions(ScenarioModel):
     storage_gb: ranged(float, 0.001, 1e9, "GB") | None = None
     storage_read_gbs: ranged(float, 0.001, 1e5, "GB/s") | None = None
     storage_write_gbs: ranged(float, 0.001, 1e5, "GB/s") | None = None
+    # the pretend host's pinned host -> device link (a host hit's load-back); None: 55 GB/s, an H200's
+    h2d_gbs: ranged(float, 0.001, 1e5, "GB/s") | None = None
     # hybrid models with hicache size_gb: each host pool gets the whole size, or the size is split by
     # device pool bytes as sglang 0.5.17 does (--sim-host-split)
     host_split: Literal["each", "proportional"] = "each"

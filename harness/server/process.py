@@ -140,6 +140,7 @@ def build_launch_spec(variant, port: int, *, enable_metrics: bool = False) -> La
             ("--sim-storage-gb", sim.storage_gb),
             ("--sim-storage-read-gbs", sim.storage_read_gbs),
             ("--sim-storage-write-gbs", sim.storage_write_gbs),
+            ("--sim-h2d-gbs", sim.h2d_gbs),
         ):
             if value is not None:
                 sim_flags += [flag, _fmt(value)]

@@ -19,6 +19,8 @@ DEFAULT_STEP_MS_PER_REQUEST = 0.1
 DEFAULT_STORAGE_GB = 1000.0
 DEFAULT_STORAGE_READ_GBS = 2.0
 DEFAULT_STORAGE_WRITE_GBS = 1.0
+# --sim-h2d-gbs: the pretend host's pinned H2D, an H200's PCIe Gen5 x16 (docs/probe.md); a host hit's load-back
+DEFAULT_H2D_GBS = 55.0
 
 SIM_VERSION = "0.5.17-sim"
 # The version the simulator reports (/get_server_info, its log banner): part of the simulated
@@ -52,6 +54,7 @@ class SimArgs:
     storage_gb: float = DEFAULT_STORAGE_GB  # L3 capacity (GB of KV) when a storage backend is named
     storage_read_gbs: float = DEFAULT_STORAGE_READ_GBS  # storage -> host prefetch bandwidth
     storage_write_gbs: float = DEFAULT_STORAGE_WRITE_GBS  # host -> storage backup bandwidth
+    h2d_gbs: float = DEFAULT_H2D_GBS  # the pretend host's pinned host -> device bandwidth (load-back)
     host_split: str = "each"  # hybrid --hicache-size: "each" pool gets it all, or "proportional" (sglang 0.5.17)
     unmodelled: dict[str, str] = field(default_factory=dict)  # declared flags accepted, not modelled
     capture_s: float = 0.0  # CUDA-graph capture (between "Capture cuda graph begin" and its end)
@@ -65,6 +68,15 @@ class SimArgs:
     host_cgroup_limit_gib: float | None = None
     storage_persist: bool = False  # the file backend's pages in its directory (harness.sim.storage_file)
     host_reserve_gib: float = 10.0  # the build's host-memory reserve (sglang's HICACHE_HOST_MEMORY_RESERVE_BYTES)
+
+    def cost_knobs(self) -> dict[str, float]:
+        """The cost model's ``--sim-*`` bandwidths and step term (`CostModel.for_model`'s keywords)."""
+        return {
+            "step_ms_per_request": self.step_ms_per_request,
+            "storage_read_gbs": self.storage_read_gbs,
+            "storage_write_gbs": self.storage_write_gbs,
+            "h2d_gbs": self.h2d_gbs,
+        }
 
     def __getattr__(self, name: str) -> Any:
         # convenience: args.max_total_tokens etc. read straight from the sglang namespace

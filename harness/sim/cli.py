@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from harness.core.sglang_defaults import SGLANG_DEFAULT_HICACHE_RATIO
 from harness.sim.args import (
+    DEFAULT_H2D_GBS,
     DEFAULT_STEP_MS_PER_REQUEST,
     DEFAULT_STORAGE_GB,
     DEFAULT_STORAGE_READ_GBS,
@@ -246,6 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="host -> storage backup bandwidth, GB/s",
     )
     a(
+        "--sim-h2d-gbs",
+        type=_positive(float),
+        default=DEFAULT_H2D_GBS,
+        help="the pretend host's pinned host -> device bandwidth, GB/s (a host hit's load-back)",
+    )
+    a(
         "--sim-fault",
         action="append",
         type=_fault,
@@ -269,6 +276,7 @@ SIM_DESTS = (
     "sim_storage_gb",
     "sim_storage_read_gbs",
     "sim_storage_write_gbs",
+    "sim_h2d_gbs",
     "sim_host_split",
     "sim_host_mem_total_gib",
     "sim_host_page_cache_gib",
@@ -302,6 +310,7 @@ def parse_args(argv: Sequence[str] | None) -> SimArgs:
         storage_gb=sim["sim_storage_gb"],
         storage_read_gbs=sim["sim_storage_read_gbs"],
         storage_write_gbs=sim["sim_storage_write_gbs"],
+        h2d_gbs=sim["sim_h2d_gbs"],
         host_split=sim["sim_host_split"],
         host_mem_total_gib=sim["sim_host_mem_total_gib"],
         host_page_cache_gib=max(0.0, sim["sim_host_page_cache_gib"]),

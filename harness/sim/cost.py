@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.core.model_config import ModelShape
-from harness.sim.args import DEFAULT_STEP_MS_PER_REQUEST
+from harness.sim.args import DEFAULT_H2D_GBS, DEFAULT_STEP_MS_PER_REQUEST
 
 # How far (real seconds) the virtual timeline may fall behind before it is rebased on "now": a
 # late batch is made up by the next ones, but a long overloaded stretch is not banked as credit.
@@ -33,9 +33,11 @@ def batch_deadline(
     return max(start, now - max_lag_s) + max(0.0, duration_s)
 
 
-# The pinned H2D bandwidth of the host the simulator pretends to be (what ``harness probe`` would
-# measure there); the ``kernel`` io backend reaches it, ``direct`` and layer_first less (below).
-PLATFORM_H2D_BYTES_S = 55e9
+# The pinned H2D bandwidth of the host the simulator pretends to be by default (what ``harness
+# probe`` would measure there: an H200's PCIe Gen5 x16, docs/probe.md); ``--sim-h2d-gbs`` models
+# another host's link. The ``kernel`` io backend reaches it, ``direct`` and layer_first less (below).
+PLATFORM_H2D_BYTES_S = DEFAULT_H2D_GBS * 1e9
+DIRECT_SHARE = 40 / 55  # the ``direct`` io backend's load-back as a share of the pinned link
 # the fault slow_page_first_direct: page_first_direct's load-back as a share of the link, measured
 # with sglang 0.5.17 on an H200 (1.46 GB/s of a probed 55.4 GB/s pinned H2D, docs/gpu.md)
 PAGE_FIRST_DIRECT_SHARE = 1.46 / 55.4
@@ -54,6 +56,7 @@ class CostModel:
     time_scale: float
     storage_read_bytes_s: float = 2e9
     storage_write_bytes_s: float = 1e9
+    platform_h2d_bytes_s: float = PLATFORM_H2D_BYTES_S  # the pretend host's pinned H2D (--sim-h2d-gbs)
 
     @classmethod
     def for_model(
@@ -66,9 +69,11 @@ class CostModel:
         step_ms_per_request: float = DEFAULT_STEP_MS_PER_REQUEST,
         storage_read_gbs: float = 2.0,
         storage_write_gbs: float = 1.0,
+        h2d_gbs: float = DEFAULT_H2D_GBS,
     ) -> "CostModel":
         params = shape.approx_params() / max(1, tp_size)
-        h2d = (40e9 if io_backend == "direct" else PLATFORM_H2D_BYTES_S) * (0.8 if mem_layout == "layer_first" else 1.0)
+        link = h2d_gbs * 1e9
+        h2d = link * (DIRECT_SHARE if io_backend == "direct" else 1.0) * (0.8 if mem_layout == "layer_first" else 1.0)
         return cls(
             prefill_tok_s=min(80_000.0, 4e14 / (2 * params)),
             prefill_overhead_s=0.004,
@@ -81,6 +86,7 @@ class CostModel:
             time_scale=time_scale,
             storage_read_bytes_s=storage_read_gbs * 1e9,
             storage_write_bytes_s=storage_write_gbs * 1e9,
+            platform_h2d_bytes_s=link,
         )
 
     def storage_read_s(self, nbytes: int) -> float:

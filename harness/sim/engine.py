@@ -14,19 +14,17 @@ until the uncached tokens, the host pages to load back and ``max_new_tokens`` fi
 host pages back.  A finished request inserts prompt+output (hybrid: up to its last 64-token
 mamba checkpoint) into the cache; write-through backups are costed in the next batch.
 
-Clock (``batch_deadline``): each batch's modelled duration runs on a virtual timeline in loop time
-(``loop.time()``).  A batch starts where the previous one ended (or, after idling, when its
-newest request arrived) and the scheduler sleeps until that absolute deadline, so the server's own
-work (matching, eviction, HTTP) happens *inside* the modelled time instead of adding to it, and a
-late wake-up under CPU contention is made up by the next batches instead of accumulating (the
-timeline never runs more than ``MAX_LAG_S`` behind real time).  A finished request's response
-goes out before its pages are inserted into the cache (the insert runs before the next batch is
-formed, so the next admission sees it, as in sglang).
+Clock (``batch_deadline``, docs/simulator.md "Clock and machine load"): batches run on a virtual
+timeline of absolute deadlines in loop time, so the server's own work (matching, eviction, HTTP,
+the older GC generations: ``harness.sim.collector``) happens *inside* the modelled time, and a late
+wake-up is made up by the next batches (never more than ``MAX_LAG_S`` behind).  A finished
+request's response goes out before its pages are inserted (before the next batch, as in sglang).
 
 Cost model (seconds, all multiplied by ``--sim-time-scale``):
 - prefill batch  = 4 ms + new_tokens / prefill_tok_s, prefill_tok_s = min(80K, 4e14 / (2 P))
   (P = approx. parameters; llama-tiny ~75K tok/s as on the H200, a 27B ~7.4K tok/s);
-- + load-back bytes / H2D GB/s (55 GB/s ``kernel``, 40 GB/s ``direct``; layer_first 0.8x)
+- + load-back bytes / H2D GB/s (``--sim-h2d-gbs``, default 55 GB/s, for ``kernel``; ``direct``
+  0.73x of it; layer_first 0.8x)
   + 0.25 x backup bytes / D2H GB/s (write-through copies mostly overlap compute)
   + storage prefetch bytes / ``--sim-storage-read-gbs`` (default 2 GB/s, an NVMe drive; the
   prefetch finishes before the request runs, as with ``wait_complete``). Storage writes
@@ -50,7 +48,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from harness.sim.cache import MAMBA_TRACK_INTERVAL, Match, Page, TwoTierCache
-from harness.sim.cost import PAGE_FIRST_DIRECT_SHARE, PLATFORM_H2D_BYTES_S, CostModel, batch_deadline
+from harness.sim.collector import BatchCollector
+from harness.sim.cost import PAGE_FIRST_DIRECT_SHARE, CostModel, batch_deadline
 from harness.sim.fault_effects import crash_with_illegal_access, kernel_noise
 from harness.sim.faults import Fault, FaultArg
 from harness.sim.metrics import SimMetrics
@@ -95,11 +94,12 @@ class Engine:
         self, cfg: EngineConfig, cache: TwoTierCache, cost: CostModel, model: TokenModel, metrics: SimMetrics
     ) -> None:
         self.cfg = cfg
+        self.collector: BatchCollector | None = None  # the server's (harness.sim.collector); None: CPython's own
         self.cache = cache
         slow = cfg.faults.get(Fault.slow_host_load)  # a slower host-to-device load-back
         self.cost = cost if not slow else replace(cost, h2d_bytes_s=cost.h2d_bytes_s / slow)
         if Fault.slow_page_first_direct in cfg.faults and cfg.layout == "page_first_direct":
-            self.cost = replace(self.cost, h2d_bytes_s=PLATFORM_H2D_BYTES_S * PAGE_FIRST_DIRECT_SHARE)
+            self.cost = replace(self.cost, h2d_bytes_s=self.cost.platform_h2d_bytes_s * PAGE_FIRST_DIRECT_SHARE)
         self.model = model
         self.metrics = metrics
         if Fault.missing_storage_pages in cfg.faults:
@@ -257,11 +257,14 @@ class Engine:
     async def _pace(self, seconds: float, arrived: float | None = None) -> float:
         """Sleep until the end of a batch whose cost model says ``seconds`` (see `batch_deadline`);
         returns the batch's modelled start (loop time)."""
-        now = asyncio.get_running_loop().time()
+        clock = asyncio.get_running_loop().time
+        now = clock()
         scaled = max(0.0, seconds * self.cost.time_scale)
         self._busy_s += scaled
         self._timeline = end = batch_deadline(now, scaled, self._timeline, arrived)
-        await asyncio.sleep(max(0.0, end - now))  # late: 0, which still lets responses out
+        if self.collector is not None:  # the older GC generations, inside the batch (harness.sim.collector)
+            self.collector.during(end - now)
+        await asyncio.sleep(max(0.0, end - clock()))  # late: 0, which still lets responses out
         return end - scaled
 
     # ------------------------------------------------------------------ prefill

@@ -34,7 +34,8 @@ from harness.core.model_config import KV_CACHE_DTYPE_BYTES, ModelConfigError, Mo
 from harness.sim.app import AppState, build_app, wait_done
 from harness.sim.args import SimArgs, sim_version
 from harness.sim.cache import TwoTierCache
-from harness.sim.cost import PLATFORM_H2D_BYTES_S, CostModel
+from harness.sim.collector import BatchCollector
+from harness.sim.cost import CostModel
 from harness.sim.engine import Engine, EngineConfig
 from harness.sim.fault_effects import crash_with_illegal_access
 from harness.sim.faults import Fault
@@ -303,9 +304,10 @@ def _server_info(plan: Plan) -> dict[str, Any]:
                 "storage_gb": plan.args.storage_gb,
                 "storage_read_gbs": plan.args.storage_read_gbs,
                 "storage_write_gbs": plan.args.storage_write_gbs,
+                "h2d_gbs": plan.args.h2d_gbs,
                 # the pretend host's links as a probe there would see them, in the server's time
                 # (its cost model's seconds x time_scale): what a hit's roofline floor is made of
-                "platform_h2d_gbs": _per_scale(PLATFORM_H2D_BYTES_S / 1e9, plan.args.time_scale),
+                "platform_h2d_gbs": _per_scale(plan.args.h2d_gbs, plan.args.time_scale),
                 "platform_storage_read_gbs": _per_scale(plan.args.storage_read_gbs, plan.args.time_scale),
                 "host_split": plan.args.host_split,
                 "unmodelled_flags": dict(plan.args.unmodelled),
@@ -492,19 +494,12 @@ async def _serve(plan: Plan) -> int:
     engine = Engine(
         cfg,
         cache,
-        CostModel.for_model(
-            shape,
-            plan.tp,
-            a["hicache_io_backend"],
-            plan.layout,
-            args.time_scale,
-            args.step_ms_per_request,
-            args.storage_read_gbs,
-            args.storage_write_gbs,
-        ),
+        CostModel.for_model(shape, plan.tp, a["hicache_io_backend"], plan.layout, args.time_scale, **args.cost_knobs()),
         TokenModel(tokenizer.vocab_size, shape.eos_token_ids),
         metrics,
     )
+    engine.collector = BatchCollector()  # the older GC generations inside batches' modelled time
+    engine.collector.install()
     state = AppState(
         engine=engine,
         server_info=_server_info(plan),

@@ -217,6 +217,34 @@ def test_slow_page_first_direct_loads_back_at_its_measured_share_of_the_link_on_
     assert engine(None, host_tokens=3 * POOL, layout="page_first_direct").cost.h2d_bytes_s == 1e9
 
 
+def test_the_pretend_hosts_link_prices_a_host_hits_load_back():
+    """``--sim-h2d-gbs`` (``server.sim.h2d_gbs``): a WSL2-like slow link makes a host hit's load
+    cost what the link allows; the io backend and layout shares and the page_first_direct fault
+    are shares of that link, not of the H200's."""
+    from harness.core.model_config import load_model_shape
+    from harness.run.launch import launch_spec
+    from harness.scenario.loading import load_scenario
+    from harness.sim.cli import parse_args
+    from harness.sim.cost import DIRECT_SHARE, PAGE_FIRST_DIRECT_SHARE
+    from harness.sim.testing import MODELS
+
+    args = parse_args(["--model-path", str(MODELS / "llama-tiny"), "--sim-h2d-gbs", "2"])
+    shape = load_model_shape(str(MODELS / "llama-tiny"))
+    wsl = CostModel.for_model(shape, 1, "kernel", "page_first", 1.0, **args.cost_knobs())
+    h200 = CostModel.for_model(shape, 1, "kernel", "page_first", 1.0)
+    assert (wsl.h2d_bytes_s, h200.h2d_bytes_s) == (2e9, 55e9)
+    load = 60_000_000  # bytes: the twin's host hit (3,776 tokens of int2 KV + one mamba state)
+    assert wsl.prefill_s(24, load, 0) - h200.prefill_s(24, load, 0) == pytest.approx(0.03 - 60e6 / 55e9)
+    direct = CostModel.for_model(shape, 1, "direct", "page_first", 1.0, h2d_gbs=2.0)
+    assert direct.h2d_bytes_s == pytest.approx(2e9 * DIRECT_SHARE)
+    cfg = engine({Fault.slow_page_first_direct: None}, host_tokens=POOL, layout="page_first_direct").cfg
+    slow = Engine(cfg, TwoTierCache(POOL, POOL), wsl, TokenModel(32000), SimMetrics("m"))
+    assert slow.cost.h2d_bytes_s == pytest.approx(2e9 * PAGE_FIRST_DIRECT_SHARE)
+    twin = load_scenario(MODELS.parent / "wsl_tp2_sim.yaml", {})
+    argv = launch_spec(twin, twin.expand_variants()[0], 30000).argv
+    assert argv[argv.index("--sim-h2d-gbs") + 1] == f"{twin.server.sim.h2d_gbs:g}"
+
+
 def test_mamba_states_at_most_drops_the_oldest_prompts_state_so_its_repeat_matches_nothing():
     def repeat_of_first(faults):
         e = engine(faults, hybrid=True)
