@@ -444,6 +444,30 @@ def reap_orphans(root: Path, grace_s: float = 0.0) -> list[int]:
 _SESSION_VAR = "HARNESS_TEST_SESSION"
 _SESSION = f"{os.getpid()}-{time.time_ns()}"
 os.environ[_SESSION_VAR] = _SESSION
+_reaper: list[tuple[Any, subprocess.Popen]] = []  # (the config that started it, the reaper)
+
+
+def pytest_configure(config):
+    """Start the session's reaper (tests/session_reaper.py): when this pytest is gone, however it
+    ended (a time limit's SIGTERM or a SIGKILL runs no finalizer), it kills what carries the
+    session's mark, so that no simulated server outlives a killed pytest."""
+    if _reaper or sys.platform != "linux":
+        return
+    reaper = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("session_reaper.py")), _SESSION, str(os.getpid())],
+        stdin=subprocess.PIPE,
+        start_new_session=True,  # a signal to pytest's process group does not reach it
+    )
+    _reaper.append((config, reaper))
+
+
+def pytest_unconfigure(config):
+    """pytest ends: the reaper sweeps what is left (a leak: the per-test check names it first)."""
+    if _reaper and _reaper[0][0] is config:  # not an inner pytest run in this process (pytester)
+        _, reaper = _reaper.pop()
+        if reaper.stdin is not None:
+            reaper.stdin.close()
+        reaper.wait(timeout=30)
 
 
 # -------------------------------------------------------------------------------------- fixtures
