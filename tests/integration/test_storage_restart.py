@@ -14,7 +14,8 @@ from harness.sim.storage_file import FileStorage
 MODELS = Path(__file__).resolve().parents[2] / "scenarios" / "models"
 
 
-def _run(tmp_path, base_dtype: str, workloads: str) -> tuple[int, dict, list[dict], dict]:
+def _run(tmp_path, base_dtype: str, workloads: str, l3=None) -> tuple[int, dict, list[dict], dict]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     scenario = tmp_path / "restart.yaml"
     scenario.write_text(
         f"""
@@ -33,13 +34,13 @@ variants:
     hicache:
       ratio: 2
       storage_backend: file
-      storage: {{dir: {tmp_path / "l3"}, prefetch_policy: wait_complete}}
+      storage: {{dir: {l3 or tmp_path / "l3"}, prefetch_policy: wait_complete}}
 workloads:
 {workloads}
 """
     )
     code = main(["run", str(scenario), "--no-report", "--results-dir", str(tmp_path / "results")])
-    (run,) = (tmp_path / "results" / "restart").iterdir()
+    run = max((tmp_path / "results" / "restart").iterdir(), key=lambda p: p.stat().st_mtime_ns)
     v = run / "on-file"
     summary = json.loads((v / "summary.json").read_text())
     recs = [json.loads(line) for line in (v / "requests.jsonl").read_text().splitlines()]
@@ -102,3 +103,24 @@ def test_file_keys_are_sglangs(tmp_path):
     fs = FileStorage(str(tmp_path), "org/model", 2, 4096)
     assert fs.path(-1).name == "ffffffffffffffff_org-model_0_2.bin"
     assert FileStorage(str(tmp_path), "org/model", 2, 4096, mla=True).suffix == "_org-model"
+
+
+def test_the_same_seed_sends_the_same_prompts_and_an_earlier_runs_pages_are_named(tmp_path):
+    """The prompts come from the seed: two runs into two storage directories send the same ones.
+    A run into a directory that already holds them (the first run's pages) is not measured as a
+    first pass that wrote them: the variant fails with what to do."""
+    workloads = """
+  - kind: storage_restart
+    name: same
+    prompt_tokens: 1500
+"""
+    hashes = []
+    for k in (1, 2):
+        code, _, recs, status = _run(tmp_path / f"r{k}", "bf16", workloads)
+        assert code == 0, status
+        hashes.append([(r["phase"], r["index"], r["input_hash"]) for r in recs if r["workload"] == "same"])
+    assert hashes[0] == hashes[1] and len({h for _, _, h in hashes[0]}) == 2
+    code, _, recs, status = _run(tmp_path / "r3", "bf16", workloads, l3=tmp_path / "r1" / "l3")
+    assert all(s > 0 for s in _storage(recs, "same", "before"))  # the first run's pages
+    assert code == 1 and status["state"] == "failed"
+    assert "already held these prompts' pages" in json.dumps(status)

@@ -17,7 +17,6 @@ and TP rank/size and its token hash (page size), not by dtype or layout (docs/si
 from __future__ import annotations
 
 import hashlib
-import secrets
 from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
@@ -62,6 +61,10 @@ class StorageServedAcrossChange(Broken, RuntimeError):
     """A storage hit after the server came back with another model, dtype or layout."""
 
 
+class StorageHeldBefore(Broken, RuntimeError):
+    """The first pass was served from storage: its pages were there before the run."""
+
+
 def after_phase(cfg: StorageRestart) -> str:
     return "after_change" if cfg.restart_with is not None else "after_restart"
 
@@ -70,12 +73,20 @@ async def run(ctx: WorkloadContext, cfg: StorageRestart) -> None:
     if ctx.restart is None:
         raise RuntimeError("storage_restart needs a server the harness starts (not backend: external)")
     w = WorkloadScope(ctx, cfg)
-    # new prompts every run: the storage directory keeps pages across runs, and a "before" phase
-    # that hit an earlier run's pages would not write anything
-    prompts = w.prompts(cfg.n, ctx.tokens(cfg.prompt_tokens), f"measured-{secrets.token_hex(8)}")
+    # the seed's prompts (same seed, same prompts); the storage directory keeps pages across runs,
+    # so a "before" phase served from storage is an earlier run's pages: this run wrote nothing
+    prompts = w.prompts(cfg.n, ctx.tokens(cfg.prompt_tokens), "measured")
     w.phase("before")
+    found = 0
     for i, ids in enumerate(prompts):
-        await w.send("before", i, ids)
+        rec = await w.send("before", i, ids)
+        found += rec.cached_storage or 0
+    if found:
+        raise StorageHeldBefore(
+            f"{found} prompt tokens of the first pass came from storage: the storage directory already "
+            "held these prompts' pages (an earlier run with the same seed); empty the storage directory "
+            "(hicache.storage.dir) or set another `seed:` in the scenario"
+        )
     change = cfg.restart_with.model_dump() if cfg.restart_with is not None else None
     await ctx.restart(change)
     phase = after_phase(cfg)
