@@ -16,6 +16,11 @@ as follows:
 
 The idle draw while a phase waits counts in its joules: J/token is what the run paid, not a
 kernel's efficiency. ``total`` is over every workload's phases.
+
+A phase over which the counter did not advance (0 J: its readings fell inside one update of
+NVML's counter, e.g. a few ms of device hits read at the phase's edges) is **too short to
+measure**: ``joules`` and every J/token are null and ``too_short`` is true, not a figure of 0 J
+(a powered GPU draws tens of watts); the joules it used fall in the next phase's reading.
 """
 
 from __future__ import annotations
@@ -40,15 +45,18 @@ def _tokens(records: list[RequestRecord]) -> tuple[int, int, int]:
 
 
 def _figures(joules: float | None, prompt: int, gen: int, n: int) -> dict[str, Any]:
+    too_short = joules is not None and joules <= 0.0
     out: dict[str, Any] = {
-        "joules": None if joules is None else round(joules, 3),
+        "joules": None if joules is None or too_short else round(joules, 3),
         "computed_prompt_tokens": prompt,
         "generated_tokens": gen,
         "j_per_token": None,
         "j_per_prompt_token": None,
         "j_per_generated_token": None,
     }
-    if joules is None:
+    if too_short:
+        out["too_short"] = True
+    if joules is None or too_short:
         return out
     if prompt + gen > 0:
         out["j_per_token"] = joules / (prompt + gen)

@@ -15,7 +15,7 @@
 # 1. installs the site (source .gpu/install.sh) and makes the random llama-tiny checkpoint;
 # 2. sizes the soak: SOAK_S = min(SOAK_MAX_S, (budget - elapsed - START_ALLOW_S - TAIL_S) / runs
 #    in sequence); SLICE_S = SOAK_S / 15 in [6, 30] s unless given (3 slices settle, 12 judged;
-#    under 8 slices it stops: too short to judge);
+#    under 8 slices it stops: too short to judge); OPEN_LOOP_S, the mix's open loop, half a slice;
 # 3. `harness run scenarios/gpu/h200_soak.yaml` (with --gpus 0,1 on two GPUs) under `timeout`;
 # 4. packs into $OUT: soak.out (the console), soak_table.txt (per variant and series: verdict,
 #    slope/h, interval/h, points; then joules per token of the soak and of energy_repeat's cold
@@ -34,7 +34,7 @@
 #
 # Environment: OUT (/tmp/out-soak), CALL_BUDGET_S (585), START_ALLOW_S (100: one server start,
 # 45-111 s measured, the first on a fresh machine the slowest), TAIL_S (60: the energy_repeat workload, stop, cooldown,
-# report, packing), SOAK_MAX_S (420), SLICE_S (auto), MODEL_PATH (/tmp/models/llama-sharp), PY (python3), GPUS
+# report, packing), SOAK_MAX_S (420), SLICE_S (auto), OPEN_LOOP_S (SLICE_S / 2), MODEL_PATH (/tmp/models/llama-sharp), PY (python3), GPUS
 # (auto: 2 if nvidia-smi lists two), RUN_ARGS (more `harness run` arguments: the tests run the
 # whole script on the simulator with `--set server.backend=sim ...`), SKIP_INSTALL=1 (site and
 # model already there), DRY_RUN=1
@@ -77,7 +77,12 @@ if [ "$SLICE_S" = auto ]; then  # about 15 slices: 3 settle, 12 judged
   SLICE_S=$(( SOAK_S / 15 )); [ "$SLICE_S" -lt 6 ] && SLICE_S=6; [ "$SLICE_S" -gt 30 ] && SLICE_S=30
 fi
 export SLICE_S
-say "GPUs $GPUS: ${SEQ} run(s) in sequence, a soak of ${SOAK_S} s in ${SLICE_S}-s slices each"
+# the mix's open loop runs on its own clock: half a slice, so the slice's cold prefills, repeats and
+# decodes (under 1 s on the H200) fit beside it (at 10 s in 6-s slices every slice ran ~10 s and the
+# soak outgrew its call: session 6's ON half was cut at its server start)
+OPEN_LOOP_S=${OPEN_LOOP_S:-$(( SLICE_S / 2 ))}
+export OPEN_LOOP_S
+say "GPUs $GPUS: ${SEQ} run(s) in sequence, a soak of ${SOAK_S} s in ${SLICE_S}-s slices each (open loop ${OPEN_LOOP_S} s a slice)"
 if [ "$SOAK_S" -lt $(( 8 * SLICE_S )) ]; then
   say "a soak of ${SOAK_S} s is under 8 slices of ${SLICE_S} s: too short to judge; stopping"; exit 2
 fi
@@ -114,7 +119,9 @@ for v in sorted(p for p in run.iterdir() if (p / "summary.json").exists()):
     for key, fig in [("soak", (energy.get("workloads") or {}).get("soak"))] + [
         (k, f) for k, f in (energy.get("phases") or {}).items() if k.startswith("energy_repeat/")
     ]:
-        if fig:
+        if fig and fig.get("too_short"):  # the counter did not advance over it: not 0 J
+            print(f"  {key:40} too short to measure (NVML's counter did not advance over it)")
+        elif fig:
             print(f"  {key:40} J {fig.get('joules')}  J/token {fig.get('j_per_token')}  "
                   f"J/prompt token {fig.get('j_per_prompt_token')}  J/generated token {fig.get('j_per_generated_token')}")
 PYEOF

@@ -27,9 +27,13 @@ def test_two_gpus_soak_side_by_side_for_what_the_call_leaves_and_one_gpu_in_sequ
     assert "# variant off" in two.stdout and "# variant on-r2" in two.stdout and "--hicache-ratio 2" in two.stdout
     one = _script(tmp_path, DRY_RUN="1", GPUS="1")
     assert one.returncode == 0 and "2 run(s) in sequence, a soak of 1" in one.stdout  # half of what is left
+    # the mix's open loop fits its slice (at 10 s in 6-s slices each slice ran ~10 s on the H200)
+    assert "s slices each (open loop " in one.stdout and "longer than slice_s" not in one.stdout
+    over = _script(tmp_path, DRY_RUN="1", GPUS="1", OPEN_LOOP_S="10")
+    assert "the mix's clocked members last 10 s, longer than slice_s (" in over.stdout
     short = _script(tmp_path, DRY_RUN="1", GPUS="1", CALL_BUDGET_S="300")
     assert short.returncode == 2 and "too short to judge" in short.stdout
-    assert (tmp_path / "out" / "soak.out").read_text().count("run(s) in sequence") == 3
+    assert (tmp_path / "out" / "soak.out").read_text().count("run(s) in sequence") == 4
 
 
 @pytest.mark.slow

@@ -309,6 +309,12 @@ def estimate(w: Soak, c: EstimateContext) -> WorkEstimate:
 
     decode = [p.decode_s for p in parts]
     short = []
+    clocked = sum(p.clock_s for p in parts) / max(1, c.repeats)  # a slice's members on their own clocks
+    if clocked > w.slice_s:
+        short.append(
+            f"the mix's clocked members last {clocked:g} s, longer than slice_s ({w.slice_s:g} s): every slice "
+            f"overruns and the soak lasts at least {n * clocked:g} s, not {w.duration_s:g}"
+        )
     if n - w.settle_slices < w.min_slices:
         short.append(
             f"{n} slices of {w.slice_s:g} s leave {max(0, n - w.settle_slices)} after settle_slices "

@@ -60,6 +60,22 @@ def test_joules_per_token_count_computed_prompt_and_generated_tokens_as_declared
     assert energy_summary(records, {"w/cold": {"energy_j": None}}) is None  # nothing measured: no figures
 
 
+def test_a_phase_the_counter_did_not_advance_over_is_too_short_to_measure_not_zero_joules():
+    """A few ms of device hits read at the phase's edges, inside one update of NVML's counter."""
+    samples = [_s(0, "idle", [1000]), _s(1, "w/cold", [50000]), _s(1, "w/hit", [50000]), _s(2, "w/next", [90000])]
+    phases = summarize_samples(samples)
+    assert phases["w/hit"]["energy_j"] == 0.0  # the counter's reading did not move
+    records = [_rec("cold", 1000, 0, 1), _rec("hit", 1000, 1000, 1), _rec("next", 1000, 0, 1)]
+    e = energy_summary(records, phases)
+    hit = e["phases"]["w/hit"]
+    assert (
+        hit["too_short"] and hit["joules"] is None and hit["j_per_token"] is None and hit["j_per_prompt_token"] is None
+    )
+    assert "too_short" not in e["phases"]["w/next"] and e["phases"]["w/next"]["joules"] == pytest.approx(40.0)
+    assert e["phases"]["w/cold"]["joules"] == pytest.approx(49.0)
+    assert e["total"]["joules"] == pytest.approx(49.0 + 40.0)  # what the hit used falls in the next phase's reading
+
+
 def test_cost_per_million_tokens_and_the_cheapest_variant_that_meets_the_slo():
     prices = Prices(gpu_hour_usd=3.6, host_ram_gb_hour_usd=0.01, storage_tb_month_usd=73.0)
     off = variant_cost("off", prices, gpus=1, host_pool_gb=0, storage_gb=0, goodput_tok_s=1000, meets_slo=True)
