@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.core.errors import BadInput
 from harness.core.exit_codes import ExitCode
@@ -32,11 +32,21 @@ def run_find_ratio(args, scenario: Scenario, options, report_run) -> int:
         sys.stdout.write(manifest.dry_run_text(run, run.expand_variants()))
         return ExitCode.OK
     options.only = None
+    tolerance_gib = scenario.sampling.cooldown_mem_tolerance_gib
+    judged: dict[str, Any] = {}
+    draw = options.draw_report
+    if draw is not None:  # judged just before the report is drawn: the page shows ratio_boundary.json
+
+        def judge_then_draw(root: Path, reports_dir: Path) -> Path:
+            judged["res"] = find_ratio.judge(Path(root), plan, tolerance_gib)
+            return draw(root, reports_dir)
+
+        options.draw_report = judge_then_draw
     outcome = runner.run_scenario(run, options, harness_argv=sys.argv)
     code = report_run(outcome, args)
     if outcome.run_dir is None or not Path(outcome.run_dir).is_dir():
         return code
-    res = find_ratio.judge(Path(outcome.run_dir), plan, scenario.sampling.cooldown_mem_tolerance_gib)
+    res = judged.get("res") or find_ratio.judge(Path(outcome.run_dir), plan, tolerance_gib)
     for line in find_ratio.result_lines(res):
         print(line)
     print(f"find-ratio: {Path(outcome.run_dir) / find_ratio.RESULT_FILE}")

@@ -40,6 +40,7 @@ from harness.report.header import banner, header, hicache_effect, judged_expecta
 from harness.report.hicache_table import hicache_table, load_back, roofline_rows, tier_prediction_rows
 from harness.report.memory_table import memory_table
 from harness.report.quality_view import parity_groups, worst_samples
+from harness.report.ratio_view import find_ratio_context
 from harness.report.series import pass_walls, tier_hits, timeseries, ttft_groups
 from harness.report.soak_view import soak_panels
 from harness.report.view import load_view
@@ -417,6 +418,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         "hicache_rows": hicache_rows,
         "baseline": base,
         "memory_rows": memory_table(view),
+        "find_ratio": find_ratio_context(view.root),
         "timeseries": figures_ts,
         "ttft": ttft,
         "walls_png": walls_png,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.report.ratio_view import find_ratio_context
 from harness.run import find_ratio as fr
 from harness.scenario import load_scenario
 
@@ -124,6 +125,10 @@ def test_judge_confirms_both_cliffs_and_catches_a_contradiction(tmp_path):
     assert res["confirmed"] and res["start_cliff"] == "between size_gb 15 and 16"
     assert res["page_cache_cliff"] == "between size_gb 10 and 11"
     assert json.loads((run / fr.RESULT_FILE).read_text())["confirmed"] is True
+    shown = find_ratio_context(run)  # what the report's memory section shows of it
+    assert shown["confirmed"] and shown["start_cliff"] == "between size_gb 15 and 16"
+    assert [(p["name"], p["expect"], p["agrees"]) for p in shown["points"]][-1] == ("on-gb16", "refused", True)
+    assert find_ratio_context(tmp_path / "nowhere") is None  # not a find-ratio run: no block
 
     states["on-gb16"] = ("ok", None)  # the step above the start limit started after all
     run2 = tmp_path / "second"
@@ -147,9 +152,18 @@ def test_judge_confirms_both_cliffs_and_catches_a_contradiction(tmp_path):
 def test_on_the_simulated_host_both_cliffs_hold_and_a_wrong_prediction_fails(tmp_path, capsys):
     results = tmp_path / "results"
     base = ["run", "--find-ratio", "--no-report", "--results-dir", str(results)]
-    assert main([*base, str(_scenario(tmp_path))]) == 0
+    assert (
+        main(
+            [*base[:2], "--results-dir", str(results), "--reports-dir", str(tmp_path / "rep"), str(_scenario(tmp_path))]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "start cliff is between size_gb 15 and 16" in out and "page-cache cliff is between size_gb 10 and 11" in out
+    (page,) = (tmp_path / "rep").rglob("index.html")  # the report shows ratio_boundary.json: judged before it is drawn
+    memory = page.read_text().split('<section id="memory">')[1].split("</section>")[0]
+    assert "confirmed on both sides" in memory and "the start cliff is between size_gb 15 and 16" in memory
+    assert "the page-cache cliff is between size_gb 10 and 11" in memory and "on-gb16" in memory
     # the prediction assumes sglang's 10 GiB reserve; the simulated build reserves 2: the "refused" point starts
     wrong = tmp_path / "wrong"
     wrong.mkdir()
