@@ -59,6 +59,30 @@ def variant_cost(
     return VariantCost(variant, per_h, gpu, host, storage, goodput_tok_s, per_mtok, meets_slo, slo_workload)
 
 
+PRICES_HINT = (
+    "add `cost: {gpu_hour_usd: …}` to the scenario (host_ram_gb_hour_usd and storage_tb_month_usd optional) "
+    "for $ per million tokens and the cheapest variant meeting the SLO"
+)
+
+
+def gpu_hours_per_mtok(gpus: int, goodput_tok_s: float | None) -> float | None:
+    """GPU-hours a million tokens take at the SLO goodput: $/Mtok without the prices (GPUs only)."""
+    return gpus / (goodput_tok_s * 3600.0 / 1e6) if goodput_tok_s else None
+
+
+def unpriced_text(base: str | None, work_gpu_s: Mapping[str, float | None]) -> str:
+    """The headline's sentence without prices: each variant's GPU time for the run's workloads (the
+    same for every variant) against the baseline's, then what to add for a price."""
+    b = work_gpu_s.get(base) if base else None
+    parts = [
+        f"{n} {v / b:.2f}×"
+        for n, v in work_gpu_s.items()
+        if n != base and b and v is not None  # type: ignore[operator]
+    ]
+    said = f"GPU time for the same workloads against {base}: {', '.join(parts)}; " if parts else ""
+    return f"no prices given: {said}{PRICES_HINT}"
+
+
 def slo_goodput(summary: Mapping[str, Any] | None) -> tuple[str | None, float | None, bool]:
     """(the SLO workload, its goodput in tokens/s, whether it met the SLO) from a variant's
     summary: the first workload with a ``goodput_rps`` derived figure (module docstring)."""

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from harness.cli import main
+from harness.report.formatting import fmt_num
 from tests.conftest import write_scenario
 
 SCENARIO = """\
@@ -70,3 +71,20 @@ def test_simulated_energy_per_token_and_the_cheapest_variant_meeting_the_slo(tmp
     html = page.read_text()
     head = html[: html.index('<section id="hicache">')]
     assert f"cheapest meeting the SLO: {cheapest}" in head and "simulated" in head.lower()
+    assert "no prices given" not in head
+
+    # without prices the box says what GPU time alone says, and the one line of what to add
+    (run / "cost.json").unlink()
+    assert main(["report", str(run), "--reports-dir", str(tmp_path / "unpriced")]) == 0
+    (page,) = (tmp_path / "unpriced").rglob("index.html")
+    html = page.read_text()
+    box = html[html.index('id="cost-headline"') : html.index("</div>", html.index('id="cost-headline"'))]
+    work = {
+        v: json.loads((run / v / "status.json").read_text())["timing"]["gpu_minutes"]["work"] for v in ("off", "on-r2")
+    }
+    ratio = work["on-r2"] / work["off"]
+    assert f"no prices given: GPU time for the same workloads against off: on-r2 {ratio:.2f}×" in box
+    assert "add `cost: {gpu_hour_usd: …}` to the scenario" in box
+    assert "<th>$/h</th>" not in box and "<th>GPU-h/Mtok</th>" in box and "<th>work GPU-s</th>" in box
+    gpu_h = 1 / (off["goodput_tok_s"] * 3600 / 1e6)  # one GPU, at the SLO goodput cost.json had
+    assert f"<td>{fmt_num(gpu_h)}</td>" in box, box
