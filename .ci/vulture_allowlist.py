@@ -96,6 +96,8 @@ planted_env  # unused variable (tests/integration/test_secrets_run.py:141)
 prefetch_timeout_base  # HiCacheStorage field, read by name into the extra-config JSON (harness/scenario/models.py)
 prefetch_timeout_per_ki_token  # likewise
 pytest_terminal_summary  # a pytest hook: the random order's seed under -q (tests/conftest.py)
+pytest_configure  # a pytest hook: starts the session reaper (tests/conftest.py, tests/session_reaper.py)
+pytest_unconfigure  # a pytest hook: closes the reaper's pipe (tests/conftest.py)
 storage_source  # Platform field: written positionally by platform_for, read by name through to_json (harness/measures/roofline.py)
 server_rss_mib  # soak Tolerances fields, read by name (Tolerances.of: f"{series}_{unit}") (harness/workloads/kinds/soak.py)
 mlocked_mib  # likewise
