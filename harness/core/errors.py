@@ -32,8 +32,10 @@ traceback, never "bad input".
         ├── MetricsUnavailable harness/server/metrics_page.py  no /metrics to read
         ├── ProbeFailure      harness/probe/worker.py     a platform probe that could not run
         ├── RestartFailed     harness/run/restart.py      a server that did not come back after a planned restart
-        └── StorageServedAcrossChange  harness/workloads/kinds/storage_restart.py  storage entries of
-                              another model, dtype or layout served after a restart
+        ├── StorageServedAcrossChange  harness/workloads/kinds/storage_restart.py  storage entries of
+        │                     another model, dtype or layout served after a restart
+        └── StorageHeldBefore harness/workloads/kinds/storage_restart.py  a first pass served from
+                              storage: the directory held these prompts' pages before the run
 
 The classes that were a ``ValueError`` (``ModelConfigError``, ``TooLarge``, ``RunLocked``, ``DatasetError``,
 ``GpuBusy``, ``SelectionError``, ``BuildError``, ``EndpointRefused``, ``ResumeRefused``) still are
