@@ -242,7 +242,7 @@ def write_run_products(scenario: Scenario, run: results.RunPaths) -> None:
             summary["quality"] = {**(summary.get("quality") or {}), "parity": headline}
             write_variant_summary(vpaths, summary)
     write_summary_csv(run, names)
-    if getattr(scenario, "cost", None) is not None:
+    if scenario.cost is not None:
         write_cost(run, names, scenario.cost)
 
 

@@ -67,6 +67,7 @@ from harness.store.records import RequestRecord
 from harness.store.stats import STAT_KEYS
 from harness.store.summary import Summary
 from harness.workloads import derived_figures, kinds
+from harness.workloads.config import WorkloadConfig
 
 SUMMARY_VERSION = 1
 
@@ -371,19 +372,15 @@ def tier_prediction(
     records: Sequence[RequestRecord],
     pools: TierPools,
     workload_kinds: Mapping[str, str] | None,
-    workload_configs: Mapping[str, Any] | None,
+    workload_configs: Mapping[str, WorkloadConfig] | None,
     tiers: Iterable[str] | None,
 ) -> dict[str, Any]:
     """Predicted vs achieved tier hits of every phase (`harness.measures.tier_model`), and the shortfalls of
     the phases that exist to hit a tier the variant has."""
-    flush = [wl for wl, cfg in (workload_configs or {}).items() if getattr(cfg, "flush_before", False)]
+    configs = workload_configs or {}
+    flush = [wl for wl, cfg in configs.items() if cfg.flush_before]
     # a workload that restarts the server (its config's ``restarts_before``: phase -> came back changed)
-    restarts = {
-        (wl, phase): changed
-        for wl, cfg in (workload_configs or {}).items()
-        if callable(getattr(cfg, "restarts_before", None))
-        for phase, changed in cfg.restarts_before().items()
-    }
+    restarts = {(wl, phase): changed for wl, cfg in configs.items() for phase, changed in cfg.restarts_before().items()}
     preds = phase_predictions(records, pools, flush, restarts)
     have = set(tiers or ("device",))
     hit_phase = {}

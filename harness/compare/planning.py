@@ -312,10 +312,10 @@ def plan_scenario(scenario: Scenario, results_dir: Path | None, runs: Sequence[A
     from harness.workloads import derived_figures
 
     figures = derived_figures()
-    variants = [v for v in scenario.expand_variants() if getattr(v, "expect", "ok") != "startup_failed"]
+    variants = [v for v in scenario.expand_variants() if v.expect != "startup_failed"]
     gates = list(scenario.gate)
     thresholds = {k: t.fraction for k, t in scenario.expectations.thresholds.items()}
-    budget = getattr(scenario.verdict, "budget_minutes", None)
+    budget = scenario.verdict.budget_minutes
     shipped = int(scenario.repeats)
     minutes = workload_minutes(scenario, variants)
     plan = ScenarioPlan(
@@ -378,7 +378,7 @@ def plan_scenario(scenario: Scenario, results_dir: Path | None, runs: Sequence[A
             )
     q = scenario.quality
     if q.enabled and any(g.metric == "quality.parity" for g in gates):
-        per_sample = len(q.tasks) * len(q.lengths) * int(getattr(q, "reasks", 1) or 1)
+        per_sample = len(q.tasks) * len(q.lengths) * max(1, q.reasks)
         keys = per_sample * int(q.samples_per_task)
         for g in gates:
             if g.metric != "quality.parity":

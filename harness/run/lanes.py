@@ -28,9 +28,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from harness.scenario.models import Variant
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +71,8 @@ def host_gpus(environ: dict[str, str] | None = None, inventory: Callable[[], lis
     return ids
 
 
-def gpus_needed(variant: Any) -> int:
-    return max(1, int(getattr(variant, "tp_size", 1) or 1))
+def gpus_needed(variant: Variant) -> int:
+    return max(1, variant.tp_size)
 
 
 def check_fits(variants: Sequence[Any], gpu_ids: Sequence[str]) -> None:

@@ -33,7 +33,7 @@ from harness.run.gpu_pool import GIB, pool_args_from_server_args
 from harness.run.hostpool import GB, check_budget, predict_host_pool, preflight_variant
 
 if TYPE_CHECKING:
-    from harness.scenario.models import Scenario
+    from harness.scenario.models import Scenario, Variant
 
 Knob = Literal["ratio", "size_gb"]
 MAX_STEPS = 1 << 16  # the search never looks past 65536 steps (ratio 16384 at 0.25)
@@ -240,10 +240,10 @@ def host_figures(scenario: Scenario, record: Mapping[str, Any]) -> HostFigures:
     """The host's figures for a variant's boundary: the simulated host's (``server.sim.host``) for
     the simulator, else /proc/meminfo and the cgroup. MemAvailable is the one the preflight record
     read (before the load dip)."""
-    pre = getattr(scenario, "preflight", None)
-    dip_gib = getattr(pre, "load_dip_gib", None)
-    sim_host = getattr(getattr(scenario.server, "sim", None), "host", None)
-    if getattr(scenario.server, "backend", None) == "sim" and sim_host is not None:
+    dip_gib = scenario.preflight.load_dip_gib
+    sim = scenario.server.sim
+    sim_host = sim.host if sim is not None else None
+    if scenario.server.backend == "sim" and sim_host is not None:
         dip = dip_gib if dip_gib is not None else sim_host.load_dip_gib
         limit = int(sim_host.cgroup_limit_gib * GIB) if sim_host.cgroup_limit_gib is not None else None
         return HostFigures(
@@ -270,17 +270,17 @@ def host_figures(scenario: Scenario, record: Mapping[str, Any]) -> HostFigures:
     )
 
 
-def for_record(scenario: Scenario, variant: Any, record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def for_record(scenario: Scenario, variant: Variant, record: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The boundary (JSON-ready) for a variant's preflight record, None when there is none."""
-    if not record or getattr(variant, "hicache", None) is None:
+    if not record or variant.hicache is None:
         return None
-    pre = getattr(scenario, "preflight", None)
+    pre = scenario.preflight
     b = boundary(
         record,
         host_figures(scenario, record),
-        step=float(getattr(pre, "boundary_step", 0.25) or 0.25),
-        floor_gib=getattr(pre, "page_cache_floor_gib", None),
-        mamba_size_gb=pool_args_from_server_args(dict(getattr(variant, "args", None) or {})).mamba_size_gb,
+        step=pre.boundary_step,
+        floor_gib=pre.page_cache_floor_gib,
+        mamba_size_gb=pool_args_from_server_args(dict(variant.args)).mamba_size_gb,
     )
     return b.to_dict() if b is not None else None
 

@@ -129,8 +129,8 @@ def plan_shard(scenario: Scenario, variants: list[Any], index: int, count: int) 
         raise SelectionError(f"--shard: expected 1 <= I <= N, got {index}/{count}")
     if count > MAX_SHARDS:
         raise SelectionError(f"--shard: at most {MAX_SHARDS} shards, got {index}/{count}")
-    n_workloads = len(getattr(scenario, "workloads", []) or [])
-    repeats = int(getattr(scenario, "repeats", 1) or 1)
+    n_workloads = len(scenario.workloads)
+    repeats = scenario.repeats
     quality = bool(scenario.quality.enabled)
     costs = {v.name: variant_cost(v, n_workloads, repeats, quality) for v in variants}
     assigned = assign_shards(variants, count, costs)[index - 1]

@@ -40,6 +40,11 @@ class WorkloadConfig(ScenarioModel):
         loaded, so `validate` and `run` refuse them before anything starts (exit 2). None here."""
         return []
 
+    def restarts_before(self) -> dict[str, bool]:
+        """{phase: comes back changed} of the phases the server is restarted before (the tier model
+        empties its pools there: harness.measures.tier_model). None here (storage_restart has one)."""
+        return {}
+
     @abstractmethod
     def longest_request_tokens(self, pool_tokens: int) -> int:
         """Prompt + output tokens of the longest single request this workload sends on a server
