@@ -41,7 +41,8 @@ from harness.store.stats import STAT_KEYS
 from harness.store.variant_status import NOT_RUN
 
 if TYPE_CHECKING:
-    from harness.scenario.models import Scenario
+    from harness.quality.config import Quality
+    from harness.scenario.models import CostPrices
 
 PARITY_FILE = "parity.json"
 VERDICT_FILE = "verdict.json"
@@ -206,12 +207,12 @@ def parity_headline(report: dict) -> dict:
     return out
 
 
-def evaluate_run_parity(scenario: Scenario, run: results.RunPaths, variant_names: list[str]) -> dict[str, dict]:
+def evaluate_run_parity(quality: Quality, run: results.RunPaths, variant_names: list[str]) -> dict[str, dict]:
     """Parity of every variant that has quality rows against the baseline variant (each full
-    report written to its ``parity.json``); {variant: headline}."""
-    if not scenario.quality.enabled:
+    report written to its ``parity.json``) under the scenario's ``quality:`` block; {variant: headline}."""
+    if not quality.enabled:
         return {}
-    baseline = scenario.quality.baseline_variant
+    baseline = quality.baseline_variant
     if baseline not in variant_names:
         return {}
     off_rows = list(results.read_jsonl(run.variant(baseline).quality))
@@ -226,27 +227,28 @@ def evaluate_run_parity(scenario: Scenario, run: results.RunPaths, variant_names
         if not off_rows:
             verdicts[name] = {"verdict": "NOT_COMPARABLE", "reason": f"baseline {baseline} has no quality rows"}
             continue
-        report = evaluate_parity(on_rows, off_rows, None, scenario.quality).to_dict()
+        report = evaluate_parity(on_rows, off_rows, None, quality).to_dict()
         results.write_json_atomic(vpaths.root / PARITY_FILE, report)
         verdicts[name] = parity_headline(report)
     return verdicts
 
 
-def write_run_products(scenario: Scenario, run: results.RunPaths) -> None:
-    """Once every variant ran: parity into the summaries of the arms that have it, then summary.csv."""
+def write_run_products(run: results.RunPaths, quality: Quality, cost: CostPrices | None) -> None:
+    """Once every variant ran: parity into the summaries of the arms that have it (the scenario's
+    ``quality:`` block), then summary.csv, and cost.json with the scenario's ``cost:`` prices."""
     names = [v["name"] for v in results.read_json(run.manifest)["variants"]]
-    for name, headline in evaluate_run_parity(scenario, run, names).items():
+    for name, headline in evaluate_run_parity(quality, run, names).items():
         vpaths = run.variant(name)
         if vpaths.summary.exists():
             summary = results.read_json(vpaths.summary)
             summary["quality"] = {**(summary.get("quality") or {}), "parity": headline}
             write_variant_summary(vpaths, summary)
     write_summary_csv(run, names)
-    if scenario.cost is not None:
-        write_cost(run, names, scenario.cost)
+    if cost is not None:
+        write_cost(run, names, cost)
 
 
-def write_cost(run: results.RunPaths, names: list[str], prices_block: Any) -> None:
+def write_cost(run: results.RunPaths, names: list[str], prices_block: CostPrices) -> None:
     """cost.json: each variant that served priced at its SLO goodput, and the cheapest that met
     the SLO (`harness.analysis.cost`)."""
     prices = Prices(prices_block.gpu_hour_usd, prices_block.host_ram_gb_hour_usd, prices_block.storage_tb_month_usd)

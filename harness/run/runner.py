@@ -299,7 +299,7 @@ def finish_run(scenario: Scenario, run: results.RunPaths, interrupted: bool = Fa
     (verdict.json). An interrupted run gets its verdict only: its arms are not all there."""
     rows: list[dict] = []
     if not interrupted:
-        run_products.write_run_products(scenario, run)
+        run_products.write_run_products(run, scenario.quality, scenario.cost)
         rows = evaluate_run_expectations(run.root)
         results.write_json_atomic(
             run.root / run_products.EXPECTATIONS_FILE, {"schema_version": results.SCHEMA_VERSION, "checks": rows}

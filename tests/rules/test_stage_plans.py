@@ -27,8 +27,8 @@ STAGES = ("quality", "workloads", "server", "measures")
 FORBIDDEN_MODULE = "harness.scenario"
 
 
-def sources() -> Iterator[tuple[str, ast.Module]]:
-    for stage in STAGES:
+def sources(stages: tuple[str, ...] = STAGES) -> Iterator[tuple[str, ast.Module]]:
+    for stage in stages:
         for path in sorted((ROOT / "harness" / stage).rglob("*.py")):
             rel = str(path.relative_to(ROOT))
             yield rel, ast.parse(path.read_text(), filename=rel)
@@ -166,6 +166,16 @@ def attribute_reads(rel: str, tree: ast.Module) -> list[str]:
 
 def test_no_stage_below_the_run_imports_or_receives_the_scenario():
     found = [line for rel, tree in sources() for line in scenario_uses(rel, tree)]
+    assert found == [], "\n".join(found)
+
+
+def test_analysis_receives_no_scenario():
+    """The analysis (summaries, parity across arms, cost, verdicts) is handed typed blocks by the run
+    (`run_products.write_run_products(run, quality, cost)`); it reads a *stored* scenario through
+    `harness.scenario.load_scenario_text` (expectations), so only its imports are allowed."""
+    found = [
+        line for rel, tree in sources(("analysis",)) for line in scenario_uses(rel, tree) if " imports " not in line
+    ]
     assert found == [], "\n".join(found)
 
 
