@@ -33,6 +33,11 @@ MAX_HIDDEN = 1 << 20  # hidden_size, heads, head_dim: beyond is no model
 TRACE_SPAN_DAYS = 7  # a trace's last timestamp after its first (datasets.MAX_TRACE_SPAN_MS)
 DATASET_MAX_TOKENS = 1 << 24  # a dataset row's input or output length (the longest contexts are ~10M)
 DATASET_MAX_HASH_IDS = 1 << 16  # a trace row's hash ids (mooncake's longest has a few hundred)
+# a run's own files, as every reader of a run (show, accept, compare, report, a --baseline) reads
+# them (store.results.read_json / read_jsonl): regular files only (a link to /dev/zero was read
+# until the kernel killed the reader; a FIFO hung it)
+RESULT_JSON_BYTES = 256 << 20  # one JSON file: manifest, status, summary, verdict (real ones: KB to a few MB)
+RESULT_LINE_BYTES = 64 << 20  # one line of requests.jsonl / samples.jsonl (a record with its answer: KB)
 
 
 class TooLarge(BadInput, ValueError):

@@ -22,6 +22,7 @@ import logging
 import os
 import secrets
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from harness.core import bounds
 from harness.core.errors import BadInput
 from harness.store import sequence
 from harness.store.names import safe_name  # re-exported: the run store's folder names
@@ -155,12 +157,18 @@ def _json_default(obj: Any) -> Any:
 
 
 def read_json(path: Path) -> Any:
+    """A result file's JSON; ResultsError naming the file when it is missing, not a regular file,
+    over `bounds.RESULT_JSON_BYTES`, nested too deep for the parser or not JSON."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(bounds.read_bytes_bounded(path, bounds.RESULT_JSON_BYTES, "result file").decode("utf-8"))
     except FileNotFoundError:
         raise ResultsError(f"{path}: missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except bounds.TooLarge as exc:
+        raise ResultsError(str(exc)) from None
+    except RecursionError:
+        raise ResultsError(f"{path}: not valid JSON (nested deeper than a result file is)") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, and a number over Python's digit limit
         raise ResultsError(f"{path}: not valid JSON ({exc})") from None
 
 
@@ -279,9 +287,11 @@ def read_jsonl(path: Path) -> Iterator[dict]:
     path = Path(path)
     if not path.exists():
         return
-    with open(path, "rb") as f:
+    with _open_regular(path) as f:
         pending: tuple[int, bytes] | None = None
-        for i, raw in enumerate(f, 1):
+        for i, raw in enumerate(iter(lambda: f.readline(bounds.RESULT_LINE_BYTES + 1), b""), 1):
+            if len(raw) > bounds.RESULT_LINE_BYTES:
+                raise ResultsError(f"{path}:{i}: a line longer than {bounds.RESULT_LINE_BYTES:,} bytes")
             if pending is not None:
                 yield _parse_line(path, *pending)
                 pending = None
@@ -290,14 +300,28 @@ def read_jsonl(path: Path) -> Iterator[dict]:
         if pending is not None:
             try:
                 yield _loads(pending[1])
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 log.warning("%s: skipping a torn last line (line %d)", path, pending[0])
+
+
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file (opened without blocking: a FIFO would
+    hold the reader, /dev/zero feed it forever); ResultsError naming it otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not _is_regular(fd):
+        os.close(fd)
+        raise ResultsError(f"{path}: not a regular file (a result file must be one)")
+    return os.fdopen(fd, "rb")
+
+
+def _is_regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
 def _parse_line(path: Path, lineno: int, raw: bytes) -> dict:
     try:
         return _loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise ResultsError(f"{path}:{lineno}: not valid JSON") from None
 
 
@@ -509,8 +533,8 @@ def check_variant_files(run: RunPaths, name: str, torn_status_ok: bool = False) 
 
 def _not_json(path: Path) -> bool:
     try:
-        json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        read_json(path)
+    except (ResultsError, OSError):
         return True
     return False
 
