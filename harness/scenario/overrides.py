@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.yaml_lines import YamlLoadError, format_path, load_yaml, load_yaml_value, numeral_problem
+from harness.core.yaml_lines import MAX_DEPTH, YamlLoadError, format_path, load_yaml, load_yaml_value, numeral_problem
 from harness.scenario.loading import load_scenario, load_scenario_text
 from harness.scenario.models import Scenario
 from harness.spec.errors import ErrorItem, ScenarioError
@@ -57,6 +57,8 @@ def parse_override(text: str) -> Override:
         pos = m.end()
     if pos != len(key) or not segments:
         raise ValueError(f"--set {text}: cannot read the key {key!r} (dotted, e.g. workloads.0.n)")
+    if len(segments) > MAX_DEPTH:  # as deep as a scenario may nest (5,000 was a RecursionError)
+        raise ValueError(f"--set: the key has {len(segments)} levels; a scenario nests at most {MAX_DEPTH}")
     try:  # the file's resolver: 0x10 marked for the number keys to refuse, `off` a string
         value = load_yaml_value(raw) if raw.strip() else ""
     except YamlLoadError as exc:

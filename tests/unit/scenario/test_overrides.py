@@ -140,3 +140,12 @@ def test_keep_workloads_keeps_those_and_what_names_them():
     ]
     keep_workloads(tree, ["cold_prefill"])
     assert tree["gate"] == ["cold_prefill.cold.ttft_ms", "on: quality.parity"]
+
+
+def test_a_key_nested_past_the_scenario_limit_is_one_line(capsys):
+    # 5,000 segments: a RecursionError and its traceback (exit 3); 100 already said "too deep"
+    key = "a." * 5000 + "b"
+    assert main(["run", str(SMOKE), "--set", f"{key}=1", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err[-500:]
+    assert "5001 levels" in err and "at most 64" in err, err[-500:]
