@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.store.manifest import Manifest, ManifestVariant
+from harness.store.probe_result import ProbeResult
+from harness.store.status_view import Pools
 from harness.store.variant_status import VariantStatus
 
 PROBE_TOLERANCE = 0.10  # a probed bandwidth that moved less than this is the probe's own noise
@@ -109,26 +111,22 @@ def _args(argv: Sequence[str] | None) -> dict[str, str]:
     return out
 
 
+_BUILD_KEYS = ("version", "imported version", "commit", "branch", "dirty", "source", "imported from", "python")
+
+
 def _build(entry: ManifestVariant) -> dict[str, Any]:
     b = entry.build
-    git = b.get("git") or {}
-    return {
-        "version": b.get("version"),
-        "imported version": b.get("imported_version"),
-        "commit": git.get("commit"),
-        "branch": git.get("branch"),
-        "dirty": git.get("dirty"),
-        "source": b.get("sglang_source"),
-        "imported from": b.get("imported_file"),
-        "python": b.get("python"),
-    }
+    if b is None:
+        return dict.fromkeys(_BUILD_KEYS)
+    values = (b.version, b.imported_version, b.commit, b.branch, b.dirty, b.sglang_source, b.imported_file, b.python)
+    return dict(zip(_BUILD_KEYS, values))
 
 
-def _probe(probe: Mapping[str, Any] | None) -> dict[str, float | None]:
-    p = probe or {}
-    out = {f"{k} GB/s": v for k, v in (p.get("bandwidth_gbs") or {}).items()}
-    disk = p.get("disk") or {}
-    out.update({"disk read GB/s": disk.get("read_gbs"), "disk write GB/s": disk.get("write_gbs")})
+def _probe(probe: ProbeResult | None) -> dict[str, float | None]:
+    if probe is None:
+        return {"disk read GB/s": None, "disk write GB/s": None}
+    out = {f"{k} GB/s": v for k, v in probe.bandwidth_gbs.items()}
+    out.update({"disk read GB/s": probe.disk_read_gbs, "disk write GB/s": probe.disk_write_gbs})
     return out
 
 
@@ -138,7 +136,7 @@ def _num(v: Any) -> float | None:
     return float(v)
 
 
-def _probe_changes(before: Mapping | None, after: Mapping | None) -> list[Change]:
+def _probe_changes(before: ProbeResult | None, after: ProbeResult | None) -> list[Change]:
     b, a = _probe(before), _probe(after)
     out = []
     for k in sorted({*b, *a}):
@@ -164,6 +162,13 @@ def _gpus(m: Manifest) -> dict[str, Any]:
     }
 
 
+def _pools(statuses: Mapping[str, VariantStatus] | None, name: str) -> dict[str, Any]:
+    """The pool figures a night's status of ``name`` records (each None without them)."""
+    st = (statuses or {}).get(name)
+    pools = Pools.from_json(st.pools) if st is not None else None
+    return {k: pools.value(k) if pools is not None else None for k in _POOL_KEYS}
+
+
 def night_changes(
     base: Manifest,
     cand: Manifest,
@@ -184,23 +189,19 @@ def night_changes(
     out += _dict_changes("env", base.env or None, cand.env or None)
     out += _dict_changes("driver", _gpus(base), _gpus(cand))
     out += _dict_changes("kernel", _host(base), _host(cand))
-    out += _probe_changes(base.probe or None, cand.probe or None)
+    out += _probe_changes(base.platform, cand.platform)
     for n in names:
-        b_st, c_st = (base_status or {}).get(n), (cand_status or {}).get(n)
-        bp = (b_st.pools if b_st is not None else None) or {}
-        cp = (c_st.pools if c_st is not None else None) or {}
-        out += _dict_changes("pools", {k: bp.get(k) for k in _POOL_KEYS}, {k: cp.get(k) for k in _POOL_KEYS}, n)
-    bw, cw = base.raw.get("design_warnings") or {}, cand.raw.get("design_warnings") or {}
+        bp, cp = _pools(base_status, n), _pools(cand_status, n)
+        out += _dict_changes("pools", bp, cp, n)
+    bw, cw = base.design_warnings, cand.design_warnings
     for n in dict.fromkeys([*cw, *bw]):
-        gone = [w for w in bw.get(n) or [] if w not in (cw.get(n) or [])]
-        new = [w for w in cw.get(n) or [] if w not in (bw.get(n) or [])]
+        gone = [w for w in bw.get(n, ()) if w not in cw.get(n, ())]
+        new = [w for w in cw.get(n, ()) if w not in bw.get(n, ())]
         for w in new:
             out.append(Change("design warnings", "new", None, w, n))
         for w in gone:
             out.append(Change("design warnings", "gone", w, None, n))
-    out += _dict_changes(
-        "harness", {"version": base.raw.get("harness_version")}, {"version": cand.raw.get("harness_version")}
-    )
+    out += _dict_changes("harness", {"version": base.harness_version}, {"version": cand.harness_version})
     bs, cs = base.scenario.hash, cand.scenario.hash
     if bs != cs:
         out.append(Change("harness", "scenario text (hash)", (bs or "")[:12] or None, (cs or "")[:12] or None))

@@ -29,7 +29,7 @@ from harness.analysis.run_products import (
 from harness.analysis.verdict import Outcome, VerdictPolicy
 from harness.core.errors import BadInput
 from harness.store import results, run_folder
-from harness.store.manifest import Manifest
+from harness.store.manifest import BuildInfo, Manifest
 from harness.store.sequence import run_order
 from harness.workloads import workload_kinds
 
@@ -67,29 +67,27 @@ def run_info(run: run_folder.LoadedRun) -> dict:
     }
 
 
-def variant_builds(run: run_folder.LoadedRun) -> dict[str, dict]:
+def variant_builds(run: run_folder.LoadedRun) -> dict[str, BuildInfo]:
     """{variant: its build as the manifest records it (harness/run/builds.py)}; runs recorded before
     builds were have none."""
-    return {e.name: dict(e.build) for e in run.manifest.variants if e.build}
+    return {e.name: e.build for e in run.manifest.variants if e.build is not None}
 
 
-def build_change(base: Mapping | None, cand: Mapping | None) -> str | None:
+def build_change(base: BuildInfo | None, cand: BuildInfo | None) -> str | None:
     """How a variant's sglang build differs between two runs (version, checkout commit or dirty
     state, imported path), or None (the same, or not recorded in both)."""
-    if not base or not cand:
+    if base is None or cand is None:
         return None
 
-    def ident(b: Mapping) -> tuple:
-        git = b.get("git") or {}
-        return (b.get("version"), git.get("commit"), git.get("dirty"), b.get("imported_file"))
+    def ident(b: BuildInfo) -> tuple:
+        return (b.version, b.commit, b.dirty, b.imported_file)
 
     if ident(base) == ident(cand):
         return None
 
-    def show(b: Mapping) -> str:
-        git = b.get("git") or {}
-        commit = f"@{str(git['commit'])[:10]}{'+dirty' if git.get('dirty') else ''}" if git.get("commit") else ""
-        return f"{b.get('build')} {b.get('version')}{commit}"
+    def show(b: BuildInfo) -> str:
+        commit = f"@{str(b.commit)[:10]}{'+dirty' if b.dirty else ''}" if b.commit else ""
+        return f"{b.build} {b.version}{commit}"
 
     return f"build changed: {show(base)} → {show(cand)}"
 

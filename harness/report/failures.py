@@ -14,26 +14,26 @@ def failures(view: RunView) -> list[dict]:
     out = []
     for v in view.variants:
         st = view.status(v.name)
-        if st.get("state") == "ok":
+        if st.ok:
             continue
-        ex = st.get("log_excerpt") or {}
+        ex = st.log_excerpt
         lines = []
-        first = ex.get("first_line") or 1
-        for i, text in enumerate(ex.get("lines") or []):
-            lines.append({"no": first + i, "text": text, "match": first + i == ex.get("match_line")})
+        for i, text in enumerate(ex.lines):
+            no = ex.first_line + i
+            lines.append({"no": no, "text": text, "match": no == ex.match_line})
         out.append(
             {
                 "variant": v.name,
-                "state": st.get("state"),
-                "cause": st.get("cause"),
-                "cause_detail": st.get("cause_detail") or {},
-                "expect": st.get("expect"),
-                "expected": bool(st.get("expect_met")),
-                "expect_cause": st.get("expect_cause"),
-                "log_file": ex.get("file"),
+                "state": st.state,
+                "cause": st.cause,
+                "cause_detail": st.cause_detail or {},
+                "expect": st.expect,
+                "expected": bool(st.expect_met),
+                "expect_cause": st.expect_cause,
+                "log_file": ex.file,
                 "lines": lines,
-                "attempts": st.get("attempts"),
-                "exit_code": st.get("exit_code"),
+                "attempts": st.attempts,
+                "exit_code": st.exit_code,
             }
         )
     return out

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from harness.store.status_view import StatusView
+
 KIB_PER_GIB = 1024 * 1024
 # a parity verdict's colour: pass, fail, warn, and "cannot tell" (neither green nor red)
 VERDICT_CSS = {
@@ -31,8 +33,7 @@ def fmt_num(v: float | None, digits: int = 3) -> str:
     return f"{v:.{digits}g}"
 
 
-def failure_text(status: dict) -> str:
+def failure_text(status: StatusView) -> str:
     """A variant's state and cause, e.g. ``startup_failed: host_memory``."""
-    state = status.get("state") or "missing"
-    cause = status.get("cause")
-    return f"{state}: {cause}" if cause else state
+    state = status.state or "missing"
+    return f"{state}: {status.cause}" if status.cause else state

@@ -19,7 +19,8 @@ from harness.analysis.verdict import RunVerdict
 from harness.report.formatting import KIB_PER_GIB
 from harness.report.view import RunView
 from harness.store import results
-from harness.store.variant_status import origin_of_status
+from harness.store.manifest import BuildInfo
+from harness.store.probe_result import ProbeResult
 
 # the css class of each outcome: green, red, grey, "cannot tell", neutral
 OUTCOME_CSS = {
@@ -42,51 +43,47 @@ MAX_COMPARISON_REASONS = 5
 MAX_NIGHT_CHANGES = 10  # what changed between the nights, most likely cause first
 
 
-def probe_rows(probe: dict | None) -> list[tuple[str, str]]:
+def probe_rows(probe: ProbeResult | None) -> list[tuple[str, str]]:
     """The stored platform-probe result as (label, value) rows; none without a probe."""
-    if not probe:
+    if probe is None:
         return []
     rows = [
-        ("WSL", str(probe.get("wsl"))),
-        ("torch / CUDA", f"{probe.get('torch_version')} / {probe.get('cuda_runtime')}"),
-        ("driver", str(probe.get("nvidia_driver") or probe.get("driver_version"))),
+        ("WSL", str(probe.wsl)),
+        ("torch / CUDA", f"{probe.torch_version} / {probe.cuda_runtime}"),
+        ("driver", str(probe.driver)),
     ]
-    for d in probe.get("devices") or []:
+    for d in probe.devices:
         rows.append(
             (
-                f"GPU{d.get('index')} {d.get('name')}",
+                f"GPU{d.index} {d.name}",
                 (
-                    f"pageableMemoryAccess={d.get('pageable_memory_access')}, "
-                    f"usesHostPageTables={d.get('pageable_memory_access_uses_host_page_tables')}, "
-                    f"HMM/ATS: {d.get('hmm_or_ats')}"
+                    f"pageableMemoryAccess={d.pageable_memory_access}, "
+                    f"usesHostPageTables={d.uses_host_page_tables}, "
+                    f"HMM/ATS: {d.hmm_or_ats}"
                 ),
             )
         )
-    reg = probe.get("host_register_kernel_write") or {}
-    if reg:
+    if probe.host_register_ok:
         rows.append(
             (
                 "kernel write to cudaHostRegister memory",
-                ", ".join(f"flags {k}: {'ok' if (v or {}).get('ok') else 'FAIL'}" for k, v in reg.items()),
+                ", ".join(f"flags {k}: {'ok' if ok else 'FAIL'}" for k, ok in probe.host_register_ok.items()),
             )
         )
-    ha = probe.get("host_alloc_kernel_write")
-    if ha:
-        rows.append(("kernel write to cudaHostAlloc memory", "ok" if ha.get("ok") else "FAIL"))
-    bw = probe.get("bandwidth_gbs") or {}
+    if probe.host_alloc_ok is not None:
+        rows.append(("kernel write to cudaHostAlloc memory", "ok" if probe.host_alloc_ok else "FAIL"))
+    bw = probe.bandwidth_gbs
     if bw:
         rows.append(("bandwidth GB/s", ", ".join(f"{k} {v:.1f}" for k, v in bw.items() if v is not None)))
-    if probe.get("reason"):
-        rows.append(("note", str(probe.get("reason"))))
+    if probe.reason:
+        rows.append(("note", str(probe.reason)))
     return rows
 
 
 def header(view: RunView) -> dict[str, Any]:
     """Scenario, run id, backend, versions, harness argv, host rows and the allowlisted env."""
     m = view.manifest
-    sg = m.get("sglang") or {}
-    src = m.get("sglang_source") or {}
-    host = m.get("host") or {}
+    sg, src, host = m.sglang, m.sglang_source, m.host
     mem_total = host.get("mem_total_kib")
     gpus = (
         ", ".join(
@@ -96,18 +93,18 @@ def header(view: RunView) -> dict[str, Any]:
         or "none recorded"
     )
     return {
-        "scenario": (m.get("scenario") or {}).get("name"),
-        "scenario_path": (m.get("scenario") or {}).get("path"),
-        "scenario_hash": (m.get("scenario") or {}).get("hash"),
+        "scenario": m.scenario.name,
+        "scenario_path": m.scenario.path,
+        "scenario_hash": m.scenario.hash,
         "description": view.description,
         "run_id": view.root.name,
-        "created_at": m.get("created_at"),
-        "backend": m.get("backend"),
-        "simulated": bool(m.get("simulated")),
-        "harness_version": m.get("harness_version"),
-        "harness_argv": " ".join(m.get("harness_argv") or []),
-        "seed": m.get("seed"),
-        "repeats": m.get("repeats"),
+        "created_at": m.created_at,
+        "backend": m.backend,
+        "simulated": m.simulated,
+        "harness_version": m.harness_version,
+        "harness_argv": " ".join(m.harness_argv),
+        "seed": m.seed,
+        "repeats": m.repeats,
         "sglang_version": sg.get("version"),
         "sglang_location": sg.get("location"),
         "sglang_git": sg.get("git") or src or None,
@@ -120,49 +117,43 @@ def header(view: RunView) -> dict[str, Any]:
             ("GPUs", gpus),
             ("python", host.get("python")),
         ],
-        "env": m.get("env") or {},
+        "env": m.env,
     }
 
 
 def variant_rows(view: RunView) -> list[dict]:
     """One row per manifest variant: state, expectation, HiCache block, argv/env, config hash."""
     out = []
-    for e in view.manifest.get("variants", []):
-        st = view.status(e["name"]) if e["name"] in view.names else {}
+    for e in view.manifest.variants:
+        st = view.status(e.name)
         out.append(
             {
-                "name": e["name"],
-                "state": st.get("state"),
-                "cause": st.get("cause"),
-                "expect": e.get("expect"),
-                "expect_met": st.get("expect_met"),
-                "hicache": e.get("hicache"),
+                "name": e.name,
+                "state": st.state,
+                "cause": st.cause,
+                "expect": e.raw.get("expect"),
+                "expect_met": st.expect_met,
+                "hicache": e.raw.get("hicache"),  # the block as the run stored it
                 # an external server (backend external) was not launched: its URL and version instead
-                "argv": " ".join(e.get("argv") or [])
-                or (
-                    f"running server {e['url']} (sglang {(e.get('server') or {}).get('version')})"
-                    if e.get("url")
-                    else ""
-                ),
-                "env": e.get("env") or {},
-                "config_hash": (e.get("config_hash") or "")[:12],
-                "ready_s": st.get("ready_s"),
-                "attached": origin_of_status(st).external,  # attached to a running server: no start-up
-                "env_not_clean": st.get("env_not_clean"),
-                "build": build_label(e.get("build")),
+                "argv": " ".join(e.argv) or (f"running server {e.url} (sglang {e.server_version})" if e.url else ""),
+                "env": e.env,
+                "config_hash": (e.config_hash or "")[:12],
+                "ready_s": st.ready_s,
+                "attached": st.origin.external,  # attached to a running server: no start-up
+                "env_not_clean": st.env_not_clean,
+                "build": build_label(e.build),
             }
         )
     return out
 
 
-def build_label(build: dict | None) -> str | None:
+def build_label(build: BuildInfo | None) -> str | None:
     """A variant's build as one cell: name, version, the checkout's short commit (+dirty), or
     None for a run recorded before builds were."""
-    if not isinstance(build, dict):
+    if build is None:
         return None
-    git = build.get("git") or {}
-    commit = f" @{str(git.get('commit'))[:10]}{'+dirty' if git.get('dirty') else ''}" if git.get("commit") else ""
-    return f"{build.get('build')} {build.get('version') or '(version unknown)'}{commit}"
+    commit = f" @{str(build.commit)[:10]}{'+dirty' if build.dirty else ''}" if build.commit else ""
+    return f"{build.build} {build.version or '(version unknown)'}{commit}"
 
 
 def judged_expectations(view: RunView, evaluate) -> list[dict]:
@@ -251,7 +242,7 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
         "variants": variants,
         "comparison": comparison,
         "notes": notes,
-        "simulated": bool(view.manifest.get("simulated")),
+        "simulated": view.manifest.simulated,
     }
 
 

@@ -155,13 +155,11 @@ def load_back(view: RunView, name: str) -> dict[str, Any]:
                 have_t = True
     source = "bytes counter"
     if not have_b and have_t:
-        pred = (view.status(name).get("preflight") or {}).get("prediction") or {}
-        per_tok = pred.get("kv_bytes_per_token")
+        pf = view.status(name).preflight
+        per_tok = pf.kv_bytes_per_token if pf is not None else None
         if per_tok:
             b, have_b, source = tok * float(per_tok), True, "tokens × KV bytes/token"
-    bw = None
-    if view.probe:
-        bw = (view.probe.get("bandwidth_gbs") or {}).get("pinned_h2d")
+    bw = view.probe.bandwidth_gbs.get("pinned_h2d") if view.probe is not None else None
     frac = load_back_fraction(b if have_b else None, s if have_s else None, bw)
     return {
         "bytes": b if have_b else None,
@@ -223,8 +221,11 @@ def storage_bandwidth(view: RunView, name: str) -> dict[str, Any]:
             if ops > 0 and gbs is not None:
                 tot[0] += gbs * ops
                 tot[1] += ops
-    disk = (view.probe or {}).get("disk") or {}
-    out: dict[str, Any] = {"disk_read_gbs": disk.get("read_gbs"), "disk_write_gbs": disk.get("write_gbs")}
+    probe = view.probe
+    out: dict[str, Any] = {
+        "disk_read_gbs": probe.disk_read_gbs if probe is not None else None,
+        "disk_write_gbs": probe.disk_write_gbs if probe is not None else None,
+    }
     for op, disk_key in (("prefetch", "disk_read_gbs"), ("backup", "disk_write_gbs")):
         total, ops = acc[op]
         gbs = total / ops if ops > 0 else None

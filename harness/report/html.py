@@ -49,7 +49,6 @@ from harness.server.startup_phases import PHASES as STARTUP_PHASES
 from harness.store import results
 from harness.store.gpu_time import BUCKETS, run_gpu_time
 from harness.store.targets import regular_target
-from harness.store.variant_status import origin_of_status
 
 TEMPLATES = Path(__file__).parent / "templates"
 SECTIONS = (
@@ -291,10 +290,10 @@ def load_context(view) -> dict[str, Any]:
 def gpu_time_rows(view) -> dict[str, Any] | None:
     """The GPU-time table: `harness.store.gpu_time.run_gpu_time` of the run's status files (None when
     no variant recorded its time: a run from before it was)."""
-    statuses = {n: view.status(n) for n in view.names}
-    if not any(isinstance((st or {}).get("timing"), dict) for st in statuses.values()):
+    timings = {n: view.status(n).timing for n in view.names}
+    if not any(t is not None for t in timings.values()):
         return None
-    return run_gpu_time(statuses)
+    return run_gpu_time(timings)
 
 
 def startup_rows(view) -> dict[str, dict]:
@@ -302,14 +301,9 @@ def startup_rows(view) -> dict[str, dict]:
     for the variants whose status has them."""
     out = {}
     for n in view.names:
-        st = view.status(n) or {}
-        startup = st.get("startup")
-        if isinstance(startup, dict) and startup.get("phases"):
-            out[n] = {
-                "phases": startup["phases"],
-                "reported": startup.get("reported") or {},
-                "ready_s": st.get("ready_s"),
-            }
+        st = view.status(n)
+        if st.startup is not None:
+            out[n] = {"phases": st.startup.phases, "reported": st.startup.reported, "ready_s": st.ready_s}
     return out
 
 
@@ -338,12 +332,12 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     view = load_view(run_dir)
     expectations = judged_expectations(view, evaluate_run_expectations)
     hicache_rows, base = hicache_table(view)
-    report_dir = report_dir_of(view.manifest, view.root, reports_dir)
+    report_dir = report_dir_of(view.manifest.scenario.name, view.root, reports_dir)
 
     figures_ts = []
     for n in view.names:
         ts = timeseries(view, n)
-        origin = origin_of_status(view.status(n))
+        origin = view.status(n).origin
         figures_ts.append(
             {
                 "variant": n,
@@ -395,10 +389,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
     csv = view.root / "summary.csv"
     unexercised = [{"variant": n, "text": w.text} for n in view.names for w in unexercised_warnings(n, view.summary(n))]
     design = [
-        {"variant": n, "text": w}
-        for n, ws in (view.manifest.get("design_warnings") or {}).items()
-        if n in view.names
-        for w in ws
+        {"variant": n, "text": w} for n, ws in view.manifest.design_warnings.items() if n in view.names for w in ws
     ]
     return {
         "h": header(view),
@@ -453,8 +444,8 @@ def render(context: dict[str, Any]) -> str:
     return _env().get_template("index.html.j2").render(**context)
 
 
-def report_dir_of(manifest: dict, run_root: Path, reports_dir: Path) -> Path:
-    return Path(reports_dir) / results.safe_name(manifest["scenario"]["name"]) / results.safe_name(Path(run_root).name)
+def report_dir_of(scenario: str, run_root: Path, reports_dir: Path) -> Path:
+    return Path(reports_dir) / results.safe_name(scenario) / results.safe_name(Path(run_root).name)
 
 
 def write_report(run_root: Path, reports_dir: Path) -> Path:

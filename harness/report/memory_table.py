@@ -59,7 +59,7 @@ def memory_table(view: RunView) -> list[Row]:
     """Seed 000's ratio table: pools, MemAvailable, page cache, pinned, swap-in, GPU memory,
     preflight prediction vs outcome."""
     rows: list[Row] = []
-    pools = lambda n, k: (view.status(n).get("pools") or {}).get(k)
+    pools = lambda n, figure: figure(p) if (p := view.status(n).pools) is not None else None
     gib = lambda v: None if v is None else v / KIB_PER_GIB
     load = lambda ph: ph not in NON_LOAD_PHASES and not ph.startswith("quality")
 
@@ -77,26 +77,28 @@ def memory_table(view: RunView) -> list[Row]:
                 cells.append(Cell(fmt_num(v, digits), v))
         rows.append(Row(label, unit, cells, note))
 
-    plain("device pool", "tokens", lambda n: pools(n, "max_total_num_tokens"))
-    plain("host pool", "tokens", lambda n: pools(n, "host_pool_tokens") if view.hicache(n) else "off")
+    plain("device pool", "tokens", lambda n: pools(n, lambda p: p.max_total_num_tokens))
+    plain("host pool", "tokens", lambda n: pools(n, lambda p: p.host_pool_tokens) if view.hicache(n) else "off")
     plain(
         "host pool (pinned)",
         "GB",
-        lambda n: pools(n, "host_pool_gb") if view.hicache(n) else "off",
+        lambda n: pools(n, lambda p: p.host_pool_gb) if view.hicache(n) else "off",
         note="per rank, from the server log",
     )
 
     def mamba(n):
-        p = view.status(n).get("pools") or {}
-        dev, host = p.get("mamba_device_slots"), p.get("mamba_host_slots")
+        st = view.status(n)
+        p = st.pools
+        if p is None:
+            return None
+        dev, host = p.mamba_device_slots, p.mamba_host_slots
         if dev is None and host is None:
             return None
-        refused_pool = p.get("refused_pool") or {}
-        if host is None and refused_pool.get("kind") == "mamba":
-            host = refused_pool.get("tokens")
-        refused = host is not None and p.get("mamba_host_slots") is None
+        if host is None and p.refused_kind == "mamba":
+            host = p.refused_tokens
+        refused = host is not None and p.mamba_host_slots is None
         text = f"{'?' if dev is None else dev} / {'?' if host is None else host}" + (" refused" if refused else "")
-        pred = (((view.status(n).get("preflight") or {}).get("prediction")) or {}).get("mamba_host_slots")
+        pred = st.preflight.mamba_host_slots if st.preflight is not None else None
         off = pred is not None and host is not None and pred != host
         text += f" (preflight: {pred})" if off else ""
         return Cell(text, host, css="bad" if off or refused else "")
@@ -160,31 +162,27 @@ def memory_table(view: RunView) -> list[Row]:
     plain("GPU memory peak", "GiB", gpu, note="the GPUs the variant's server uses (hover: how they were chosen)")
 
     def predicted(n):
-        pf = view.status(n).get("preflight") or {}
-        if not pf:
+        pf = view.status(n).preflight
+        if pf is None:
             return None
-        fits = pf.get("fits")
-        req = pf.get("requested_gb")
-        budget = pf.get("budget_gb")
+        fits, req, budget = pf.fits, pf.requested_gb, pf.budget_gb
         if fits is None:
-            return Cell("not predicted", None, css="na", title=str(pf.get("reason") or ""))
+            return Cell("not predicted", None, css="na", title=str(pf.reason or ""))
         text = f"{fmt_num(req)} of {fmt_num(budget)} GB: {'fits' if fits else 'does not fit'}"
-        return Cell(text, req, title=str(pf.get("reason") or ""))
+        return Cell(text, req, title=str(pf.reason or ""))
 
     plain("preflight prediction", "", predicted, note="host pool per rank vs (MemAvailable − reserve) / ranks")
 
     def safe_limit(n):
-        b = (view.status(n).get("preflight") or {}).get("boundary")
-        if not b:
+        pf = view.status(n).preflight
+        b = pf.boundary if pf is not None else None
+        if b is None:
             return None
-        unit = "ratio" if b.get("knob") == "ratio" else "GB"
-        starts, keeps = b.get("starts") or {}, b.get("keeps_page_cache") or {}
-        text = f"starts ≤ {fmt_num(starts.get('value'))}, keeps page cache ≤ {fmt_num(keeps.get('value'))} ({unit})"
-        why = (
-            f"above {starts.get('next_value')}: {starts.get('reason')}; "
-            f"above {keeps.get('next_value')}: {keeps.get('reason')}"
-        )
-        return Cell(text, b.get("safe"), title=why)
+        unit = "ratio" if b.knob == "ratio" else "GB"
+        starts, keeps = b.starts, b.keeps_page_cache
+        text = f"starts ≤ {fmt_num(starts.value)}, keeps page cache ≤ {fmt_num(keeps.value)} ({unit})"
+        why = f"above {starts.next_value}: {starts.reason}; above {keeps.next_value}: {keeps.reason}"
+        return Cell(text, b.safe, title=why)
 
     plain(
         "safe-ratio boundary",
@@ -195,9 +193,8 @@ def memory_table(view: RunView) -> list[Row]:
 
     def outcome(n):
         st = view.status(n)
-        pf = st.get("preflight") or {}
-        fits = pf.get("fits")
-        state, cause = st.get("state"), st.get("cause")
+        fits = st.preflight.fits if st.preflight is not None else None
+        state, cause = st.state, st.cause
         if fits is None:
             return Cell(failure_text(st), state)
         host_refused = state == "startup_failed" and cause in ("host_memory", "preflight")

@@ -23,6 +23,7 @@ import numpy as np
 from harness.report.formatting import VERDICT_CSS, failure_text, fmt_num
 from harness.report.view import RunView
 from harness.store.phase_samples import PhaseSamples
+from harness.store.status_view import StatusView
 
 ALPHA = 0.05
 MIN_DELTA = 0.01  # a significant change smaller than this is not coloured
@@ -192,7 +193,7 @@ def table_row(
     base_s = samples(base) if samples is not None and base is not None else None
     for n in view.names:
         st = view.status(n)
-        if st.get("state") != "ok":
+        if not st.ok:
             cells.append(failed_cell(st))
             continue
         v = get(n)
@@ -237,10 +238,10 @@ def table_row(
     return Row(label, unit, cells, note)
 
 
-def failed_cell(status: dict) -> Cell:
+def failed_cell(status: StatusView) -> Cell:
     """The cell of a variant that did not run ok: its state and cause, red unless it failed as
     its scenario declared (then neutral: an expected failure is never red)."""
-    expected = bool(status.get("expect_met")) and status.get("expect") not in (None, "ok")
+    expected = bool(status.expect_met) and status.expect not in (None, "ok")
     return Cell(
         failure_text(status),
         None,

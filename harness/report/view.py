@@ -28,7 +28,9 @@ from harness.analysis.figures import variant_figures
 from harness.analysis.frames import requests_frame, samples_frame
 from harness.analysis.run_products import EXPECTATIONS_FILE, VERDICT_FILE
 from harness.store import results, run_folder
-from harness.store.manifest import HicacheSettings
+from harness.store.manifest import HicacheSettings, Manifest
+from harness.store.probe_result import ProbeResult
+from harness.store.status_view import StatusView
 from harness.store.summary import Summary
 from harness.workloads import kind_of, workload_kinds
 from harness.workloads.kind import WorkloadKind
@@ -39,19 +41,19 @@ class RunView:
     """What the report needs of one run, loaded once."""
 
     root: Path
-    manifest: dict  # manifest.json, upgraded and checked (`harness.store.manifest.Manifest.raw`)
+    manifest: Manifest  # manifest.json, upgraded and checked (`harness.store.manifest`)
     variants: list[run_folder.LoadedVariant]
     complete: bool
     interrupted: bool
     scenario: dict  # the manifest's scenario text as parsed YAML; {} when it cannot be parsed
-    probe: dict | None
+    probe: ProbeResult | None  # the manifest's probe, else the run folder's probe.json
     comparison: dict | None
     requests: dict[str, pd.DataFrame] = field(default_factory=dict)
     samples: dict[str, pd.DataFrame] = field(default_factory=dict)
     stored_expectations: list[dict] | None = None  # expectations.json's checks; None without the file
     stored_verdict: dict | None = None  # verdict.json as the run wrote it; None without the file
-    # {variant: status.json's object} (a variant without one: ``missing`` or ``not_run``)
-    statuses: dict[str, dict] = field(default_factory=dict)
+    # {variant: its status.json, typed} (a variant without one: ``missing`` or ``not_run``)
+    statuses: dict[str, StatusView] = field(default_factory=dict)
     # {variant: its figures} (`harness.analysis.figures`: the summary, with what it lacks recomputed
     # from its records), the one source of a report row's value and of its tested delta
     figures: dict[str, Summary | None] = field(default_factory=dict)
@@ -85,7 +87,7 @@ class RunView:
         """The declaration of a workload's kind (by the scenario; else the name is the kind)."""
         return kind_of(workload, self.workload_kinds)
 
-    def status(self, name: str) -> dict:
+    def status(self, name: str) -> StatusView:
         return self.statuses[name]
 
     def summary(self, name: str) -> Summary | None:
@@ -93,7 +95,7 @@ class RunView:
         return self.figures.get(name)
 
     def ok(self, name: str) -> bool:
-        return self.status(name).get("state") == "ok"
+        return self.status(name).ok
 
     def hicache(self, name: str) -> HicacheSettings | None:
         return next((v.entry.hicache for v in self.variants if v.name == name), None)
@@ -116,7 +118,7 @@ class RunView:
 def baseline_variant(view: RunView) -> str | None:
     """The HiCache-off arm deltas and quality samples are set against: the quality baseline when
     it ran ok, else the first ok variant without HiCache."""
-    q = (view.scenario.get("quality") or {}).get("baseline_variant")
+    q = view.manifest.scenario.block("quality").get("baseline_variant")
     if q in view.names and view.ok(q) and not view.hicache(q):
         return q
     for n in view.names:
@@ -148,26 +150,25 @@ def load_view(run_dir: Path) -> RunView:
     root = Path(run_dir)
     run = run_folder.load_run(root)
     interrupted = run.paths.interrupted.exists()
-    statuses: dict[str, dict] = {}
+    statuses: dict[str, StatusView] = {}
     for v in run.variants:
         if not v.paths.status.exists():
             statuses[v.name] = (
-                {"state": "not_run", "cause": "not reached: the run was interrupted"}
+                StatusView.absent(v.name, "not_run", "not reached: the run was interrupted")
                 if interrupted
-                else {
-                    "state": "missing",
-                    "cause": "no variant folder" if not v.paths.root.is_dir() else "no status.json",
-                }
+                else StatusView.absent(
+                    v.name, "missing", "no variant folder" if not v.paths.root.is_dir() else "no status.json"
+                )
             )
         else:
-            statuses[v.name] = v.status.to_json()
+            statuses[v.name] = StatusView.of(v.status)
     kinds = workload_kinds(run.manifest.scenario.data.get("workloads"))
     figures = {v.name: variant_figures(v, kinds) for v in run.variants}
-    probe = dict(run.manifest.probe) or None
+    probe = run.manifest.platform
     probe_file = run.paths.root / "probe.json"
-    if not probe and probe_file.exists():
+    if probe is None and probe_file.exists():
         try:
-            probe = results.read_json(probe_file)
+            probe = ProbeResult.from_json(results.read_json(probe_file))
         except results.ResultsError:
             probe = None
     comp_file = run.paths.root / "comparison.json"
@@ -190,7 +191,7 @@ def load_view(run_dir: Path) -> RunView:
         _object(verdict_file, stored_verdict)
     view = RunView(
         run.paths.root,
-        dict(run.manifest.raw),
+        run.manifest,
         list(run.variants),
         run.complete,
         interrupted,

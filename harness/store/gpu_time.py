@@ -24,10 +24,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from harness.store import results
+from harness.store.manifest import read_manifest
 
 STARTUP = "startup"
 WORK = "work"
@@ -124,27 +126,60 @@ def variant_gpus(variant: Any, gpu_ids: list[str] | None = None) -> int:
     return max(1, int(getattr(variant, "tp_size", 1) or 1))
 
 
-def run_gpu_time(statuses: Mapping[str, Mapping | None], run_wall_s: float | None = None) -> dict[str, Any]:
-    """A run's GPU time from its variants' status.json (``{name: status}``): per variant its
-    ``timing`` (None where the status has none), the sum of GPU-minutes per bucket, and the run's
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class StoredTiming:
+    """A ``timing`` object read back (what `PhaseClock.to_json` / `timing_json` wrote)."""
+
+    gpus: Any  # as stored (an int; absent in a damaged file)
+    gpu_ids: tuple[str, ...]
+    gpu_minutes: Mapping[str, float]  # {bucket: GPU-minutes}, numbers only
+    gpu_minutes_total: float | None
+    waits_s: Mapping[str, float]  # {wait: seconds}, numbers only
+    raw: Mapping[str, Any]
+
+    @classmethod
+    def from_json(cls, data: Any) -> StoredTiming | None:
+        if not isinstance(data, Mapping):
+            return None
+
+        def numbers(key: str) -> dict[str, float]:
+            block = data.get(key)
+            return {k: v for k, v in block.items() if _number(v)} if isinstance(block, Mapping) else {}
+
+        total = data.get("gpu_minutes_total")
+        return cls(
+            gpus=data.get("gpus"),
+            gpu_ids=tuple(data.get("gpu_ids") or ()),
+            gpu_minutes=numbers("gpu_minutes"),
+            gpu_minutes_total=total if _number(total) else None,
+            waits_s=numbers("waits_s"),
+            raw=data,
+        )
+
+
+def run_gpu_time(timings: Mapping[str, Mapping | None], run_wall_s: float | None = None) -> dict[str, Any]:
+    """A run's GPU time from its variants' status.json ``timing`` (``{name: timing}``, None where
+    the status has none): per variant its timing, the sum of GPU-minutes per bucket, and the run's
     wall time where given. GPU-minutes add up across variants whether they ran one after another
     or side by side; the wall time does not."""
     per: dict[str, Any] = {}
     total = dict.fromkeys(BUCKETS, 0.0)
     waits: dict[str, float] = {}
-    for name, st in statuses.items():
-        timing = (st or {}).get("timing")
-        if not isinstance(timing, Mapping):
+    for name, stored in timings.items():
+        timing = StoredTiming.from_json(stored)
+        if timing is None:
             per[name] = None
             continue
-        per[name] = dict(timing)
-        for w, s in (timing.get("waits_s") or {}).items():
-            if isinstance(s, (int, float)):
-                waits[w] = waits.get(w, 0.0) + float(s) * int(timing.get("gpus") or 0) / 60.0
+        per[name] = dict(timing.raw)
+        for w, s in timing.waits_s.items():
+            waits[w] = waits.get(w, 0.0) + float(s) * int(timing.gpus or 0) / 60.0
         for b in BUCKETS:
-            v = (timing.get("gpu_minutes") or {}).get(b)
-            if isinstance(v, (int, float)):
-                total[b] += float(v)
+            if b in timing.gpu_minutes:
+                total[b] += float(timing.gpu_minutes[b])
     measured = total[WORK] + total[QUALITY]
     all_minutes = sum(total.values())
     return {
@@ -160,22 +195,23 @@ def run_gpu_time(statuses: Mapping[str, Mapping | None], run_wall_s: float | Non
 def run_folder_gpu_time(run: results.RunPaths) -> dict[str, Any]:
     """`run_gpu_time` of a run folder: its variants' status.json (the
     manifest's order) and its wall time from the manifest's ``created_at`` to COMPLETE."""
-    manifest = results.read_json(run.manifest)
-    statuses = {}
-    for entry in manifest.get("variants") or []:
-        vpaths = run.variant(entry["name"])
+    manifest = read_manifest(run.root)
+    timings: dict[str, Any] = {}
+    for entry in manifest.variants:
+        vpaths = run.variant(entry.name)
         try:
-            statuses[entry["name"]] = results.read_json(vpaths.status) if vpaths.status.exists() else None
+            status = results.read_json_object(vpaths.status) if vpaths.status.exists() else {}
         except results.ResultsError:
-            statuses[entry["name"]] = None
+            status = {}
+        timings[entry.name] = status.get("timing")
     wall = None
     try:
-        start = datetime.fromisoformat(str(manifest["created_at"]))
+        start = datetime.fromisoformat(str(manifest.created_at))
         end = datetime.fromisoformat(str(results.read_json(run.complete)["at"]))
         wall = (end - start).total_seconds()
     except (KeyError, ValueError, OSError, results.ResultsError):
         pass
-    return run_gpu_time(statuses, wall)
+    return run_gpu_time(timings, wall)
 
 
 HISTORY_PREFIX = "gpu_time."  # history's series of a variant's GPU time (lower is better)
@@ -185,36 +221,36 @@ def history_values(timing: Mapping | None) -> dict[str, float]:
     """{series name: value} of one variant's status.json ``timing`` for ``harness history``: its
     GPU-minutes in all and per bucket (``gpu_time.gpu_minutes_total``, ``gpu_time.startup_gpu_minutes``,
     ...); nothing without one."""
-    if not isinstance(timing, Mapping):
+    stored = StoredTiming.from_json(timing)
+    if stored is None:
         return {}
     out = {}
-    total = timing.get("gpu_minutes_total")
-    if isinstance(total, (int, float)):
-        out[HISTORY_PREFIX + "gpu_minutes_total"] = float(total)
-    for b, v in (timing.get("gpu_minutes") or {}).items():
-        if b in BUCKETS and isinstance(v, (int, float)):
+    if stored.gpu_minutes_total is not None:
+        out[HISTORY_PREFIX + "gpu_minutes_total"] = float(stored.gpu_minutes_total)
+    for b, v in stored.gpu_minutes.items():
+        if b in BUCKETS:
             out[f"{HISTORY_PREFIX}{b}_gpu_minutes"] = float(v)
     return out
 
 
 def table_lines(gpu_time: Mapping[str, Any]) -> list[str]:
-    """The console's GPU-minutes table: one row per variant, then the total."""
+    """The console's GPU-minutes table (of `run_gpu_time`'s result): one row per variant, then the total."""
     head = ("variant", "GPUs", *BUCKETS, "total")
     rows: list[tuple[str, ...]] = []
-    for name, t in (gpu_time.get("variants") or {}).items():
-        if not t:
+    for name, stored in gpu_time["variants"].items():
+        t = StoredTiming.from_json(stored) if stored else None
+        if t is None:
             rows.append((name, "-", *("-" for _ in BUCKETS), "-"))
             continue
-        gm = t.get("gpu_minutes") or {}
         rows.append(
             (
                 name,
-                f"{t.get('gpus')} ({','.join(t['gpu_ids'])})" if t.get("gpu_ids") else str(t.get("gpus", "")),
-                *(f"{float(gm.get(b, 0.0)):.2f}" for b in BUCKETS),
-                f"{float(t.get('gpu_minutes_total', 0.0)):.2f}",
+                f"{t.gpus} ({','.join(t.gpu_ids)})" if t.gpu_ids else str(t.raw.get("gpus", "")),
+                *(f"{float(t.gpu_minutes.get(b, 0.0)):.2f}" for b in BUCKETS),
+                f"{float(t.gpu_minutes_total or 0.0):.2f}",
             )
         )
-    tot = gpu_time.get("gpu_minutes") or {}
+    tot = gpu_time["gpu_minutes"]
     rows.append(
         (
             "total",
@@ -229,7 +265,7 @@ def table_lines(gpu_time: Mapping[str, Any]) -> list[str]:
         return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
 
     lines = ["GPU-minutes by where they went:", fmt(head), *(fmt(r) for r in rows)]
-    waits = gpu_time.get("waits_gpu_minutes") or {}
+    waits = gpu_time["waits_gpu_minutes"]
     if waits:
         lines.append("of them the harness's own waits: " + ", ".join(f"{w} {v:.2f}" for w, v in waits.items()))
     share = gpu_time.get("measured_fraction")

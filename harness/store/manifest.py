@@ -20,6 +20,7 @@ from typing import Any
 
 from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.store import results, versions
+from harness.store.probe_result import ProbeResult
 
 Json = Mapping[str, Any]
 
@@ -66,6 +67,40 @@ class HicacheSettings:
 
 
 @dataclass(frozen=True)
+class BuildInfo:
+    """A variant's sglang build as `harness.run.builds` checked it (``variants[].build``)."""
+
+    build: Any  # the build's name
+    version: Any
+    imported_version: Any
+    commit: Any  # its checkout's git commit, branch and dirty flag (None without a checkout)
+    branch: Any
+    dirty: Any
+    sglang_source: Any
+    imported_file: Any
+    python: Any
+    raw: Json
+
+    @classmethod
+    def from_json(cls, data: Any) -> BuildInfo | None:
+        if not data or not isinstance(data, Mapping):
+            return None
+        git = _obj(data.get("git"))
+        return cls(
+            build=data.get("build"),
+            version=data.get("version"),
+            imported_version=data.get("imported_version"),
+            commit=git.get("commit"),
+            branch=git.get("branch"),
+            dirty=git.get("dirty"),
+            sglang_source=data.get("sglang_source"),
+            imported_file=data.get("imported_file"),
+            python=data.get("python"),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
 class ManifestVariant:
     name: str
     dir: str
@@ -73,8 +108,12 @@ class ManifestVariant:
     hicache: HicacheSettings | None
     expect: str = "ok"
     expect_cause: str | None = None
-    build: Json = field(default_factory=dict)  # harness.run.builds' check of its sglang ({} without one)
-    raw: Json = field(default_factory=dict)  # the whole entry (argv, env, url, server)
+    build: BuildInfo | None = None  # harness.run.builds' check of its sglang (None without one)
+    argv: tuple[str, ...] = ()  # the server's command line (() for an external server)
+    env: Json = field(default_factory=dict)
+    url: str | None = None  # an external server's (``backend: external``)
+    server_version: Any = None  # an external server's sglang version
+    raw: Json = field(default_factory=dict)  # the whole entry
 
 
 @dataclass(frozen=True)
@@ -94,6 +133,11 @@ class Manifest:
     env: Json
     shard: Json  # {index, count} of a --shard run ({} otherwise)
     raw: Json
+    harness_version: str | None = None
+    harness_argv: tuple[str, ...] = ()
+    sglang_source: Json = field(default_factory=dict)  # the checkout sglang was imported from ({} when not known)
+    design_warnings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # {variant: warnings}
+    platform: ProbeResult | None = None  # ``probe``, typed (`harness.store.probe_result`)
 
     @property
     def names(self) -> list[str]:
@@ -145,6 +189,11 @@ class Manifest:
             env=_obj(data.get("env")),
             shard=_obj(data.get("shard")),
             raw=data,
+            harness_version=data.get("harness_version"),
+            harness_argv=tuple(data.get("harness_argv") or ()),
+            sglang_source=_obj(data.get("sglang_source")),
+            design_warnings={str(n): tuple(ws or ()) for n, ws in _obj(data.get("design_warnings")).items()},
+            platform=ProbeResult.from_json(data.get("probe")),
         )
 
 
@@ -167,7 +216,11 @@ def _variant(path: Path, i: int, e: Json) -> ManifestVariant:
         hicache=hicache,
         expect=str(e.get("expect") or "ok"),
         expect_cause=e.get("expect_cause"),
-        build=_obj(e.get("build")),
+        build=BuildInfo.from_json(e.get("build")),
+        argv=tuple(e.get("argv") or ()),
+        env=_obj(e.get("env")),
+        url=e.get("url") or None,
+        server_version=_obj(e.get("server")).get("version"),
         raw=e,
     )
 

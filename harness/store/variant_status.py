@@ -62,12 +62,6 @@ def server_origin(backend: str) -> ServerOrigin:
     return ATTACHED if backend == "external" else LAUNCHED
 
 
-def origin_of_status(status: dict | None) -> ServerOrigin:
-    """The origin of a variant's server as its status.json records it (``server.external``)."""
-    server = (status or {}).get("server")
-    return ATTACHED if isinstance(server, dict) and server.get("external") is True else LAUNCHED
-
-
 @dataclass
 class VariantOutcome:
     """What the run's exit code needs of a finished variant."""

@@ -35,6 +35,7 @@ from harness.report.html import SECTIONS, write_report
 from harness.report.tables import delta, delta_test
 from harness.report.view import RunView, load_view
 from harness.store import results
+from harness.store.manifest import Manifest
 from harness.workloads import kinds
 from tests.conftest import GOLDEN_EXPECTED, GOLDEN_RUNS
 
@@ -224,7 +225,7 @@ def test_the_report_is_written_only_to_a_regular_file(golden_run, tmp_path, caps
 
     run = golden_run("healthy")
     reports = tmp_path / "reports"
-    folder = report_dir_of(R.read_json(run / "manifest.json"), run, reports)
+    folder = report_dir_of(R.read_json(run / "manifest.json")["scenario"]["name"], run, reports)
     folder.parent.mkdir(parents=True)
     elsewhere = tmp_path / "elsewhere.html"
     elsewhere.write_text("keep me")
@@ -778,7 +779,10 @@ def test_an_unparseable_scenario_names_workloads_by_kind(golden_run):
 
 def test_header_never_shows_a_missing_memtotal_as_zero():
     def host_rows(host: dict) -> dict:
-        view = RunView(Path("r"), {"host": host}, [], True, False, {}, None, None)
+        manifest = Manifest.from_json(
+            Path("manifest.json"), {"schema_version": 1, "scenario": {"name": "s"}, "host": host}
+        )
+        view = RunView(Path("r"), manifest, [], True, False, {}, None, None)
         return dict(header(view)["host"])
 
     assert host_rows({"hostname": "h", "mem_total_kib": None})["MemTotal"] == "not recorded"

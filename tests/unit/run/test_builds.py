@@ -20,6 +20,7 @@ from harness.run.manifest import dry_run_text
 from harness.run.runner import RunOptions, run_scenario
 from harness.scenario import ScenarioError, load_scenario, load_scenario_text, variant_config_hash
 from harness.server.process import ServerProcess
+from harness.store.manifest import BuildInfo
 from tests.conftest import REPO, sim_scenario, write_scenario
 
 
@@ -370,7 +371,8 @@ def test_compare_and_report_name_a_changed_build():
         "git": {"commit": "a" * 40, "branch": "fix", "dirty": True},
         "imported_file": "/p/python/sglang/__init__.py",
     }
-    assert build_change(stock, dict(stock)) is None
+    stock, patched = BuildInfo.from_json(stock), BuildInfo.from_json(patched)
+    assert build_change(stock, BuildInfo.from_json(dict(stock.raw))) is None
     assert build_change(None, stock) is None  # a run recorded before builds: nothing to say
     assert build_change(stock, patched) == "build changed: stock 0.5.17 → patched 0.5.17@aaaaaaaaaa+dirty"
     assert build_label(patched) == "patched 0.5.17 @aaaaaaaaaa+dirty"

@@ -64,7 +64,7 @@ def test_variant_gpus_from_its_gpu_set_else_its_tp_size():
 def test_run_gpu_time_adds_variants_and_says_what_share_was_measured():
     a = {"timing": gpu_time.timing_json({"startup": 60, "work": 30, "quality": 30}, 1)}
     b = {"timing": gpu_time.timing_json({"startup": 120, "work": 60}, 2)}
-    out = gpu_time.run_gpu_time({"a": a, "b": b, "c": {"state": "running"}}, run_wall_s=300)
+    out = gpu_time.run_gpu_time({"a": a["timing"], "b": b["timing"], "c": None}, run_wall_s=300)
     assert out["gpu_minutes"]["startup"] == pytest.approx(1 + 4)
     assert out["gpu_minutes"]["work"] == pytest.approx(0.5 + 2)
     assert out["gpu_minutes_total"] == pytest.approx(1 + 0.5 + 0.5 + 4 + 2)
