@@ -8,9 +8,11 @@ Headline metrics are what each workload's kind declares (`harness.workloads`), n
 expectations name them (`harness.analysis.expectations`): its derived figures, ``<workload>.<derived>``
 (prefill_total_tok_s, decode_tok_s, second_pass_speedup, host_speedup, interference, ...), and
 its ``history_stats``, ``<workload>.<phase>.<metric>_<stat>`` (e.g. a short_ttft workload's
-``alone.ttft_ms_p50`` and ``during_long.ttft_ms_p50``). A night's values are the summary's
-per-repeat values (``derived_by_repeat``, ``history_stats_by_repeat``; a summary written before
-them: its one pooled value). A workload's kind comes from the scenario stored in the run. A run
+``alone.ttft_ms_p50`` and ``during_long.ttft_ms_p50``). A night's values are its figures'
+per-repeat values (``derived_by_repeat``, ``history_stats_by_repeat``) — the figures compare and
+the report read (`harness.analysis.figures`: the stored summary with what it lacks recomputed
+from the night's requests.jsonl), so a summary written before the per-repeat figures gets them
+from its records; one without records gives its one pooled value. A workload's kind comes from the scenario stored in the run. A run
 where the variant failed has no value (a cross on the plot, never 0).
 
 Markers. Where the scenario text (its hash) changed between two consecutive runs, every
@@ -60,6 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.analysis.expectations import scenario_expectations
+from harness.analysis.figures import variant_figures
 from harness.compare.changes import night_changes
 from harness.compare.runs import run_workload_kinds
 from harness.compare.statistics import decide, threshold_for
@@ -382,7 +385,7 @@ def config_markers(runs: Sequence[Mapping]) -> tuple[list[Marker], dict[str, lis
     prev_scenario = None
     for i, r in enumerate(runs):
         scenario_changed = i > 0 and r.get("scenario_hash") != prev_scenario
-        changed = [v for v, h in (r.get("config_hashes") or {}).items() if v in last_config and last_config[v] != h]
+        changed = [v for v, h in r["config_hashes"].items() if v in last_config and last_config[v] != h]
         if scenario_changed:
             markers.append(
                 Marker(
@@ -393,7 +396,7 @@ def config_markers(runs: Sequence[Mapping]) -> tuple[list[Marker], dict[str, lis
                     None,
                 )
             )
-            for v in {*last_config, *(r.get("config_hashes") or {})}:
+            for v in {*last_config, *r["config_hashes"]}:
                 breaks.setdefault(v, []).append(i)
         elif changed:
             markers.append(
@@ -402,7 +405,7 @@ def config_markers(runs: Sequence[Mapping]) -> tuple[list[Marker], dict[str, lis
             for v in changed:
                 breaks.setdefault(v, []).append(i)
         prev_scenario = r.get("scenario_hash")
-        last_config.update(r.get("config_hashes") or {})
+        last_config.update(r["config_hashes"])
     return markers, breaks
 
 
@@ -423,6 +426,11 @@ def collect(results_dir: Path, scenario: str) -> History:
             continue
         if run.manifest.shard:
             continue  # one shard of a night: its merged run (if written here) stands for the night
+        names_to_kinds = run_workload_kinds(run.manifest)
+        try:  # a night's figures as compare and the report read them (`harness.analysis.figures`)
+            figures = {v.name: variant_figures(v, names_to_kinds) for v in run.variants if v.ok}
+        except results.ResultsError:
+            continue  # rows that are not request records: a damaged night, skipped as an unreadable one
         i = len(runs)
         runs.append(
             {
@@ -435,7 +443,6 @@ def collect(results_dir: Path, scenario: str) -> History:
             }
         )
         thresholds = {k: t.fraction for k, t in scenario_expectations(run.manifest).thresholds.items()}
-        names_to_kinds = run_workload_kinds(run.manifest)
         vals: dict[str, dict[str, list[float]]] = {}
         pooled: dict[str, dict[str, float | None]] = {}
         for v in run.variants:
@@ -443,8 +450,8 @@ def collect(results_dir: Path, scenario: str) -> History:
                 if v.status.expect != "startup_failed":
                     failed.setdefault(v.name, []).append(i)
                 continue
-            vals[v.name] = headline_samples(v.summary, names_to_kinds)
-            pooled[v.name] = headline_values(v.summary, names_to_kinds)
+            vals[v.name] = headline_samples(figures[v.name], names_to_kinds)
+            pooled[v.name] = headline_values(figures[v.name], names_to_kinds)
             night = {**gpu_time.history_values(v.status.timing), **startup_phases.history_values(v.status.startup)}
             for name, value in night.items():  # one value a night
                 vals[v.name][name] = [value]
