@@ -33,11 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.run_products import COST_FILE, VERDICT_FILE
-from harness.store import results, run_folder
+from harness.store import run_folder
+from harness.store.products import read_comparison, read_cost, read_verdict
 from harness.store.summary import Summary, WorkloadSummary
-
-COMPARISON_FILE = "comparison.json"
 
 
 @dataclass(frozen=True)
@@ -186,11 +184,7 @@ def _cells(summary: Summary | None, kinds: dict[str, str]) -> dict[str, Cell]:
     return {c.key: declared.get(c.key) or measured.get(c.key) or Cell(None) for c in COLUMNS}
 
 
-def _optional(path: Path) -> dict | None:
-    return results.read_json_object(path) if path.exists() else None
-
-
-def _compared_row(compared: dict[tuple[str, str], dict], variant: str, source: str | None) -> dict | None:
+def _compared_row(compared: dict[tuple[str, str], Mapping], variant: str, source: str | None) -> Mapping | None:
     """The comparison row of a cell: its own name, else (a derived median such as
     ``decode.decode_tok_s``) the one row of the same workload and metric."""
     if source is None:
@@ -212,23 +206,23 @@ def results_table(run_dir: Path) -> ResultsTable:
     from harness.workloads import workload_kinds
 
     kinds = workload_kinds(run.manifest.scenario.data.get("workloads"))
-    verdict = _optional(run.paths.root / VERDICT_FILE) or {}
-    outcomes = {v.get("variant"): v.get("outcome") for v in verdict.get("variants") or () if isinstance(v, dict)}
-    comparison = _optional(run.paths.root / COMPARISON_FILE)
-    compared: dict[tuple[str, str], dict] = {}
-    for m in (comparison or {}).get("metrics") or ():
-        if isinstance(m, dict):
-            name = f"{m.get('workload')}.{m.get('metric')}" if m.get("phase") == "*" else None
-            name = name or f"{m.get('workload')}.{m.get('phase')}.{m.get('metric')}"
-            compared[(m.get("variant"), name)] = m
-    cost = _optional(run.paths.root / COST_FILE) or {}
-    priced = cost.get("variants") or {}
+    verdict = read_verdict(run.paths.root)
+    outcomes = verdict.variants if verdict is not None else {}
+    comparison = read_comparison(run.paths.root)
+    compared: dict[tuple[str, str], Mapping] = {}
+    for m in comparison.metrics if comparison is not None else ():
+        name = f"{m.get('workload')}.{m.get('metric')}" if m.get("phase") == "*" else None
+        name = name or f"{m.get('workload')}.{m.get('phase')}.{m.get('metric')}"
+        compared[(m.get("variant"), name)] = m
+    cost = read_cost(run.paths.root)
+    priced = cost.variants if cost is not None else {}
     rows = []
     simulated_energy = False
     for v in run.variants:
         cells = _cells(v.summary, kinds)
         simulated_energy |= v.summary is not None and v.summary.energy.get("source") == "simulated"
-        cells["usd_per_mtok"] = Cell(_num((priced.get(v.name) or {}).get("usd_per_mtok")), "cost.usd_per_mtok")
+        c = priced.get(v.name)
+        cells["usd_per_mtok"] = Cell(_num(c.usd_per_mtok if c is not None else None), "cost.usd_per_mtok")
         for cell in cells.values():
             row = _compared_row(compared, v.name, cell.source)
             if row is not None:
@@ -246,14 +240,14 @@ def results_table(run_dir: Path) -> ResultsTable:
             )
         )
     notes = []
-    if cost.get("text"):
-        notes.append(str(cost["text"]))
+    if cost is not None and cost.text:
+        notes.append(str(cost.text))
     if simulated_energy:
         notes.append("energy: SIMULATED (the simulator's pretend GPU, not a measurement)")
     if comparison is None:
         notes.append(f"no baseline compared: harness compare {run.paths.root} --baseline latest")
-    baseline = ((comparison or {}).get("baseline") or {}).get("path") if comparison else None
-    return ResultsTable(run.paths.root, rows, verdict.get("outcome"), baseline, notes)
+    baseline = comparison.baseline_path if comparison is not None and comparison.raw else None
+    return ResultsTable(run.paths.root, rows, verdict.outcome if verdict is not None else None, baseline, notes)
 
 
 def _fmt(v: float, digits: int) -> str:

@@ -36,6 +36,7 @@ from harness.measures.tier_model import TierPools
 from harness.quality.parity import evaluate_parity
 from harness.store import results, run_folder, versions
 from harness.store.manifest import Manifest
+from harness.store.products import COST_FILE, VERDICT_FILE
 from harness.store.records import RequestRecord
 from harness.store.stats import STAT_KEYS
 from harness.store.variant_status import NOT_RUN
@@ -45,9 +46,7 @@ if TYPE_CHECKING:
     from harness.scenario.models import CostPrices
 
 PARITY_FILE = "parity.json"
-VERDICT_FILE = "verdict.json"
 EXPECTATIONS_FILE = "expectations.json"
-COST_FILE = "cost.json"
 CSV_COLUMNS = [
     "variant",
     "workload",

@@ -30,10 +30,10 @@ from harness.analysis.verdict import Outcome, VerdictPolicy
 from harness.core.errors import BadInput
 from harness.store import results, run_folder
 from harness.store.manifest import BuildInfo, Manifest
+from harness.store.products import COMPARISON_FILE
 from harness.store.sequence import run_order
 from harness.workloads import workload_kinds
 
-COMPARISON_FILE = "comparison.json"
 ACCEPTED_FILE = "accepted.json"
 NO_BASELINE = "no baseline"  # `compared_outcome`'s "against" for a comparison that found none (a first night)
 

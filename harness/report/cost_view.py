@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.analysis.cost import gpu_hours_per_mtok, slo_goodput, unpriced_text
-from harness.analysis.run_products import COST_FILE
 from harness.report.view import baseline_variant
-from harness.store import results
+from harness.store.gpu_time import StoredTiming
+from harness.store.products import StoredCost, read_cost
 
 
 def cost_headline(view: Any) -> dict[str, Any] | None:
@@ -21,22 +21,22 @@ def cost_headline(view: Any) -> dict[str, Any] | None:
     goodput_tok_s, usd_per_mtok, meets_slo, j_per_token, energy_source, gpus, work_gpu_s,
     work_vs_base, gpu_h_per_mtok}], simulated_energy} or None when the run has neither prices nor
     energy. Without prices (no cost.json) the text says what the GPU time alone says and what to add."""
-    path = view.root / COST_FILE
-    cost = results.read_json_object(path) if path.exists() else {}
-    priced = cost.get("variants") or {}
+    stored = read_cost(view.root)
+    priced = stored is not None and bool(stored.raw)
+    cost = stored or StoredCost({}, None, None, None, {})
     base = baseline_variant(view)
     rows, simulated = [], False
     for n in view.names:
         summary = view.summary(n)
         energy = summary.energy if summary is not None else {}
         total = energy.get("total")
-        c = priced.get(n) or {}
-        if not c and not energy:
+        c = cost.variants.get(n)
+        if c is None and not energy:
             continue
         simulated |= energy.get("source") == "simulated"
-        timing = view.status(n).get("timing") or {}
-        gpus = int(timing.get("gpus") or 1)
-        work_min = (timing.get("gpu_minutes") or {}).get("work")
+        timing = StoredTiming.from_json(view.status(n).timing)
+        gpus = int((timing.gpus if timing is not None else None) or 1)
+        work_min = timing.gpu_minutes.get("work") if timing is not None else None
         _, tok_s, met = slo_goodput(summary.raw if summary is not None else None)
         rows.append(
             {
@@ -44,16 +44,16 @@ def cost_headline(view: Any) -> dict[str, Any] | None:
                 "gpus": gpus,
                 "work_gpu_s": None if work_min is None else float(work_min) * 60.0,
                 "gpu_h_per_mtok": gpu_hours_per_mtok(gpus, tok_s),
-                "usd_per_hour": c.get("usd_per_hour"),
-                "gpu": c.get("gpu_usd_per_hour"),
-                "host": c.get("host_usd_per_hour"),
-                "storage": c.get("storage_usd_per_hour"),
-                "goodput_tok_s": c.get("goodput_tok_s", tok_s),
-                "usd_per_mtok": c.get("usd_per_mtok"),
-                "meets_slo": c.get("meets_slo", met if tok_s else None),
+                "usd_per_hour": c.usd_per_hour if c else None,
+                "gpu": c.gpu_usd_per_hour if c else None,
+                "host": c.host_usd_per_hour if c else None,
+                "storage": c.storage_usd_per_hour if c else None,
+                "goodput_tok_s": c.goodput_tok_s if c else tok_s,
+                "usd_per_mtok": c.usd_per_mtok if c else None,
+                "meets_slo": c.meets_slo if c else (met if tok_s else None),
                 "j_per_token": total.get("j_per_token") if isinstance(total, Mapping) else None,
                 "energy_source": energy.get("source"),
-                "cheapest": n == cost.get("cheapest"),
+                "cheapest": n == cost.cheapest,
             }
         )
     if not rows:
@@ -63,10 +63,10 @@ def cost_headline(view: Any) -> dict[str, Any] | None:
         b = work.get(base) if base else None
         r["work_vs_base"] = r["work_gpu_s"] / b if b and r["work_gpu_s"] is not None else None
     return {
-        "priced": bool(cost),
-        "text": cost.get("text") if cost else unpriced_text(base, work),
-        "cheapest": cost.get("cheapest"),
-        "prices": cost.get("prices"),
+        "priced": priced,
+        "text": cost.text if priced else unpriced_text(base, work),
+        "cheapest": cost.cheapest,
+        "prices": cost.prices,
         "rows": rows,
         "simulated_energy": simulated,
     }

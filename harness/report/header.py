@@ -21,6 +21,7 @@ from harness.report.view import RunView
 from harness.store import results
 from harness.store.manifest import BuildInfo
 from harness.store.probe_result import ProbeResult
+from harness.store.products import StoredComparison
 
 # the css class of each outcome: green, red, grey, "cannot tell", neutral
 OUTCOME_CSS = {
@@ -167,14 +168,14 @@ def judged_expectations(view: RunView, evaluate) -> list[dict]:
     return evaluate(view.root)
 
 
-def _flagged_changes(c: dict) -> list[str]:
+def _flagged_changes(c: StoredComparison) -> list[str]:
     """comparison.json's ``changes`` (ranked), when it flagged a change (a metric moved, a variant not
     comparable); [] otherwise."""
-    counts = c.get("counts") if isinstance(c.get("counts"), dict) else {}
-    if not any(counts.get(k) for k in ("regression", "improved", "variant_not_comparable")):
+    if not any(c.counts.get(k) for k in ("regression", "improved", "variant_not_comparable")):
         return []
-    changes = [str(x.get("text")) for x in c.get("changes") or [] if isinstance(x, dict)]
-    return changes[:MAX_NIGHT_CHANGES] or ["nothing differs between the two nights' manifests, builds, probes or pools"]
+    return list(c.changes[:MAX_NIGHT_CHANGES]) or [
+        "nothing differs between the two nights' manifests, builds, probes or pools"
+    ]
 
 
 def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
@@ -205,7 +206,7 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
             else "did not finish: no COMPLETE marker and no process holds its .lock (killed, or its machine "
             f"went down); `harness run --resume {view.root}` runs what is missing",
         )
-    stored = (view.stored_verdict or {}).get("outcome")
+    stored = view.stored_verdict.outcome if view.stored_verdict is not None else None
     if stored is not None and stored != verdict.outcome.value:
         notes.append(
             f"verdict.json, written by the run, states {stored}; the rules of this harness "
@@ -213,20 +214,18 @@ def banner(view: RunView, expectation_rows: Sequence[dict]) -> dict[str, Any]:
         )
     comparison = None
     c = view.comparison
-    if c:
-        base = c.get("baseline") or {}
-        counts = c.get("counts") or {}
-        reasons = [str(r) for r in c.get("reasons") or []] if isinstance(c.get("reasons"), list) else []
+    if c is not None and c.raw:
+        reasons = list(c.reasons)
         more = len(reasons) - MAX_COMPARISON_REASONS
         comparison = {
-            "verdict": str(c.get("verdict")),
-            "css": COMPARISON_CSS.get(c.get("verdict"), "EXPECTED"),
-            "baseline": base.get("run_id") if isinstance(base, dict) else None,
-            "counts": ", ".join(f"{k} {v}" for k, v in counts.items() if v) if isinstance(counts, dict) else "",
+            "verdict": str(c.verdict),
+            "css": COMPARISON_CSS.get(c.verdict, "EXPECTED"),
+            "baseline": c.baseline_run_id,
+            "counts": ", ".join(f"{k} {v}" for k, v in c.counts.items() if v),
             "reasons": reasons[:MAX_COMPARISON_REASONS] + ([f"(+{more} more)"] if more > 0 else []),
             "n_reasons": len(reasons),
             # INCONCLUSIVE: what would decide it, the line the console, Markdown and JUnit end with
-            "advice": str(c.get("advice") or ""),
+            "advice": c.advice,
             # what differs between the two nights (harness.compare.changes), where the comparison flagged a change
             "changes": _flagged_changes(c),
         }

@@ -417,7 +417,7 @@ def build_context(run_dir: Path, reports_dir: Path) -> dict[str, Any]:
         "parity": parity_groups(view),
         "worst": worst_samples(view),
         "failures": failures(view),
-        "comparison": view.comparison,
+        "comparison": view.comparison.raw if view.comparison is not None else None,
         "expectations": expectations,
         "load_back": load_backs,
         "rooflines": rooflines,

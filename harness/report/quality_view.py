@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.report.formatting import VERDICT_CSS
 from harness.report.view import RunView, baseline_variant
+from harness.store.quality_record import ParityFloor
 
 _SEVERITY = {"divergence": 0, "tie_flip": 1, "equal": 2}
 # the spreads of floor.on / floor.control, in display order: (key, label)
@@ -57,12 +58,12 @@ def _differing(g: dict) -> int | None:
     return pairs - equal if isinstance(pairs, int) and isinstance(equal, int) else None
 
 
-def _test_words(floor: dict) -> str:
+def _test_words(floor: ParityFloor) -> str:
     """The verdict's test in one line: what it counts and its p against alpha."""
     return (
-        f"{floor.get('keys')} paired (sample, ask) keys: ON further from OFF in {floor.get('on_worse')}, "
-        f"control further in {floor.get('control_worse')}, tied {floor.get('ties')}"
-        + (f"; at least {floor.get('min_keys')} untied keys needed to decide" if floor.get("min_keys") else "")
+        f"{floor.keys} paired (sample, ask) keys: ON further from OFF in {floor.on_worse}, "
+        f"control further in {floor.control_worse}, tied {floor.ties}"
+        + (f"; at least {floor.min_keys} untied keys needed to decide" if floor.min_keys else "")
     )
 
 
@@ -78,7 +79,7 @@ def parity_groups(view: RunView) -> list[dict]:
         if not p:
             continue
         full = view.parity(n) or {}
-        floor = p.get("floor") or full.get("floor") or None
+        floor = ParityFloor.from_json(p.get("floor")) or ParityFloor.from_json(full.get("floor"))
         reasons = {(g.get("task"), g.get("length_target")): g.get("reason") for g in full.get("groups") or []}
         groups = []
         for g in p.get("groups") or []:
@@ -89,14 +90,14 @@ def parity_groups(view: RunView) -> list[dict]:
             groups.append(g)
         test = None
         spreads = []
-        if floor:
-            on, ctl = floor.get("on") or {}, floor.get("control") or {}
+        if floor is not None:
+            on, ctl = floor.on, floor.control
             spreads = [(label, on.get(k), ctl.get(k)) for k, label in SPREAD_ROWS]
             test = {
-                "name": floor.get("test"),
-                "p_value": floor.get("p_value"),
-                "alpha": floor.get("alpha"),
-                "significant": {True: "significant", False: "not significant"}.get(floor.get("significant"), ""),
+                "name": floor.test,
+                "p_value": floor.p_value,
+                "alpha": floor.alpha,
+                "significant": {True: "significant", False: "not significant"}.get(floor.significant, ""),
                 "n_on": on.get("pairs"),
                 "n_control": ctl.get("pairs"),
                 "line": _test_words(floor),

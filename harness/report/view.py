@@ -26,10 +26,11 @@ import pandas as pd
 
 from harness.analysis.figures import variant_figures
 from harness.analysis.frames import requests_frame, samples_frame
-from harness.analysis.run_products import EXPECTATIONS_FILE, VERDICT_FILE
+from harness.analysis.run_products import EXPECTATIONS_FILE
 from harness.store import results, run_folder
 from harness.store.manifest import HicacheSettings, Manifest
 from harness.store.probe_result import ProbeResult
+from harness.store.products import StoredComparison, StoredVerdict, read_comparison, read_verdict
 from harness.store.status_view import StatusView
 from harness.store.summary import Summary
 from harness.workloads import kind_of, workload_kinds
@@ -47,11 +48,11 @@ class RunView:
     interrupted: bool
     scenario: dict  # the manifest's scenario text as parsed YAML; {} when it cannot be parsed
     probe: ProbeResult | None  # the manifest's probe, else the run folder's probe.json
-    comparison: dict | None
+    comparison: StoredComparison | None  # comparison.json (`harness.store.products`); None without one
     requests: dict[str, pd.DataFrame] = field(default_factory=dict)
     samples: dict[str, pd.DataFrame] = field(default_factory=dict)
     stored_expectations: list[dict] | None = None  # expectations.json's checks; None without the file
-    stored_verdict: dict | None = None  # verdict.json as the run wrote it; None without the file
+    stored_verdict: StoredVerdict | None = None  # verdict.json as the run wrote it; None without the file
     # {variant: its status.json, typed} (a variant without one: ``missing`` or ``not_run``)
     statuses: dict[str, StatusView] = field(default_factory=dict)
     # {variant: its figures} (`harness.analysis.figures`: the summary, with what it lacks recomputed
@@ -171,10 +172,7 @@ def load_view(run_dir: Path) -> RunView:
             probe = ProbeResult.from_json(results.read_json(probe_file))
         except results.ResultsError:
             probe = None
-    comp_file = run.paths.root / "comparison.json"
-    comparison = _optional_json(comp_file)
-    if comparison is not None:
-        _object(comp_file, comparison)
+    comparison = read_comparison(run.paths.root)
     exp_file = run.paths.root / EXPECTATIONS_FILE
     expectations = _optional_json(exp_file)
     if expectations is not None:
@@ -185,10 +183,7 @@ def load_view(run_dir: Path) -> RunView:
             "checks is not a list of objects",
         )
         expectations = checks
-    verdict_file = run.paths.root / VERDICT_FILE
-    stored_verdict = _optional_json(verdict_file)
-    if stored_verdict is not None:
-        _object(verdict_file, stored_verdict)
+    stored_verdict = read_verdict(run.paths.root)
     view = RunView(
         run.paths.root,
         run.manifest,

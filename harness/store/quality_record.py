@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,3 +81,42 @@ class QualityRecord:
         """From a stored row; unknown keys ignored, missing optional keys defaulted."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True)
+class ParityFloor:
+    """The parity verdict's test as stored (``floor`` of the summary's ``quality.parity``, or of
+    parity.json; `harness.quality.floor`): its name, p against alpha, the paired keys it counted,
+    and the ON-vs-OFF and OFF-vs-OFF (control) spreads, each {figure: value} as written."""
+
+    test: Any
+    p_value: Any
+    alpha: Any
+    significant: Any
+    keys: Any
+    on_worse: Any
+    control_worse: Any
+    ties: Any
+    min_keys: Any
+    on: Mapping[str, Any]
+    control: Mapping[str, Any]
+
+    @classmethod
+    def from_json(cls, data: Any) -> ParityFloor | None:
+        """None for a floor that is absent or empty."""
+        if not data or not isinstance(data, Mapping):
+            return None
+        on, control = data.get("on"), data.get("control")
+        return cls(
+            test=data.get("test"),
+            p_value=data.get("p_value"),
+            alpha=data.get("alpha"),
+            significant=data.get("significant"),
+            keys=data.get("keys"),
+            on_worse=data.get("on_worse"),
+            control_worse=data.get("control_worse"),
+            ties=data.get("ties"),
+            min_keys=data.get("min_keys"),
+            on=on if isinstance(on, Mapping) else {},
+            control=control if isinstance(control, Mapping) else {},
+        )
