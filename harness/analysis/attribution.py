@@ -43,6 +43,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness.store.phase_samples import PhaseSamples, SamplingSummary
+
 QUEUE_NOT_REPORTED = (
     "not reported: the server sent no meta_info.queue_time (sglang 0.5.17 sends it only with --enable-metrics, "
     "and only on /generate)"
@@ -59,18 +61,18 @@ def _delta(deltas: Mapping[str, float], prefix: str) -> float | None:
 
 
 def phase_attribution(
-    roof: Mapping[str, Any], sampled: Mapping[str, Any] | None, unit: int = 1, declined_in_log: int = 0
+    roof: Mapping[str, Any], sampled: PhaseSamples | None, unit: int = 1, declined_in_log: int = 0
 ) -> dict[str, Any]:
     """One hit phase's split (ms per hit request, medians of the roofline and the phase's counter
     means) and its "reported but recomputed" figures."""
-    deltas = (sampled or {}).get("counter_deltas") or {}
+    deltas = sampled.counter_deltas if sampled is not None else {}
     n = max(1, int(roof.get("hit_requests") or 1))
     loaded = _delta(deltas, "sglang:load_back_tokens_total")
     lb_s = _delta(deltas, "sglang:load_back_duration_seconds_sum")
     load_ms = lb_s * 1e3 / n if lb_s is not None else None
     storage_ms = None
-    st = (sampled or {}).get("storage") or {}
-    gbs, bpt = st.get("prefetch_gbs"), roof.get("kv_bytes_per_token")
+    st = sampled.storage if sampled is not None else None
+    gbs, bpt = st.gbs["prefetch"] if st is not None else None, roof.get("kv_bytes_per_token")
     if roof.get("storage_tokens") and gbs and bpt:
         storage_ms = roof["storage_tokens"] * bpt / (gbs * 1e9) * 1e3 / n
     achieved = roof.get("achieved_ms")
@@ -113,10 +115,10 @@ def phase_attribution(
 def attribute(summary: Mapping[str, Any], unit: int = 1, declined_in_log: int = 0) -> list[dict[str, Any]]:
     """Every hit phase's attribution (`phase_attribution`), with its workload and phase; a flagged
     one carries ``text`` (what the verdict warns)."""
-    phases_sampled = ((summary.get("sampling") or {}).get("phases")) or {}
+    phases_sampled = SamplingSummary.from_json(summary.get("sampling")).phases
     out = []
-    for wl, w in (summary.get("workloads") or {}).items():
-        for phase, p in (w.get("phases") or {}).items():
+    for wl, w in summary["workloads"].items():
+        for phase, p in w["phases"].items():
             roof = p.get("roofline")
             if not roof:
                 continue

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from harness.store.summary import Summary
+
 HOURS_PER_MONTH = 730.0
 
 
@@ -83,14 +85,14 @@ def unpriced_text(base: str | None, work_gpu_s: Mapping[str, float | None]) -> s
     return f"no prices given: {said}{PRICES_HINT}"
 
 
-def slo_goodput(summary: Mapping[str, Any] | None) -> tuple[str | None, float | None, bool]:
+def slo_goodput(summary: Summary | None) -> tuple[str | None, float | None, bool]:
     """(the SLO workload, its goodput in tokens/s, whether it met the SLO) from a variant's
     summary: the first workload with a ``goodput_rps`` derived figure (module docstring)."""
-    for wl, entry in ((summary or {}).get("workloads") or {}).items():
-        derived = (entry or {}).get("derived") or {}
+    for wl, entry in (summary.measured if summary is not None else {}).items():
+        derived = entry.derived
         if "goodput_rps" not in derived:
             continue
-        rps, per_req = derived.get("goodput_rps"), (entry or {}).get("tokens_per_request")
+        rps, per_req = derived.get("goodput_rps"), entry.tokens_per_request
         knees = [derived[k] for k in ("knee_rate", "knee_concurrency") if k in derived]
         met = any(k is not None for k in knees) if knees else bool(rps)
         tok_s = rps * per_req if rps and per_req else None

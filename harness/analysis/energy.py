@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from harness.store.phase_samples import PhaseSamples
 from harness.store.records import RequestRecord
 
 
@@ -67,11 +68,11 @@ def _figures(joules: float | None, prompt: int, gen: int, n: int) -> dict[str, A
     return out
 
 
-def energy_summary(records: Iterable[RequestRecord], sampling_phases: Mapping[str, Mapping] | None) -> dict | None:
+def energy_summary(records: Iterable[RequestRecord], phases: Mapping[str, PhaseSamples]) -> dict | None:
     """{"source", "phases": {label: figures}, "workloads": {workload: figures}, "total": figures}
-    (module docstring); None when no phase has joules (no NVML counter, no simulator)."""
-    phases = {k: v for k, v in (sampling_phases or {}).items() if isinstance(v, Mapping)}
-    sources = {v.get("energy_source") for v in phases.values() if v.get("energy_j") is not None}
+    (module docstring) from the sampler's phases; None when no phase has joules (no NVML counter,
+    no simulator)."""
+    sources = {v.energy_source for v in phases.values() if v.energy_j is not None}
     if not sources:
         return None
     by_phase: dict[tuple[str, str], list[RequestRecord]] = {}
@@ -79,13 +80,13 @@ def energy_summary(records: Iterable[RequestRecord], sampling_phases: Mapping[st
         by_phase.setdefault((r.workload, r.phase), []).append(r)
     out_phases = {}
     for (wl, ph), recs in by_phase.items():
-        e = (phases.get(f"{wl}/{ph}") or {}).get("energy_j")
+        e = phases[f"{wl}/{ph}"].energy_j if f"{wl}/{ph}" in phases else None
         if e is not None:
             out_phases[f"{wl}/{ph}"] = _figures(e, *_tokens(recs))
     workloads = {}
     total_j, total = 0.0, [0, 0, 0]
     for wl in dict.fromkeys(r.workload for recs in by_phase.values() for r in recs):
-        joules = [v["energy_j"] for k, v in phases.items() if k.startswith(f"{wl}/") and v.get("energy_j") is not None]
+        joules = [v.energy_j for k, v in phases.items() if k.startswith(f"{wl}/") and v.energy_j is not None]
         if not joules:
             continue
         recs = [r for (w, _), rs in by_phase.items() if w == wl for r in rs]

@@ -42,6 +42,7 @@ from harness.spec.values import Check, Gate, Threshold
 from harness.store import run_folder
 from harness.store.manifest import Manifest
 from harness.store.stats import STAT_KEYS
+from harness.store.status_view import Pools
 from harness.store.summary import Summary
 from harness.store.variant_status import VariantStatus
 
@@ -106,16 +107,15 @@ def scenario_expectations(manifest: Manifest) -> ScenarioExpectations:
     data = sc.data
     if not data:
         return ScenarioExpectations(source="none", problem=f"{problem}; the stored scenario is not YAML of a mapping")
-    block = data.get("expectations") or {}
-    if not isinstance(block, dict):
-        block = {}
+    block = sc.block("expectations")
     checks, thresholds = [], {}
     for c in block.get("checks") or []:
         try:
             checks.append(Check.parse(c))
         except ValueError:
             continue
-    for k, v in (block.get("thresholds") or {}).items():
+    declared = block.get("thresholds")
+    for k, v in declared.items() if isinstance(declared, Mapping) else ():
         try:
             thresholds[str(k)] = Threshold.parse(v)
         except Exception:  # noqa: BLE001
@@ -127,8 +127,8 @@ def scenario_expectations(manifest: Manifest) -> ScenarioExpectations:
             gate.append(Gate.parse(g))
         except ValueError:
             continue
-    q = data.get("quality") or {}
-    baseline = q.get("baseline_variant") if isinstance(q, dict) and q.get("enabled") else None
+    q = sc.block("quality")
+    baseline = q.get("baseline_variant") if q.get("enabled") else None
     return ScenarioExpectations(checks, thresholds, baseline, gate, source="yaml", problem=problem)
 
 
@@ -140,14 +140,15 @@ def lookup_metric(metric: str, summary: Summary | None, status: VariantStatus | 
         v = getattr(status, parts[1], None) if parts[1] in _STATUS_FIELDS else None
         return v if not isinstance(v, (dict, list)) else None
     if head == "pools" and len(parts) == 2:
-        return ((status.pools if status is not None else None) or {}).get(parts[1])
+        pools = Pools.from_json(status.pools) if status is not None else None
+        return pools.value(parts[1]) if pools is not None else None
     if summary is None:
         return None
     if head == "quality" and len(parts) == 2 and parts[1] == "parity":
         return summary.parity.get("verdict")
     if head == "sampling" and len(parts) >= 3:
-        ph = (summary.sampling.get("phases") or {}).get("/".join(parts[1:-1]))
-        return (ph or {}).get(parts[-1])
+        ph = summary.samples.phases.get("/".join(parts[1:-1]))
+        return ph.value(parts[-1]) if ph is not None else None
     w = summary.workload(head)
     if w is None:
         return None

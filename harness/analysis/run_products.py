@@ -35,11 +35,15 @@ from harness.measures.roofline import Platform, worse_than_off
 from harness.measures.tier_model import TierPools
 from harness.quality.parity import evaluate_parity
 from harness.store import results, run_folder, versions
-from harness.store.manifest import Manifest
+from harness.store.gpu_time import StoredTiming
+from harness.store.manifest import Manifest, read_manifest
+from harness.store.phase_samples import SamplingSummary
 from harness.store.products import COST_FILE, VERDICT_FILE
 from harness.store.records import RequestRecord
 from harness.store.stats import STAT_KEYS
-from harness.store.variant_status import NOT_RUN
+from harness.store.status_view import Pools
+from harness.store.summary import read_summary
+from harness.store.variant_status import NOT_RUN, read_status
 
 if TYPE_CHECKING:
     from harness.quality.config import Quality
@@ -90,7 +94,7 @@ def measured_summary(
     summary = summarize(requests, workload_kinds, workload_configs, tiers, platform, pools)
     if summary.get("workloads"):
         add_tokens_per_request(summary, requests)
-        summary["energy"] = energy_summary(requests, (sampling or {}).get("phases"))
+        summary["energy"] = energy_summary(requests, SamplingSummary.from_json(sampling).phases)
     summary.update(schema_version=versions.CURRENT[versions.SUMMARY], variant=name, state=state, cause=cause)
     if state != "ok" and not any(not r.warmup and r.error is None for r in requests):
         summary["workloads"] = summary["energy"] = None
@@ -235,13 +239,12 @@ def evaluate_run_parity(quality: Quality, run: results.RunPaths, variant_names: 
 def write_run_products(run: results.RunPaths, quality: Quality, cost: CostPrices | None) -> None:
     """Once every variant ran: parity into the summaries of the arms that have it (the scenario's
     ``quality:`` block), then summary.csv, and cost.json with the scenario's ``cost:`` prices."""
-    names = [v["name"] for v in results.read_json(run.manifest)["variants"]]
+    names = read_manifest(run.root).names
     for name, headline in evaluate_run_parity(quality, run, names).items():
         vpaths = run.variant(name)
         if vpaths.summary.exists():
-            summary = results.read_json(vpaths.summary)
-            summary["quality"] = {**(summary.get("quality") or {}), "parity": headline}
-            write_variant_summary(vpaths, summary)
+            stored = read_summary(vpaths.summary)
+            write_variant_summary(vpaths, {**stored.raw, "quality": {**stored.quality, "parity": headline}})
     write_summary_csv(run, names)
     if cost is not None:
         write_cost(run, names, cost)
@@ -256,18 +259,19 @@ def write_cost(run: results.RunPaths, names: list[str], prices_block: CostPrices
         vpaths = run.variant(name)
         if not (vpaths.summary.exists() and vpaths.status.exists()):
             continue
-        summary, status = results.read_json(vpaths.summary), results.read_json(vpaths.status)
-        if not summary.get("workloads"):
+        summary, status = read_summary(vpaths.summary), read_status(vpaths.status)
+        if not summary.measured:
             continue
         wl, tok_s, met = slo_goodput(summary)
-        phases = ((summary.get("sampling") or {}).get("phases") or {}).values()
-        storage_kib = max((p.get("max_storage_dir_kib") or 0 for p in phases), default=0)
+        phases = summary.samples.phases.values()
+        storage_kib = max((p.max_storage_dir_kib or 0 for p in phases), default=0)
+        timing, pools = StoredTiming.from_json(status.timing), Pools.from_json(status.pools)
         costs.append(
             variant_cost(
                 name,
                 prices,
-                gpus=int((status.get("timing") or {}).get("gpus") or 1),
-                host_pool_gb=float((status.get("pools") or {}).get("host_pool_gb") or 0.0),
+                gpus=int((timing.gpus if timing is not None else None) or 1),
+                host_pool_gb=float((pools.host_pool_gb if pools is not None else None) or 0.0),
                 storage_gb=storage_kib / (1 << 20),
                 goodput_tok_s=tok_s,
                 meets_slo=met,
@@ -285,7 +289,7 @@ def write_summary_csv(run: results.RunPaths, names: list[str]) -> None:
     for name in names:
         vpaths = run.variant(name)
         if vpaths.summary.exists():
-            rows.extend(summary_rows(name, results.read_json(vpaths.summary)))
+            rows.extend(summary_rows(name, read_summary(vpaths.summary)))
     results.write_text_atomic(run.summary_csv, rows_to_csv(rows))
 
 

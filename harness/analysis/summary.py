@@ -267,9 +267,9 @@ def unexercised_phases(
         kind = kinds().get((workload_kinds or {}).get(wl, wl))
         if kind is None or kind.hit_tier is None:
             continue
-        for phase, p in (w.get("phases") or {}).items():
+        for phase, p in w["phases"].items():
             tier = kind.hit_tier(phase)
-            h = p.get("hits") or {}
+            h = p["hits"]
             if tier is None or tier not in have or not p.get("n") or not h.get("prompt_tokens"):
                 continue
             reported = bool(h.get("tiers_reported"))
@@ -422,12 +422,12 @@ def failed(cause: str | None, detail: Any = None) -> dict[str, Any]:
     }
 
 
-def summary_rows(variant: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
+def summary_rows(variant: str, summary: Summary) -> list[dict[str, Any]]:
     """Flat rows (variant × workload × phase × metric, plus derived with phase "*") for a CSV."""
     rows: list[dict[str, Any]] = []
-    for wl, w in (summary.get("workloads") or {}).items():
-        for phase, p in w["phases"].items():
-            for metric, s in p["metrics"].items():
+    for wl, w in summary.measured.items():
+        for phase, p in w.phases.items():
+            for metric, s in p.metrics.items():
                 meta = M.METRICS[metric]
                 row = {
                     "variant": variant,
@@ -436,12 +436,12 @@ def summary_rows(variant: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
                     "metric": metric,
                     "unit": meta.unit,
                     "higher_is_better": meta.higher_is_better,
-                    "n_errors": p["n_errors"],
+                    "n_errors": p.n_errors,
                 }
-                row.update({k: (s or {}).get(k) for k in STAT_KEYS})
+                row.update({k: s[k] if s is not None else None for k in STAT_KEYS})
                 rows.append(row)
         figures = derived_figures()
-        for name, v in w["derived"].items():
+        for name, v in w.derived.items():
             meta = figures[name]
             rows.append(
                 {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from harness.compare.statistics import relative_change, threshold_for
 from harness.server.startup_phases import HOST_POOL, STAMP_RESOLUTION_S
+from harness.store.status_view import StartupRecord
 from harness.store.variant_status import VariantStatus
 
 WORKLOAD = "startup"
@@ -25,7 +26,8 @@ MIN_CHANGE_S = 2 * STAMP_RESOLUTION_S
 
 
 def _host_pool_s(status: VariantStatus | None) -> float | None:
-    v = (((status.startup if status is not None else None) or {}).get("phases") or {}).get(HOST_POOL)
+    startup = StartupRecord.from_json(status.startup) if status is not None else None
+    v = startup.phases.get(HOST_POOL) if startup is not None else None
     return float(v) if isinstance(v, (int, float)) else None
 
 

@@ -37,7 +37,7 @@ def cost_headline(view: Any) -> dict[str, Any] | None:
         timing = StoredTiming.from_json(view.status(n).timing)
         gpus = int((timing.gpus if timing is not None else None) or 1)
         work_min = timing.gpu_minutes.get("work") if timing is not None else None
-        _, tok_s, met = slo_goodput(summary.raw if summary is not None else None)
+        _, tok_s, met = slo_goodput(summary)
         rows.append(
             {
                 "variant": n,

@@ -79,11 +79,14 @@ class PhaseSamples:
     mean_pswpin_kib_s: float | None
     max_pswpin_kib_s: float | None
     max_server_rss_kib: float | None
+    max_storage_dir_kib: float | None  # the storage tier's directory
     peak_gpu_mem_used_mib: Mapping[str, float]  # {GPU index: MiB}
     gpus_sampled: tuple[str, ...]  # () in a run recorded before the field
     gpu_selection: GpuSelection | None
     counter_deltas: Mapping[str, float]  # {series: increase over the phase}
     storage: StorageIO | None  # None without storage series
+    energy_j: float | None  # `harness.analysis.samples.phase_energy`: NVML's, else the simulator's
+    energy_source: str | None  # "nvml" | "simulated"
     raw: Json  # the phase's stored object
 
     def value(self, key: str) -> Any:
@@ -103,11 +106,14 @@ class PhaseSamples:
             mean_pswpin_kib_s=_num(d.get("mean_pswpin_kib_s")),
             max_pswpin_kib_s=_num(d.get("max_pswpin_kib_s")),
             max_server_rss_kib=_num(d.get("max_server_rss_kib")),
+            max_storage_dir_kib=_num(d.get("max_storage_dir_kib")),
             peak_gpu_mem_used_mib=_numbers(d.get("peak_gpu_mem_used_mib")),
             gpus_sampled=tuple(str(i) for i in sampled) if isinstance(sampled, list) else (),
             gpu_selection=GpuSelection.from_json(d.get("gpu_selection")),
             counter_deltas=_numbers(d.get("counter_deltas")),
             storage=StorageIO.from_json(d.get("storage")),
+            energy_j=_num(d.get("energy_j")),
+            energy_source=d.get("energy_source") if isinstance(d.get("energy_source"), str) else None,
             raw=d,
         )
 

@@ -118,6 +118,7 @@ class WorkloadSummary:
     derived_by_repeat: Mapping[str, tuple[float | None, ...]] | None
     history_stats_by_repeat: Mapping[str, tuple[float | None, ...]] | None
     from_samples: Json  # the kind's judgement of the samples (a soak's slopes and findings), {} without one
+    tokens_per_request: float | None = None  # mean prompt + generated tokens per answered request
 
     def repeat_values(self, figure: str) -> tuple[float | None, ...]:
         """A derived figure's per-repeat values (() when there are none)."""
@@ -148,6 +149,7 @@ class WorkloadSummary:
             derived_by_repeat=per_repeat("derived_by_repeat"),
             history_stats_by_repeat=per_repeat("history_stats_by_repeat"),
             from_samples=_mapping(path, f"{where}.from_samples", data.get("from_samples")),
+            tokens_per_request=data["tokens_per_request"] if _number(data.get("tokens_per_request")) else None,
         )
 
 
@@ -248,7 +250,7 @@ class Summary:
 
         quality = _mapping(path, "quality", data.get("quality"))
         tier_prediction = _mapping(path, "tier_prediction", data.get("tier_prediction"))
-        if not isinstance(quality.get("parity") or {}, Mapping):
+        if quality.get("parity") and not isinstance(quality["parity"], Mapping):
             raise _bad(path, "quality.parity", "expected an object")
         return cls(
             schema_version=int(data["schema_version"]),

@@ -8,8 +8,11 @@ from __future__ import annotations
 import pytest
 
 from harness.analysis.attribution import QUEUE_NOT_REPORTED, phase_attribution
+from harness.store.phase_samples import PhaseSamples
 
-SAMPLED = {"counter_deltas": {"sglang:load_back_tokens_total": 4000.0, "sglang:load_back_duration_seconds_sum": 0.1}}
+SAMPLED = PhaseSamples.from_json(
+    {"counter_deltas": {"sglang:load_back_tokens_total": 4000.0, "sglang:load_back_duration_seconds_sum": 0.1}}
+)
 ROOF = {"hit_requests": 2, "host_tokens": 4000, "storage_tokens": 0, "achieved_ms": 200.0}
 
 
@@ -35,7 +38,9 @@ def test_a_partly_reported_phase_names_how_many_hits_had_it():
 
 def test_a_storage_read_inside_the_queue_is_taken_off_once():
     roof = {**ROOF, "host_tokens": 0, "storage_tokens": 2000, "kv_bytes_per_token": 1e6, "queue_reported": 2}
-    sampled = {"counter_deltas": {"sglang:load_back_duration_seconds_sum": 0.0}, "storage": {"prefetch_gbs": 100.0}}
+    sampled = PhaseSamples.from_json(
+        {"counter_deltas": {"sglang:load_back_duration_seconds_sum": 0.0}, "storage": {"prefetch_gbs": 100.0}}
+    )
     # 2,000 tokens x 1 MB at 100 GB/s = 20 ms, 10 ms a request; sglang's queue of 40 ms holds it
     a = phase_attribution({**roof, "queue_ms": 40.0}, sampled)
     assert a["storage_read_ms"] == pytest.approx(10.0) and a["rest_ms"] == pytest.approx(160.0)

@@ -10,7 +10,10 @@ import pytest
 from harness.analysis.cost import Prices, run_costs, slo_goodput, variant_cost
 from harness.analysis.energy import energy_summary
 from harness.analysis.samples import SIMULATED_ENERGY, nvml_energy_j, summarize_samples
+from harness.store import versions
+from harness.store.phase_samples import PhaseSamples
 from harness.store.records import RequestRecord
+from harness.store.summary import Summary
 
 
 def _s(t: int, phase: str, mj: list[int] | None = None, sim_j: float | None = None) -> dict:
@@ -50,14 +53,16 @@ def _rec(phase: str, prompt: int, cached: int, out: int, workload: str = "w") ->
 def test_joules_per_token_count_computed_prompt_and_generated_tokens_as_declared():
     records = [_rec("cold", 1000, 0, 1), _rec("cold", 1000, 200, 1), _rec("decode", 10, 0, 200)]
     sampling = {"w/cold": {"energy_j": 90.0, "energy_source": "nvml"}, "w/decode": {"energy_j": 40.0}}
-    e = energy_summary(records, sampling)
+    e = energy_summary(records, {k: PhaseSamples.from_json(v) for k, v in sampling.items()})
     cold, dec = e["phases"]["w/cold"], e["phases"]["w/decode"]
     assert cold["computed_prompt_tokens"] == 1800 and cold["generated_tokens"] == 2
     assert cold["j_per_token"] == pytest.approx(90 / 1802) and cold["j_per_prompt_token"] == pytest.approx(90 / 1800)
     assert cold["j_per_generated_token"] is None  # a prefill phase: its energy is not the tokens it generated
     assert dec["j_per_generated_token"] == pytest.approx(40 / 200) and dec["j_per_prompt_token"] is None
     assert e["total"]["joules"] == pytest.approx(130) and e["source"] == "nvml"
-    assert energy_summary(records, {"w/cold": {"energy_j": None}}) is None  # nothing measured: no figures
+    assert (
+        energy_summary(records, {"w/cold": PhaseSamples.from_json({"energy_j": None})}) is None
+    )  # nothing measured: no figures
 
 
 def test_a_phase_the_counter_did_not_advance_over_is_too_short_to_measure_not_zero_joules():
@@ -66,7 +71,7 @@ def test_a_phase_the_counter_did_not_advance_over_is_too_short_to_measure_not_ze
     phases = summarize_samples(samples)
     assert phases["w/hit"]["energy_j"] == 0.0  # the counter's reading did not move
     records = [_rec("cold", 1000, 0, 1), _rec("hit", 1000, 1000, 1), _rec("next", 1000, 0, 1)]
-    e = energy_summary(records, phases)
+    e = energy_summary(records, {k: PhaseSamples.from_json(v) for k, v in phases.items()})
     hit = e["phases"]["w/hit"]
     assert (
         hit["too_short"] and hit["joules"] is None and hit["j_per_token"] is None and hit["j_per_prompt_token"] is None
@@ -90,16 +95,21 @@ def test_cost_per_million_tokens_and_the_cheapest_variant_that_meets_the_slo():
 
 
 def test_the_slo_goodput_is_the_first_swept_workloads_in_tokens_per_second():
+    def typed(summary: dict) -> Summary:
+        return Summary.from_json(
+            Path("summary.json"), {"schema_version": versions.CURRENT[versions.SUMMARY], **summary}
+        )
+
     summary = {
         "workloads": {
             "cold": {"derived": {}},
             "ol": {"derived": {"goodput_rps": 4.0, "knee_rate": 8.0}, "tokens_per_request": 250.0},
         }
     }
-    assert slo_goodput(summary) == ("ol", 1000.0, True)
+    assert slo_goodput(typed(summary)) == ("ol", 1000.0, True)
     summary["workloads"]["ol"]["derived"]["knee_rate"] = None  # the lowest point already missed it
-    assert slo_goodput(summary)[2] is False
-    assert slo_goodput({"workloads": {"cold": {"derived": {}}}}) == (None, None, False)
+    assert slo_goodput(typed(summary))[2] is False
+    assert slo_goodput(typed({"workloads": {"cold": {"derived": {}}}})) == (None, None, False)
 
 
 def test_the_scenarios_prices_are_range_checked_and_named_by_their_key():

@@ -1,10 +1,13 @@
 """summarize(): statistics per workload/phase, exclusions, derived ratios, failed variants."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from harness.analysis.summary import failed, stats, summarize, summary_rows
+from harness.store import versions
+from harness.store.summary import Summary
 from tests.factories import MS, make_failed, make_record
 
 
@@ -101,7 +104,9 @@ def test_failed_variant_is_null_not_zero():
 
 
 def test_summary_rows_flat():
-    rows = summary_rows("on", summarize([make_record(workload="w", phase="cold")], {"w": "cold_prefill"}))
+    summary = summarize([make_record(workload="w", phase="cold")], {"w": "cold_prefill"})
+    typed = Summary.from_json(Path("summary.json"), {"schema_version": versions.CURRENT[versions.SUMMARY], **summary})
+    rows = summary_rows("on", typed)
     ttft = next(r for r in rows if r["metric"] == "ttft_ms" and r["phase"] == "cold")
     assert ttft["unit"] == "ms" and ttft["higher_is_better"] is False and ttft["p50"] == pytest.approx(100)
     derived = [r for r in rows if r["phase"] == "*"]
