@@ -21,6 +21,7 @@ from typing import Any
 from harness.core.yaml_lines import YamlLoadError, load_yaml_text
 from harness.store import results, versions
 from harness.store.probe_result import ProbeResult
+from harness.store.stored_fields import from_keys
 
 Json = Mapping[str, Any]
 
@@ -86,17 +87,8 @@ class BuildInfo:
         if not data or not isinstance(data, Mapping):
             return None
         git = _obj(data.get("git"))
-        return cls(
-            build=data.get("build"),
-            version=data.get("version"),
-            imported_version=data.get("imported_version"),
-            commit=git.get("commit"),
-            branch=git.get("branch"),
-            dirty=git.get("dirty"),
-            sglang_source=data.get("sglang_source"),
-            imported_file=data.get("imported_file"),
-            python=data.get("python"),
-            raw=data,
+        return from_keys(
+            cls, data, commit=git.get("commit"), branch=git.get("branch"), dirty=git.get("dirty"), raw=data
         )
 
 

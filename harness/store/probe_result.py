@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.store.stored_fields import from_keys
+
 Json = Mapping[str, Any]
 
 
@@ -49,10 +51,9 @@ class ProbeResult:
             return None
         disk = _obj(data.get("disk"))
         alloc = data.get("host_alloc_kernel_write")
-        return cls(
-            wsl=data.get("wsl"),
-            torch_version=data.get("torch_version"),
-            cuda_runtime=data.get("cuda_runtime"),
+        return from_keys(
+            cls,
+            data,
             driver=data.get("nvidia_driver") or data.get("driver_version"),
             devices=tuple(
                 ProbeDevice(
@@ -71,6 +72,5 @@ class ProbeResult:
             bandwidth_gbs=_obj(data.get("bandwidth_gbs")),
             disk_read_gbs=disk.get("read_gbs"),
             disk_write_gbs=disk.get("write_gbs"),
-            reason=data.get("reason"),
             raw=data,
         )

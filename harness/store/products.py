@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.store import results
+from harness.store.stored_fields import from_keys
 
 Json = Mapping[str, Any]
 
@@ -49,15 +50,7 @@ class VariantCost:
     def from_json(cls, data: Any) -> VariantCost | None:
         if not data or not isinstance(data, Mapping):
             return None
-        return cls(
-            data.get("usd_per_hour"),
-            data.get("gpu_usd_per_hour"),
-            data.get("host_usd_per_hour"),
-            data.get("storage_usd_per_hour"),
-            data.get("goodput_tok_s"),
-            data.get("usd_per_mtok"),
-            data.get("meets_slo"),
-        )
+        return from_keys(cls, data)
 
 
 @dataclass(frozen=True)
@@ -71,7 +64,7 @@ class StoredCost:
     @classmethod
     def from_json(cls, data: Json) -> StoredCost:
         priced = {str(n): c for n, v in _obj(data.get("variants")).items() if (c := VariantCost.from_json(v))}
-        return cls(priced, data.get("cheapest"), data.get("text"), data.get("prices"), data)
+        return from_keys(cls, data, variants=priced, raw=data)
 
 
 def read_cost(root: Path) -> StoredCost | None:

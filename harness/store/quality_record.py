@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.store.stored_fields import from_keys
+
 QUALITY_RECORD_VERSION = 1
 
 SampleKey = tuple[str, int, int, int]  # (task, length_target, index, seed)
@@ -107,16 +109,6 @@ class ParityFloor:
         if not data or not isinstance(data, Mapping):
             return None
         on, control = data.get("on"), data.get("control")
-        return cls(
-            test=data.get("test"),
-            p_value=data.get("p_value"),
-            alpha=data.get("alpha"),
-            significant=data.get("significant"),
-            keys=data.get("keys"),
-            on_worse=data.get("on_worse"),
-            control_worse=data.get("control_worse"),
-            ties=data.get("ties"),
-            min_keys=data.get("min_keys"),
-            on=on if isinstance(on, Mapping) else {},
-            control=control if isinstance(control, Mapping) else {},
+        return from_keys(
+            cls, data, on=on if isinstance(on, Mapping) else {}, control=control if isinstance(control, Mapping) else {}
         )

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness.store.stored_fields import from_keys
 from harness.store.variant_status import ATTACHED, LAUNCHED, ServerOrigin, VariantStatus
 
 Json = Mapping[str, Any]
@@ -48,16 +49,7 @@ class Pools:
         if not isinstance(data, Mapping):
             return None
         refused = _obj(data.get("refused_pool"))
-        return cls(
-            max_total_num_tokens=data.get("max_total_num_tokens"),
-            host_pool_tokens=data.get("host_pool_tokens"),
-            host_pool_gb=data.get("host_pool_gb"),
-            mamba_device_slots=data.get("mamba_device_slots"),
-            mamba_host_slots=data.get("mamba_host_slots"),
-            refused_kind=refused.get("kind"),
-            refused_tokens=refused.get("tokens"),
-            raw=data,
-        )
+        return from_keys(cls, data, refused_kind=refused.get("kind"), refused_tokens=refused.get("tokens"), raw=data)
 
 
 @dataclass(frozen=True)
@@ -70,8 +62,7 @@ class BoundaryLimit:
 
     @classmethod
     def from_json(cls, data: Any) -> BoundaryLimit:
-        d = _obj(data)
-        return cls(d.get("value"), d.get("next_value"), d.get("reason"))
+        return from_keys(cls, _obj(data))
 
 
 @dataclass(frozen=True)
@@ -85,11 +76,11 @@ class Boundary:
     def from_json(cls, data: Any) -> Boundary | None:
         if not data or not isinstance(data, Mapping):
             return None
-        return cls(
-            data.get("knob"),
-            data.get("safe"),
-            BoundaryLimit.from_json(data.get("starts")),
-            BoundaryLimit.from_json(data.get("keeps_page_cache")),
+        return from_keys(
+            cls,
+            data,
+            starts=BoundaryLimit.from_json(data.get("starts")),
+            keeps_page_cache=BoundaryLimit.from_json(data.get("keeps_page_cache")),
         )
 
 
@@ -110,11 +101,9 @@ class Preflight:
         if not data or not isinstance(data, Mapping):
             return None
         prediction = _obj(data.get("prediction"))
-        return cls(
-            fits=data.get("fits"),
-            requested_gb=data.get("requested_gb"),
-            budget_gb=data.get("budget_gb"),
-            reason=data.get("reason"),
+        return from_keys(
+            cls,
+            data,
             kv_bytes_per_token=prediction.get("kv_bytes_per_token"),
             mamba_host_slots=prediction.get("mamba_host_slots"),
             boundary=Boundary.from_json(data.get("boundary")),
@@ -183,18 +172,9 @@ class StatusView:
 
     @classmethod
     def of(cls, status: VariantStatus) -> StatusView:
-        return cls(
-            variant=status.variant,
-            state=status.state,
-            cause=status.cause,
-            cause_detail=status.cause_detail,
-            expect=status.expect,
-            expect_cause=status.expect_cause,
-            expect_met=status.expect_met,
-            attempts=status.attempts,
-            exit_code=status.exit_code,
-            ready_s=status.ready_s,
-            env_not_clean=status.env_not_clean,
+        return from_keys(
+            cls,
+            status.to_json(),
             pools=Pools.from_json(status.pools),
             preflight=Preflight.from_json(status.preflight),
             log_excerpt=LogExcerpt.from_json(status.log_excerpt),
