@@ -156,7 +156,7 @@ class VerdictRules(ScenarioModel):
     the comparison's experiment may spend (harness/compare/planning.py)."""
 
     # GPU-minutes a night may spend on repeats: ``repeats: auto`` stops there
-    budget_minutes: ranged(float, 0.01, 525_600, "GPU-minutes") | None = None
+    budget_minutes: ranged(float, 0, 525_600, "GPU-minutes") | None = None
     # extra rounds (more repeats of the workloads an inconclusive gating row needs) a comparison may
     # pool with the night: alpha is spent equally over the 1 + rounds looks (harness compare --round)
     rounds: count("rounds", 20, lo=0) = 0
