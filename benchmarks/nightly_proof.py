@@ -2,7 +2,7 @@
 
 For each series it runs ``harness run SCENARIO`` night after night into a results folder of its
 own and compares every night with ``harness compare RUN --baseline latest`` (the baseline that
-remembers: a night whose comparison FAILed is never a baseline), then reads the comparison:
+remembers: a night whose comparison FAILed, or was INCONCLUSIVE against a baseline, is never one), then reads the comparison:
 its outcome and the gating rows that regressed.
 
 - ``healthy``: ``--nights`` healthy nights after a first one (the first has no baseline). The
@@ -16,8 +16,8 @@ its outcome and the gating rows that regressed.
 night instead of running one (so the fault series share one healthy baseline). ``--jobs K``
 (with ``--baseline-from``): K nights at once, from every series, in the order (series, night);
 each night still compares with ``--baseline latest`` in its own series' folder when it ends, so
-a fault night is set against the newest night of its series that is complete and did not FAIL
-(a night still running has no verdict and is never a baseline). The twin's nights mostly wait on
+a fault night is set against the newest night of its series that is complete and PASSed, or the
+copied first night (a night still running has no verdict and is never a baseline). The twin's nights mostly wait on
 the simulated GPU's modelled time, so K of them share the cores.
 
 Every run folder and log goes under ``--out`` (default under /tmp), never into the repository;

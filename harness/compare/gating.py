@@ -17,6 +17,7 @@ from harness.compare.comparison import (
     VariantRow,
 )
 from harness.compare.statistics import ALPHA, holm_rejects
+from harness.compare.tails import TAIL_SHARE_TEST
 from harness.spec.values import Gate
 
 # ------------------------------------------------------------------------------------ gating
@@ -96,7 +97,7 @@ def judge(comp: Comparison, gates: Sequence[Gate], quality_baseline: str | None,
         if not m.gating:
             continue
         if m.state == "regression":
-            fail.append(f"{m.variant} {m.name}: regression {_pct(m.change)} ({m.note or m.test})")
+            fail.append(f"{m.variant} {m.name}: regression {_change(m)} ({m.note or m.test})")
         elif m.state in ("inconclusive", "not_comparable"):
             unsure.append(f"{m.variant} {m.name}: {m.state} ({m.note})")
     fail += [
@@ -114,6 +115,13 @@ def judge(comp: Comparison, gates: Sequence[Gate], quality_baseline: str | None,
         comp.outcome, comp.reasons = Outcome.INCONCLUSIVE.value, unsure
     else:
         comp.outcome, comp.reasons = Outcome.PASS.value, []
+
+
+def _change(m: MetricRow) -> str:
+    """A relative change in %, a tail share's rise in points of the units."""
+    if m.test == TAIL_SHARE_TEST and m.change is not None:
+        return f"{m.change * 100:+.1f} points"
+    return _pct(m.change)
 
 
 def _pct(v: float | None) -> str:

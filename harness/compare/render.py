@@ -23,6 +23,7 @@ from harness.compare.comparison import (
     MetricRow,
 )
 from harness.compare.curves import KNEE_BELOW_TEST, PERCENTILES, CurvePointRow
+from harness.compare.tails import TAIL_SHARE_TEST
 from harness.workloads.slo import SLO_DERIVED
 
 HEADLINE_FIGURES = tuple(d.name for d in SLO_DERIVED if d.compared)  # the knee and the best goodput
@@ -51,6 +52,13 @@ def _pct(v: float | None) -> str:
     if v is None or not math.isfinite(v):
         return "—"
     return f"{v * 100:+.1f}%"
+
+
+def _change(m: MetricRow) -> str:
+    """The row's change: a relative change in %, a tail share's difference in points of the units."""
+    if m.test == TAIL_SHARE_TEST and m.change is not None and math.isfinite(m.change):
+        return f"{m.change * 100:+.1f} points"
+    return _pct(m.change)
 
 
 def _mde(m: MetricRow) -> str:
@@ -104,7 +112,7 @@ def metric_message(m: MetricRow) -> str:
         return f"{m.name}: {m.note}"
     b, c = _values(m)
     return (
-        f"{m.metric} p50 {b} -> {c} ({_pct(m.change)}{_ci(m)}, MDE {_mde(m)}, threshold "
+        f"{m.metric} p50 {b} -> {c} ({_change(m)}{_ci(m)}, MDE {_mde(m)}, threshold "
         f"{m.threshold * 100:.0f}%, {_test(m)}){': ' + m.note if m.note else ''}"
     )
 
@@ -167,7 +175,7 @@ def to_markdown(comp: Comparison) -> str:
         for m in shown:
             b, cv = _values(m)
             state = f"**{m.state}**" if m.gating else m.state
-            change = _md(m.note) if m.sample == "verdict" or m.test == KNEE_BELOW_TEST else f"{_pct(m.change)}{_ci(m)}"
+            change = _md(m.note) if m.sample == "verdict" or m.test == KNEE_BELOW_TEST else f"{_change(m)}{_ci(m)}"
             lines.append(
                 f"| {_md(m.variant)} | {_md(m.name)} | {'yes' if m.gating else 'no'} | {_md(b)} | {_md(cv)} | "
                 f"{change} | {_mde(m)} | {m.threshold * 100:.0f}% | {_md(_test(m))} | {state} |"
@@ -233,7 +241,7 @@ def _headline_lines(comp: Comparison) -> list[str]:
     ]
     for m in rows:
         b, c = _values(m)
-        change = _md(m.note) if m.test == KNEE_BELOW_TEST else f"{_pct(m.change)}{_ci(m)}"
+        change = _md(m.note) if m.test == KNEE_BELOW_TEST else f"{_change(m)}{_ci(m)}"
         out.append(
             f"| {_md(m.variant)} | {_md(m.name)} | {'yes' if m.gating else 'no'} | {_md(b)} | {_md(c)} | {change} | "
             f"{_md(_test(m))} | {'**' + m.state + '**' if m.gating else m.state} |"

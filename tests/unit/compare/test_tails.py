@@ -121,6 +121,9 @@ def test_rows_follow_the_declarations():
     assert (
         tail.state == "regression" and tail.threshold == 0.5 and (tail.baseline_p50, tail.candidate_p50) == (0.0, 0.05)
     )
+    from harness.compare.render import _change
+
+    assert _change(tail) == "+5.0 points" and _change(by["ttft_ms_p99"]).endswith("%")  # a share's rise is in points
     assert by["ttft_ms_drift"].state == "unchanged" and by["ttft_ms_drift"].n_candidate == 300
     few = tail_and_drift_rows(
         "on", ("short_ttft", "alone", "ttft_ms"), RowSample(healthy(10, 1)), RowSample(healthy(10, 2)), {}
