@@ -15,7 +15,9 @@ Signals stay the main thread's (`harness.run.signals.Signals`): the main thread 
 an interrupt there reaches :meth:`Lanes.interrupt`, which, for every running variant, waits for
 its thread to be out of a server spawn (:meth:`Lane.spawning`, the lane's form of
 ``Signals.defer``), stops its server and sampler and marks it ``interrupted``; then it waits a
-bounded time for the threads to unwind. Nothing new starts after an interrupt: no variant, and
+bounded time for the threads to unwind: a lane's serving window ends as an interrupt within
+0.1 s of its lane being stopped (`harness.run.serving_window.until_stopped`, `LaneStopped`: the rows it recorded
+are kept, nothing more is sent). Nothing new starts after an interrupt: no variant, and
 no server in a running one (a ``storage_restart`` restart or a start-up retry in the lane's thread
 is refused: the harness may exit before that lane ends, and the server would outlive it).
 """
@@ -126,6 +128,19 @@ def current_spawn_guard():
     defers signals instead)."""
     lane = getattr(_local, "lane", None)
     return lane.spawning() if lane is not None else None
+
+
+class LaneStopped(Exception):
+    """A lane's serving window ended because the run's interrupt stopped the lane (raised as
+    KeyboardInterrupt once its event loop has closed)."""
+
+
+def current_lane_stopped() -> Callable[[], bool] | None:
+    """In a lane's thread, whether the run's interrupt has stopped this lane (its server is gone:
+    what the lane would send after it measures nothing); None in the main thread (there the signal
+    itself interrupts)."""
+    lane = getattr(_local, "lane", None)
+    return (lambda: lane.stopped) if lane is not None else None
 
 
 @dataclass

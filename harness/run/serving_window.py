@@ -30,12 +30,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from harness.core import stall
 from harness.core.model_config import model_vocab_size
 from harness.quality import run as quality_run
 from harness.quality.config import Quality
+from harness.run import lanes
 from harness.run.launch import metrics_enabled
 from harness.run.restart import Restarter
 from harness.server import http1, logscan
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from harness.server.process import ExternalServer, LaunchSpec, ServerProcess
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_POOL_TOKENS = 20480
 
@@ -456,12 +458,14 @@ def run_window(
     async def watched_body() -> tuple[str, str | None, dict]:
         watcher = asyncio.create_task(watch.run())
         try:
-            return await body()
+            return await until_stopped(body(), lanes.current_lane_stopped())
         finally:
             watcher.cancel()
 
     try:
         state, cause, detail = http1.run(watched_body())  # on uvloop when installed
+    except lanes.LaneStopped as exc:  # raised as the interrupt it is, once the loop has closed
+        raise KeyboardInterrupt(str(exc)) from None
     finally:
         clock.enter(gpu_time.IDLE, "final_liveness")
         requests.close()
@@ -476,3 +480,23 @@ def run_window(
                 detail = {"detected_by": "final_check", **detail}
     detail = {**detail, "probes_sent": watch.probes_sent} if watch.probes_sent else detail
     return WindowResult(state, cause, detail, requests.rows, quality_rows.rows)
+
+
+STOP_POLL_S = 0.1  # how often a side-by-side lane's window looks whether the run's interrupt stopped it
+
+
+async def until_stopped(body: Awaitable[T], stopped: Callable[[], bool] | None, poll_s: float = STOP_POLL_S) -> T:
+    """`body`'s result; `lanes.LaneStopped` (`body` cancelled) once ``stopped()`` is true: a
+    side-by-side lane whose run was interrupted, its server stopped by the main thread. Without it
+    the lane sent into a dead server for seconds after the interrupt and its thread outlived the
+    run's exit. ``stopped`` None (the main thread's run): `body` as it is."""
+    if stopped is None:
+        return await body
+    task = asyncio.ensure_future(body)
+    while not task.done():
+        if stopped():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise lanes.LaneStopped("the run was interrupted: this lane stopped")
+        await asyncio.wait({task}, timeout=poll_s)
+    return task.result()

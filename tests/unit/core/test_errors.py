@@ -16,7 +16,12 @@ from harness.core.exit_codes import ExitCode
 from harness.run.shard import SelectionError
 
 # Signals caught inside their own module (bisect's by its command), never an error a user sees.
-SIGNALS = {"harness.workloads.context.StopSending", "harness.server.stream._Bad", "harness.compare.bisect.Interrupted"}
+SIGNALS = {
+    "harness.workloads.context.StopSending",
+    "harness.server.stream._Bad",
+    "harness.compare.bisect.Interrupted",
+    "harness.run.lanes.LaneStopped",
+}
 
 
 def _harness_modules():
