@@ -1,6 +1,7 @@
 """Shared fixtures and helpers of the test suite: one home, test modules never import each other
 (tests/rules/test_suite_rules.py fails when one does). Helper modules (not tests) live next to it:
-`tests/factories.py` builds records and run folders, `tests/hostile_server.py` is a misbehaving server.
+`tests/factories.py` builds records and run folders, `tests/hostile_server.py` is a misbehaving server,
+`tests/session_reaper.py` (started by ``pytest_configure``) kills what a killed pytest left running.
 
 Import the helpers with ``from tests.conftest import ...`` (``tests`` is a package, so this is the
 very module pytest loaded as the conftest, not a second copy):
