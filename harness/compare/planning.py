@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.compare.power import POWER, log_spread, parity_keys_needed, units_needed
+from harness.compare.power import POWER, log_spread, parity_keys_needed, units_needed, within_log_spread
 from harness.compare.statistics import ALPHA, MIN_VALUES, threshold_for
 from harness.core.optional import MissingExtra
 from harness.scenario.models import AUTO_REPEATS
@@ -242,9 +242,7 @@ def measured_spread(
         return None, per_repeat, "no earlier run has this row", unit
     within = [a for a in per_night if a.size >= MIN_VALUES]
     if within:
-        logs = np.concatenate([np.log(a) - np.mean(np.log(a)) for a in within])
-        dof = logs.size - len(within)
-        sd = float(math.sqrt(np.sum(logs**2) / dof)) if dof > 0 else None
+        sd = within_log_spread(within)
         return sd, per_repeat, f"{sum(a.size for a in within)} {unit}s within {_nights(len(within))}", unit
     allv = np.concatenate(per_night)
     sd = log_spread(allv)

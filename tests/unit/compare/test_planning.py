@@ -202,3 +202,19 @@ def test_dry_run_prints_the_plan(tmp_path, capsys):
     assert "# plan for a verdict (power 95% at a 5% false alarm" in out
     assert "# " + "  on: cold_prefill.cold.ttft_ms (threshold 5%, one request per unit): spread ±" in out
     assert "CANNOT DECIDE at repeats 1" in out
+
+
+def test_the_plans_spread_is_not_moved_by_one_stray_value_where_compares_test_is_not():
+    from harness.compare.power import within_log_spread
+
+    rng = np.random.default_rng(7)
+    nights = [np.exp(rng.normal(np.log(100.0), 0.03, 12)) for _ in range(3)]
+    calm = within_log_spread(nights)
+    assert calm == pytest.approx(0.03, rel=0.35)
+    stalled = [np.append(a[:-1], a[-1] * 2.0) for a in nights]  # one request a night stalls 2x
+    assert within_log_spread(stalled) < 1.5 * calm  # the sd of the same values is ~6x calm
+    assert float(np.std(np.log(np.concatenate(stalled)), ddof=1)) > 4 * calm
+    # below 5 values a side compare's test (Welch) is moved by it: so is the plan
+    small = [np.array([100.0, 101.0, 99.0, 200.0]), np.array([100.0, 102.0, 98.0, 100.0])]
+    assert within_log_spread(small) > 0.2
+    assert within_log_spread([np.array([5.0]), np.array([6.0])]) is None
