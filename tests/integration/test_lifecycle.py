@@ -6,6 +6,7 @@ checks the outcome recorded in the run folder, the exit code, and that no proces
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -324,3 +325,31 @@ def test_a_quality_arm_error_fails_that_variant_and_the_run_goes_on(tmp_path, mo
         assert status["state"] == "failed" and status["cause"] == "quality_error"
         assert "bug in a task generator" in status["cause_detail"]["error"]
     assert outcome.exit_code == ExitCode.FAILED and (outcome.run_dir / results.COMPLETE_MARKER).exists()
+
+
+def test_the_reminder_leaves_a_task_finishing_its_rows_while_the_loop_cancels_it(monkeypatch):
+    """After an interrupt the event loop's close cancels the run's tasks; a task's `finally`
+    (a load point writing the rows it was answered) runs handling that CancelledError. A reminder
+    raised there cut the writing: beside 4 burners an open-loop point lost every row."""
+    monkeypatch.setattr(Signals, "REMIND_S", 0.1)
+    written = []
+
+    async def load_point():
+        try:
+            await asyncio.sleep(60)
+        finally:
+            for k in range(8):  # slow writes on a loaded disk, longer than the reminder's period
+                time.sleep(0.05)
+                written.append(k)
+
+    async def run():
+        asyncio.create_task(load_point())
+        await asyncio.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(60)
+
+    with Signals() as signals:
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            asyncio.run(run())
+        signals.hold()
+    assert written == list(range(8))
