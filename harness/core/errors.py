@@ -62,3 +62,15 @@ class BadInput(HarnessError):
 
 class Broken(HarnessError):
     """The harness, or a server or device it talks to, cannot go on (exit 3)."""
+
+
+def in_context_chain(exc: BaseException | None, kinds: type[BaseException] | tuple[type[BaseException], ...]):
+    """``exc`` or the first exception it was raised while handling (its ``__context__`` chain,
+    cycles cut) that is one of ``kinds``; None when none is."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kinds):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__context__
+    return None

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
+from harness.core.errors import in_context_chain
 from harness.run import lanes
 
 
@@ -128,10 +129,4 @@ def _unwinding(exc: BaseException | None) -> bool:
     interrupted open-loop point lost every row (the rows test of tests/integration/test_signals.py)."""
     import asyncio
 
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-            return True
-        seen.add(id(exc))
-        exc = exc.__context__
-    return False
+    return in_context_chain(exc, (KeyboardInterrupt, asyncio.CancelledError)) is not None

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from harness.core import bounds
-from harness.core.errors import Broken
+from harness.core.errors import Broken, in_context_chain
 from harness.core.wire import SENT_HEADER
 
 MAX_HEAD_BYTES = bounds.HTTP_HEAD_BYTES  # status line + headers
@@ -75,22 +75,10 @@ def run_interruptible(loop_runner, coro):
     try:
         return loop_runner(coro)
     except Exception as exc:
-        interrupt = _interrupt_under(exc)
+        interrupt = in_context_chain(exc, KeyboardInterrupt)
         if interrupt is None:
             raise
         raise interrupt from exc
-
-
-def _interrupt_under(exc: BaseException) -> KeyboardInterrupt | None:
-    """The KeyboardInterrupt that `exc` was raised while handling, if any."""
-    seen: set[int] = set()
-    cause = exc.__context__
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__context__
-    return None
 
 
 # What a consumer's `on_data` returns.
