@@ -113,8 +113,7 @@ def within_log_spread(samples: Sequence[np.ndarray]) -> float | None:
         mad = float(np.median(np.abs(np.concatenate([x - np.median(x) for x in logs]))))
         if mad > 0:
             return MAD_TO_SD * mad
-    dev = np.concatenate([x - x.mean() for x in logs])
-    return float(math.sqrt(np.sum(dev**2) / dof))
+    return _pooled_sd(logs)
 
 
 def pooled_log_spread(base: np.ndarray, cand: np.ndarray) -> float | None:
@@ -123,9 +122,17 @@ def pooled_log_spread(base: np.ndarray, cand: np.ndarray) -> float | None:
     sides = [np.log(a[np.isfinite(a)]) for a in (np.asarray(base, float), np.asarray(cand, float)) if a.size]
     if any((np.exp(x) <= 0).any() for x in sides):
         return None
-    dev = np.concatenate([x - x.mean() for x in sides if x.size]) if sides else np.array([])
-    dof = dev.size - len([x for x in sides if x.size])
-    return float(math.sqrt(np.sum(dev**2) / dof)) if dof > 0 else None
+    return _pooled_sd([x for x in sides if x.size])
+
+
+def _pooled_sd(logs: Sequence[np.ndarray]) -> float | None:
+    """The standard deviation of values about their own sample's mean, pooled over the samples
+    (None below one degree of freedom)."""
+    dof = sum(x.size for x in logs) - len(logs)
+    if dof <= 0:
+        return None
+    dev = np.concatenate([x - x.mean() for x in logs])
+    return float(math.sqrt(np.sum(dev**2) / dof))
 
 
 def next_round(rows: Sequence[Any], repeats: int) -> tuple[int, list[str]] | None:
